@@ -1,0 +1,188 @@
+"""The one catalog of hoardDB errors: every refusal has a stable code, a name and a hint.
+
+Every layer may raise these (this module imports nothing of ours). A client over the
+wire receives ``{ok: 0, code, codeName, message}`` and turns it back into the same class
+with :func:`error_from_answer`. Add a new error here, and a row to docs/user/errors.md.
+"""
+
+from __future__ import annotations
+
+
+class HoardError(Exception):
+    """HoardError is the base of every error hoardDB raises on purpose.
+
+    ``code`` and ``codeName`` are stable across versions; ``message`` says what was
+    wrong and what to do next.
+    """
+
+    code = 1
+    codeName = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, **details):
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        for name, value in details.items():
+            setattr(self, name, value)
+
+    def to_answer(self) -> dict:
+        """The error as the answer document the wire and ``--json`` send."""
+        answer = {"ok": 0, "code": self.code, "codeName": self.codeName, "message": self.message}
+        if self.details:
+            answer["details"] = self.details
+        return answer
+
+
+class InternalError(HoardError):
+    """InternalError is a bug in hoardDB: please report it with the message."""
+
+    code, codeName = 1, "INTERNAL_ERROR"
+
+
+class BadValueError(HoardError):
+    """BadValueError is an argument of the right kind whose value is not accepted."""
+
+    code, codeName = 2, "BAD_VALUE"
+
+
+class UnknownOptionError(HoardError):
+    """UnknownOptionError is an option or key hoardDB does not know; the message lists the known ones."""
+
+    code, codeName = 3, "UNKNOWN_OPTION"
+
+
+class InvalidNameError(HoardError):
+    """InvalidNameError is a database, bucket or field name outside the allowed characters."""
+
+    code, codeName = 4, "INVALID_NAME"
+
+
+class UnknownStoreTypeError(HoardError):
+    """UnknownStoreTypeError is a bucket type that is not one of the six store types."""
+
+    code, codeName = 5, "UNKNOWN_STORE_TYPE"
+
+
+class DatabaseNotFoundError(HoardError):
+    """DatabaseNotFoundError names a database that does not exist."""
+
+    code, codeName = 6, "DATABASE_NOT_FOUND"
+
+
+class BucketNotFoundError(HoardError):
+    """BucketNotFoundError names a bucket that does not exist in its database."""
+
+    code, codeName = 7, "BUCKET_NOT_FOUND"
+
+
+class BucketExistsError(HoardError):
+    """BucketExistsError is a create of a bucket whose name is taken."""
+
+    code, codeName = 8, "BUCKET_EXISTS"
+
+
+class DatabaseExistsError(HoardError):
+    """DatabaseExistsError is a create of a database whose name is taken."""
+
+    code, codeName = 9, "DATABASE_EXISTS"
+
+
+class VerbNotSupportedError(HoardError):
+    """VerbNotSupportedError is a verb the bucket's store type does not have (pop on a hash)."""
+
+    code, codeName = 10, "VERB_NOT_SUPPORTED"
+
+
+class UnknownVerbError(HoardError):
+    """UnknownVerbError is a verb no store type has."""
+
+    code, codeName = 11, "UNKNOWN_VERB"
+
+
+class LimitExceededError(HoardError):
+    """LimitExceededError is a count over its limit, such as peek over 1000 or pop over 100."""
+
+    code, codeName = 12, "LIMIT_EXCEEDED"
+
+
+class NotADocumentError(HoardError):
+    """NotADocumentError is a value given where a document (a mapping) is expected."""
+
+    code, codeName = 13, "NOT_A_DOCUMENT"
+
+
+class DocumentTooLargeError(HoardError):
+    """DocumentTooLargeError is a document whose BSON is over the 16 MiB limit."""
+
+    code, codeName = 14, "DOCUMENT_TOO_LARGE"
+
+
+class DuplicateKeyError(HoardError):
+    """DuplicateKeyError is an insert of a key or unique value that is already used."""
+
+    code, codeName = 0x0F, "DUPLICATE_KEY"
+
+
+class NotFoundError(HoardError):
+    """NotFoundError names a key, blob or claim that does not exist."""
+
+    code, codeName = 16, "NOT_FOUND"
+
+
+class DataDirLockedError(HoardError):
+    """DataDirLockedError is a data directory already opened by another process."""
+
+    code, codeName = 17, "DATA_DIR_LOCKED"
+
+
+class CorruptDataError(HoardError):
+    """CorruptDataError is data on disk that fails its checksum; it is never returned silently."""
+
+    code, codeName = 18, "CORRUPT_DATA"
+
+
+class ClosedError(HoardError):
+    """ClosedError is a call on a database that was closed."""
+
+    code, codeName = 19, "CLOSED"
+
+
+class SyntaxError_(HoardError):
+    """SyntaxError_ is HQL text that does not parse; the message names line and column."""
+
+    code, codeName = 20, "SYNTAX_ERROR"
+
+
+class MissingKeyError(HoardError):
+    """MissingKeyError is a btree document without the field its bucket is keyed by."""
+
+    code, codeName = 21, "MISSING_KEY"
+
+
+class InvalidArgumentError(HoardError):
+    """InvalidArgumentError is an argument of the wrong kind, or a missing or extra one."""
+
+    code, codeName = 22, "INVALID_ARGUMENT"
+
+
+class StorageError(HoardError):
+    """StorageError is the operating system refusing a read or write (disk full, permissions)."""
+
+    code, codeName = 23, "STORAGE_ERROR"
+
+
+#: Every error class by its code: the wire and the shell map answers back through it.
+ERRORS: dict[int, type[HoardError]] = {}
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, HoardError) and _cls is not HoardError:
+        assert _cls.code not in ERRORS, f"two errors share code {_cls.code}"
+        ERRORS[_cls.code] = _cls
+
+
+def error_from_answer(answer: dict) -> HoardError:
+    """The exception an error answer ``{ok: 0, code, codeName, message}`` stands for."""
+    cls = ERRORS.get(answer.get("code"), HoardError)
+    err = cls(answer.get("message", ""), **(answer.get("details") or {}))
+    if cls is HoardError:
+        err.code, err.codeName = answer.get("code", 1), answer.get("codeName", "INTERNAL_ERROR")
+    return err

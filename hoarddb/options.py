@@ -1,0 +1,45 @@
+"""Every knob of an embedded database, with its default and what it risks, in one place.
+
+Add an option here with a sentence on its trade-off; ``hoarddb.open(path, **options)``
+accepts exactly these names and refuses any other, listing these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .errors import BadValueError, UnknownOptionError
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    #: fsync every acknowledged write before returning (LMDB commit with sync, fsync of
+    #: segment and blob files). False is faster and can lose the last writes in a power
+    #: cut or kernel crash; a killed process still loses nothing the kernel was handed.
+    sync: bool = True
+    #: Size of one fifo/lifo segment file; a bucket may override it with ``segment_size``.
+    segment_size: int = 64 * MiB
+    #: Initial LMDB map size per bucket; it grows by doubling when full, so this is only
+    #: the address space reserved up front, not disk used.
+    map_size: int = 256 * MiB
+    #: The most elements one peek or list returns.
+    max_peek: int = 1000
+    #: The most elements one pop({limit}) removes in one write.
+    max_pop: int = 100
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "Options":
+        known = {f.name: f for f in fields(cls)}
+        for name, value in kwargs.items():
+            if name not in known:
+                raise UnknownOptionError(
+                    f"unknown database option {name!r}; accepted: {', '.join(sorted(known))}"
+                )
+            want = bool if known[name].type in ("bool", bool) else int
+            if want is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise BadValueError(f"option {name!r} must be a positive integer, got {value!r}")
+            if want is bool and not isinstance(value, bool):
+                raise BadValueError(f"option {name!r} must be true or false, got {value!r}")
+        return cls(**kwargs)

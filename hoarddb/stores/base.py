@@ -1,0 +1,112 @@
+"""The contract every store type keeps: how it is opened, the verbs it serves, and its stats.
+
+A store type is one module in this package with one ``Store`` subclass. The engine
+opens a store with the bucket's directory and declaration, and calls its verbs by the
+operation's name (``store.push(doc=...)``); argument kinds are already checked by
+:mod:`hoarddb.operations`, so a store checks only what its type means (a priority that
+is not a number, a document without its sort key). A store owns its own durability:
+when a write verb returns, the write is on disk (fsync) unless ``options.sync`` is off.
+
+Adding a store type: subclass :class:`Store`, set ``type_name``, ``verbs`` and
+``bucket_options``, register it in ``hoarddb/stores/__init__.py``, and add it to the
+contract suite in ``tests/stores/test_contract.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from bson.errors import InvalidDocument
+
+from ..errors import BadValueError, DocumentTooLargeError, LimitExceededError, NotADocumentError
+from ..options import Options
+from ..values.codec import MAX_DOCUMENT_SIZE, encode
+
+
+class Store:
+    """Store is one bucket's data of one store type.
+
+    ``directory`` is the bucket's own folder (it exists); ``declaration`` is the
+    bucket's catalog entry (``{"type": ..., "options": {...}}``); ``options`` are the
+    database-wide knobs. Every verb is a method named as its operation. Verbs that
+    read return plain Python values (dicts, lists, ints, None when empty); verbs that
+    write are atomic: all of their effect, or none of it, is on disk.
+    """
+
+    #: The name of the type in ``create_bucket(type=...)``.
+    type_name: ClassVar[str] = ""
+    #: The operations this type serves (names in :mod:`hoarddb.operations`).
+    verbs: ClassVar[frozenset[str]] = frozenset()
+    #: Bucket options this type accepts besides ``type``, with a one-line meaning each.
+    bucket_options: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
+        self.directory = Path(directory)
+        self.declaration = declaration
+        self.options = options
+
+    @classmethod
+    def validate_options(cls, bucket_options: Mapping[str, Any]) -> dict:
+        """The bucket options, checked; raise on a value this type cannot take.
+
+        Unknown names are refused by the catalog before this is called.
+        """
+        return dict(bucket_options)
+
+    def close(self) -> None:
+        """Release files and memory; the store is not used again."""
+
+    def stats(self) -> dict:
+        """``{"entries": n, "bytes": bytes on disk}`` for this store."""
+        return {"entries": self.length(), "bytes": directory_bytes(self.directory)}
+
+    def length(self) -> int:  # every type has a length
+        raise NotImplementedError
+
+
+def directory_bytes(directory: Path) -> int:
+    """Bytes the files below ``directory`` take on disk (allocated blocks, not apparent size)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                st = os.stat(os.path.join(root, name))
+            except FileNotFoundError:
+                continue
+            total += st.st_blocks * 512
+    return total
+
+
+def encode_document(doc: Any, what: str = "document") -> bytes:
+    """The BSON of ``doc``, refusing a non-mapping, a value BSON cannot hold, or over 16 MiB."""
+    if not isinstance(doc, Mapping):
+        raise NotADocumentError(
+            f"{what} must be a document (a mapping such as {{Name: \"x\"}}), got {type(doc).__name__}: {doc!r:.80}"
+        )
+    try:
+        data = encode(doc)
+    except InvalidDocument as exc:
+        raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
+    except OverflowError as exc:
+        raise BadValueError(f"{what} holds an integer BSON cannot store (64-bit at most): {exc}") from None
+    if len(data) > MAX_DOCUMENT_SIZE:
+        raise DocumentTooLargeError(
+            f"{what} is {len(data)} bytes of BSON; the limit is {MAX_DOCUMENT_SIZE} (16 MiB). "
+            "Store large binary data in a blob bucket and keep its id in the document."
+        )
+    return data
+
+
+def check_limit(limit: Any, maximum: int, verb: str) -> int:
+    """A count argument: a positive integer no larger than ``maximum``."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise BadValueError(f"{verb} limit must be an integer from 1 to {maximum}, got {limit!r}")
+    if limit < 1:
+        raise BadValueError(f"{verb} limit must be an integer from 1 to {maximum}, got {limit}")
+    if limit > maximum:
+        raise LimitExceededError(
+            f"{verb} limit is at most {maximum}, got {limit}; read in pages of {maximum} or fewer"
+        )
+    return limit

@@ -1,0 +1,34 @@
+"""The BSON codec every layer uses: one set of codec options, so a value reads back as it was written."""
+
+from __future__ import annotations
+
+import datetime
+
+import bson
+from bson.codec_options import CodecOptions, UuidRepresentation
+
+#: Dates come back timezone-aware in UTC; ``uuid.UUID`` is stored as binary subtype 4.
+CODEC_OPTIONS = CodecOptions(
+    document_class=dict,
+    tz_aware=True,
+    tzinfo=datetime.timezone.utc,
+    uuid_representation=UuidRepresentation.STANDARD,
+)
+
+#: The largest document hoardDB stores, as MongoDB: 16 MiB of BSON.
+MAX_DOCUMENT_SIZE = 16 * 1024 * 1024
+
+
+def encode(doc) -> bytes:
+    """BSON bytes of a mapping (raises ``bson.errors.InvalidDocument`` on values BSON cannot hold)."""
+    return bson.encode(doc, codec_options=CODEC_OPTIONS)
+
+
+def decode(data) -> dict:
+    """The document a BSON byte string holds."""
+    return bson.decode(data, codec_options=CODEC_OPTIONS)
+
+
+def decode_all(data) -> list[dict]:
+    """Every document of concatenated BSON."""
+    return bson.decode_all(data, codec_options=CODEC_OPTIONS)
