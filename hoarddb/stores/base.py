@@ -110,3 +110,41 @@ def check_limit(limit: Any, maximum: int, verb: str) -> int:
             f"{verb} limit is at most {maximum}, got {limit}; read in pages of {maximum} or fewer"
         )
     return limit
+
+
+class KVStore(Store):
+    """KVStore is a store kept in the bucket's LMDB environment (``kv/``): hash, btree and heap.
+
+    Keys in the environment carry a one-byte namespace, so documents, index entries and
+    store-field elements of one bucket live side by side and each is one range:
+
+        b"D" + <encoded key>     documents (or elements) of the bucket
+        b"M" + <name>            the store's own counters (b"Mcount": uint64 LE)
+
+    The count of entries is kept in the same transaction as each write, so ``length``
+    is O(1) and never drifts after a crash.
+    """
+
+    DOC = b"D"
+    COUNT_KEY = b"Mcount"
+
+    def __init__(self, directory, declaration, options):
+        super().__init__(directory, declaration, options)
+        from ..storage.kv import KV
+
+        self.kv = KV(self.directory / "kv", map_size=options.map_size, sync=options.sync)
+        with self.kv.read() as txn:
+            raw = txn.get(self.COUNT_KEY)
+        self._count = int.from_bytes(raw, "little") if raw else 0
+
+    def length(self) -> int:
+        return self._count
+
+    def _set_count(self, txn, count: int) -> None:
+        txn.put(self.COUNT_KEY, count.to_bytes(8, "little"))
+
+    def stats(self) -> dict:
+        return {"entries": self._count, "bytes": directory_bytes(self.directory)}
+
+    def close(self) -> None:
+        self.kv.close()

@@ -1,0 +1,156 @@
+"""The public Python objects — Client, Database, Bucket — that only build operations and hand them to an executor.
+
+An executor is anything with ``execute(request) -> answer`` and ``close()``: the
+embedded :class:`hoarddb.engine.Engine` today, a server connection later. No behaviour
+lives here that the engine does not own; every verb method is generated from
+:mod:`hoarddb.operations`, so a new verb needs no code in this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import operations
+from .errors import UnknownVerbError
+
+
+class Client:
+    """Client is an open hoardDB: ``client["app"]`` is a database.
+
+    Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, executor):
+        self._executor = executor
+
+    def execute(self, request: dict) -> dict:
+        """Run one operation document and return its whole answer (``{ok: 1, result, ...}``)."""
+        return self._executor.execute(request)
+
+    def _result(self, request: dict) -> Any:
+        return self._executor.execute(request).get("result")
+
+    def __getitem__(self, name: str) -> "Database":
+        return Database(self, name)
+
+    def databases(self) -> list[str]:
+        """The names of the databases, sorted."""
+        return self._result({"op": "list_databases"})
+
+    def create_database(self, name: str) -> "Database":
+        """Create a database (``create_bucket`` also creates its database when needed)."""
+        self._result({"op": "create_database", "db": name})
+        return Database(self, name)
+
+    def drop_database(self, name: str) -> dict:
+        """Drop a database with all its buckets and their files."""
+        return self._result({"op": "drop_database", "db": name})
+
+    def close(self) -> None:
+        """Close the database; later calls raise ClosedError."""
+        self._executor.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Database:
+    """Database is a named group of buckets; ``db.Name`` and ``db["Name"]`` are its buckets."""
+
+    def __init__(self, client: Client, name: str):
+        self._client = client
+        self.name = name
+
+    def __getitem__(self, name: str) -> "Bucket":
+        return Bucket(self, name)
+
+    def __getattr__(self, name: str) -> "Bucket":
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return Bucket(self, name)
+
+    def create_bucket(self, name: str, type: str = "hash", **options) -> "Bucket":
+        """Create a bucket of a store type (fifo, lifo, hash, btree, heap, blob) with its options.
+
+        Warnings (an option recorded but not enforced) are on the returned bucket's
+        ``warnings`` attribute.
+        """
+        answer = self._client.execute(
+            {"op": "create_bucket", "db": self.name, "bucket": name, "options": {"type": type, **options}}
+        )
+        bucket = Bucket(self, name)
+        bucket.warnings = answer.get("warnings", [])
+        return bucket
+
+    def drop_bucket(self, name: str) -> dict:
+        """Drop a bucket and every file of it."""
+        return self._client._result({"op": "drop_bucket", "db": self.name, "bucket": name})
+
+    def buckets(self) -> list[str]:
+        """The names of this database's buckets, sorted."""
+        return self._client._result({"op": "list_buckets", "db": self.name})
+
+    def __repr__(self) -> str:
+        return f"<hoarddb Database {self.name!r}>"
+
+
+class Bucket:
+    """Bucket is one bucket of a database; its methods are the verbs of its store type.
+
+    Every verb of :mod:`hoarddb.operations` is a method (``push``, ``pop``, ``insert``,
+    ``range``, ``put``…); calling one the bucket's type does not have raises
+    VerbNotSupportedError from the engine, naming the verbs it has.
+    """
+
+    warnings: list[str] = []
+
+    def __init__(self, database: Database, name: str):
+        self._database = database
+        self.name = name
+
+    def _call(self, op: operations.Operation, args: tuple, kwargs: dict) -> Any:
+        bound = operations.bind(op, args, kwargs)
+        return self._database._client._result(
+            {"op": op.name, "db": self._database.name, "bucket": self.name, "args": bound}
+        )
+
+    def stats(self) -> dict:
+        """Type, entries, bytes on disk and indexes of this bucket."""
+        return self._database._client._result({"op": "stats", "db": self._database.name, "bucket": self.name})
+
+    def describe(self) -> dict:
+        """The bucket's declaration with its stats."""
+        return self._database._client._result(
+            {"op": "describe_bucket", "db": self._database.name, "bucket": self.name}
+        )
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _UnknownVerb(
+            f"unknown verb {name!r}; verbs: {', '.join(sorted({op.name for op in operations.VERBS.values()}))}"
+        )
+
+    def __repr__(self) -> str:
+        return f"<hoarddb Bucket {self._database.name}.{self.name}>"
+
+
+class _UnknownVerb(UnknownVerbError, AttributeError):
+    """An unknown verb on a Bucket is both UnknownVerbError and AttributeError (so hasattr works)."""
+
+
+def _make_verb(op: operations.Operation, name: str):
+    def verb(self, *args, **kwargs):
+        return self._call(op, args, kwargs)
+
+    verb.__name__ = name
+    verb.__qualname__ = f"Bucket.{name}"
+    verb.__doc__ = f"{op.summary}\n\nAnswers {op.answer}. Example: {op.example}"
+    return verb
+
+
+for _name, _op in operations.VERBS.items():
+    setattr(Bucket, _name, _make_verb(_op, _name))

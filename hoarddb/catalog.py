@@ -1,0 +1,186 @@
+"""The catalog: which databases and buckets exist, and each bucket's declaration, persisted and versioned.
+
+It lives in its own LMDB environment, ``DATA/catalog/``:
+
+    key                        value (BSON)
+    b"db:" + <db>              {name, created}
+    b"bucket:" + <db> + b"\\0" + <bucket>
+                               {name, db, type, options, fields, store_fields, indexes,
+                                format, created}
+    b"version"                 {version: n}   -- bumped by every change
+
+A declaration is written in one transaction with the version bump, so a crash leaves the
+catalog as it was before or after a change, never between. A declaration carries
+``format``: the version of the declaration format that wrote it, so a later hoardDB can
+tell what it can read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import threading
+from pathlib import Path
+
+from .errors import (BucketExistsError, BucketNotFoundError, DatabaseExistsError,
+                     DatabaseNotFoundError, InvalidNameError)
+from .storage.kv import KV
+from .values.codec import decode, encode
+
+#: The declaration format this version writes.
+DECLARATION_FORMAT = 1
+
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+NAME_RULE = "1 to 64 characters: a letter, then letters, digits, '_' or '-'"
+#: Folder names inside DATA that a database may not take.
+RESERVED = frozenset({"catalog", "tls", "LOCK"})
+
+
+def check_name(name, what: str) -> str:
+    """``name`` if it is a valid database or bucket name; else InvalidNameError saying the rule."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise InvalidNameError(f"invalid {what} name {name!r}: a {what} name is {NAME_RULE}")
+    if what == "database" and name in RESERVED:
+        raise InvalidNameError(f"{name!r} is reserved for hoardDB's own files; choose another database name")
+    return name
+
+
+class Catalog:
+    """Catalog is the persisted list of databases and bucket declarations, cached in memory."""
+
+    def __init__(self, data_dir: Path, sync: bool = True):
+        self.kv = KV(Path(data_dir) / "catalog", map_size=64 * 1024 * 1024, sync=sync)
+        self._lock = threading.Lock()
+        self._dbs: dict[str, dict] = {}
+        self._buckets: dict[tuple[str, str], dict] = {}
+        with self.kv.read() as txn:
+            for key, value in txn.cursor():
+                if key.startswith(b"db:"):
+                    doc = decode(value)
+                    self._dbs[doc["name"]] = doc
+                elif key.startswith(b"bucket:"):
+                    doc = decode(value)
+                    self._buckets[(doc["db"], doc["name"])] = doc
+
+    # -- databases -------------------------------------------------------------------
+
+    def databases(self) -> list[str]:
+        return sorted(self._dbs)
+
+    def has_database(self, db: str) -> bool:
+        return db in self._dbs
+
+    def require_database(self, db: str) -> dict:
+        check_name(db, "database")
+        try:
+            return self._dbs[db]
+        except KeyError:
+            raise DatabaseNotFoundError(
+                f"database {db!r} does not exist; create it with create_database (or create a bucket in it)"
+            ) from None
+
+    def create_database(self, db: str, exist_ok: bool = False) -> dict:
+        check_name(db, "database")
+        with self._lock:
+            if db in self._dbs:
+                if exist_ok:
+                    return self._dbs[db]
+                raise DatabaseExistsError(f"database {db!r} already exists")
+            doc = {"name": db, "created": _now()}
+            self._commit([(b"db:" + db.encode(), doc)])
+            self._dbs[db] = doc
+            return doc
+
+    def drop_database(self, db: str) -> list[dict]:
+        """Remove a database and its buckets from the catalog; returns the dropped declarations."""
+        self.require_database(db)
+        with self._lock:
+            dropped = [d for (dbn, _), d in self._buckets.items() if dbn == db]
+            self._commit([(b"db:" + db.encode(), None)] + [(_bucket_key(db, d["name"]), None) for d in dropped])
+            del self._dbs[db]
+            for d in dropped:
+                del self._buckets[(db, d["name"])]
+            return dropped
+
+    # -- buckets ---------------------------------------------------------------------
+
+    def buckets(self, db: str) -> list[str]:
+        self.require_database(db)
+        return sorted(name for (dbn, name) in self._buckets if dbn == db)
+
+    def has_bucket(self, db: str, bucket: str) -> bool:
+        return (db, bucket) in self._buckets
+
+    def bucket(self, db: str, bucket: str) -> dict:
+        """The declaration of ``db.bucket``; BucketNotFoundError names the buckets there are."""
+        decl = self._buckets.get((db, bucket))
+        if decl is None:
+            self.require_database(db)
+            check_name(bucket, "bucket")
+            names = self.buckets(db)
+            raise BucketNotFoundError(
+                f"bucket {bucket!r} does not exist in database {db!r}"
+                + (f"; its buckets: {', '.join(names)}" if names else "; it has no buckets yet")
+                + ". Create it with create_bucket."
+            )
+        return decl
+
+    def create_bucket(self, db: str, declaration: dict) -> dict:
+        name = declaration["name"]
+        with self._lock:
+            if (db, name) in self._buckets:
+                raise BucketExistsError(
+                    f"bucket {name!r} already exists in database {db!r}; drop it first or choose another name"
+                )
+            decl = dict(declaration, db=db, format=DECLARATION_FORMAT, created=_now())
+            writes = [(_bucket_key(db, name), decl)]
+            if db not in self._dbs:
+                self._dbs[db] = {"name": db, "created": _now()}
+                writes.append((b"db:" + db.encode(), self._dbs[db]))
+            self._commit(writes)
+            self._buckets[(db, name)] = decl
+            return decl
+
+    def replace_bucket(self, db: str, declaration: dict) -> dict:
+        with self._lock:
+            self._commit([(_bucket_key(db, declaration["name"]), declaration)])
+            self._buckets[(db, declaration["name"])] = declaration
+            return declaration
+
+    def drop_bucket(self, db: str, bucket: str) -> dict:
+        decl = self.bucket(db, bucket)
+        with self._lock:
+            self._commit([(_bucket_key(db, bucket), None)])
+            del self._buckets[(db, bucket)]
+            return decl
+
+    # -- persistence -----------------------------------------------------------------
+
+    def version(self) -> int:
+        with self.kv.read() as txn:
+            raw = txn.get(b"version")
+        return decode(raw)["version"] if raw else 0
+
+    def _commit(self, writes: list[tuple[bytes, dict | None]]) -> None:
+        def fn(txn):
+            raw = txn.get(b"version")
+            version = decode(raw)["version"] + 1 if raw else 1
+            for key, doc in writes:
+                if doc is None:
+                    txn.delete(key)
+                else:
+                    txn.put(key, encode(doc))
+            txn.put(b"version", encode({"version": version}))
+
+        self.kv.write(fn)
+
+    def close(self) -> None:
+        self.kv.close()
+
+
+def _bucket_key(db: str, bucket: str) -> bytes:
+    return b"bucket:" + db.encode() + b"\0" + bucket.encode()
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)

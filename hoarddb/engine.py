@@ -1,0 +1,312 @@
+"""The engine executes operations: the one place where an operation becomes effects.
+
+``Engine.execute(request)`` takes an operation document and returns its answer
+``{ok: 1, result: ..., warnings?: [...]}``, or raises a :mod:`hoarddb.errors` error
+(the wire turns that into ``{ok: 0, code, codeName, message}``). Catalog operations
+(create/drop of databases and buckets, describe, stats) are handled here; verbs are
+looked up in :mod:`hoarddb.operations`, checked, and handed to the bucket's store.
+
+A data directory, as the engine lays it out:
+
+    DATA/
+      LOCK                  pid of the process that has it open (flock)
+      catalog/              LMDB: databases and bucket declarations
+      <db>/<bucket>/        one folder per bucket, owned by its store type
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from . import operations
+from .catalog import Catalog, check_name
+from .errors import (BadValueError, ClosedError, InvalidArgumentError, UnknownOptionError,
+                     UnknownVerbError, VerbNotSupportedError)
+from .options import Options
+from .storage.lock import DirectoryLock
+from .stores import store_class
+from .stores.base import Store
+
+#: Options every bucket accepts, whatever its type; a type adds its own (Store.bucket_options).
+COMMON_BUCKET_OPTIONS = {
+    "type": "the store type: fifo, lifo, hash, btree, heap or blob (default hash)",
+    "fields": "field lines [{name, type, keywords}]; recorded in the declaration",
+    "store_fields": "store fields [{name, type}] that each document owns (hash and btree buckets)",
+    "indices": "secondary indexes (hash buckets)",
+    "placement": "where a cluster places the bucket; recorded, used once hoardDB runs as a cluster",
+}
+FIELD_KEYWORDS_NOTED = ("required", "auto")
+KEYED_TYPES = ("hash", "btree")
+
+
+class Engine:
+    """Engine is an open data directory: its lock, its catalog and its open stores."""
+
+    def __init__(self, path, options: Options | None = None):
+        self.path = Path(path)
+        self.options = options or Options()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = DirectoryLock(self.path)
+        self._lock.acquire()
+        try:
+            self.catalog = Catalog(self.path, sync=self.options.sync)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._stores: dict[tuple[str, str], Store] = {}
+        self._mutex = threading.RLock()
+        self._closed = False
+        self._handlers: dict[str, Callable[[dict], Any]] = {
+            "create_database": lambda r: self.catalog.create_database(_db(r)) and None,
+            "drop_database": self._drop_database,
+            "list_databases": lambda r: self.catalog.databases(),
+            "create_bucket": self._create_bucket,
+            "drop_bucket": self._drop_bucket,
+            "list_buckets": lambda r: self.catalog.buckets(_db(r)),
+            "describe_bucket": self._describe_bucket,
+            "stats": self._stats,
+            "alter_bucket": self._alter_bucket,
+        }
+
+    # -- the one entry point -----------------------------------------------------------
+
+    def execute(self, request: dict) -> dict:
+        """Run one operation; its answer ``{ok: 1, result, ...}``, or raise its error."""
+        if self._closed:
+            raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+            raise InvalidArgumentError("an operation is a document with a string 'op', such as {op: \"push\", db, bucket, args}")
+        name = request["op"]
+        handler = self._handlers.get(name)
+        if handler is not None:
+            answer = handler(request)
+            return answer if isinstance(answer, dict) and "ok" in answer else {"ok": 1, "result": answer}
+        if name not in operations.VERBS:
+            known = sorted(set(self._handlers) | {op.name for op in operations.VERBS.values()})
+            raise UnknownVerbError(f"unknown operation {name!r}; operations: {', '.join(known)}")
+        return {"ok": 1, "result": self._verb(operations.VERBS[name], request)}
+
+    def _verb(self, op: operations.Operation, request: dict) -> Any:
+        db, bucket = _db(request), _bucket(request)
+        decl = self.catalog.bucket(db, bucket)
+        if "field" in request or "key" in request:
+            raise VerbNotSupportedError(
+                f"store fields ({bucket}[key].Field.{op.name}) are not served yet by this version; "
+                "use a bucket of that store type meanwhile"
+            )
+        if decl["type"] not in op.types:
+            raise VerbNotSupportedError(
+                f"{decl['type']} bucket {bucket!r} has no verb {op.name!r}; "
+                f"a {decl['type']} bucket's verbs: {', '.join(operations.verbs_for(decl['type']))}"
+            )
+        args = request.get("args") or {}
+        if not isinstance(args, dict):
+            raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
+        args = operations.bind(op, (), args)
+        positional = [args.get(p.name) for p in op.params]
+        while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
+            positional.pop()
+        keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+        store = self._store(db, bucket, decl)
+        return getattr(store, op.name)(*positional, **keywords)
+
+    # -- stores --------------------------------------------------------------------
+
+    def _store(self, db: str, bucket: str, decl: dict | None = None) -> Store:
+        store = self._stores.get((db, bucket))
+        if store is not None:
+            return store
+        with self._mutex:
+            store = self._stores.get((db, bucket))
+            if store is None:
+                decl = decl or self.catalog.bucket(db, bucket)
+                directory = self.path / db / bucket
+                directory.mkdir(parents=True, exist_ok=True)
+                store = store_class(decl["type"])(directory, decl, self.options)
+                self._stores[(db, bucket)] = store
+            return store
+
+    def _close_store(self, db: str, bucket: str) -> None:
+        store = self._stores.pop((db, bucket), None)
+        if store is not None:
+            store.close()
+
+    # -- catalog operations ----------------------------------------------------------
+
+    def _create_bucket(self, request: dict) -> dict:
+        db, name = _db(request), _bucket(request)
+        raw = request.get("options") or {}
+        if not isinstance(raw, dict):
+            raise InvalidArgumentError("create_bucket: 'options' must be a document such as {type: \"fifo\"}")
+        type_name = raw.get("type", "hash")
+        cls = store_class(type_name)
+        accepted = {**COMMON_BUCKET_OPTIONS, **cls.bucket_options}
+        for key in raw:
+            if key not in accepted:
+                raise UnknownOptionError(
+                    f"unknown option {key!r} for a {type_name} bucket; accepted: {', '.join(sorted(accepted))}"
+                )
+        warnings: list[str] = []
+        options = {k: v for k, v in raw.items() if k not in COMMON_BUCKET_OPTIONS}
+        options = cls.validate_options(options)
+        fields = _check_fields(raw.get("fields") or [], warnings)
+        store_fields = _check_store_fields(raw.get("store_fields") or [], type_name)
+        if raw.get("indices"):
+            raise BadValueError(
+                "secondary indexes (indices:) are not available in this version yet; create the bucket without them"
+            )
+        if any("unique" in f["keywords"] for f in fields):
+            raise BadValueError(
+                "the field keyword 'unique' makes a unique index, which this version does not have yet; "
+                "leave it out for now"
+            )
+        if "placement" in raw:
+            warnings.append("placement is recorded; it takes effect once hoardDB runs as a cluster")
+        declaration = {
+            "name": name, "type": type_name, "options": options, "fields": fields,
+            "store_fields": store_fields, "indexes": [],
+            **({"placement": raw["placement"]} if "placement" in raw else {}),
+        }
+        with self._mutex:
+            directory = self.path / db / name
+            if not self.catalog.has_bucket(db, name) and directory.exists():  # left by a drop that crashed before removing it
+                shutil.rmtree(directory)
+            decl = self.catalog.create_bucket(db, declaration)
+            self._store(db, name, decl)
+        answer = {"ok": 1, "result": {"name": name, "type": type_name}}
+        if warnings:
+            answer["warnings"] = warnings
+        return answer
+
+    def _drop_bucket(self, request: dict) -> dict:
+        db, name = _db(request), _bucket(request)
+        with self._mutex:
+            self.catalog.drop_bucket(db, name)  # durable first: a crash after it leaves only a folder
+            self._close_store(db, name)
+            shutil.rmtree(self.path / db / name, ignore_errors=True)
+        return {"dropped": name}
+
+    def _drop_database(self, request: dict) -> dict:
+        db = _db(request)
+        with self._mutex:
+            dropped = self.catalog.drop_database(db)
+            for decl in dropped:
+                self._close_store(db, decl["name"])
+            shutil.rmtree(self.path / db, ignore_errors=True)
+        return {"dropped": db, "buckets": len(dropped)}
+
+    def _stats(self, request: dict) -> dict:
+        db, name = _db(request), _bucket(request)
+        decl = self.catalog.bucket(db, name)
+        stats = self._store(db, name, decl).stats()
+        return {"name": name, "type": decl["type"], **stats, "indexes": list(decl.get("indexes", []))}
+
+    def _describe_bucket(self, request: dict) -> dict:
+        db, name = _db(request), _bucket(request)
+        decl = self.catalog.bucket(db, name)
+        stats = self._store(db, name, decl).stats()
+        return {
+            "name": name, "db": db, "type": decl["type"], "options": decl.get("options", {}),
+            "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
+            "indexes": list(decl.get("indexes", [])), "verbs": operations.verbs_for(decl["type"]),
+            **({"placement": decl["placement"]} if "placement" in decl else {}),
+            "entries": stats["entries"], "bytes": stats["bytes"],
+        }
+
+    def _alter_bucket(self, request: dict) -> dict:
+        db, name = _db(request), _bucket(request)
+        decl = self.catalog.bucket(db, name)
+        raw = request.get("options") or {}
+        if not isinstance(raw, dict) or not raw:
+            raise InvalidArgumentError("alter_bucket: 'options' must be a non-empty document of changes")
+        if "indices" in raw or any("unique" in (f.get("keywords") or []) for f in raw.get("fields") or [] if isinstance(f, dict)):
+            raise BadValueError(
+                "alter bucket cannot add an index to an existing bucket; declare indexes when you create the bucket"
+            )
+        if "type" in raw and raw["type"] != decl["type"]:
+            raise BadValueError(
+                f"alter bucket cannot change a bucket's type ({decl['type']}); create a new bucket and move the data"
+            )
+        changed = dict(decl)
+        warnings: list[str] = []
+        for key, value in raw.items():
+            if key == "type":
+                continue
+            if key == "fields":
+                changed["fields"] = _check_fields(value, warnings)
+            elif key == "placement":
+                changed["placement"] = value
+            else:
+                raise UnknownOptionError(
+                    f"alter bucket may change: fields, placement; not {key!r} "
+                    "(a bucket's type, options and indexes are fixed when it is created)"
+                )
+        self.catalog.replace_bucket(db, changed)
+        answer = {"ok": 1, "result": {"name": name, "altered": sorted(k for k in raw if k != "type")}}
+        if warnings:
+            answer["warnings"] = warnings
+        return answer
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every store, the catalog and the lock; idempotent."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            for key in list(self._stores):
+                self._close_store(*key)
+            self.catalog.close()
+            self._lock.release()
+
+
+def _db(request: dict) -> str:
+    return check_name(request.get("db"), "database")
+
+
+def _bucket(request: dict) -> str:
+    return check_name(request.get("bucket"), "bucket")
+
+
+def _check_fields(fields, warnings: list[str]) -> list[dict]:
+    if not isinstance(fields, list):
+        raise InvalidArgumentError("'fields' must be a list of {name, type, keywords}")
+    out, seen = [], set()
+    for f in fields:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("type", ""), str):
+            raise InvalidArgumentError(f"a field line is {{name, type, keywords}}, got {f!r}")
+        keywords = f.get("keywords") or []
+        if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
+            raise InvalidArgumentError(f"field {f['name']!r}: keywords must be a list of words")
+        if f["name"] in seen:
+            raise BadValueError(f"field {f['name']!r} is declared twice")
+        seen.add(f["name"])
+        for k in keywords:
+            if k != "unique":
+                warnings.append(f"field {f['name']}: keyword {k!r} is recorded, not enforced")
+        out.append({"name": f["name"], "type": f.get("type", ""), "keywords": list(keywords)})
+    return out
+
+
+def _check_store_fields(store_fields, type_name: str) -> list[dict]:
+    if not isinstance(store_fields, list):
+        raise InvalidArgumentError("'store_fields' must be a list of {name, type}")
+    if store_fields and type_name not in KEYED_TYPES:
+        raise BadValueError(
+            f"a {type_name} bucket cannot declare store fields: only hash and btree documents own stores"
+        )
+    out, seen = [], set()
+    for f in store_fields:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise InvalidArgumentError(f"a store field is {{name, type}}, got {f!r}")
+        store_class(f.get("type"))  # the six types, or UnknownStoreTypeError
+        check_name(f["name"], "store field")
+        if f["name"] in seen:
+            raise BadValueError(f"store field {f['name']!r} is declared twice")
+        seen.add(f["name"])
+        out.append({"name": f["name"], "type": f["type"]})
+    return out

@@ -1,0 +1,232 @@
+"""The table of operations, declared as data: every verb hoardDB serves, its arguments and limits.
+
+An operation is a plain document, ``{op: "push", db: "app", bucket: "Comments", doc: {...}}``.
+Everything that speaks operations derives from this table: the engine's dispatch and
+argument checks, the Python API's methods (``bucket.push(...)``), HQL's calls
+(``db.Comments.push(...)``), the shell's help and completion, and the verb list in
+docs/user. Adding a verb: one :class:`Operation` entry below, plus a method of the same
+name on each store type that serves it (``hoarddb/stores/<type>.py``).
+
+Calls bind their arguments the same way from Python and from HQL (:func:`bind`):
+positional values fill ``params`` in order; a document given where a scalar parameter
+is expected, or left over after the params, is the options document
+(``peek({limit: 5})`` is ``peek(5)``); keyword arguments may name params or options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import InvalidArgumentError, UnknownVerbError
+
+#: The six store types.
+STORE_TYPES = ("fifo", "lifo", "hash", "btree", "heap", "blob")
+QUEUES = frozenset({"fifo", "lifo"})
+
+
+@dataclass(frozen=True)
+class Param:
+    """Param is one argument of an operation: its name, its kind and whether it may be left out."""
+
+    name: str
+    kind: str  # doc, docs, filter, update, int, any, data, str
+    required: bool = True
+    help: str = ""
+
+
+#: What each parameter kind accepts, said in refusals.
+KINDS = {
+    "doc": "a document",
+    "docs": "a list of documents",
+    "filter": "a filter document such as {Score: {$gte: 90}}",
+    "update": "an update document such as {$set: {Name: \"x\"}}",
+    "int": "an integer",
+    "any": "a value",
+    "data": "bytes, a file object, or {data, name, type}",
+    "str": "a string",
+}
+
+
+@dataclass(frozen=True)
+class Operation:
+    """Operation is one verb: which store types serve it, its arguments, and what it answers."""
+
+    name: str
+    types: frozenset
+    params: tuple = ()
+    options: tuple = ()  # Params accepted only by name or in an options document
+    write: bool = False
+    summary: str = ""
+    answer: str = ""
+    aliases: tuple = ()
+    example: str = ""
+
+    def param(self, name: str) -> Param | None:
+        for p in self.params + self.options:
+            if p.name == name:
+                return p
+        return None
+
+
+def _types(*names: str) -> frozenset:
+    return frozenset(names)
+
+
+_LIMIT = Param("limit", "int", False, "how many elements")
+_AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
+
+#: Verbs on buckets (and, later, on store fields of a document).
+VERBS: dict[str, Operation] = {}
+
+
+def _verb(op: Operation) -> None:
+    VERBS[op.name] = op
+    for alias in op.aliases:
+        VERBS[alias] = op
+
+
+for _op in [
+    Operation("push", _types("fifo", "lifo", "heap"), (Param("doc", "doc"),), write=True,
+              summary="Add one element (a heap element carries a numeric priority).",
+              answer="null", example='db.Comments.push({Author: "Bob", Text: "Nice photo!"})'),
+    Operation("batch_push", _types("fifo", "lifo", "heap"), (Param("docs", "docs"),), write=True,
+              summary="Add many elements in one durable write; all or none.",
+              answer="the number added", aliases=("batchPush",),
+              example='db.Comments.batchPush([{Text: "a"}, {Text: "b"}])'),
+    Operation("pop", _types("fifo", "lifo", "heap"), (_LIMIT,), write=True,
+              summary="Remove and return the next element; with a limit (at most 100), that many in one write.",
+              answer="a document or null; with a limit, a list", example="db.Comments.pop({limit: 10})"),
+    Operation("peek", _types("fifo", "lifo", "heap"), (_LIMIT,),
+              summary="Return the next element without removing it; with a limit (at most 1000), the next N in pop order.",
+              answer="a document or null; with a limit, a list", example="db.Comments.peek(5)"),
+    Operation("length", _types(*STORE_TYPES),
+              summary="How many elements the bucket holds.", answer="an integer",
+              example="db.Comments.length()"),
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT),
+              summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
+              answer="a list", example="db.Comments.list({after: 100, limit: 50})"),
+    Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True,
+              summary="Add a document; a hash key (_id_) that exists is refused with DUPLICATE_KEY.",
+              answer="the document's key", example='db.User.insert({_id_: "jane_doe", Name: "Jane"})'),
+    Operation("batch_insert", _types("hash", "btree"), (Param("docs", "docs"),), write=True,
+              summary="Insert many documents in one durable write; all or none.",
+              answer="the list of keys", aliases=("batchInsert",),
+              example='db.User.batchInsert([{_id_: "a"}, {_id_: "b"}])'),
+    Operation("put", _types("hash", "blob"),
+              (Param("doc", "any"),), (Param("name", "str", False), Param("type", "str", False)), write=True,
+              summary="hash: store a whole document under its _id_, replacing one that exists. blob: store bytes.",
+              answer="the key or the blob's id",
+              example='db.Photos.put({data: BinData(0, "aGk="), name: "hi.txt", type: "text/plain"})'),
+    Operation("get", _types("hash", "btree", "blob"), (Param("key", "any"),),
+              summary="The document (or blob) with this key, or null.", answer="a document or null",
+              example='db.User.get("jane_doe")'),
+    Operation("find", _types("hash"), (Param("filter", "filter", False),), (_LIMIT,),
+              summary="Every document matching the filter (a full scan).", answer="a list",
+              example='db.User.find({Email: "jane@example.com"})'),
+    Operation("count", _types("hash"), (Param("filter", "filter", False),),
+              summary="How many documents match the filter.", answer="an integer",
+              example="db.User.count()"),
+    Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")), write=True,
+              summary="Apply update operators to every matching document, in one write.",
+              answer="{matched, modified}", example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})'),
+    Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True,
+              summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
+              answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})'),
+    Operation("range", _types("btree"), (Param("bounds", "filter", False),), (_LIMIT, Param("reverse", "any", False)),
+              summary="Entries whose key lies within the bounds, in key order.", answer="a list",
+              example="db.Leaderboard.range({Score: {$gte: 90}})"),
+    Operation("first", _types("btree"), summary="The entry with the lowest key, or null.",
+              answer="a document or null", example="db.Leaderboard.first()"),
+    Operation("last", _types("btree"), summary="The entry with the highest key, or null.",
+              answer="a document or null", example="db.Leaderboard.last()"),
+    Operation("info", _types("blob"), (Param("key", "any"),),
+              summary="A blob's metadata (name, type, size, sha256) without its bytes.",
+              answer="a document", example='db.Photos.info({_id_: "0192..."})'),
+    Operation("stream", _types("blob"), (Param("key", "any"),), (Param("chunk_size", "int", False),),
+              summary="A blob's bytes in chunks, never whole in memory.",
+              answer="an iterator of bytes", example='db.Photos.stream({_id_: "0192..."})'),
+]:
+    _verb(_op)
+
+
+def verb(name: str) -> Operation:
+    """The operation called ``name`` (or one of its aliases); raises UnknownVerbError."""
+    try:
+        return VERBS[name]
+    except KeyError:
+        names = sorted({op.name for op in VERBS.values()})
+        raise UnknownVerbError(f"unknown verb {name!r}; verbs: {', '.join(names)}") from None
+
+
+def verbs_for(store_type: str) -> list[str]:
+    """The verb names a store type serves, sorted."""
+    return sorted({op.name for op in VERBS.values() if store_type in op.types})
+
+
+def _check_kind(op: Operation, p: Param, value: Any) -> Any:
+    ok = True
+    if value is None and not p.required:
+        return None
+    if p.kind in ("doc", "filter", "update"):
+        ok = isinstance(value, Mapping)
+    elif p.kind == "docs":
+        ok = isinstance(value, (list, tuple))
+    elif p.kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif p.kind == "str":
+        ok = isinstance(value, str)
+    if not ok:
+        raise InvalidArgumentError(
+            f"{op.name}: argument {p.name!r} must be {KINDS[p.kind]}, got {type(value).__name__}: {value!r:.80}"
+        )
+    return value
+
+
+def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | None = None) -> dict:
+    """The named arguments of a call, from positional and keyword arguments.
+
+    Raises InvalidArgumentError naming the accepted arguments when there are too many,
+    an unknown name, a missing required one, or a value of the wrong kind.
+    """
+    kwargs = dict(kwargs or {})
+    bound: dict[str, Any] = {}
+    args = list(args)
+    option_names = [p.name for p in op.params + op.options]
+    usage = f"{op.name}({', '.join(p.name if p.required else p.name + '?' for p in op.params)}" + (
+        f"{', ' if op.params else ''}{{{', '.join(p.name for p in op.options + op.params if not p.required)}}})"
+        if any(not p.required for p in op.params + op.options) else ")"
+    )
+
+    def take_options(doc: Mapping) -> bool:
+        if isinstance(doc, Mapping) and doc and all(k in option_names for k in doc):
+            for k, v in doc.items():
+                bound[k] = v
+            return True
+        return False
+
+    for i, value in enumerate(args):
+        if i < len(op.params):
+            p = op.params[i]
+            scalar = p.kind in ("int", "str")
+            if isinstance(value, Mapping) and scalar and i == len(args) - 1 and take_options(value):
+                continue
+            bound[p.name] = value
+        elif i == len(args) - 1 and (op.options or any(not p.required for p in op.params)) and take_options(value):
+            continue
+        else:
+            raise InvalidArgumentError(f"{op.name} takes at most {len(op.params)} argument(s) and an options document: {usage}")
+    for k, v in kwargs.items():
+        if k not in option_names:
+            raise InvalidArgumentError(
+                f"{op.name} has no argument {k!r}; accepted: {', '.join(option_names) or 'none'} — {usage}"
+            )
+        if k in bound:
+            raise InvalidArgumentError(f"{op.name}: argument {k!r} given twice")
+        bound[k] = v
+    for p in op.params + op.options:
+        if p.name in bound:
+            bound[p.name] = _check_kind(op, p, bound[p.name])
+        elif p.required:
+            raise InvalidArgumentError(f"{op.name} needs its argument {p.name!r} ({KINDS[p.kind]}): {usage}")
+    return bound

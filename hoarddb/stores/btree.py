@@ -1,0 +1,298 @@
+"""The btree store type: documents in the order of a sort key, with range, first, last and paging.
+
+An entry's sort key is the field the bucket declares with ``key:`` at creation
+(``create_bucket("Leaderboard", type="btree", key="Score")``); without a declared key it
+is the document's ``_id_`` when it has one, else its first field. In the bucket's LMDB
+environment:
+
+    b"D" + encode_key(sort key) + seq (uint64 big-endian)  ->  BSON of the document
+
+``encode_key`` sorts as values sort (numbers of every kind in one numeric order,
+negative and fractional floats included; strings by their UTF-8 bytes; a fixed order
+between kinds), and ``seq`` — a counter kept in ``b"Mseq"`` — lets entries with equal
+sort keys coexist, in insertion order (a leaderboard has ties).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..errors import BadValueError, MissingKeyError, NotADocumentError
+from ..values.codec import decode
+from ..values.filter import compile_filter
+from ..values.keys import encode_key
+from .base import KVStore, check_limit, encode_document
+
+SEQ_KEY = b"Mseq"
+RANGE_OPERATORS = ("$gt", "$gte", "$lt", "$lte", "$eq", "$prefix")
+MAX_KEY_BYTES = 480
+
+
+class BTreeStore(KVStore):
+    """BTreeStore keeps documents sorted by their sort key; equal keys keep insertion order."""
+
+    type_name = "btree"
+    verbs = frozenset({"insert", "batch_insert", "get", "range", "first", "last", "length", "delete", "list"})
+    bucket_options = {"key": "the field whose value sorts the entries (default: _id_, else the first field)"}
+
+    @classmethod
+    def validate_options(cls, bucket_options):
+        key = bucket_options.get("key")
+        if key is not None and (not isinstance(key, str) or not key or key.startswith("$")):
+            raise BadValueError(f"a btree bucket's key is a field name such as \"Score\", got {key!r}")
+        return dict(bucket_options)
+
+    def __init__(self, directory, declaration, options):
+        super().__init__(directory, declaration, options)
+        self.key_field = (declaration.get("options") or {}).get("key")
+        with self.kv.read() as txn:
+            raw = txn.get(SEQ_KEY)
+        self._seq = int.from_bytes(raw, "big") if raw else 0
+
+    # -- sort keys -------------------------------------------------------------------
+
+    def sort_key(self, doc: Mapping) -> Any:
+        """The value an entry sorts by (see the module docstring)."""
+        if self.key_field is not None:
+            if self.key_field not in doc:
+                raise MissingKeyError(
+                    f"btree bucket {self.declaration['name']!r} is keyed by {self.key_field!r}, "
+                    f"and this document has no {self.key_field!r}: add it"
+                )
+            return doc[self.key_field]
+        if "_id_" in doc:
+            return doc["_id_"]
+        for value in doc.values():
+            return value
+        raise MissingKeyError("an empty document has no sort key: give it an _id_ or a first field")
+
+    def _encoded(self, value: Any) -> bytes:
+        ek = encode_key(value)
+        if len(ek) > MAX_KEY_BYTES:
+            raise BadValueError(f"a sort key is at most {MAX_KEY_BYTES} bytes once encoded; this one is {len(ek)}")
+        return ek
+
+    def _unwrap(self, key: Any, verb: str) -> Any:
+        """A key given bare, or as ``{<key field>: value}`` (``get({Score: 92})``)."""
+        if isinstance(key, Mapping):
+            if len(key) != 1:
+                raise BadValueError(f"{verb} takes a key, or one field naming it such as {{Score: 92}}; got {key!r}")
+            (field, value), = key.items()
+            self._check_field(field, verb)
+            if isinstance(value, Mapping) and any(str(k).startswith("$") for k in value):
+                raise BadValueError(f"{verb} takes an exact key; for bounds use range({{{field}: {{$gte: ...}}}})")
+            return value
+        return key
+
+    def _check_field(self, field: str, verb: str) -> None:
+        if self.key_field is not None and field != self.key_field:
+            raise BadValueError(
+                f"btree bucket {self.declaration['name']!r} is keyed by {self.key_field!r}; {verb} cannot use {field!r}"
+            )
+
+    # -- writes ------------------------------------------------------------------------
+
+    def _prepare(self, doc: Any, what: str = "document") -> tuple[bytes, Any, bytes]:
+        if not isinstance(doc, Mapping):
+            raise NotADocumentError(f"{what} must be a document, got {type(doc).__name__}")
+        value = self.sort_key(doc)
+        return self._encoded(value), value, encode_document(doc, what)
+
+    def insert(self, doc: Mapping) -> Any:
+        """Add an entry; return its sort key. Entries with equal keys coexist."""
+        return self.batch_insert([doc])[0]
+
+    def batch_insert(self, docs: list) -> list:
+        """Add every entry in one write, or none; return their sort keys."""
+        prepared = [self._prepare(doc, f"document {i} of the batch") for i, doc in enumerate(docs)]
+
+        def fn(txn):
+            seq = self._seq
+            for ek, _value, data in prepared:
+                seq += 1
+                txn.put(self.DOC + ek + seq.to_bytes(8, "big"), data)
+            txn.put(SEQ_KEY, seq.to_bytes(8, "big"))
+            self._set_count(txn, self._count + len(prepared))
+            return seq
+
+        self._seq = self.kv.write(fn)
+        self._count += len(prepared)
+        return [value for _ek, value, _data in prepared]
+
+    def delete(self, target: Any) -> dict:
+        """Delete every entry whose sort key equals ``target`` (bare, or ``{Field: value}``): ``{deleted}``."""
+        prefix = self.DOC + self._encoded(self._unwrap(target, "delete"))
+
+        def fn(txn):
+            cursor = txn.cursor()
+            doomed = []
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(values=False):
+                    if not _is_entry_of(key, prefix):
+                        break
+                    doomed.append(key)
+            for key in doomed:
+                txn.delete(key)
+            if doomed:
+                self._set_count(txn, self._count - len(doomed))
+            return len(doomed)
+
+        deleted = self.kv.write(fn)
+        self._count -= deleted
+        return {"deleted": deleted}
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, key: Any) -> dict | None:
+        """The first entry (in insertion order) whose sort key equals ``key``, or None."""
+        prefix = self.DOC + self._encoded(self._unwrap(key, "get"))
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(prefix) and _is_entry_of(cursor.key(), prefix):
+                return decode(cursor.value())
+        return None
+
+    def first(self) -> dict | None:
+        """The entry with the lowest sort key, or None when empty."""
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(self.DOC) and cursor.key().startswith(self.DOC):
+                return decode(cursor.value())
+        return None
+
+    def last(self) -> dict | None:
+        """The entry with the highest sort key, or None when empty."""
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(b"E"):  # the first key past the b"D" namespace
+                if not cursor.prev():
+                    return None
+            elif not cursor.last():
+                return None
+            if cursor.key().startswith(self.DOC):
+                return decode(cursor.value())
+        return None
+
+    def list(self, after: Any = None, limit: int = 100) -> list[dict]:
+        """Entries in key order, starting after every entry whose key is ``after``."""
+        check_limit(limit, self.options.max_peek, "list")
+        out = []
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            start = self.DOC + self._encoded(after) if after is not None else self.DOC
+            if not cursor.set_range(start):
+                return out
+            for key, raw in cursor:
+                if not key.startswith(self.DOC):
+                    break
+                if after is not None and _is_entry_of(key, start):
+                    continue
+                out.append(decode(raw))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def range(self, bounds: Mapping | None = None, limit: int | None = None, reverse: Any = False) -> list[dict]:
+        """Entries whose sort key lies within ``bounds``, in key order (``reverse`` for descending).
+
+        ``bounds`` is ``{Field: {$gte: a, $lt: b}}`` naming the key field, or the bare
+        ``{$gte: a, $lt: b}``; ``$gt $gte $lt $lte $eq`` and ``$prefix`` (keys that are
+        strings starting with a given string: ``{$prefix: "2026-03"}``, a whole month of
+        ``"2026-03-14/<id>"`` keys). A plain value is an exact key. Bounds compare as
+        filters do: ``{$gte: 90}`` matches numbers only, never strings.
+        """
+        if not isinstance(reverse, bool):
+            raise BadValueError(f"range's reverse is true or false, got {reverse!r}")
+        if limit is not None:
+            check_limit(limit, 1 << 62, "range")
+        ops = self._bounds(bounds or {})
+        lower, upper = self._byte_bounds(ops)
+        check = compile_filter({"k": ops}) if ops else None
+        out = []
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            for key, raw in _walk(cursor, lower, upper, reverse):
+                doc = decode(raw)
+                if check is not None and not check({"k": self.sort_key(doc)}):
+                    continue
+                out.append(doc)
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    def _bounds(self, bounds: Mapping) -> dict:
+        if not isinstance(bounds, Mapping):
+            raise BadValueError("range takes bounds such as {Score: {$gte: 90}} or {$gte: \"2026-03-01\", $lt: \"2026-04\"}")
+        if bounds and all(isinstance(k, str) and k.startswith("$") for k in bounds):
+            ops = dict(bounds)
+        elif len(bounds) == 1:
+            (field, value), = bounds.items()
+            self._check_field(field, "range")
+            if isinstance(value, Mapping) and value and all(str(k).startswith("$") for k in value):
+                ops = dict(value)
+            else:
+                ops = {"$eq": value}
+        elif not bounds:
+            ops = {}
+        else:
+            raise BadValueError(f"range bounds name one key field, got {sorted(bounds)}")
+        for op in ops:
+            if op not in RANGE_OPERATORS:
+                raise BadValueError(f"range accepts the bounds {', '.join(RANGE_OPERATORS)}; not {op!r}")
+        if "$prefix" in ops and not isinstance(ops["$prefix"], str):
+            raise BadValueError(f"$prefix takes a string, got {ops['$prefix']!r}")
+        return ops
+
+    def _byte_bounds(self, ops: dict) -> tuple[bytes, bytes]:
+        """The smallest LMDB key to look at and the first one past the range (a coarse cut;
+        the exact bounds are checked on each entry)."""
+        lower, upper = self.DOC, b"E"
+        for op, value in ops.items():
+            if op == "$prefix":
+                stem = self.DOC + string_stem(value)
+                lower, upper = max(lower, stem), min(upper, stem + b"\xff")
+                continue
+            ek = self.DOC + self._encoded(value)
+            if op in ("$gt", "$gte", "$eq"):
+                lower = max(lower, ek)
+            if op in ("$lt", "$lte", "$eq"):
+                upper = min(upper, ek + b"\xff" * 9 if op != "$lt" else ek)
+        return lower, upper
+
+
+def string_stem(prefix: str) -> bytes:
+    """The bytes every encoded string starting with ``prefix`` starts with (its encoding less the terminator)."""
+    full, empty = encode_key(prefix), encode_key("")
+    terminator = empty[1:]  # the empty string is its tag byte and the terminator alone
+    assert full.endswith(terminator)
+    return full[: len(full) - len(terminator)]
+
+
+def _is_entry_of(key: bytes, prefix: bytes) -> bool:
+    """Whether an LMDB key is ``prefix`` followed by exactly one 8-byte sequence number."""
+    return key.startswith(prefix) and len(key) == len(prefix) + 8
+
+
+def _walk(cursor, lower: bytes, upper: bytes, reverse: bool):
+    """``(key, value)`` for LMDB keys in ``[lower, upper)``, ascending or descending."""
+    if not reverse:
+        if not cursor.set_range(lower):
+            return
+        for key, value in cursor:
+            if key >= upper:
+                return
+            yield key, value
+    else:
+        if cursor.set_range(upper):
+            if not cursor.prev():
+                return
+        elif not cursor.last():
+            return
+        while True:
+            key = cursor.key()
+            if key < lower:
+                return
+            if key < upper:
+                yield key, cursor.value()
+            if not cursor.prev():
+                return
