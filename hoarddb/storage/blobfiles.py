@@ -1,0 +1,254 @@
+"""The files of a blob bucket: one raw file per blob, and the ``_index.bson`` log describing them.
+
+A blob bucket's directory holds:
+
+    _index.bson       append-only log of framed BSON records (hoarddb.storage.framing)
+    <DbID>            one blob's bytes, raw: no header, no encoding
+    .tmp-<DbID>       a blob being written (only while a put runs, or after a crash)
+    .tmp-index        a compacted index being written (likewise)
+
+``_index.bson`` is a sequence of entries, each an 8-byte header and one BSON record:
+
+    +------------+------------+--------------------------------------------------------+
+    | length u32 | crc32 u32  | {op: "put", _id_, name, type, size, sha256, created}   |
+    +------------+------------+--------------------------------------------------------+
+    | length u32 | crc32 u32  | {op: "del", _id_}                                      |
+    +------------+------------+--------------------------------------------------------+
+    ...
+
+Replaying the records in order gives the live blobs: a ``put`` adds an id, a ``del``
+removes it. Only appends touch the log, so a put costs the same however many blobs the
+bucket holds. When dead records (deleted puts and the dels themselves) outnumber live
+ones, :meth:`IndexLog.rewrite` replaces the log with one ``put`` per live blob.
+
+This module does the file work (hashing writes, fsyncs, the log); the verbs, their
+arguments and their errors are :mod:`hoarddb.stores.blob`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..errors import CorruptDataError
+from ..values.codec import decode, encode
+from . import framing
+
+log = logging.getLogger(__name__)
+
+INDEX_NAME = "_index.bson"
+TEMP_PREFIX = ".tmp-"
+COMPACT_TEMP_NAME = TEMP_PREFIX + "index"
+#: How much of a blob is read, hashed and written at a time.
+CHUNK_SIZE = 1024 * 1024
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the directory's entries (created, renamed, removed files) durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_blob(directory: Path, name: str, chunks: Iterable[bytes], sync: bool) -> tuple[int, str]:
+    """Write ``chunks`` to ``directory/name`` through a temp file; return ``(size, sha256 hex)``.
+
+    The bytes go to ``.tmp-<name>`` (hashed as they are written), which is fsynced,
+    renamed to ``name``, and the directory fsynced. On any failure the temp file is
+    removed and the error raised; ``name`` then does not exist.
+    """
+    temp = directory / (TEMP_PREFIX + name)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with open(temp, "xb") as f:
+            for chunk in chunks:
+                digest.update(chunk)
+                f.write(chunk)
+                size += len(chunk)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        os.rename(temp, directory / name)
+    except BaseException:
+        _remove_quietly(temp)
+        raise
+    if sync:
+        fsync_directory(directory)
+    return size, digest.hexdigest()
+
+
+def read_chunks(f, chunk_size: int) -> Iterator[bytes]:
+    """The bytes of an open binary file, ``chunk_size`` at a time, until its end."""
+    while True:
+        chunk = f.read(chunk_size)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class IndexLog:
+    """IndexLog is a blob bucket's ``_index.bson``: read whole on open, then only appended to.
+
+    :meth:`load` must be called once before :meth:`append`. Not thread-safe by itself:
+    the store holds its lock around every call.
+    """
+
+    def __init__(self, directory: Path, sync: bool):
+        self.directory = Path(directory)
+        self.path = self.directory / INDEX_NAME
+        self.sync = sync
+        #: Entries in the file (live and dead).
+        self.records = 0
+        #: Offset just past the last whole entry: the file's length once loaded.
+        self.end = 0
+        self._file = None
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def load(self) -> list[dict]:
+        """Every record of the log, in order; a torn tail is cut off and logged.
+
+        A torn tail is what a crash in the middle of an append leaves: a partial entry,
+        or zeros, after the last whole one. Damage *followed* by whole entries is not a
+        torn tail (nothing appends past a torn entry) and is refused with
+        :class:`CorruptDataError` instead of cutting away the records after it.
+        """
+        created = not self.path.exists()
+        with open(self.path, "a+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            records = []
+            end = 0
+            for offset, payload in framing.scan(f, 0):
+                records.append(self._decode(offset, payload))
+                end = offset + framing.HEADER_SIZE + len(payload)
+            if end < size:
+                later = _later_entry(f, end, size)
+                if later is not None:
+                    raise CorruptDataError(
+                        f"blob index {self.path} is damaged at offset {end}: the entry there fails "
+                        f"its checksum but whole entries follow at offset {later}, so this is not "
+                        "a write cut short by a crash. Restore _index.bson from a backup; the blob "
+                        "files themselves are untouched."
+                    )
+                log.warning(
+                    "blob index %s: cut a torn tail of %d bytes at offset %d "
+                    "(an append interrupted by a crash)",
+                    self.path, size - end, end,
+                )
+                f.truncate(end)
+                if self.sync:
+                    os.fsync(f.fileno())
+        if created and self.sync:
+            fsync_directory(self.directory)
+        self.records, self.end = len(records), end
+        self._file = open(self.path, "ab", buffering=0)
+        return records
+
+    def _decode(self, offset: int, payload: bytes) -> dict:
+        try:
+            record = decode(payload)
+        except Exception as exc:  # a checksummed entry that is not BSON: a bug, not a crash
+            raise CorruptDataError(
+                f"blob index {self.path}: the entry at offset {offset} is not a BSON document ({exc}); "
+                "restore _index.bson from a backup"
+            ) from None
+        if record.get("op") not in ("put", "del") or not isinstance(record.get("_id_"), str):
+            raise CorruptDataError(
+                f"blob index {self.path}: the entry at offset {offset} is not a put or del record "
+                f"({record!r:.200}); restore _index.bson from a backup"
+            )
+        return record
+
+    def append(self, record: dict) -> None:
+        """Append one record and (with sync) fsync it. On failure the file is cut back."""
+        data = framing.frame(encode(record))
+        view = memoryview(data)
+        try:
+            while view:
+                written = self._file.write(view)
+                view = view[written:]
+            if self.sync:
+                os.fsync(self._file.fileno())
+        except BaseException:
+            # Leave no partial entry behind: later appends would sit after it, unread.
+            try:
+                os.ftruncate(self._file.fileno(), self.end)
+            except OSError:
+                pass
+            raise
+        self.end += len(data)
+        self.records += 1
+
+    def rewrite(self, records: Iterable[dict]) -> None:
+        """Replace the log with ``records``: write a new file, fsync, rename over, fsync the directory.
+
+        A crash before the rename leaves the old log whole (and a ``.tmp-index`` the
+        next open deletes); after it, the new log is whole.
+        """
+        temp = self.directory / COMPACT_TEMP_NAME
+        count = end = 0
+        try:
+            with open(temp, "wb") as f:
+                for record in records:
+                    data = framing.frame(encode(record))
+                    f.write(data)
+                    count += 1
+                    end += len(data)
+                f.flush()
+                if self.sync:
+                    os.fsync(f.fileno())
+            new_file = open(temp, "ab", buffering=0)
+            try:
+                os.rename(temp, self.path)
+            except BaseException:
+                new_file.close()
+                raise
+        except BaseException:
+            _remove_quietly(temp)
+            raise
+        # From the rename on, appends must go to the new file, whatever happens next.
+        self._file.close()
+        self._file = new_file
+        self.records, self.end = count, end
+        if self.sync:
+            fsync_directory(self.directory)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _later_entry(f, start: int, size: int) -> int | None:
+    """The offset of a whole entry somewhere after ``start``, or None when there is none.
+
+    Only runs on a damaged log. A candidate must repeat its length in the payload's
+    first four bytes (a BSON document starts with its own length) before its CRC is
+    checked, so scanning garbage stays cheap.
+    """
+    f.seek(start)
+    tail = f.read(size - start)
+    n = framing.HEADER_SIZE
+    for i in range(1, len(tail) - n - framing.MIN_PAYLOAD + 1):
+        if tail[i:i + 4] != tail[i + n:i + n + 4]:
+            continue
+        length = int.from_bytes(tail[i:i + 4], "little")
+        if length < framing.MIN_PAYLOAD or i + n + length > len(tail):
+            continue
+        if framing.check(tail[i:i + n], tail[i + n:i + n + length]):
+            return start + i
+    return None

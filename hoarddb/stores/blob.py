@@ -1,0 +1,433 @@
+"""The blob store type: raw binary files named by DbID, with metadata and a SHA-256 each.
+
+    >>> store = BlobStore(bucket_dir, {"type": "blob"}, Options())
+    >>> blob_id = store.put({"data": b"...", "name": "sunset.jpg", "type": "image/jpeg"})
+    >>> store.info(blob_id)["size"]
+    3
+    >>> b"".join(store.stream({"_id_": blob_id}))
+    b'...'
+
+The files and the index log are :mod:`hoarddb.storage.blobfiles`; this module is the
+verbs, their arguments and their errors. The index is held in memory as a dict of
+DbID -> record, rebuilt from ``_index.bson`` on open. Every read checks the SHA-256
+recorded at put, so altered bytes are never returned: :class:`CorruptDataError` instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import hashlib
+import io
+import logging
+import os
+import re
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from ..errors import BadValueError, ClosedError, CorruptDataError, NotFoundError, StorageError
+from ..ids import uuid7
+from ..options import Options
+from ..storage import blobfiles
+from ..storage.blobfiles import CHUNK_SIZE, INDEX_NAME, TEMP_PREFIX, IndexLog
+from .base import Store, check_limit
+
+log = logging.getLogger(__name__)
+
+#: The index is compacted when it holds more records than this and dead ones outnumber live ones.
+COMPACT_MIN_RECORDS = 1000
+#: The longest ``name`` or ``type`` accepted, in UTF-8 bytes (they live in the index log,
+#: whose records must stay small).
+MAX_LABEL_BYTES = 1024
+
+_ID_TEXT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_PUT_FIELDS = ("data", "name", "type")
+_ACCEPTED = (
+    "bytes, bytearray, memoryview, a binary file object (anything with .read(n)), "
+    "or a document {data: <bytes>, name: \"sunset.jpg\", type: \"image/jpeg\"}"
+)
+
+
+class BlobStore(Store):
+    """BlobStore keeps a bucket's blobs as files in its directory, indexed by ``_index.bson``.
+
+    Writes (put, delete) are durable when they return unless ``options.sync`` is off.
+    Any number of threads may call it; index changes happen under one lock, while the
+    bytes of a put are written and hashed outside it.
+    """
+
+    type_name = "blob"
+    verbs = frozenset({"put", "get", "info", "delete", "stream", "length", "list"})
+    bucket_options: dict[str, str] = {}
+
+    def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
+        super().__init__(directory, declaration, options)
+        self._lock = threading.Lock()
+        self._records: dict[str, dict] = {}  # live blobs: DbID -> its put record
+        self._order: list[str] = []  # DbIDs sorted; may still hold deleted ones
+        self._stale_in_order = 0
+        self._index = IndexLog(self.directory, options.sync)
+        self._closed = False
+        self._open()
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """Load the index and make the directory agree with it (see the put's crash table)."""
+        for path in self.directory.iterdir():
+            if path.name.startswith(TEMP_PREFIX) and path.is_file():  # a put or compaction cut short
+                log.warning("blob bucket %s: removing %s, left by an interrupted write", self.directory, path.name)
+                path.unlink()
+        blob_files = {p.name for p in self.directory.iterdir() if _ID_TEXT.match(p.name) and p.is_file()}
+        if blob_files and not self._index.exists():
+            raise CorruptDataError(
+                f"blob bucket {self.directory} holds {len(blob_files)} blob files but no {INDEX_NAME}; "
+                "hoardDB will not guess their metadata. Restore the index from a backup."
+            )
+        for record in self._index.load():
+            if record["op"] == "put":
+                self._records[record["_id_"]] = record
+            else:
+                self._records.pop(record["_id_"], None)
+        for name in sorted(blob_files - self._records.keys()):
+            # Renamed into place but never indexed (or deleted but not yet unlinked).
+            log.warning("blob bucket %s: removing blob file %s, which the index does not record", self.directory, name)
+            os.unlink(self.directory / name)
+        for blob_id in sorted(self._records.keys() - blob_files):
+            r = self._records.pop(blob_id)
+            log.error(
+                "blob bucket %s: blob %s (name %r, %d bytes, sha256 %s) is in the index but its file "
+                "is missing; dropping it from the index",
+                self.directory, blob_id, r.get("name"), r.get("size", 0), r.get("sha256"),
+            )
+            # Recorded, so the index agrees with the directory and this is reported once.
+            self._index.append({"op": "del", "_id_": blob_id})
+        self._order = sorted(self._records)
+        self._maybe_compact()
+
+    # -- writing -------------------------------------------------------------------------
+
+    def put(self, data: Any, name: str | None = None, type: str | None = None) -> str:
+        """Store ``data`` as a new blob and return its DbID.
+
+        :param data: bytes, bytearray, memoryview, a binary file object (read in 1 MiB
+            chunks, never whole), or the document ``{data, name, type}``.
+        :param name: the blob's name, such as ``"sunset.jpg"`` (or None).
+        :param type: its media type, such as ``"image/jpeg"`` (or None).
+        :raises BadValueError: for any other kind of data, a name or type that is not a
+            string, or given both in the document and as an argument.
+
+        The steps, and what a crash after each leaves on disk:
+
+            step                                   a crash after it leaves       the next open
+            1. write .tmp-<id> in 1 MiB chunks,    .tmp-<id>                     deletes it
+               hashing them; fsync it
+            2. rename .tmp-<id> to <id>;           <id>, but no index record     deletes <id>
+               fsync the directory
+            3. append {op: "put", ...} to          a torn last entry, or a       cuts a torn entry (then
+               _index.bson                         whole one not yet fsynced     deletes <id>, as after 2)
+            4. fsync _index.bson; return the id    the put, whole                has nothing to repair
+
+        No crash leaves an index record without its file, or a put half visible: the
+        blob is in the bucket exactly when its record is in the index.
+
+        Only step 3 touches the index, and only by appending one record, so a put costs
+        the same however many blobs the bucket holds.
+        """
+        self._check_open()
+        data, name, type = _put_arguments(data, name, type)
+        blob_id = uuid7()
+        created = _now_ms()
+        try:
+            size, sha256 = blobfiles.write_blob(self.directory, blob_id, _chunks(data), self.options.sync)
+        except OSError as exc:
+            raise StorageError(f"blob put in bucket {self.directory.name} could not be written: {exc}") from exc
+        record = {
+            "op": "put", "_id_": blob_id, "name": name, "type": type,
+            "size": size, "sha256": sha256, "created": created,
+        }
+        with self._lock:
+            try:
+                self._check_open()
+                self._index.append(record)
+            except BaseException as exc:
+                _unlink_quietly(self.directory / blob_id)
+                if isinstance(exc, OSError):
+                    raise StorageError(
+                        f"blob put in bucket {self.directory.name} could not be indexed: {exc}"
+                    ) from exc
+                raise
+            self._records[blob_id] = record
+            if not self._order or blob_id > self._order[-1]:
+                self._order.append(blob_id)
+            else:
+                bisect.insort(self._order, blob_id)
+            self._maybe_compact()
+        return blob_id
+
+    def delete(self, id: Any) -> dict:
+        """Remove a blob: ``{"deleted": 1}``; an unknown id raises NotFoundError.
+
+        The del record is appended and fsynced first, then the file unlinked: a crash
+        between the two leaves a file the index does not record, deleted on open.
+        """
+        blob_id = _blob_id(id)
+        with self._lock:
+            self._check_open()
+            self._record(blob_id)
+            try:
+                self._index.append({"op": "del", "_id_": blob_id})
+            except OSError as exc:
+                raise StorageError(f"blob delete in bucket {self.directory.name} failed: {exc}") from exc
+            del self._records[blob_id]
+            self._stale_in_order += 1
+            # Not fsynced: after a crash the file is one the index lacks, deleted on open.
+            _unlink_quietly(self.directory / blob_id)
+            self._maybe_compact()
+        return {"deleted": 1}
+
+    def _maybe_compact(self) -> None:
+        """Rewrite the index when dead records outnumber live ones (lock held, or opening)."""
+        live = len(self._records)
+        if self._index.records > COMPACT_MIN_RECORDS and self._index.records - live > live:
+            before = self._index.records
+            try:
+                self._index.rewrite(self._records[i] for i in sorted(self._records))
+            except OSError as exc:  # the old log is still whole and in use; try again later
+                log.warning("blob bucket %s: compacting %s failed: %s", self.directory, INDEX_NAME, exc)
+            else:
+                log.info("blob bucket %s: compacted %s from %d records to %d",
+                         self.directory, INDEX_NAME, before, live)
+        if self._stale_in_order > len(self._records):
+            self._order = sorted(self._records)
+            self._stale_in_order = 0
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get(self, id: Any) -> dict:
+        """``{"_id_", "data", "name", "type", "size", "sha256"}``, the bytes checked against their SHA-256."""
+        blob_id = _blob_id(id)
+        record = self._lookup(blob_id)
+        f = self._open_blob(blob_id, record)
+        with f:
+            data = f.read()
+        self._verify(blob_id, record, len(data), hashlib.sha256(data).hexdigest())
+        return {
+            "_id_": blob_id, "data": data, "name": record["name"], "type": record["type"],
+            "size": record["size"], "sha256": record["sha256"],
+        }
+
+    def info(self, id: Any) -> dict:
+        """``{"_id_", "name", "type", "size", "sha256", "created"}``: metadata, no bytes read."""
+        blob_id = _blob_id(id)
+        return _info(self._lookup(blob_id))
+
+    def stream(self, id: Any, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        """The blob's bytes as chunks of ``chunk_size`` (the last may be shorter).
+
+        Unknown ids and missing files raise here, before iteration. The SHA-256 is
+        computed as the chunks are read, one chunk ahead of what is yielded, so a
+        corrupt blob raises CorruptDataError *instead of* yielding its last chunk: a
+        consumer that gets every chunk without an error got the bytes that were put.
+        """
+        blob_id = _blob_id(id)
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise BadValueError(f"stream chunk_size must be a positive integer (bytes), got {chunk_size!r}")
+        record = self._lookup(blob_id)
+        f = self._open_blob(blob_id, record)
+        return self._verified_chunks(blob_id, record, f, chunk_size)
+
+    def _verified_chunks(self, blob_id: str, record: dict, f, chunk_size: int) -> Iterator[bytes]:
+        with f:
+            digest = hashlib.sha256()
+            size = 0
+            chunk = f.read(chunk_size)
+            while True:
+                digest.update(chunk)
+                size += len(chunk)
+                ahead = f.read(chunk_size) if chunk else b""
+                if not ahead:  # ``chunk`` is the last one: check before handing it out
+                    self._verify(blob_id, record, size, digest.hexdigest())
+                    if chunk:
+                        yield chunk
+                    return
+                yield chunk
+                chunk = ahead
+
+    def length(self) -> int:
+        """How many blobs the bucket holds."""
+        self._check_open()
+        return len(self._records)
+
+    def list(self, after: Any = None, limit: int = 100) -> list[dict]:
+        """Info dicts of up to ``limit`` blobs in DbID order (so, oldest first), after the id ``after``."""
+        self._check_open()
+        limit = check_limit(limit, self.options.max_peek, "list")
+        start = None if after is None else _blob_id(after, "list after")
+        out = []
+        with self._lock:
+            i = 0 if start is None else bisect.bisect_right(self._order, start)
+            while i < len(self._order) and len(out) < limit:
+                record = self._records.get(self._order[i])
+                if record is not None:
+                    out.append(_info(record))
+                i += 1
+        return out
+
+    def close(self) -> None:
+        """Close the index file; later calls raise ClosedError."""
+        with self._lock:
+            self._closed = True
+            self._index.close()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"blob bucket {self.directory.name} is closed")
+
+    def _record(self, blob_id: str) -> dict:
+        record = self._records.get(blob_id)
+        if record is None:
+            raise NotFoundError(f"no blob {blob_id} in bucket {self.directory.name}", id=blob_id)
+        return record
+
+    def _lookup(self, blob_id: str) -> dict:
+        self._check_open()
+        return self._record(blob_id)
+
+    def _open_blob(self, blob_id: str, record: dict):
+        try:
+            return open(self.directory / blob_id, "rb")
+        except FileNotFoundError:
+            if blob_id not in self._records:  # deleted since we looked it up
+                raise NotFoundError(f"no blob {blob_id} in bucket {self.directory.name}", id=blob_id) from None
+            raise CorruptDataError(
+                f"blob {blob_id} is corrupt: its file {self.directory / blob_id} is missing, though the "
+                f"index records it ({record['size']} bytes, sha256 {record['sha256']}); "
+                "restore it from a backup or delete it",
+                id=blob_id,
+            ) from None
+        except OSError as exc:
+            raise StorageError(f"blob {blob_id} in bucket {self.directory.name} cannot be read: {exc}") from exc
+
+    def _verify(self, blob_id: str, record: dict, size: int, sha256: str) -> None:
+        if sha256 == record["sha256"]:
+            return
+        size_note = "" if size == record["size"] else f" ({size} bytes on disk, {record['size']} recorded)"
+        raise CorruptDataError(
+            f"blob {blob_id} is corrupt: sha256 on disk {sha256} differs from {record['sha256']} "
+            f"recorded at put{size_note} (file {self.directory / blob_id}); "
+            "restore it from a backup or delete it",
+            id=blob_id,
+        )
+
+
+def _put_arguments(data: Any, name: Any, type: Any) -> tuple[Any, str | None, str | None]:
+    """``(data, name, type)`` from either call form, checked; nothing is written yet."""
+    if isinstance(data, Mapping):
+        extra = sorted(set(data) - set(_PUT_FIELDS))
+        if extra:
+            raise BadValueError(
+                f"put document has unknown field(s) {', '.join(map(str, extra))}; "
+                "accepted: data, name, type"
+            )
+        if "data" not in data:
+            raise BadValueError("put document needs a data field: {data: <bytes>, name: ..., type: ...}")
+        for field, given in (("name", name), ("type", type)):
+            if field in data and given is not None:
+                raise BadValueError(f"put got {field} twice: in the document and as an argument; give it once")
+        name = data.get("name", name)
+        type = data.get("type", type)
+        data = data["data"]
+        if isinstance(data, Mapping):
+            raise BadValueError(
+                "put document's data must be bytes, bytearray, memoryview or a binary file object; "
+                "got a document"
+            )
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        read = getattr(data, "read", None)
+        if not callable(read):
+            hint = " (encode text first, such as text.encode())" if isinstance(data, str) else ""
+            raise BadValueError(f"put data must be {_ACCEPTED}; got {_kind(data)}{hint}")
+        if isinstance(data, io.TextIOBase):
+            raise BadValueError("put data is a file opened in text mode; open it in binary mode ('rb')")
+    _check_label("name", name)
+    _check_label("type", type)
+    return data, name, type
+
+
+def _check_label(what: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise BadValueError(f"blob {what} must be a string or null, got {_kind(value)}: {value!r:.80}")
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadValueError(f"blob {what} is not valid Unicode text: {exc}") from None
+    if len(encoded) > MAX_LABEL_BYTES:
+        raise BadValueError(f"blob {what} is {len(encoded)} bytes of UTF-8; the limit is {MAX_LABEL_BYTES}")
+
+
+def _chunks(data: Any) -> Iterator[bytes]:
+    """The bytes of checked put data, at most CHUNK_SIZE at a time."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data)
+        if not view.c_contiguous:
+            view = memoryview(view.tobytes())
+        view = view.cast("B")
+        for start in range(0, len(view), CHUNK_SIZE):
+            yield view[start:start + CHUNK_SIZE]
+        return
+    while True:
+        chunk = data.read(CHUNK_SIZE)
+        if chunk is None:
+            raise BadValueError("put data is a non-blocking stream with no data ready; give a blocking file object")
+        if isinstance(chunk, str):
+            raise BadValueError("put data is a file opened in text mode (read gave str); open it in binary mode ('rb')")
+        if not chunk:
+            return
+        yield chunk
+
+
+def _blob_id(id: Any, what: str = "blob id") -> str:
+    """The DbID text of an id given as a string, a uuid.UUID, or the document ``{_id_: id}``."""
+    if isinstance(id, Mapping):
+        if "_id_" not in id:
+            raise BadValueError(f"{what} document must be {{_id_: \"<DbID>\"}}, got fields {', '.join(map(str, id))}")
+        id = id["_id_"]
+    if isinstance(id, uuid.UUID):
+        return str(id)
+    if not isinstance(id, str):
+        raise BadValueError(f"{what} must be a DbID string or {{_id_: \"<DbID>\"}}, got {_kind(id)}: {id!r:.80}")
+    text = id.lower()
+    if not _ID_TEXT.match(text):
+        raise BadValueError(f"{what} {id!r:.80} is not a DbID (a UUID such as 0192a3b4-c5d6-7890-abcd-ef12345678a1)")
+    return text
+
+
+def _info(record: dict) -> dict:
+    return {
+        "_id_": record["_id_"], "name": record["name"], "type": record["type"],
+        "size": record["size"], "sha256": record["sha256"], "created": record["created"],
+    }
+
+
+def _now_ms() -> datetime.datetime:
+    """Now in UTC, to the millisecond: what a BSON date keeps, so a reopened index reads the same."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
