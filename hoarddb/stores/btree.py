@@ -207,14 +207,20 @@ class BTreeStore(KVStore):
             check_limit(limit, 1 << 62, "range")
         ops = self._bounds(bounds or {})
         lower, upper = self._byte_bounds(ops)
-        check = compile_filter({"k": ops}) if ops else None
+        prefix = ops.get("$prefix")
+        rest = {k: v for k, v in ops.items() if k != "$prefix"}
+        check = compile_filter({"k": rest}) if rest else None
         out = []
         with self.kv.read() as txn:
             cursor = txn.cursor()
             for key, raw in _walk(cursor, lower, upper, reverse):
                 doc = decode(raw)
-                if check is not None and not check({"k": self.sort_key(doc)}):
-                    continue
+                if check is not None or prefix is not None:
+                    value = self.sort_key(doc)
+                    if check is not None and not check({"k": value}):
+                        continue
+                    if prefix is not None and not (isinstance(value, str) and value.startswith(prefix)):
+                        continue
                 out.append(doc)
                 if limit is not None and len(out) >= limit:
                     break

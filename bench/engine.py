@@ -1,0 +1,156 @@
+"""Embedded hoardDB against the raw ``lmdb`` package doing the same work, in one run.
+
+    python bench/engine.py            # 100k elements per workload
+    python bench/engine.py --n 20000  # quicker
+
+Each workload runs on hoardDB (through the public API) and on a bare LMDB environment
+with the same durability (sync on), encoding and decoding the same BSON, and prints
+ops/s for both and their ratio hoardDB / raw. Record results in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import tempfile
+import time
+
+import bson
+import lmdb
+
+import hoarddb
+
+DOC = {"Name": "Jane Doe", "Email": "jane@example.com", "Age": 42, "Tags": ["a", "b"], "Pad": "x" * 100}
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+class Raw:
+    """A bare LMDB environment doing each workload the simplest way."""
+
+    def __init__(self, path):
+        self.env = lmdb.open(path, map_size=8 << 30, sync=True, metasync=True, readahead=False)
+
+    def insert_batches(self, n, batch):
+        for start in range(0, n, batch):
+            with self.env.begin(write=True) as txn:
+                for i in range(start, min(n, start + batch)):
+                    key = f"user{i:08}".encode()
+                    txn.put(key, bson.encode({"_id_": f"user{i:08}", **DOC}), overwrite=False)
+
+    def insert_single(self, n, offset):
+        for i in range(offset, offset + n):
+            with self.env.begin(write=True) as txn:
+                txn.put(f"user{i:08}".encode(), bson.encode({"_id_": f"user{i:08}", **DOC}), overwrite=False)
+
+    def gets(self, n):
+        with self.env.begin() as txn:
+            for i in range(n):
+                bson.decode(txn.get(f"user{i:08}".encode()))
+
+    def queue(self, n, batch, prefix=b"q"):
+        seq = 0
+        for start in range(0, n, batch):
+            with self.env.begin(write=True) as txn:
+                for _ in range(min(batch, n - start)):
+                    seq += 1
+                    txn.put(prefix + seq.to_bytes(8, "big"), bson.encode(DOC))
+        for start in range(0, n, batch):
+            with self.env.begin(write=True) as txn:
+                cur = txn.cursor()
+                cur.set_range(prefix)
+                for _ in range(min(batch, n - start)):
+                    bson.decode(cur.value())
+                    cur.delete()
+
+    def scan(self, prefix=b"user"):
+        with self.env.begin() as txn:
+            cur = txn.cursor()
+            cur.set_range(prefix)
+            return sum(1 for k, v in cur if k.startswith(prefix) and bson.decode(v))
+
+
+def run(n: int, single: int, batch: int) -> list[tuple[str, int, float, float]]:
+    rows = []
+    base = tempfile.mkdtemp(prefix="hoarddb-bench-")
+    try:
+        raw = Raw(os.path.join(base, "raw"))
+        client = hoarddb.open(os.path.join(base, "hoard"))
+        db = client["bench"]
+        users = db.create_bucket("Users", type="hash")
+        docs = [{"_id_": f"user{i:08}", **DOC} for i in range(n)]
+
+        t_h = timed(lambda: [users.batch_insert(docs[s:s + 1000]) for s in range(0, n, 1000)])
+        t_r = timed(lambda: raw.insert_batches(n, 1000))
+        rows.append(("hash insert, batches of 1000", n, n / t_h, n / t_r))
+
+        extra = [{"_id_": f"user{i:08}", **DOC} for i in range(n, n + single)]
+        t_h = timed(lambda: [users.insert(d) for d in extra])
+        t_r = timed(lambda: raw.insert_single(single, n))
+        rows.append(("hash insert, one durable write each", single, single / t_h, single / t_r))
+
+        keys = [f"user{i:08}" for i in range(n)]
+        t_h = timed(lambda: [users.get(k) for k in keys])
+        t_r = timed(lambda: raw.gets(n))
+        rows.append(("hash get by key", n, n / t_h, n / t_r))
+
+        q = db.create_bucket("Queue", type="fifo")
+        elems = [dict(DOC, n=i) for i in range(n)]
+
+        def fifo():
+            for s in range(0, n, batch):
+                q.batch_push(elems[s:s + batch])
+            for _ in range(0, n, batch):
+                q.pop(batch)
+        t_h = timed(fifo)
+        t_r = timed(lambda: raw.queue(n, batch))
+        rows.append((f"fifo push then pop, batches of {batch}", 2 * n, 2 * n / t_h, 2 * n / t_r))
+
+        h = db.create_bucket("Heap", type="heap")
+        pels = [dict(DOC, priority=i % 97, n=i) for i in range(n)]
+
+        def heap():
+            for s in range(0, n, batch):
+                h.batch_push(pels[s:s + batch])
+            for _ in range(0, n, batch):
+                h.pop(batch)
+        t_h = timed(heap)
+        t_r = timed(lambda: raw.queue(n, batch, prefix=b"h"))
+        rows.append((f"heap push then pop, batches of {batch}", 2 * n, 2 * n / t_h, 2 * n / t_r))
+
+        bt = db.create_bucket("Board", type="btree", key="Score")
+        for s in range(0, n, 1000):
+            bt.batch_insert([dict(DOC, Score=i) for i in range(s, min(n, s + 1000))])
+        t_h = timed(lambda: bt.range({"Score": {"$gte": 0}}))
+        t_r = timed(lambda: raw.scan())
+        rows.append(("btree range scan (all entries)", n, n / t_h, n / t_r))
+
+        client.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--single", type=int, default=2_000, help="durable single writes (one fsync each)")
+    parser.add_argument("--batch", type=int, default=100, help="queue batch size (pop's limit is at most 100)")
+    args = parser.parse_args()
+    rows = run(args.n, args.single, args.batch)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"lmdb {'.'.join(map(str, lmdb.version()))}")
+    print(f"| workload | n | hoardDB ops/s | raw lmdb ops/s | ratio |")
+    print(f"|---|---:|---:|---:|---:|")
+    for name, count, h, r in rows:
+        print(f"| {name} | {count} | {h:,.0f} | {r:,.0f} | {h / r:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

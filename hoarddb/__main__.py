@@ -1,0 +1,5 @@
+"""``python -m hoarddb`` is the ``hoarddb`` command."""
+
+from .cli import main
+
+main()

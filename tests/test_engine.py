@@ -1,0 +1,192 @@
+"""The engine through the public API: databases, buckets, names, options, refusals, the directory lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import hoarddb
+from hoarddb import errors
+
+
+def test_create_bucket_creates_its_database(client):
+    db = client["app"]
+    db.create_bucket("Comments", type="fifo")
+    assert client.databases() == ["app"]
+    assert db.buckets() == ["Comments"]
+
+
+def test_create_and_drop_database(client):
+    client.create_database("shop")
+    assert client.databases() == ["shop"]
+    with pytest.raises(errors.DatabaseExistsError):
+        client.create_database("shop")
+    client["shop"].create_bucket("Orders")
+    client.drop_database("shop")
+    assert client.databases() == []
+    with pytest.raises(errors.DatabaseNotFoundError):
+        client["shop"].buckets()
+
+
+def test_bucket_by_attribute_and_by_item(db):
+    db.create_bucket("Users", type="hash")
+    db.Users.insert({"_id_": "u1"})
+    assert db["Users"].get("u1") == {"_id_": "u1"}
+
+
+def test_default_bucket_type_is_hash(db):
+    db.create_bucket("Things")
+    assert db.Things.stats()["type"] == "hash"
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "a b", "a.b", "x" * 65, "é", None, 5, "a/b"])
+def test_bad_bucket_name_is_refused_and_nothing_written(db, name):
+    with pytest.raises(errors.InvalidNameError, match="a letter, then letters, digits"):
+        db.create_bucket(name, type="fifo")
+    with pytest.raises(errors.DatabaseNotFoundError):
+        db.buckets()
+
+
+@pytest.mark.parametrize("name", ["", "9db", "has space", "catalog", "tls"])
+def test_bad_database_name_is_refused(client, name):
+    with pytest.raises(errors.InvalidNameError):
+        client.create_database(name)
+    assert client.databases() == []
+
+
+def test_unknown_store_type_lists_the_six(db):
+    with pytest.raises(errors.UnknownStoreTypeError) as e:
+        db.create_bucket("X", type="queue")
+    assert "fifo, lifo, hash, btree, heap, blob" in str(e.value)
+    assert e.value.code == 5
+
+
+def test_unknown_option_is_refused_naming_accepted_ones(db):
+    with pytest.raises(errors.UnknownOptionError) as e:
+        db.create_bucket("X", type="fifo", segmnt_size=4096)
+    assert "segment_size" in str(e.value) and "type" in str(e.value)
+    with pytest.raises(errors.UnknownOptionError):
+        db.create_bucket("Y", type="hash", key="Score")  # key is a btree option
+    with pytest.raises(errors.DatabaseNotFoundError):
+        db.buckets()
+
+
+def test_bucket_exists(db):
+    db.create_bucket("A", type="lifo")
+    with pytest.raises(errors.BucketExistsError):
+        db.create_bucket("A", type="fifo")
+    assert db.A.stats()["type"] == "lifo"
+
+
+def test_missing_bucket_names_the_ones_there_are(db):
+    db.create_bucket("Users")
+    with pytest.raises(errors.BucketNotFoundError, match="its buckets: Users"):
+        db.Userz.get("x")
+
+
+@pytest.mark.parametrize("type_, verb, args", [
+    ("hash", "pop", ()), ("fifo", "find", ({},)), ("btree", "push", ({"a": 1},)),
+    ("blob", "insert", ({"a": 1},)), ("heap", "range", ()), ("lifo", "get", ("k",)),
+])
+def test_verb_the_type_does_not_have_is_refused(db, type_, verb, args):
+    db.create_bucket("B", type=type_)
+    with pytest.raises(errors.VerbNotSupportedError) as e:
+        getattr(db.B, verb)(*args)
+    assert f"{type_} bucket 'B' has no verb {verb!r}" in str(e.value)
+    assert e.value.code == 10
+
+
+def test_unknown_verb(db):
+    db.create_bucket("B", type="fifo")
+    with pytest.raises(errors.UnknownVerbError):
+        db.B.shove({"a": 1})
+    assert not hasattr(db.B, "shove")
+
+
+@pytest.mark.parametrize("type_", ["fifo", "lifo", "heap"])
+def test_non_document_push_is_refused(db, type_):
+    db.create_bucket("Q", type=type_)
+    for bad in (5, "text", [1, 2], None):
+        with pytest.raises((errors.NotADocumentError, errors.InvalidArgumentError)):
+            db.Q.push(bad)
+    assert db.Q.length() == 0
+
+
+def test_wrong_argument_kind_says_what_is_accepted(db):
+    db.create_bucket("Q", type="fifo")
+    with pytest.raises(errors.InvalidArgumentError, match="must be an integer"):
+        db.Q.peek("five")
+    with pytest.raises(errors.InvalidArgumentError, match="has no argument 'limt'"):
+        db.Q.peek(limt=5)
+
+
+def test_drop_bucket_removes_its_files(client, tmp_path):
+    db = client["app"]
+    db.create_bucket("Q", type="fifo")
+    db.Q.push({"a": 1})
+    assert (tmp_path / "data" / "app" / "Q").exists()
+    db.drop_bucket("Q")
+    assert not (tmp_path / "data" / "app" / "Q").exists()
+    assert db.buckets() == []
+    db.create_bucket("Q", type="fifo")
+    assert db.Q.length() == 0
+
+
+def test_close_and_reopen_keeps_declarations(tmp_path):
+    with hoarddb.open(tmp_path) as c:
+        c["app"].create_bucket("Board", type="btree", key="Score")
+    with hoarddb.open(tmp_path) as c:
+        assert c["app"].Board.describe()["options"] == {"key": "Score"}
+        c["app"].Board.insert({"Score": 3, "User": "x"})
+        assert c["app"].Board.first()["User"] == "x"
+
+
+def test_closed_client_refuses(tmp_path):
+    c = hoarddb.open(tmp_path)
+    c.close()
+    with pytest.raises(errors.ClosedError):
+        c.databases()
+
+
+def test_unknown_database_option_is_refused(tmp_path):
+    with pytest.raises(errors.UnknownOptionError, match="segment_size"):
+        hoarddb.open(tmp_path, segmentsize=5)
+
+
+def test_second_process_is_refused_naming_the_holder(tmp_path):
+    with hoarddb.open(tmp_path):
+        code = (
+            "import hoarddb, sys\n"
+            "try:\n    hoarddb.open(sys.argv[1])\n"
+            "except hoarddb.errors.DataDirLockedError as e:\n    print(e.code, e.message); sys.exit(0)\n"
+            "sys.exit(1)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        import os
+        assert f"pid {os.getpid()}" in out.stdout and out.stdout.startswith("17 ")
+    with hoarddb.open(tmp_path):  # released on close
+        pass
+
+
+def test_second_open_in_the_same_process_is_refused(tmp_path):
+    with hoarddb.open(tmp_path):
+        with pytest.raises(errors.DataDirLockedError):
+            hoarddb.open(tmp_path)
+
+
+def test_stats_shape(db):
+    db.create_bucket("Q", type="fifo")
+    db.Q.push({"a": 1})
+    s = db.Q.stats()
+    assert s["type"] == "fifo" and s["entries"] == 1 and s["bytes"] > 0
+
+
+def test_errors_have_stable_codes_and_answers():
+    e = errors.DuplicateKeyError("dup")
+    assert e.code == 0x0F and e.codeName == "DUPLICATE_KEY"
+    assert errors.error_from_answer(e.to_answer()).__class__ is errors.DuplicateKeyError
+    codes = [cls.code for cls in errors.ERRORS.values()]
+    assert len(codes) == len(set(codes))
