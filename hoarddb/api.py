@@ -46,6 +46,14 @@ class Client:
         """Drop a database with all its buckets and their files."""
         return self._result({"op": "drop_database", "db": name})
 
+    def metrics(self) -> dict:
+        """Every metric sample, ``'hoarddb_ttl_backlog_estimate' -> 0.0`` (the server's /metrics has the same)."""
+        return self._result({"op": "metrics"})
+
+    def sweep_ttl(self) -> dict:
+        """Run one TTL sweep now (the background sweeper does it every HOARDDB_TTL_SWEEP_SECONDS)."""
+        return self._result({"op": "sweep_ttl"})
+
     def close(self) -> None:
         """Close the database; later calls raise ClosedError."""
         self._executor.close()
@@ -113,9 +121,12 @@ class Bucket:
 
     def _call(self, op: operations.Operation, args: tuple, kwargs: dict) -> Any:
         bound = operations.bind(op, args, kwargs)
-        return self._database._client._result(
+        answer = self._database._client.execute(
             {"op": op.name, "db": self._database.name, "bucket": self.name, "args": bound}
         )
+        if "index_used" in answer:
+            return Found(answer["result"], answer["index_used"], answer.get("explain"))
+        return answer.get("result")
 
     def stats(self) -> dict:
         """Type, entries, bytes on disk and indexes of this bucket."""
@@ -136,6 +147,19 @@ class Bucket:
 
     def __repr__(self) -> str:
         return f"<hoarddb Bucket {self._database.name}.{self.name}>"
+
+
+class Found(list):
+    """Found is the list of documents find or search returns, with how they were found.
+
+    ``index_used`` is the index's name or ``"none — full scan"``; ``explain`` is the
+    planner's account when the search asked for ``explain=True``.
+    """
+
+    def __init__(self, docs, index_used: str, explain: dict | None = None):
+        super().__init__(docs)
+        self.index_used = index_used
+        self.explain = explain
 
 
 class _UnknownVerb(UnknownVerbError, AttributeError):

@@ -108,6 +108,10 @@ class Catalog:
         self.require_database(db)
         return sorted(name for (dbn, name) in self._buckets if dbn == db)
 
+    def all_buckets(self) -> list[dict]:
+        """Every bucket declaration of every database."""
+        return list(self._buckets.values())
+
     def has_bucket(self, db: str, bucket: str) -> bool:
         return (db, bucket) in self._buckets
 

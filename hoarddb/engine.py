@@ -23,12 +23,17 @@ from typing import Any, Callable
 
 from . import operations
 from .catalog import Catalog, check_name
+from .indexes.declaration import declare as declare_indexes
+from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, ClosedError, InvalidArgumentError, UnknownOptionError,
                      UnknownVerbError, VerbNotSupportedError)
+from .indexes.maintenance import Index
+from .indexes.ttl import Sweeper
+from .metrics import Metrics
 from .options import Options
 from .storage.lock import DirectoryLock
 from .stores import store_class
-from .stores.base import Store
+from .stores.base import Reply, Store
 
 #: Options every bucket accepts, whatever its type; a type adds its own (Store.bucket_options).
 COMMON_BUCKET_OPTIONS = {
@@ -59,6 +64,9 @@ class Engine:
         self._stores: dict[tuple[str, str], Store] = {}
         self._mutex = threading.RLock()
         self._closed = False
+        self.metrics = Metrics()
+        self.sweeper = Sweeper(self._ttl_stores, self.metrics,
+                               self.options.ttl_sweep_seconds, self.options.ttl_sweep_budget_seconds)
         self._handlers: dict[str, Callable[[dict], Any]] = {
             "create_database": lambda r: self.catalog.create_database(_db(r)) and None,
             "drop_database": self._drop_database,
@@ -69,7 +77,10 @@ class Engine:
             "describe_bucket": self._describe_bucket,
             "stats": self._stats,
             "alter_bucket": self._alter_bucket,
+            "metrics": lambda r: self._metrics(),
+            "sweep_ttl": lambda r: self.sweeper.sweep(),
         }
+        self.sweeper.start()
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -87,7 +98,10 @@ class Engine:
         if name not in operations.VERBS:
             known = sorted(set(self._handlers) | {op.name for op in operations.VERBS.values()})
             raise UnknownVerbError(f"unknown operation {name!r}; operations: {', '.join(known)}")
-        return {"ok": 1, "result": self._verb(operations.VERBS[name], request)}
+        result = self._verb(operations.VERBS[name], request)
+        if isinstance(result, Reply):
+            return {"ok": 1, "result": result.result, **result.extras}
+        return {"ok": 1, "result": result}
 
     def _verb(self, op: operations.Operation, request: dict) -> Any:
         db, bucket = _db(request), _bucket(request)
@@ -126,6 +140,9 @@ class Engine:
                 directory = self.path / db / bucket
                 directory.mkdir(parents=True, exist_ok=True)
                 store = store_class(decl["type"])(directory, decl, self.options)
+                rebuilt = store.open_indexes() if hasattr(store, "open_indexes") else None
+                if rebuilt is not None:
+                    self.catalog.replace_bucket(db, dict(decl, indexes=rebuilt))
                 self._stores[(db, bucket)] = store
             return store
 
@@ -154,20 +171,15 @@ class Engine:
         options = cls.validate_options(options)
         fields = _check_fields(raw.get("fields") or [], warnings)
         store_fields = _check_store_fields(raw.get("store_fields") or [], type_name)
-        if raw.get("indices"):
-            raise BadValueError(
-                "secondary indexes (indices:) are not available in this version yet; create the bucket without them"
-            )
-        if any("unique" in f["keywords"] for f in fields):
-            raise BadValueError(
-                "the field keyword 'unique' makes a unique index, which this version does not have yet; "
-                "leave it out for now"
-            )
+        indexes, index_warnings = declare_indexes(
+            type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]]
+        )
+        warnings.extend(index_warnings)
         if "placement" in raw:
             warnings.append("placement is recorded; it takes effect once hoardDB runs as a cluster")
         declaration = {
             "name": name, "type": type_name, "options": options, "fields": fields,
-            "store_fields": store_fields, "indexes": [],
+            "store_fields": store_fields, "indexes": indexes,
             **({"placement": raw["placement"]} if "placement" in raw else {}),
         }
         with self._mutex:
@@ -201,17 +213,18 @@ class Engine:
     def _stats(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
         decl = self.catalog.bucket(db, name)
-        stats = self._store(db, name, decl).stats()
-        return {"name": name, "type": decl["type"], **stats, "indexes": list(decl.get("indexes", []))}
+        store = self._store(db, name, decl)
+        return {"name": name, "type": decl["type"], **store.stats(), "indexes": _index_states(store, decl)}
 
     def _describe_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
         decl = self.catalog.bucket(db, name)
-        stats = self._store(db, name, decl).stats()
+        store = self._store(db, name, decl)
+        stats = store.stats()
         return {
             "name": name, "db": db, "type": decl["type"], "options": decl.get("options", {}),
             "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
-            "indexes": list(decl.get("indexes", [])), "verbs": operations.verbs_for(decl["type"]),
+            "indexes": _index_states(store, decl), "verbs": operations.verbs_for(decl["type"]),
             **({"placement": decl["placement"]} if "placement" in decl else {}),
             "entries": stats["entries"], "bytes": stats["bytes"],
         }
@@ -250,6 +263,27 @@ class Engine:
             answer["warnings"] = warnings
         return answer
 
+    # -- TTL and metrics -------------------------------------------------------------
+
+    def _ttl_stores(self):
+        """The open stores of every hash bucket that has a TTL index."""
+        for decl in self.catalog.all_buckets():
+            if self._closed:
+                return
+            if any(ix.get("expire_after_seconds") is not None for ix in decl.get("indexes") or []):
+                yield self._store(decl["db"], decl["name"], decl)
+
+    def _metrics(self) -> dict:
+        counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)
+        for decl in self.catalog.all_buckets():
+            store = self._stores.get((decl["db"], decl["name"]))
+            for ix in _index_states(store, decl) if store is not None else \
+                    [{"state": Index(d).state} for d in decl.get("indexes") or []]:
+                counts[ix["state"]] = counts.get(ix["state"], 0) + 1
+        for state, n in counts.items():
+            self.metrics.indexes.labels(state).set(n)
+        return self.metrics.snapshot()
+
     # -- life cycle --------------------------------------------------------------------
 
     def close(self) -> None:
@@ -258,10 +292,23 @@ class Engine:
             if self._closed:
                 return
             self._closed = True
+        self.sweeper.stop()
+        with self._mutex:
             for key in list(self._stores):
                 self._close_store(*key)
             self.catalog.close()
             self._lock.release()
+
+
+def _index_states(store: Store, decl: dict) -> list[dict]:
+    """The bucket's indexes as describe and stats show them, each with its current state."""
+    states = store.index_states() if hasattr(store, "index_states") else decl.get("indexes", [])
+    return [
+        {"name": ix["name"], "fields": ix["fields"], "unique": ix.get("unique", False),
+         "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
+         "summary": describe_index(ix)}
+        for ix in states
+    ]
 
 
 def _db(request: dict) -> str:

@@ -171,6 +171,12 @@ class StorageError(HoardError):
     code, codeName = 23, "STORAGE_ERROR"
 
 
+class IndexNotReadyError(HoardError):
+    """IndexNotReadyError is a search (or write) an index cannot serve: building, conflicted or unreadable."""
+
+    code, codeName = 24, "INDEX_NOT_READY"
+
+
 #: Every error class by its code: the wire and the shell map answers back through it.
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):

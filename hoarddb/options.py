@@ -6,7 +6,8 @@ accepts exactly these names and refuses any other, listing these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import os
+from dataclasses import dataclass, field, fields
 
 from .errors import BadValueError, UnknownOptionError
 
@@ -28,6 +29,13 @@ class Options:
     max_peek: int = 1000
     #: The most elements one pop({limit}) removes in one write.
     max_pop: int = 100
+    #: Seconds between two TTL sweeps (0 turns the sweeper off). Default: the environment's
+    #: HOARDDB_TTL_SWEEP_SECONDS, else 60. An expired document stays readable until a sweep.
+    ttl_sweep_seconds: float = field(default_factory=lambda: _env_seconds("HOARDDB_TTL_SWEEP_SECONDS", 60))
+    #: The most seconds one sweep may spend; what is left waits for the next sweep.
+    #: Default: HOARDDB_TTL_SWEEP_BUDGET_SECONDS, else 5.
+    ttl_sweep_budget_seconds: float = field(
+        default_factory=lambda: _env_seconds("HOARDDB_TTL_SWEEP_BUDGET_SECONDS", 5))
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":
@@ -37,9 +45,24 @@ class Options:
                 raise UnknownOptionError(
                     f"unknown database option {name!r}; accepted: {', '.join(sorted(known))}"
                 )
-            want = bool if known[name].type in ("bool", bool) else int
+            want = {"bool": bool, "float": float}.get(known[name].type, int)
             if want is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise BadValueError(f"option {name!r} must be a positive integer, got {value!r}")
+            if want is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise BadValueError(f"option {name!r} must be a number of seconds ≥ 0, got {value!r}")
             if want is bool and not isinstance(value, bool):
                 raise BadValueError(f"option {name!r} must be true or false, got {value!r}")
         return cls(**kwargs)
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadValueError(f"environment variable {name} must be a number of seconds, got {raw!r}") from None
+    if value < 0:
+        raise BadValueError(f"environment variable {name} must be ≥ 0, got {raw!r}")
+    return value

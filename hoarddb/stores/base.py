@@ -15,6 +15,7 @@ contract suite in ``tests/stores/test_contract.py``.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
@@ -133,6 +134,7 @@ class KVStore(Store):
         from ..storage.kv import KV
 
         self.kv = KV(self.directory / "kv", map_size=options.map_size, sync=options.sync)
+        self._wlock = threading.RLock()
         with self.kv.read() as txn:
             raw = txn.get(self.COUNT_KEY)
         self._count = int.from_bytes(raw, "little") if raw else 0
@@ -140,11 +142,38 @@ class KVStore(Store):
     def length(self) -> int:
         return self._count
 
-    def _set_count(self, txn, count: int) -> None:
-        txn.put(self.COUNT_KEY, count.to_bytes(8, "little"))
+    def _write(self, fn):
+        """Run ``fn(txn)`` in one write transaction; ``fn`` returns ``(result, change in count)``.
+
+        The count is stored in the same transaction and updated in memory after the
+        commit, under one lock, so concurrent writers never lose a change.
+        """
+        def counted(txn):
+            result, delta = fn(txn)
+            if delta:
+                txn.put(self.COUNT_KEY, (self._count + delta).to_bytes(8, "little"))
+            return result, delta
+
+        with self._wlock:
+            result, delta = self.kv.write(counted)
+            self._count += delta
+            return result
 
     def stats(self) -> dict:
         return {"entries": self._count, "bytes": directory_bytes(self.directory)}
 
     def close(self) -> None:
         self.kv.close()
+
+
+class Reply:
+    """Reply is a verb's result with extra answer fields, such as ``index_used`` of a search.
+
+    The engine answers ``{ok: 1, result: reply.result, **reply.extras}``.
+    """
+
+    __slots__ = ("result", "extras")
+
+    def __init__(self, result, **extras):
+        self.result = result
+        self.extras = extras

@@ -112,11 +112,10 @@ class BTreeStore(KVStore):
                 seq += 1
                 txn.put(self.DOC + ek + seq.to_bytes(8, "big"), data)
             txn.put(SEQ_KEY, seq.to_bytes(8, "big"))
-            self._set_count(txn, self._count + len(prepared))
-            return seq
+            self._seq = seq  # under the write lock; only read inside transactions
+            return seq, len(prepared)
 
-        self._seq = self.kv.write(fn)
-        self._count += len(prepared)
+        self._write(fn)
         return [value for _ek, value, _data in prepared]
 
     def delete(self, target: Any) -> dict:
@@ -133,13 +132,9 @@ class BTreeStore(KVStore):
                     doomed.append(key)
             for key in doomed:
                 txn.delete(key)
-            if doomed:
-                self._set_count(txn, self._count - len(doomed))
-            return len(doomed)
+            return len(doomed), -len(doomed)
 
-        deleted = self.kv.write(fn)
-        self._count -= deleted
-        return {"deleted": deleted}
+        return {"deleted": self._write(fn)}
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -1,66 +1,84 @@
-"""The hash store type: documents by key (``_id_``), with find, update, delete and count by filter.
+"""The hash store type: documents by key (``_id_``), with find, search, update, delete and count by filter.
 
 In the bucket's LMDB environment (see :class:`~hoarddb.stores.base.KVStore`):
 
     b"D" + encode_key(_id_)  ->  BSON of the whole document, ``_id_`` first
+    b"I" + index id + ...    ->  index entries (hoarddb.indexes.maintenance)
 
 The key is the document's ``_id_`` encoded order-preservingly (hoarddb.values.keys),
 so 30, 30.0 and int64(30) are one key, as they are one value. Each write verb is one
-LMDB transaction: a batch or a multi-document update is all or nothing.
+LMDB transaction covering the documents and their index entries: a batch, or a
+multi-document update, is all or nothing, and a crash leaves all of it or none.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
+import math
+import time
 from typing import Any, Mapping
 
+from bson.decimal128 import Decimal128
 from bson.regex import Regex
 
-from ..errors import BadValueError, DuplicateKeyError, NotADocumentError
+from ..errors import BadValueError
+from ..errors import DuplicateKeyError
 from ..ids import uuid7
+from ..indexes.declaration import FORMAT
+from ..indexes.maintenance import IndexSet
+from ..indexes.planner import FULL_SCAN, plan
 from ..values.codec import decode
 from ..values.filter import compile_filter
 from ..values.keys import encode_key
+from ..values.literal import literal
 from ..values.update import apply_update, validate_update
-from .base import KVStore, check_limit, encode_document
+from .base import KVStore, Reply, check_limit, encode_document
 
+log = logging.getLogger("hoarddb.indexes")
 MAX_KEY_BYTES = 480  # LMDB keys are at most 511 bytes, with room for the namespace
+SWEEP_BATCH = 2000
+_NUMBER_TAG = encode_key(0)[:1]
+_DATE_TAG = encode_key(datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))[:1]
 
 
 class HashStore(KVStore):
     """HashStore keeps whole documents by their ``_id_``; an insert never overwrites."""
 
     type_name = "hash"
-    verbs = frozenset({"insert", "batch_insert", "put", "get", "find", "count", "update", "delete", "length", "list"})
+    verbs = frozenset({"insert", "batch_insert", "put", "get", "find", "search", "count", "update", "delete",
+                       "length", "list"})
     bucket_options: dict[str, str] = {}
+
+    def __init__(self, directory, declaration, options):
+        super().__init__(directory, declaration, options)
+        self.name = declaration["name"]
+        self.indexes = IndexSet(declaration.get("indexes") or [], self.name)
 
     # -- keys --------------------------------------------------------------------------
 
-    def _key(self, value: Any) -> bytes:
+    def _doc_key(self, value: Any) -> bytes:
+        """The encoded ``_id_`` (without the namespace byte)."""
         if value is None or isinstance(value, (list, tuple, Mapping, Regex)):
             raise BadValueError(
                 f"a document key (_id_) must be a string, number, ObjectId, UUID, date or binary; got {value!r:.60}"
             )
-        key = self.DOC + encode_key(value)
-        if len(key) > MAX_KEY_BYTES:
+        key = encode_key(value)
+        if len(key) + 1 > MAX_KEY_BYTES:
             raise BadValueError(f"a document key (_id_) is at most {MAX_KEY_BYTES} bytes once encoded; this one is {len(key)}")
         return key
 
-    def _prepare(self, doc: Any, what: str = "document") -> tuple[bytes, Any, bytes]:
-        """``(lmdb key, _id_, bson)`` of a document to insert, with a generated UUIDv7 _id_ if absent."""
+    def _prepare(self, doc: Any, what: str = "document") -> tuple[bytes, Any, dict, bytes]:
+        """``(encoded _id_, _id_, document, bson)``, with a generated UUIDv7 ``_id_`` if absent."""
         if not isinstance(doc, Mapping):
             encode_document(doc, what)  # raises NotADocumentError with the message
-        if "_id_" in doc:
-            ident = doc["_id_"]
-            doc = {"_id_": ident, **{k: v for k, v in doc.items() if k != "_id_"}}
-        else:
-            ident = uuid7()
-            doc = {"_id_": ident, **doc}
-        return self._key(ident), ident, encode_document(doc, what)
+        ident = doc["_id_"] if "_id_" in doc else uuid7()
+        doc = {"_id_": ident, **{k: v for k, v in doc.items() if k != "_id_"}}
+        return self._doc_key(ident), ident, doc, encode_document(doc, what)
 
     def _duplicate(self, ident: Any, where: str = "") -> DuplicateKeyError:
         return DuplicateKeyError(
-            f"Duplicate key for bucket {self.declaration['name']!r}: _id_ = {_show(ident)} is already used{where}. "
+            f"Duplicate key for bucket {self.name!r}: _id_ = {literal(ident)} is already used{where}. "
             "Use put to replace that document, update to change it, or choose another _id_.",
             key=ident,
         )
@@ -68,60 +86,57 @@ class HashStore(KVStore):
     # -- writes --------------------------------------------------------------------
 
     def insert(self, doc: Mapping) -> Any:
-        """Insert one document; return its ``_id_``. An ``_id_`` in use is refused (DUPLICATE_KEY)."""
-        key, ident, data = self._prepare(doc)
-
-        def fn(txn):
-            if not txn.put(key, data, overwrite=False):
-                raise self._duplicate(ident)
-            self._set_count(txn, self._count + 1)
-
-        self.kv.write(fn)
-        self._count += 1
-        return ident
+        """Insert one document; return its ``_id_``. An ``_id_`` or unique value in use is refused (DUPLICATE_KEY)."""
+        return self._insert_many([doc], batch=False)[0]
 
     def batch_insert(self, docs: list) -> list:
         """Insert every document in one write, or none of them; return their ``_id_`` values in order."""
-        prepared, seen = [], {}
-        for i, doc in enumerate(docs):
-            key, ident, data = self._prepare(doc, f"document {i} of the batch")
-            if key in seen:
-                raise self._duplicate(ident, f" by document {seen[key]} of the same batch (position {i}); nothing was written")
-            seen[key] = i
-            prepared.append((key, ident, data))
+        return self._insert_many(docs, batch=True)
+
+    def _insert_many(self, docs: list, batch: bool) -> list:
+        self.indexes.check_writable()
+        prepared = [self._prepare(doc, f"document {i} of the batch" if batch else "document")
+                    for i, doc in enumerate(docs)]
 
         def fn(txn):
-            for i, (key, ident, data) in enumerate(prepared):
-                if not txn.put(key, data, overwrite=False):
-                    raise self._duplicate(ident, f" (document {i} of the batch); nothing was written")
-            self._set_count(txn, self._count + len(prepared))
+            for i, (dk, ident, doc, data) in enumerate(prepared):
+                where = (f" (batch document {literal(ident)} at position {i}; nothing of the batch was written)"
+                         if batch else "")
+                if not txn.put(self.DOC + dk, data, overwrite=False):
+                    raise self._duplicate(ident, where)
+                self.indexes.apply(txn, dk, None, doc, where=where)
+            return None, len(prepared)
 
-        self.kv.write(fn)
-        self._count += len(prepared)
-        return [ident for _, ident, _ in prepared]
+        self._write(fn)
+        return [ident for _, ident, _, _ in prepared]
 
     def put(self, doc: Mapping) -> Any:
         """Store a whole document under its ``_id_``, replacing the one there; return the ``_id_``."""
         if isinstance(doc, Mapping) and "_id_" not in doc:
             raise BadValueError("put stores a document under its _id_, and this one has none; add _id_, or use insert")
-        key, ident, data = self._prepare(doc)
+        self.indexes.check_writable()
+        dk, ident, doc, data = self._prepare(doc)
 
         def fn(txn):
-            existed = txn.get(key) is not None
-            txn.put(key, data)
-            if not existed:
-                self._set_count(txn, self._count + 1)
-            return existed
+            raw = txn.get(self.DOC + dk)
+            old = decode(raw) if raw is not None else None
+            self.indexes.apply(txn, dk, old, doc)
+            txn.put(self.DOC + dk, data)
+            return None, int(old is None)
 
-        existed = self.kv.write(fn)
-        if not existed:
-            self._count += 1
+        self._write(fn)
         return ident
 
     def update(self, filter: Mapping, update: Mapping) -> dict:
-        """Apply update operators to every matching document in one write: ``{matched, modified}``."""
+        """Apply update operators to every matching document, in key order, in one write: ``{matched, modified}``.
+
+        Each document's index entries move before the next document is updated, so a
+        multi-update that moves one document off a unique value and then another onto
+        it is accepted; the other order is refused, and nothing is written.
+        """
         validate_update(update)
         matcher = compile_filter(filter)
+        self.indexes.check_writable()
 
         def fn(txn):
             matched = modified = 0
@@ -131,30 +146,33 @@ class HashStore(KVStore):
                     continue
                 matched += 1
                 new = apply_update(doc, update)
-                data = encode_document(new, f"document {_show(doc.get('_id_'))} after the update")
+                data = encode_document(new, f"document {literal(doc.get('_id_'))} after the update")
                 if data != raw:
+                    self.indexes.apply(txn, key[1:], doc, new)
                     txn.put(key, data)
                     modified += 1
-            return {"matched": matched, "modified": modified}
+            return {"matched": matched, "modified": modified}, 0
 
-        return self.kv.write(fn)
+        return self._write(fn)
 
     def delete(self, target: Any) -> dict:
         """Delete the documents matching a filter (or the one with this key): ``{deleted}``."""
         filter = target if isinstance(target, Mapping) else {"_id_": target}
         matcher = compile_filter(filter)
+        self.indexes.check_writable()
 
         def fn(txn):
-            doomed = [key for key, raw in self._candidates(txn, filter) if matcher(decode(raw))]
-            for key in doomed:
+            doomed = []
+            for key, raw in list(self._candidates(txn, filter)):
+                doc = decode(raw)
+                if matcher(doc):
+                    doomed.append((key, doc))
+            for key, doc in doomed:
+                self.indexes.apply(txn, key[1:], doc, None)
                 txn.delete(key)
-            if doomed:
-                self._set_count(txn, self._count - len(doomed))
-            return len(doomed)
+            return len(doomed), -len(doomed)
 
-        deleted = self.kv.write(fn)
-        self._count -= deleted
-        return {"deleted": deleted}
+        return {"deleted": self._write(fn)}
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -165,11 +183,11 @@ class HashStore(KVStore):
                 raise BadValueError("get takes a key, or {_id_: key}; to match other fields use find")
             key = key["_id_"]
         with self.kv.read() as txn:
-            raw = txn.get(self._key(key))
+            raw = txn.get(self.DOC + self._doc_key(key))
         return decode(raw) if raw is not None else None
 
-    def find(self, filter: Mapping | None = None, limit: int | None = None) -> list[dict]:
-        """Every document matching the filter, in key order (a full scan unless it pins ``_id_``)."""
+    def find(self, filter: Mapping | None = None, limit: int | None = None) -> Reply:
+        """Every document matching the filter, in key order; a full scan unless the filter pins ``_id_``."""
         filter = filter or {}
         matcher = compile_filter(filter)
         if limit is not None:
@@ -182,7 +200,59 @@ class HashStore(KVStore):
                     out.append(doc)
                     if limit is not None and len(out) >= limit:
                         break
-        return out
+        return Reply(out, index_used=FULL_SCAN)
+
+    def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False) -> Reply:
+        """Like find, through the index that fits the filter best (see hoarddb.indexes.planner).
+
+        The result is the documents find returns, in the same (key) order; the answer
+        names the index in ``index_used`` and, with ``explain: true``, says which indexes
+        were considered, why each lost, and how many keys and documents were examined.
+        """
+        filter = filter or {}
+        matcher = compile_filter(filter)
+        if limit is not None:
+            check_limit(limit, 1 << 62, "search")
+        if not isinstance(explain, bool):
+            raise BadValueError(f"search's explain is true or false, got {explain!r}")
+        p = plan(filter, self.indexes.indexes)
+        keys_examined = docs_examined = 0
+        out = []
+        with self.kv.read() as txn:
+            if p.index is None:
+                for _key, raw in self._candidates(txn, filter):
+                    docs_examined += 1
+                    doc = decode(raw)
+                    if matcher(doc):
+                        out.append(doc)
+                        if limit is not None and len(out) >= limit:
+                            break
+            else:
+                doc_keys = set()
+                cursor = txn.cursor()
+                if cursor.set_range(p.prefix):
+                    for key, value in cursor:
+                        if not key.startswith(p.prefix):
+                            break
+                        keys_examined += 1
+                        doc_keys.add(p.index.doc_key_of(key, value))
+                for dk in sorted(doc_keys):
+                    raw = txn.get(self.DOC + dk)
+                    if raw is None:
+                        continue
+                    docs_examined += 1
+                    doc = decode(raw)
+                    if matcher(doc):
+                        out.append(doc)
+                        if limit is not None and len(out) >= limit:
+                            break
+        extras = {"index_used": p.index_used}
+        if explain:
+            extras["explain"] = {
+                "index_used": p.index_used, "considered": p.considered,
+                "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
+            }
+        return Reply(out, **extras)
 
     def count(self, filter: Mapping | None = None) -> int:
         """How many documents match the filter (all of them, in O(1), for an empty filter)."""
@@ -198,7 +268,7 @@ class HashStore(KVStore):
         out = []
         with self.kv.read() as txn:
             cursor = txn.cursor()
-            start = self._key(after) if after is not None else self.DOC
+            start = self.DOC + self._doc_key(after) if after is not None else self.DOC
             if not cursor.set_range(start):
                 return out
             for key, raw in cursor:
@@ -214,12 +284,125 @@ class HashStore(KVStore):
     def _candidates(self, txn, filter: Mapping):
         """``(key, bson)`` pairs that may match: the one document a plain ``_id_`` pins, else all."""
         ident = filter.get("_id_", _MISSING) if isinstance(filter, Mapping) else _MISSING
-        if ident is not _MISSING and not (isinstance(ident, Mapping) and any(k.startswith("$") for k in ident)) \
-                and not isinstance(ident, (list, Mapping)) and ident is not None:
-            key = self._key(ident)
+        if ident is not _MISSING and ident is not None and not isinstance(ident, (list, Mapping, Regex)):
+            key = self.DOC + self._doc_key(ident)
             raw = txn.get(key)
             return [(key, raw)] if raw is not None else []
         return _scan(txn, self.DOC)
+
+    # -- index life cycle ----------------------------------------------------------
+
+    def open_indexes(self) -> list[dict] | None:
+        """Rebuild indexes that need it (an older format, or conflicted); the new declarations, or None.
+
+        Runs once when the bucket opens. A unique index that finds one value in two
+        documents becomes ``conflicted``, naming both; nothing is deleted.
+        """
+        todo = [ix for ix in self.indexes.indexes if ix.state in ("building", "conflicted")]
+        if not todo:
+            return None
+        for ix in todo:
+            ix.state = "building"
+            log.warning("bucket %s: rebuilding index %s from the documents", self.name, ix.name)
+
+            def fn(txn, ix=ix):
+                docs = [(key[1:], decode(raw)) for key, raw in _scan(txn, self.DOC)]
+                return self.indexes.rebuild(txn, ix, docs)
+
+            conflict = self._write(lambda txn, fn=fn: (fn(txn), 0))
+            decl = dict(ix.decl, format=FORMAT, state="conflicted" if conflict else "ready")
+            decl.pop("conflict", None)
+            if conflict:
+                decl["conflict"] = conflict
+                log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
+            ix.decl, ix.state = decl, decl["state"]
+        return [ix.decl for ix in self.indexes.indexes]
+
+    def index_states(self) -> list[dict]:
+        """Each index's declaration with its state as this version sees it."""
+        return [dict(ix.decl, state=ix.state) for ix in self.indexes.indexes]
+
+    # -- TTL -----------------------------------------------------------------------------
+
+    def sweep(self, now: float, deadline: float) -> dict:
+        """Delete documents whose TTL has passed, until done or ``deadline`` (time.monotonic()).
+
+        Every expiry is checked again inside the deleting transaction, so a document
+        refreshed since it was found stays. Returns ``{expired, skipped, backlog, exhausted}``.
+        """
+        result = {"expired": 0, "skipped": 0, "backlog": 0, "exhausted": False}
+        for ix in self.indexes.indexes:
+            if ix.ttl is None or ix.state != "ready":
+                continue
+            cutoff = now - ix.ttl
+            cutoff_date = datetime.datetime.fromtimestamp(cutoff, datetime.timezone.utc)
+            ranges = [(ix.prefix + _NUMBER_TAG, ix.prefix + encode_key(cutoff) + b"\xff"),
+                      (ix.prefix + _DATE_TAG, ix.prefix + encode_key(cutoff_date) + b"\xff")]
+            while True:
+                if time.monotonic() >= deadline:
+                    result["exhausted"] = True
+                    result["backlog"] += self._count_range(ranges)
+                    break
+                done = self._write(lambda txn: self._sweep_batch(txn, ix, ranges, now, result))
+                if done:
+                    break
+        return result
+
+    def _sweep_batch(self, txn, ix, ranges, now: float, result: dict) -> tuple[bool, int]:
+        entries = []
+        cursor = txn.cursor()
+        for lower, upper in ranges:
+            if cursor.set_range(lower):
+                for key, value in cursor:
+                    if key >= upper or len(entries) >= SWEEP_BATCH:
+                        break
+                    entries.append(ix.doc_key_of(key, value))
+        expired = 0
+        for dk in dict.fromkeys(entries):
+            raw = txn.get(self.DOC + dk)
+            if raw is None:
+                continue
+            doc = decode(raw)
+            at = expires_at(doc.get(ix.fields[0]), ix.ttl)
+            if at is None or at > now:
+                continue  # refreshed, or never expires: leave it
+            self.indexes.apply(txn, dk, doc, None)
+            txn.delete(self.DOC + dk)
+            expired += 1
+        result["expired"] += expired
+        return len(entries) < SWEEP_BATCH, -expired
+
+    def _count_range(self, ranges, cap: int = 1_000_000) -> int:
+        n = 0
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            for lower, upper in ranges:
+                if cursor.set_range(lower):
+                    for key in cursor.iternext(values=False):
+                        if key >= upper or n >= cap:
+                            break
+                        n += 1
+        return n
+
+
+def expires_at(value: Any, ttl: float) -> float | None:
+    """When a document whose TTL field holds ``value`` expires (Unix seconds), or None for never.
+
+    A date, or a number of seconds since 1970, expires ``ttl`` seconds after that time;
+    anything else (missing, null, string, boolean, array, NaN) never expires.
+    """
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return value.timestamp() + ttl
+    if isinstance(value, Decimal128):
+        value = float(value.to_decimal())
+    if isinstance(value, (int, float)):
+        value = float(value)
+        return None if math.isnan(value) else value + ttl
+    return None
 
 
 _MISSING = object()
@@ -233,11 +416,3 @@ def _scan(txn, prefix: bytes):
         if not key.startswith(prefix):
             return
         yield key, raw
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return '"' + value.replace('"', '\\"') + '"'
-    if isinstance(value, datetime.datetime):
-        return f'ISODate("{value.isoformat()}")'
-    return repr(value)

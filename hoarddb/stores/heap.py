@@ -85,11 +85,9 @@ class HeapStore(KVStore):
                     txn.put(key, data)
                     keys.append(key)
                 txn.put(SEQ_KEY, seq.to_bytes(8, "big"))
-                self._set_count(txn, self._count + len(prepared))
-                return seq
+                return seq, len(prepared)
 
-            self._seq = self.kv.write(fn)
-            self._count += len(prepared)
+            self._seq = self._write(fn)
             for key in keys:
                 heapq.heappush(self._heap, key)
         return len(prepared)
@@ -104,14 +102,11 @@ class HeapStore(KVStore):
                 docs = [txn.get(key) for key in keys]
                 for key in keys:
                     txn.delete(key)
-                if keys:
-                    self._set_count(txn, self._count - len(keys))
-                return docs
+                return docs, -len(keys)
 
-            raws = self.kv.write(fn) if keys else []
+            raws = self._write(fn) if keys else []
             for _ in keys:
                 heapq.heappop(self._heap)
-            self._count -= len(keys)
         docs = [decode(raw) for raw in raws]
         if limit is None:
             return docs[0] if docs else None

@@ -63,7 +63,7 @@ def test_put_replaces_the_whole_document(users):
 
 def test_batch_insert_is_all_or_nothing(users):
     users.insert({"_id_": "b"})
-    with pytest.raises(errors.DuplicateKeyError, match="document 1 of the batch"):
+    with pytest.raises(errors.DuplicateKeyError, match="position 1; nothing of the batch was written"):
         users.batch_insert([{"_id_": "a"}, {"_id_": "b"}, {"_id_": "c"}])
     assert users.count() == 1 and users.get("a") is None
     with pytest.raises(errors.DuplicateKeyError, match="position 2"):

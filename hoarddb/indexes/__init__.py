@@ -1,0 +1,1 @@
+"""Secondary indexes of hash buckets: declarations, maintenance, the planner, states and the TTL sweeper."""

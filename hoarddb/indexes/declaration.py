@@ -1,0 +1,143 @@
+"""Index declarations: turning ``indices:`` and ``unique`` field lines into checked index specs, and every refusal.
+
+A checked declaration, as the catalog keeps it in the bucket's ``indexes`` list:
+
+    {id: 0, name: "Email_1", fields: ["Email"], unique: true,
+     expire_after_seconds: null, format: 2, state: "ready"}
+
+``id`` is the index's byte in its entries' keys (``b"I" + bytes([id]) + ...``), fixed at
+creation. ``format`` is the version of the index format that wrote the entries:
+
+    1  entries for documents that have the field (an older hoardDB; never written now)
+    2  entries for every document, a missing field recorded as null  (FORMAT)
+
+An index whose format is older than FORMAT is rebuilt when its bucket opens (state
+``building`` meanwhile); one newer than FORMAT was declared by a newer hoardDB and is
+``unreadable`` here, kept unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BadValueError, UnknownOptionError
+
+#: The index format this version writes and can maintain.
+FORMAT = 2
+#: The most indexes one bucket may declare (an index id is one byte).
+MAX_INDEXES = 64
+
+ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "type", "desc")
+STATES = ("ready", "building", "conflicted", "unreadable")
+
+
+def index_name(fields: list[str]) -> str:
+    """The default name: each field followed by ``_1``, joined with ``_`` (``CustomerID_1_CreatedAt_1``)."""
+    return "_".join(f"{f}_1" for f in fields)
+
+
+def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[list[dict], list[str]]:
+    """Checked index declarations from ``indices`` and the fields marked ``unique``, and warnings.
+
+    Field-line indexes come first (in field order), then ``indices`` in order; that order
+    is "declared first" for the planner's tie-break.
+    """
+    warnings: list[str] = []
+    if indices is None:
+        indices = []
+    if not isinstance(indices, list):
+        raise BadValueError('indices is a list, such as ["Email"] or [{field: "Email", unique: true}]')
+    if (indices or unique_fields) and type_name != "hash":
+        raise BadValueError(
+            f"a {type_name} bucket cannot have indexes: only hash buckets maintain secondary indexes "
+            "(a btree bucket is already sorted by its key)"
+        )
+    specs = [{"fields": [f], "unique": True, "expire_after_seconds": None, "name": None} for f in unique_fields]
+    for position, entry in enumerate(indices):
+        specs.append(_entry(entry, position, warnings))
+    if len(specs) > MAX_INDEXES:
+        raise BadValueError(f"a bucket may declare at most {MAX_INDEXES} indexes; this one declares {len(specs)}")
+    out: list[dict] = []
+    for i, spec in enumerate(specs):
+        name = spec["name"] or index_name(spec["fields"])
+        for other in out:
+            if other["name"] == name:
+                raise BadValueError(f"two indexes are named {name!r}; give one of them another name with name:")
+            if other["fields"] == spec["fields"]:
+                raise BadValueError(
+                    f"two indexes are on the same fields ({', '.join(spec['fields'])}): {other['name']!r} and {name!r}; "
+                    "declare one (a unique index serves searches too)"
+                )
+        out.append({
+            "id": i, "name": name, "fields": spec["fields"], "unique": spec["unique"],
+            "expire_after_seconds": spec["expire_after_seconds"], "format": FORMAT, "state": "ready",
+        })
+    return out, warnings
+
+
+def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
+    where = f"index {position} of indices"
+    if isinstance(entry, str):
+        entry = {"field": entry}
+    if not isinstance(entry, dict):
+        raise BadValueError(f"{where} is a field name or a document such as {{field: \"Email\", unique: true}}; got {entry!r}")
+    for key in entry:
+        if key not in ACCEPTED_KEYS:
+            raise UnknownOptionError(
+                f"{where}: unknown key {key!r}; an index accepts: {', '.join(ACCEPTED_KEYS)}"
+            )
+    if ("field" in entry) == ("fields" in entry):
+        raise BadValueError(f"{where} needs exactly one of field: \"Name\" or fields: [\"A\", \"B\"]")
+    fields = [entry["field"]] if "field" in entry else entry["fields"]
+    if not isinstance(fields, list) or not fields:
+        raise BadValueError(f"{where}: fields is a non-empty list of field names")
+    for f in fields:
+        if not isinstance(f, str) or not f or f.startswith("$"):
+            raise BadValueError(f"{where}: a field name is a non-empty string not starting with $; got {f!r}")
+        if "." in f:
+            raise BadValueError(
+                f"{where}: {f!r} is a path into a nested document; indexes cover top-level fields only"
+            )
+    if len(set(fields)) != len(fields):
+        twice = next(f for f in fields if fields.count(f) > 1)
+        raise BadValueError(f"{where} names the field {twice!r} twice")
+    unique = entry.get("unique", False)
+    if not isinstance(unique, bool):
+        raise BadValueError(f"{where}: unique is true or false, got {unique!r}")
+    if entry.get("desc", False) is not False:
+        raise BadValueError(
+            f"{where}: desc: true is refused — a descending component only matters to sorting, "
+            "and indexes serve equality search, not sorting"
+        )
+    ttl = entry.get("expire_after_seconds")
+    if ttl is not None:
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl < 0:
+            raise BadValueError(f"{where}: expire_after_seconds is a number of seconds ≥ 0, got {ttl!r}")
+        if unique:
+            raise BadValueError(
+                f"{where}: a TTL index cannot be unique — expiry deletes documents on a timer, "
+                "which would make a uniqueness rule come and go; declare two indexes"
+            )
+        if len(fields) > 1:
+            raise BadValueError(f"{where}: a TTL index covers exactly one field (the time), not {len(fields)}")
+    if "type" in entry:
+        if entry["type"] != "range":
+            raise BadValueError(f"{where}: type may only be \"range\" (and is ignored); got {entry['type']!r}")
+        warnings.append(f"{where}: type: \"range\" is accepted and ignored — every index is the same kind")
+    name = entry.get("name")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise BadValueError(f"{where}: name is a non-empty string, got {name!r}")
+    return {"fields": list(fields), "unique": unique, "expire_after_seconds": ttl, "name": name}
+
+
+def describe(index: dict) -> str:
+    """How stats and describe print one index: ``Email_1 (unique)``, ``CreatedAt_1 (ttl 3600s)``."""
+    notes = []
+    if index.get("unique"):
+        notes.append("unique")
+    if index.get("expire_after_seconds") is not None:
+        ttl = index["expire_after_seconds"]
+        notes.append(f"ttl {int(ttl) if float(ttl).is_integer() else ttl}s")
+    if index.get("state", "ready") != "ready":
+        notes.append(index["state"])
+    return index["name"] + (f" ({', '.join(notes)})" if notes else "")

@@ -1,0 +1,197 @@
+"""Index maintenance inside the writing transaction: the entries a document has, and the unique rule.
+
+Entries live in the bucket's LMDB environment beside the documents:
+
+    unique index:   b"I" + id + encode_key(v1) + encode_key(v2)...              -> encode_key(_id_)
+    other index:    b"I" + id + encode_key(v1) + ... + encode_key(_id_)         -> b""
+
+So one entry costs the encoded values plus the encoded document key plus 2 bytes (as
+key and value; LMDB adds an 8-byte node header). A missing field is indexed as null. A
+field holding an array is indexed once per distinct element and once as the whole
+array, so an equality search finds what ``find`` finds (an array matches when an
+element does); a compound index refuses a document with arrays in two of its fields.
+
+Entries are changed in the same LMDB transaction as the document, so a crash leaves
+both or neither. A unique entry holds the key of the document that owns the value; the
+entry is removed only by its holder, which keeps a ``conflicted`` index (two holders of
+one value, found by a rebuild) refusing a third.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any, Iterable
+
+from ..errors import BadValueError, DuplicateKeyError, IndexNotReadyError
+from ..values.keys import decode_key, decode_keys, encode_key
+from ..values.literal import literal
+from .declaration import FORMAT
+
+PREFIX = b"I"
+MAX_ENTRY_KEY = 500  # LMDB keys are at most 511 bytes
+
+
+class Index:
+    """Index is one declared index of a bucket, with the code that computes its entries."""
+
+    def __init__(self, decl: dict):
+        self.decl = decl
+        self.id: int = decl["id"]
+        self.name: str = decl["name"]
+        self.fields: list[str] = list(decl["fields"])
+        self.unique: bool = bool(decl.get("unique"))
+        self.ttl = decl.get("expire_after_seconds")
+        self.prefix = PREFIX + bytes([self.id])
+        fmt = decl.get("format", FORMAT)
+        if fmt > FORMAT:
+            self.state = "unreadable"
+        elif fmt < FORMAT:
+            self.state = "building"
+        else:
+            self.state = decl.get("state", "ready")
+
+    @property
+    def maintained(self) -> bool:
+        return self.state != "unreadable"
+
+    def value_tuples(self, doc: dict, bucket: str) -> list[tuple[bytes, tuple]]:
+        """``(encoded values, values)`` for each entry a document has in this index."""
+        per_field = []
+        arrays = 0
+        for f in self.fields:
+            v = doc.get(f)
+            if isinstance(v, list):
+                arrays += 1
+                seen, options = set(), []
+                for element in v:
+                    ek = encode_key(element)
+                    if ek not in seen:
+                        seen.add(ek)
+                        options.append((ek, element))
+                ek = encode_key(v)
+                if ek not in seen:
+                    options.append((ek, v))
+                per_field.append(options)
+            else:
+                per_field.append([(encode_key(v), v)])
+        if arrays > 1:
+            raise BadValueError(
+                f"index {self.name!r} on bucket {bucket!r} cannot index a document whose fields "
+                f"{', '.join(self.fields)} hold arrays in more than one field; keep at most one of them an array"
+            )
+        out = []
+        for combo in product(*per_field):
+            out.append((b"".join(ek for ek, _ in combo), tuple(v for _, v in combo)))
+        return out
+
+    def entry(self, encoded_values: bytes, doc_key: bytes) -> tuple[bytes, bytes]:
+        """The LMDB key and value of one entry (``doc_key`` is the encoded ``_id_``)."""
+        if self.unique:
+            key, value = self.prefix + encoded_values, doc_key
+        else:
+            key, value = self.prefix + encoded_values + doc_key, b""
+        if len(key) > MAX_ENTRY_KEY:
+            raise BadValueError(
+                f"the value of {', '.join(self.fields)} is too long to index in {self.name!r} "
+                f"({len(key)} bytes once encoded; at most {MAX_ENTRY_KEY})"
+            )
+        return key, value
+
+    def doc_key_of(self, key: bytes, value: bytes) -> bytes:
+        """The encoded ``_id_`` an entry points to."""
+        if self.unique:
+            return bytes(value)
+        last = decode_keys(key[len(self.prefix):])[-1]
+        return encode_key(last)
+
+
+class IndexSet:
+    """IndexSet is every index of one bucket, kept in step with its documents."""
+
+    def __init__(self, declarations: Iterable[dict], bucket: str):
+        self.bucket = bucket
+        self.indexes = [Index(d) for d in declarations]
+
+    def __bool__(self) -> bool:
+        return bool(self.indexes)
+
+    def check_writable(self) -> None:
+        """Refuse every write while a unique index is unreadable (declared by a newer hoardDB)."""
+        for ix in self.indexes:
+            if ix.unique and ix.state == "unreadable":
+                raise IndexNotReadyError(
+                    f"bucket {self.bucket!r} refuses writes: its unique index {ix.name!r} was declared by a newer "
+                    "version of hoardDB and this version cannot keep its rule. Run the newer version again.",
+                    index=ix.name, state="unreadable",
+                )
+
+    def entries(self, ix: Index, doc: dict | None, doc_key: bytes) -> dict[bytes, tuple[bytes, tuple]]:
+        if doc is None:
+            return {}
+        out = {}
+        for encoded, values in ix.value_tuples(doc, self.bucket):
+            key, value = ix.entry(encoded, doc_key)
+            out[key] = (value, values)
+        return out
+
+    def apply(self, txn, doc_key: bytes, old: dict | None, new: dict | None, *, where: str = "") -> None:
+        """Move a document's entries from ``old`` to ``new`` (None: absent) in ``txn``.
+
+        Raises DuplicateKeyError, with the spec's message, when ``new`` would take a unique
+        value another document holds; the caller's transaction is then aborted whole.
+        """
+        for ix in self.indexes:
+            if not ix.maintained:
+                continue
+            before = self.entries(ix, old, doc_key)
+            after = self.entries(ix, new, doc_key)
+            for key in before.keys() - after.keys():
+                if ix.unique:
+                    holder = txn.get(key)
+                    if holder is not None and bytes(holder) != doc_key:
+                        continue  # a conflicted index: the entry is the other holder's
+                txn.delete(key)
+            for key in after.keys() - before.keys():
+                value, values = after[key]
+                if ix.unique:
+                    holder = txn.get(key)
+                    if holder is not None and bytes(holder) != doc_key:
+                        raise self.duplicate(ix, values, decode_key(holder), where)
+                txn.put(key, value)
+
+    def duplicate(self, ix: Index, values: tuple, holder: Any, where: str = "") -> DuplicateKeyError:
+        shown = ", ".join(f"{f} = {literal(v)}" for f, v in zip(ix.fields, values))
+        message = (
+            f'Duplicate value for unique index "{ix.name}" on bucket "{self.bucket}": {shown} '
+            f"is already used by document {literal(holder)}. Change the value, update that document instead, "
+            "or delete it first."
+        )
+        return DuplicateKeyError(
+            message + where, index=ix.name, values=dict(zip(ix.fields, values)), holder=holder,
+        )
+
+    def rebuild(self, txn, ix: Index, documents: Iterable[tuple[bytes, dict]]) -> dict | None:
+        """Write ``ix``'s entries again from every document; return the first conflict found, if any."""
+        cursor = txn.cursor()
+        doomed = []
+        if cursor.set_range(ix.prefix):
+            for key in cursor.iternext(values=False):
+                if not key.startswith(ix.prefix):
+                    break
+                doomed.append(key)
+        for key in doomed:
+            txn.delete(key)
+        conflict = None
+        for doc_key, doc in documents:
+            for key, (value, values) in self.entries(ix, doc, doc_key).items():
+                if ix.unique:
+                    holder = txn.get(key)
+                    if holder is not None and bytes(holder) != doc_key:
+                        if conflict is None:
+                            conflict = {
+                                "values": dict(zip(ix.fields, values)),
+                                "documents": [decode_key(holder), decode_key(doc_key)],
+                            }
+                        continue
+                txn.put(key, value)
+        return conflict

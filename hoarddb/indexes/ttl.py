@@ -1,0 +1,67 @@
+"""The TTL sweeper: a background thread that deletes expired documents of TTL-indexed buckets.
+
+Every ``interval`` seconds (Options.ttl_sweep_seconds, from HOARDDB_TTL_SWEEP_SECONDS;
+0 turns it off) it visits each hash bucket with a TTL index and lets the store delete
+what has expired, for at most ``budget`` seconds a pass (HOARDDB_TTL_SWEEP_BUDGET_SECONDS).
+Deleting is the store's job (each expiry is checked again in the deleting
+transaction); the sweeper only paces the work and counts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Iterable
+
+log = logging.getLogger("hoarddb.ttl")
+
+
+class Sweeper:
+    """Sweeper runs sweep passes on a daemon thread until stopped."""
+
+    def __init__(self, stores: Callable[[], Iterable], metrics, interval: float, budget: float):
+        self.stores = stores
+        self.metrics = metrics
+        self.interval = interval
+        self.budget = budget
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pass_lock = threading.Lock()
+
+    def start(self) -> None:
+        if self.interval > 0:
+            self._thread = threading.Thread(target=self._run, name="hoarddb-ttl-sweeper", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sweep()
+            except Exception:  # keep sweeping next time; a closed store mid-pass lands here at shutdown
+                if not self._stop.is_set():
+                    log.exception("TTL sweep failed; trying again in %ss", self.interval)
+
+    def sweep(self, now: float | None = None) -> dict:
+        """One pass over every TTL bucket; ``{expired, skipped, backlog, exhausted}`` summed."""
+        with self._pass_lock:
+            deadline = time.monotonic() + self.budget
+            total = {"expired": 0, "skipped": 0, "backlog": 0, "exhausted": False}
+            for store in self.stores():
+                if self._stop.is_set():
+                    break
+                got = store.sweep(time.time() if now is None else now, deadline)
+                for key in ("expired", "skipped", "backlog"):
+                    total[key] += got[key]
+                total["exhausted"] |= got["exhausted"]
+            self.metrics.ttl_documents.labels("expired").inc(total["expired"])
+            self.metrics.ttl_documents.labels("skipped").inc(total["skipped"])
+            self.metrics.ttl_backlog.set(total["backlog"])
+            if total["exhausted"]:
+                self.metrics.ttl_budget_exhausted.inc()
+            return total
