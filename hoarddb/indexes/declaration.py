@@ -61,13 +61,13 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
     for i, spec in enumerate(specs):
         name = spec["name"] or index_name(spec["fields"])
         for other in out:
-            if other["name"] == name:
-                raise BadValueError(f"two indexes are named {name!r}; give one of them another name with name:")
             if other["fields"] == spec["fields"]:
                 raise BadValueError(
                     f"two indexes are on the same fields ({', '.join(spec['fields'])}): {other['name']!r} and {name!r}; "
                     "declare one (a unique index serves searches too)"
                 )
+            if other["name"] == name:
+                raise BadValueError(f"two indexes are named {name!r}; give one of them another name with name:")
         out.append({
             "id": i, "name": name, "fields": spec["fields"], "unique": spec["unique"],
             "expire_after_seconds": spec["expire_after_seconds"], "format": FORMAT, "state": "ready",

@@ -1,0 +1,120 @@
+"""Index states (indexes.md, "When an index is not ready"): building, conflicted, unreadable.
+
+The states come from the declaration's format version and from what a rebuild finds,
+so these tests set up a data directory as an older or newer hoardDB, or a restore,
+would leave it: they edit the catalog and the bucket's LMDB directly while the
+database is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import lmdb
+import pytest
+
+import hoarddb
+from hoarddb import errors
+from hoarddb.catalog import Catalog
+from hoarddb.values.codec import encode
+from hoarddb.values.keys import encode_key
+
+
+def set_index_format(path, fmt, bucket="Users"):
+    cat = Catalog(path)
+    decl = cat.bucket("app", bucket)
+    cat.replace_bucket("app", dict(decl, indexes=[dict(ix, format=fmt) for ix in decl["indexes"]]))
+    cat.close()
+
+
+def raw_env(path, bucket="Users"):
+    return lmdb.open(str(path / "app" / bucket / "kv"), map_size=1 << 30)
+
+
+@pytest.fixture
+def data(tmp_path):
+    with hoarddb.open(tmp_path) as c:
+        b = c["app"].create_bucket("Users", type="hash", indices=[{"field": "Email", "unique": True}])
+        b.batch_insert([{"_id_": "u1", "Email": "dalek@example.com"}, {"_id_": "u3"}])
+    return tmp_path
+
+
+def test_an_index_of_an_older_format_is_rebuilt_once_at_open(data, caplog):
+    set_index_format(data, 1)
+    env = raw_env(data)
+    with env.begin(write=True) as txn:  # the older format recorded no entry for a missing field
+        txn.delete(b"I\x00" + encode_key(None))
+    env.close()
+    with caplog.at_level(logging.WARNING, logger="hoarddb.indexes"):
+        with hoarddb.open(data) as c:
+            b = c["app"].Users
+            assert [ix["state"] for ix in b.describe()["indexes"]] == ["ready"]
+            with pytest.raises(errors.DuplicateKeyError, match="Email = null"):
+                b.insert({"_id_": "u4"})  # the rebuild recorded u3's missing field
+            assert b.search({"Email": None}).index_used == "Email_1"
+    assert "rebuilding index Email_1" in caplog.text
+    cat = Catalog(data)
+    assert cat.bucket("app", "Users")["indexes"][0]["format"] == 2  # once: not rebuilt again
+    cat.close()
+
+
+def make_conflict(data):
+    """A second holder of one unique value, as a restore from elsewhere would leave it."""
+    env = raw_env(data)
+    with env.begin(write=True) as txn:
+        txn.put(b"D" + encode_key("u2"), encode({"_id_": "u2", "Email": "dalek@example.com"}))
+        txn.put(b"Mcount", (3).to_bytes(8, "little"))
+    env.close()
+    set_index_format(data, 1)
+
+
+def test_a_conflicted_index_refuses_search_naming_both_documents(data):
+    make_conflict(data)
+    with hoarddb.open(data) as c:
+        b = c["app"].Users
+        assert b.describe()["indexes"][0]["state"] == "conflicted"
+        assert b.stats()["indexes"][0]["summary"] == "Email_1 (unique, conflicted)"
+        with pytest.raises(errors.IndexNotReadyError) as e:
+            b.search({"Email": "dalek@example.com"})
+        assert '"u1" and "u2"' in e.value.message and 'Email = "dalek@example.com"' in e.value.message
+        assert e.value.code == 24 and e.value.state == "conflicted"
+        # find and count are never affected, and nothing was deleted
+        assert len(b.find({"Email": "dalek@example.com"})) == 2 and b.count() == 3
+        # a third holder is still refused
+        with pytest.raises(errors.DuplicateKeyError):
+            b.insert({"_id_": "u9", "Email": "dalek@example.com"})
+        assert c.metrics()['hoarddb_indexes{state="conflicted"}'] == 1
+        # fix it: change one of them, then reopen
+        b.update({"_id_": "u2"}, {"$set": {"Email": "other@example.com"}})
+    with hoarddb.open(data) as c:
+        b = c["app"].Users
+        assert b.describe()["indexes"][0]["state"] == "ready"
+        assert [d["_id_"] for d in b.search({"Email": "dalek@example.com"})] == ["u1"]
+
+
+def test_an_index_from_a_newer_version_is_unreadable_kept_and_blocks_writes_if_unique(data):
+    set_index_format(data, 3)
+    with hoarddb.open(data) as c:
+        b = c["app"].Users
+        assert b.describe()["indexes"][0]["state"] == "unreadable"
+        with pytest.raises(errors.IndexNotReadyError, match="newer version"):
+            b.search({"Email": "dalek@example.com"})
+        for write in (lambda: b.insert({"_id_": "x"}), lambda: b.update({}, {"$set": {"a": 1}}),
+                      lambda: b.delete({"_id_": "u1"}), lambda: b.put({"_id_": "u1"})):
+            with pytest.raises(errors.IndexNotReadyError, match="refuses writes"):
+                write()
+        assert b.count() == 2 and len(b.find({"Email": "dalek@example.com"})) == 1
+    cat = Catalog(data)
+    assert cat.bucket("app", "Users")["indexes"][0]["format"] == 3  # kept unchanged
+    cat.close()
+
+
+def test_an_unreadable_plain_index_does_not_block_writes(tmp_path):
+    with hoarddb.open(tmp_path) as c:
+        c["app"].create_bucket("Users", type="hash", indices=["Email"])
+    set_index_format(tmp_path, 3)
+    with hoarddb.open(tmp_path) as c:
+        c["app"].Users.insert({"_id_": "a", "Email": "x"})
+        assert c["app"].Users.search({"_id_": "a"}).index_used == "none — full scan"
+        with pytest.raises(errors.IndexNotReadyError):
+            c["app"].Users.search({"Email": "x"})
