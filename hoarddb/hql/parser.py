@@ -1,0 +1,660 @@
+"""HQL text to statements, and statements to operation requests.
+
+The grammar is hql.lark. This module drives lark's LALR parser token by token, which
+lets it do the three things a plain ``Lark.parse`` cannot:
+
+* parse a script one statement at a time (:func:`statements`), so the shell runs each
+  statement before it reads the next, and a syntax error stops only its own statement;
+* decide what a new line means: inside a bucket body it separates lines; after a
+  complete statement it ends it (unless the next line can only continue it); anywhere
+  else it is plain space;
+* read a word as a keyword only where the grammar expects that keyword.
+
+A :class:`Statement` is either shell state (``use``, ``help``, ``exit``) or an operation
+request without its database; :meth:`Statement.to_request` adds the current one. Verbs,
+their aliases and their argument binding come from :mod:`hoarddb.operations`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from lark import Lark, Token, Transformer
+from lark.exceptions import UnexpectedCharacters, VisitError
+from lark.parsers.lalr_analysis import Shift
+
+from .. import operations
+from ..errors import BadValueError, DatabaseNotFoundError, HoardError, InvalidArgumentError, SyntaxError_
+from . import literals
+
+GRAMMAR = (Path(__file__).with_name("hql.lark")).read_text(encoding="utf-8")
+
+#: Every keyword of the grammar (its ``%declare`` line), by its lower-case spelling.
+KEYWORDS: dict[str, str] = {
+    name.lower(): name for name in re.search(r"^%declare (.*)$", GRAMMAR, re.M).group(1).split()
+}
+
+#: The keywords a statement starts with (db starts a call).
+STATEMENT_KEYWORDS = ("create", "drop", "alter", "describe", "use", "show", "help", "exit", "quit", "db")
+
+#: Bucket methods that are not store verbs: ``db.Users.stats()`` is the engine's stats operation.
+BUCKET_METHODS = {"stats": "stats"}
+
+
+class _KeepSemicolon:
+    """A do-nothing post-lexer whose only job is to keep SEMI, which no rule uses, in the lexer."""
+
+    always_accept = ("SEMI",)
+
+    def process(self, stream):
+        return stream
+
+
+_LARK = Lark(GRAMMAR, parser="lalr", lexer="basic", start=["statement", "value"],
+             postlex=_KeepSemicolon(), maybe_placeholders=False)
+
+_CLOSE = {"RPAR": -1, "RSQB": -1, "RBRACE": -1}
+_OPEN = {"LPAR": 1, "LSQB": 1, "LBRACE": 1}
+
+
+@dataclass
+class Statement:
+    """Statement is one parsed HQL statement.
+
+    ``kind`` is ``"request"`` (an operation for the engine), ``"use"``, ``"help"`` or
+    ``"exit"``. A request statement holds its operation without ``db``; ``needs_db``
+    says whether it needs the current database.
+    """
+
+    kind: str
+    text: str = ""
+    line: int = 1
+    column: int = 1
+    request: dict | None = None
+    needs_db: bool = False
+    name: str | None = None  # the database of `use`, the topic of `help`
+
+    def to_request(self, db: str | None) -> dict:
+        """The operation request, in database ``db``; refuses a call before ``use``."""
+        if self.request is None:
+            raise InvalidArgumentError(f"{self.kind} is a shell statement, not an operation")
+        request = dict(self.request)
+        if self.needs_db:
+            if not db:
+                raise DatabaseNotFoundError(
+                    "no database selected: say `use <name>` first (`show databases` lists them, "
+                    "`create database <name>` makes one)"
+                )
+            request = {"op": request.pop("op"), "db": db, **request}
+        return request
+
+
+# ---- errors ------------------------------------------------------------------------
+
+_SHOWN = {"NAME": "a name", "STRING": "a string", "NUMBER": "a number", "NL": "a new line",
+          "$END": "the end", "SEMI": "';'"}
+
+
+def _show_terminal(name: str) -> str:
+    if name in _SHOWN:
+        return _SHOWN[name]
+    if name in KEYWORDS.values():
+        return name.lower()
+    try:
+        return repr(_LARK.get_terminal(name).pattern.value)
+    except (KeyError, AttributeError):
+        return name
+
+
+def _show_token(tok: Token) -> str:
+    if tok.type == "$END":
+        return "end of input"
+    if tok.type == "NL":
+        return "end of line"
+    text = tok.value if len(tok.value) <= 30 else tok.value[:27] + "..."
+    return f"{text!r}"
+
+
+def _expected(names) -> str:
+    shown = sorted({_show_terminal(n) for n in names})
+    if len(shown) > 1:
+        return ", ".join(shown[:-1]) + " or " + shown[-1]
+    return shown[0] if shown else "nothing"
+
+
+def _error(cls, message: str, tok: Token | None, *, at_end: bool = False) -> HoardError:
+    line = getattr(tok, "line", None) or 1
+    column = getattr(tok, "column", None) or 1
+    err = cls(f"line {line}, column {column}: {message}")
+    err.line, err.column, err.at_end = line, column, at_end
+    return err
+
+
+class _Positioned(Exception):
+    """Carries an error out of the transformer with the token it is about."""
+
+    def __init__(self, err: Exception, tok: Token | None):
+        super().__init__(str(err))
+        self.err, self.tok = err, tok
+
+
+# ---- tokens ------------------------------------------------------------------------
+
+class _ErrorToken(Token):
+    """A character no terminal matches, standing in the token stream with its error."""
+
+    error: HoardError
+
+
+class _Source:
+    """The tokens of a text, lexed lazily, with look-ahead, push-back and restart after a bad character."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self._buffer: list[Token] = []
+        self._stream = _LARK.lex(text)
+        self._base = (0, 1, 1)  # where the current lexer started: offset, line, column
+        lines = text.split("\n")
+        self.eof = Token("$END", "", len(text), len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 1, len(text))
+
+    def _pull(self) -> Token:
+        try:
+            tok = next(self._stream)
+        except StopIteration:
+            return self.eof
+        except UnexpectedCharacters as e:
+            pos, line, column = self._shift(e.pos_in_stream, e.line, e.column)
+            # Lex on after the bad character, keeping line and column those of the whole text.
+            self._base = (pos + 1, line, column + 1)
+            self._stream = _LARK.lex(self.text[pos + 1:])
+            ch = self.text[pos]
+            tok = _ErrorToken("$ERROR", ch, pos, line, column, line, column + 1, pos + 1)
+            if ch in "\"'":
+                message = "unterminated string: a string ends with its opening quote on the same line"
+            else:
+                message = f"unexpected character {ch!r}"
+            tok.error = _error(SyntaxError_, message, tok)
+            return tok
+        if self._base == (0, 1, 1):
+            return tok
+        pos, line, column = self._shift(tok.start_pos, tok.line, tok.column)
+        end_pos, end_line, end_column = self._shift(tok.end_pos, tok.end_line, tok.end_column)
+        return Token(tok.type, tok.value, pos, line, column, end_line, end_column, end_pos)
+
+    def _shift(self, pos: int, line: int, column: int) -> tuple[int, int, int]:
+        """A position in the text lexed since the last restart, as a position in the whole text."""
+        base_pos, base_line, base_column = self._base
+        return pos + base_pos, line + base_line - 1, column + base_column - 1 if line == 1 else column
+
+    def next(self) -> Token:
+        return self._buffer.pop(0) if self._buffer else self._pull()
+
+    def push(self, tok: Token) -> None:
+        self._buffer.insert(0, tok)
+
+    def peek_significant(self) -> Token:
+        """The next token that is not a new line, without taking it."""
+        i = 0
+        while True:
+            if i == len(self._buffer):
+                self._buffer.append(self._pull())
+            tok = self._buffer[i]
+            if tok.type != "NL":
+                return tok
+            i += 1
+
+
+# ---- the driver ----------------------------------------------------------------------
+
+def _keyword(tok: Token) -> Token | None:
+    if tok.type == "NAME" and tok.value.lower() in KEYWORDS:
+        return Token.new_borrow_pos(KEYWORDS[tok.value.lower()], tok.value, tok)
+    return None
+
+
+def _advance(ip, stack: list, kind: str) -> list | None:
+    """The LALR state stack after the parser takes a token of type ``kind``, or None if it cannot.
+
+    A dry run on the parse table alone: no values are built and the parser is untouched,
+    so the driver can ask "would this fit?" before every token at little cost.
+    """
+    conf = ip.parser_state.parse_conf
+    states, end_state = conf.states, conf.end_state
+    stack = list(stack)
+    while True:
+        action = states[stack[-1]].get(kind)
+        if action is None:
+            return None
+        what, arg = action
+        if what is Shift:
+            stack.append(arg)
+            return stack
+        size = len(arg.expansion)
+        if size:
+            del stack[-size:]
+        stack.append(states[stack[-1]][arg.origin.name][1])
+        if kind == "$END" and stack[-1] == end_state:
+            return stack
+
+
+def _try(ip, tok: Token) -> bool:
+    """Whether the parser accepts ``tok`` next, leaving the parser untouched."""
+    return _advance(ip, ip.parser_state.state_stack, tok.type) is not None
+
+
+def _typed(ip, tok: Token) -> Token:
+    """``tok`` as the parser should see it: a keyword where a keyword is expected, else itself."""
+    kw = _keyword(tok)
+    if kw is not None and kw.type in ip.parser_state.parse_conf.states[ip.parser_state.state_stack[-1]] and _try(ip, kw):
+        return kw
+    return tok
+
+
+def _accepts(ip, tok: Token) -> bool:
+    if tok.type in ("$ERROR", "SEMI"):
+        return False
+    return _try(ip, _typed(ip, tok))
+
+
+def _accepts_after(ip, first: Token, then: Token) -> bool:
+    stack = _advance(ip, ip.parser_state.state_stack, first.type)
+    if stack is None or then.type in ("$ERROR", "SEMI"):
+        return False
+    kw = _keyword(then)
+    return (_advance(ip, stack, then.type) is not None
+            or kw is not None and _advance(ip, stack, kw.type) is not None)
+
+
+def _acceptable(ip) -> set[str]:
+    """The terminals the parser accepts next: exact, unlike LALR's table row, which may list more."""
+    return {name for name in ip.choices() if name.isupper() and _try(ip, Token(name, ""))}
+
+
+def _starts_statement(tok: Token) -> bool:
+    return tok.type == "NAME" and tok.value.lower() in STATEMENT_KEYWORDS
+
+
+class _Driver:
+    """Parses the statements of one text in order, recovering after each error."""
+
+    def __init__(self, text: str, start: str = "statement"):
+        self.src = _Source(text)
+        self.start = start
+        self.depth = 0
+
+    def one(self):
+        """The next statement's parse tree and its first and last tokens, or None at the end."""
+        src = self.src
+        tok = src.next()
+        while tok.type in ("NL", "SEMI"):
+            tok = src.next()
+        if tok.type == "$END":
+            return None
+        ip = _LARK.parse_interactive(start=self.start)
+        first = last = tok
+        self.depth = 0
+        while True:
+            kind = tok.type
+            if kind == "$ERROR":
+                raise tok.error
+            if kind in ("$END", "SEMI"):
+                return self._finish(ip, first, last, tok)
+            if kind == "NL":
+                nxt = src.peek_significant()
+                if _try(ip, tok):
+                    # A line break inside a bucket body separates its lines, unless what
+                    # follows can only continue the current line.
+                    if _accepts_after(ip, tok, nxt) or not _accepts(ip, nxt):
+                        ip.feed_token(tok)
+                elif _try(ip, Token.new_borrow_pos("$END", "", tok)):
+                    if nxt.type in ("$END", "SEMI", "$ERROR") or _starts_statement(nxt) or not _accepts(ip, nxt):
+                        return self._finish(ip, first, last, tok)
+                tok = src.next()
+                continue
+            typed = _typed(ip, tok)
+            if not _try(ip, typed):
+                raise _error(SyntaxError_, f"unexpected {_show_token(tok)}; expected {_expected(_acceptable(ip))}", tok)
+            ip.feed_token(typed)
+            self.depth += _OPEN.get(kind, 0) + _CLOSE.get(kind, 0)
+            last = tok
+            tok = src.next()
+
+    def _finish(self, ip, first: Token, last: Token, end: Token):
+        if not _try(ip, Token.new_borrow_pos("$END", "", last)):
+            at_end = end.type == "$END"
+            what = "end of input" if at_end else _show_token(end)
+            err = _error(SyntaxError_, f"the statement is incomplete at {what}; expected {_expected(_acceptable(ip))}",
+                         end, at_end=at_end)
+            err.terminated = True
+            raise err
+        tree = ip.feed_eof(last)
+        self.depth = 0
+        return tree, first, last
+
+    def skip(self, err: HoardError) -> None:
+        """Skip the rest of a statement that failed to parse, to where the next one starts."""
+        if getattr(err, "terminated", False):
+            return  # the error was found at the statement's end, which is already read
+        src = self.src
+        while True:
+            tok = src.next()
+            kind = tok.type
+            if kind == "$END":
+                src.push(tok)
+                return
+            if kind in ("SEMI", "NL") and self.depth <= 0:
+                return
+            if _starts_statement(tok) and tok.column == 1 and tok.line > getattr(err, "line", 0):
+                src.push(tok)  # a statement keyword at the start of a line: start again here
+                return
+            self.depth += _OPEN.get(kind, 0) + _CLOSE.get(kind, 0)
+
+
+# ---- trees to values and statements ------------------------------------------------------
+
+class _Bare:
+    """A bare word in a value; legal only as an option's value (``type: hash``)."""
+
+    def __init__(self, tok: Token):
+        self.tok = tok
+
+
+def _no_bare(value: Any) -> Any:
+    if isinstance(value, _Bare):
+        name = value.tok.value
+        raise _Positioned(SyntaxError_(f"unquoted word {name}: write a string as \"{name}\", or a value such as "
+                                       "true, null, 12 or ISODate(\"...\")"), value.tok)
+    return value
+
+
+def _tokens(children) -> list:
+    """Children without keyword tokens."""
+    return [c for c in children if not (isinstance(c, Token) and c.type in KEYWORDS.values())]
+
+
+class _ToValues(Transformer):
+    """Parse trees to Python values and :class:`Statement` objects."""
+
+    # -- values
+    def string(self, c):
+        try:
+            return literals.decode_string(c[0].value)
+        except literals.LiteralError as e:
+            raise _Positioned(BadValueError(str(e)), c[0])
+
+    def number(self, c, negative=False):
+        try:
+            return literals.decode_number(c[0].value, negative)
+        except literals.LiteralError as e:
+            raise _Positioned(BadValueError(str(e)), c[0])
+
+    def neg_number(self, c):
+        return self.number(c, negative=True)
+
+    def true(self, c):
+        return True
+
+    def false(self, c):
+        return False
+
+    def null(self, c):
+        return None
+
+    def bare(self, c):
+        value = literals.BARE_VALUES.get(c[0].value)
+        return _Bare(c[0]) if value is None else value
+
+    def neg_bare(self, c):
+        value = literals.BARE_VALUES.get(c[0].value)
+        if value is None:
+            raise _Positioned(SyntaxError_(f"'-' before {c[0].value}: only a number, Infinity or NaN can be negative"), c[0])
+        return -value
+
+    def constructor(self, c):
+        name, args = c[0], [_no_bare(v) for v in c[1:]]
+        try:
+            return literals.construct(name.value, args)
+        except literals.LiteralError as e:
+            raise _Positioned(BadValueError(str(e)), name)
+
+    def object(self, c):
+        doc: dict = {}
+        for key, value, tok in c:
+            if key in doc:
+                raise _Positioned(BadValueError(f"key {key!r} is given twice in one document"), tok)
+            doc[key] = value
+        return doc
+
+    def pair(self, c):
+        key, tok = c[0]
+        return key, _no_bare(c[1]), tok
+
+    def path_key(self, c):
+        return ".".join(t.value for t in c), c[0]
+
+    def string_key(self, c):
+        return self.string(c), c[0]
+
+    def array(self, c):
+        return [_no_bare(v) for v in c]
+
+    # -- statements
+    def name(self, c):
+        tok = c[0]
+        return (self.string(c) if tok.type == "STRING" else tok.value), tok
+
+    def create_database(self, c):
+        (db, _), = _tokens(c)
+        return Statement("request", request={"op": "create_database", "db": db})
+
+    def drop_database(self, c):
+        (db, _), = _tokens(c)
+        return Statement("request", request={"op": "drop_database", "db": db})
+
+    def use(self, c):
+        (db, _), = _tokens(c)
+        return Statement("use", name=db)
+
+    def show_databases(self, c):
+        return Statement("request", request={"op": "list_databases"})
+
+    def show_buckets(self, c):
+        return Statement("request", request={"op": "list_buckets"}, needs_db=True)
+
+    def create_bucket(self, c):
+        parts = _tokens(c)
+        (bucket, _), options = parts[0], (parts[1] if len(parts) > 1 else {})
+        return Statement("request", request={"op": "create_bucket", "bucket": bucket, "options": options},
+                         needs_db=True)
+
+    def alter_bucket(self, c):
+        (bucket, _), options = _tokens(c)
+        return Statement("request", request={"op": "alter_bucket", "bucket": bucket, "options": options},
+                         needs_db=True)
+
+    def describe_bucket(self, c):
+        (bucket, _), = _tokens(c)
+        return Statement("request", request={"op": "describe_bucket", "bucket": bucket}, needs_db=True)
+
+    def drop_bucket(self, c):
+        (bucket, _), = _tokens(c)
+        return Statement("request", request={"op": "drop_bucket", "bucket": bucket}, needs_db=True)
+
+    def help(self, c):
+        parts = _tokens(c)
+        return Statement("help", name=parts[0].value if parts else None)
+
+    def exit(self, c):
+        return Statement("exit")
+
+    # -- bucket bodies
+    def body(self, c):
+        options: dict = {}
+        for kind, name, value, tok in (x for x in c if isinstance(x, tuple)):
+            if kind == "option":
+                if name in options:
+                    raise _Positioned(BadValueError(f"option {name!r} is given twice"), tok)
+                options[name] = value
+            else:
+                entries = options.setdefault(kind, [])
+                if not isinstance(entries, list):
+                    raise _Positioned(BadValueError(f"{kind!r} is given both as an option and as lines"), tok)
+                entries.append(value)
+        return options
+
+    def option(self, c):
+        tok, value = c[0], c[1]
+        if isinstance(value, _Bare):
+            value = value.tok.value  # type: hash, placement: whole
+        return "option", tok.value, value, tok
+
+    def field(self, c):
+        tok, type_name, keywords = c[0], c[1], [k.value for k in c[2:] if isinstance(k, Token)]
+        lowered = type_name.lower()
+        if lowered.endswith("store") and len(lowered) > len("store") and not lowered.startswith("[]"):
+            # A store-field line: Expenses lifoStore -> {name: "Expenses", type: "lifo"}.
+            if keywords:
+                raise _Positioned(BadValueError(
+                    f"store field {tok.value} ({type_name}) takes no keywords, got {' '.join(keywords)}"), tok)
+            return "store_fields", tok.value, {"name": tok.value, "type": lowered[:-len("store")]}, tok
+        return "fields", tok.value, {"name": tok.value, "type": type_name, "keywords": keywords}, tok
+
+    def scalar_type(self, c):
+        return c[0].value
+
+    def array_type(self, c):
+        return "[]" + c[0].value
+
+    # -- calls
+    def bucket_ref(self, c):
+        return self.name(c)
+
+    def field_ref(self, c):
+        return self.name(c)
+
+    def arguments(self, c):
+        return [_no_bare(v) for v in c]
+
+    def bucket_call(self, c):
+        (bucket, _), verb, args = _tokens(c)
+        if verb.value not in operations.VERBS and verb.value in BUCKET_METHODS:
+            if args:
+                raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no arguments"), verb)
+            return Statement("request", request={"op": BUCKET_METHODS[verb.value], "bucket": bucket}, needs_db=True)
+        return Statement("request", request=_verb_request(bucket, verb, args), needs_db=True)
+
+    def field_call(self, c):
+        (bucket, _), key, (field_name, _), verb, args = _tokens(c)
+        request = _verb_request(bucket, verb, args)
+        request = {"op": request["op"], "bucket": bucket, "key": _no_bare(key), "field": field_name,
+                   "args": request["args"]}
+        return Statement("request", request=request, needs_db=True)
+
+
+def _verb_request(bucket: str, verb: Token, args: list) -> dict:
+    try:
+        op = operations.verb(verb.value)
+        bound = operations.bind(op, args)
+    except HoardError as e:
+        raise _Positioned(e, verb)
+    return {"op": op.name, "bucket": bucket, "args": bound}
+
+
+_TRANSFORMER = _ToValues()
+
+
+def _transform(tree, first: Token):
+    try:
+        return _TRANSFORMER.transform(tree)
+    except VisitError as e:
+        orig = e.orig_exc
+        if isinstance(orig, _Positioned):
+            raise _error(type(orig.err), orig.err.message if isinstance(orig.err, HoardError) else str(orig.err),
+                         orig.tok or first) from None
+        raise
+
+
+# ---- the public functions ----------------------------------------------------------------
+
+def statements(text: str) -> Iterator[Statement | HoardError]:
+    """Each statement of ``text`` in order, parsed only when asked for.
+
+    A statement that does not parse is yielded as its error (a :class:`SyntaxError_`
+    naming line and column, or the refusal of a bad literal, verb or argument), and
+    parsing goes on with the next statement.
+    """
+    driver = _Driver(text)
+    while True:
+        try:
+            parsed = driver.one()
+        except HoardError as err:
+            yield err
+            driver.skip(err)
+            continue
+        if parsed is None:
+            return
+        tree, first, last = parsed
+        try:
+            stmt = _transform(tree, first)
+        except HoardError as err:
+            yield err
+            continue
+        if isinstance(stmt, Statement):
+            stmt.text = text[first.start_pos:last.end_pos]
+            stmt.line, stmt.column = first.line, first.column
+        yield stmt
+
+
+def parse(text: str) -> list[Statement]:
+    """Every statement of ``text``; raises the first error."""
+    out = []
+    for item in statements(text):
+        if isinstance(item, HoardError):
+            raise item
+        out.append(item)
+    return out
+
+
+def parse_statement(text: str) -> Statement:
+    """The one statement of ``text``; raises if there is none or more than one."""
+    found = parse(text)
+    if len(found) != 1:
+        raise _error(SyntaxError_, f"expected one statement, found {len(found)}", None)
+    return found[0]
+
+
+def parse_value(text: str) -> Any:
+    """The value of one HQL literal, such as ``{Score: {$gte: 90}, At: ISODate("2026-01-01")}``."""
+    driver = _Driver(text, start="value")
+    parsed = driver.one()
+    if parsed is None:
+        raise _error(SyntaxError_, "expected a value, found nothing", driver.src.eof, at_end=True)
+    rest = driver.src.next()
+    while rest.type in ("NL", "SEMI"):
+        rest = driver.src.next()
+    if rest.type != "$END":
+        raise _error(SyntaxError_, f"unexpected {_show_token(rest)} after the value", rest)
+    tree, first, _ = parsed
+    return _no_bare_top(_transform(tree, first))
+
+
+def _no_bare_top(value):
+    try:
+        return _no_bare(value)
+    except _Positioned as p:
+        raise _error(type(p.err), p.err.message, p.tok) from None
+
+
+def is_complete(text: str) -> bool:
+    """Whether ``text`` can be run as it is: every statement ends, or one clearly cannot.
+
+    The interactive shell keeps reading lines while this is False: an open bracket,
+    a bucket body without its ``}``, a call without its ``)``.
+    """
+    for item in statements(text):
+        if isinstance(item, HoardError) and getattr(item, "at_end", False):
+            return False
+    return True

@@ -1,0 +1,376 @@
+"""The hoardDB shell: HQL statements in, answers out, on a terminal or from a script.
+
+    >>> import hoarddb, io, tempfile
+    >>> from hoarddb.shell import Shell
+    >>> out = io.StringIO()
+    >>> with hoarddb.open(tempfile.mkdtemp()) as client:
+    ...     shell = Shell(client, out=out, json_mode=True)
+    ...     shell.run_text('use app; create bucket Comments { type: fifo }; db.Comments.push({Text: "hi"}); db.Comments.pop()')
+    True
+    >>> out.getvalue().splitlines()[-1]
+    '{"ok": 1, "result": {"Text": "hi"}}'
+
+A :class:`Shell` holds what a session remembers (the current database) and runs
+statements on an executor: anything with ``execute(request) -> answer``, the embedded
+engine today, a server connection later. :func:`run_script` is a whole non-interactive
+run, in process (the tests use it); :func:`interactive` is the prompt_toolkit loop.
+Verbs, their help and their completion all come from :mod:`hoarddb.operations`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from . import operations
+from .errors import HoardError, InternalError, SyntaxError_, UnknownVerbError
+from .hql import literals, printer
+from .hql.parser import KEYWORDS, Statement, is_complete, statements
+
+#: The statements of HQL, as `help` lists them (verbs come from the operations table).
+STATEMENTS = [
+    ("create database NAME", "create a database"),
+    ("drop database NAME", "drop a database and every bucket in it"),
+    ("use NAME", "make NAME the current database (the prompt shows it)"),
+    ("show databases", "list the databases"),
+    ("show buckets", "list the buckets of the current database"),
+    ("create bucket NAME { type: fifo, ... }", "create a bucket: option lines, field lines, store-field lines"),
+    ("describe bucket NAME", "a bucket's type, size, fields, stores and indexes"),
+    ("alter bucket NAME { option: value, ... }", "change a bucket's options"),
+    ("drop bucket NAME", "drop a bucket and its data"),
+    ("db.Bucket.verb(args)", "run a verb on a bucket (db[\"Bucket\"].verb() too)"),
+    ("db.Bucket[\"key\"].Field.verb(args)", "run a verb on a store field of one document"),
+    ("db.Bucket.stats()", "same as describe bucket"),
+    ("help [VERB]", "this list, or one verb's arguments and an example"),
+    ("exit", "leave the shell (Ctrl-D too)"),
+]
+
+#: Where the interactive shell keeps its history, unless $HOARDDB_HISTORY says otherwise.
+DEFAULT_HISTORY = "~/.hoarddb_history"
+
+
+def history_path() -> Path:
+    return Path(os.environ.get("HOARDDB_HISTORY") or DEFAULT_HISTORY).expanduser()
+
+
+# ---- help -----------------------------------------------------------------------------------
+
+def usage(op: operations.Operation) -> str:
+    """``peek(limit?)``, ``list({after, limit})``, ``put(doc, {name, type})``."""
+    parts = [p.name if p.required else p.name + "?" for p in op.params]
+    if op.options:
+        parts.append("{" + ", ".join(p.name for p in op.options) + "}")
+    return f"{op.name}({', '.join(parts)})"
+
+
+def help_text(topic: str | None = None) -> str:
+    """The text of ``help`` (every statement and verb) or ``help TOPIC`` (a verb, statement or constructor)."""
+    if not topic:
+        lines = ["Statements (';' or a line's end ends one; '--' starts a comment):"]
+        width = max(len(s) for s, _ in STATEMENTS)
+        lines += [f"  {s:<{width}}  {d}" for s, d in STATEMENTS]
+        lines += ["", "Verbs (help VERB for its arguments and an example):"]
+        ops = sorted({op.name: op for op in operations.VERBS.values()}.values(), key=lambda o: o.name)
+        width = max(len(usage(op)) for op in ops)
+        for op in ops:
+            types = ", ".join(t for t in operations.STORE_TYPES if t in op.types)
+            lines.append(f"  {usage(op):<{width}}  {types}")
+        lines += ["", "Values: {key: value}, [a, b], \"text\" or 'text', 12, -1.5, true, false, null, "
+                      + ", ".join(c.example for c in literals.CONSTRUCTORS.values() if c.name in _SHOWN_CONSTRUCTORS)]
+        return "\n".join(lines)
+    if topic in operations.VERBS:
+        op = operations.VERBS[topic]
+        lines = [f"{usage(op)}  —  {', '.join(t for t in operations.STORE_TYPES if t in op.types)}"
+                 + ("  (writes)" if op.write else ""),
+                 f"  {op.summary}"]
+        for p in op.params + op.options:
+            lines.append(f"  {p.name}: {operations.KINDS.get(p.kind, p.kind)}"
+                         + ("" if p.required else ", optional") + (f" — {p.help}" if p.help else ""))
+        if op.answer:
+            lines.append(f"  answer:  {op.answer}")
+        if op.aliases:
+            lines.append(f"  also:    {', '.join(op.aliases)}")
+        if op.example:
+            lines.append(f"  example: {op.example}")
+        return "\n".join(lines)
+    if topic.lower() in literals.CONSTRUCTORS:
+        c = literals.CONSTRUCTORS[topic.lower()]
+        return f"{c.example}  —  {c.summary}"
+    matches = [f"  {s}  —  {d}" for s, d in STATEMENTS if topic.lower() in s.lower().split()]
+    if matches:
+        return "\n".join(matches)
+    known = sorted({op.name for op in operations.VERBS.values()})
+    raise UnknownVerbError(f"no help on {topic!r}: not a verb, statement or value constructor; verbs: {', '.join(known)}")
+
+
+_SHOWN_CONSTRUCTORS = {"ISODate", "now", "int32", "int64", "double", "ObjectId", "Decimal128", "UUID", "BinData"}
+
+
+# ---- the shell ------------------------------------------------------------------------------
+
+class Shell:
+    """Shell is one session: its executor, its current database, and where it prints.
+
+    Readable mode prints answers to ``out`` and errors and warnings to ``err``;
+    ``json_mode`` prints exactly one JSON line per statement to ``out``, errors included.
+    """
+
+    def __init__(self, client, *, json_mode: bool = False, out: IO[str] | None = None,
+                 err: IO[str] | None = None, db: str | None = None):
+        self.client = client
+        self.json_mode = json_mode
+        self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else sys.stderr
+        self.db = db
+        self.exited = False
+        self._buckets: list[str] | None = None
+        self._types: dict[str, dict] = {}
+
+    def prompt(self) -> str:
+        return f"{self.db or 'hoarddb'}> "
+
+    # -- running
+
+    def answer(self, stmt: Statement) -> tuple[str, dict]:
+        """The operation name and answer of one statement; raises its HoardError."""
+        if stmt.kind == "use":
+            return "use", self._use(stmt.name)
+        if stmt.kind == "help":
+            return "help", {"ok": 1, "result": help_text(stmt.name)}
+        if stmt.kind == "exit":
+            self.exited = True
+            return "exit", {"ok": 1, "result": None}
+        request = stmt.to_request(self.db)
+        answer = self.client.execute(request)
+        if request["op"] in ("create_bucket", "drop_bucket", "alter_bucket", "drop_database", "create_database"):
+            self.forget_buckets()
+        return request["op"], printer.settle(answer)
+
+    def _use(self, name: str) -> dict:
+        self.db = name
+        self.forget_buckets()
+        answer: dict[str, Any] = {"ok": 1, "result": {"db": name}}
+        try:
+            known = self.client.execute({"op": "list_databases"}).get("result") or []
+        except HoardError:
+            known = [name]
+        if name not in known:
+            answer["warnings"] = [f"database {name!r} does not exist yet; `create database {name}` or "
+                                  "`create bucket` makes it"]
+        return answer
+
+    def run_statement(self, stmt: Statement | HoardError, *, source: str | None = None) -> bool:
+        """Run one parsed statement (or report its parse error) and print the answer; True when it succeeded."""
+        if isinstance(stmt, HoardError):
+            self.report(stmt, source=source)
+            return False
+        try:
+            op, answer = self.answer(stmt)
+        except HoardError as e:
+            self.report(e)
+            return False
+        except Exception as e:  # a bug: say so in the same shape, never a traceback in --json
+            self.report(InternalError(f"{type(e).__name__}: {e} (please report this)"))
+            return False
+        self.show(op, answer)
+        return True
+
+    def run_text(self, text: str, *, continue_on_error: bool = False, show_source: bool = False) -> bool:
+        """Run every statement of ``text`` in order, each parsed just before it runs.
+
+        Stops at the first failing statement unless ``continue_on_error``, and at
+        ``exit``. True when every statement that ran succeeded.
+        """
+        ok = True
+        for stmt in statements(text):
+            if not self.run_statement(stmt, source=text if show_source else None):
+                ok = False
+                if not continue_on_error:
+                    break
+            if self.exited:
+                break
+        return ok
+
+    # -- printing
+
+    def show(self, op: str, answer: dict) -> None:
+        if self.json_mode:
+            print(printer.json_line(answer), file=self.out, flush=True)
+            return
+        if op == "use":
+            print(f"switched to database {self.db}", file=self.out)
+        elif op == "help":
+            print(answer["result"], file=self.out)
+        elif op != "exit":
+            print(printer.format_answer(op, answer), file=self.out)
+        for warning in answer.get("warnings") or []:
+            print(f"warning: {warning}", file=self.err)
+        self.out.flush()
+
+    def report(self, e: HoardError, *, source: str | None = None) -> None:
+        if self.json_mode:
+            print(printer.json_line(printer.error_answer(e)), file=self.out, flush=True)
+            return
+        print(printer.format_error(e), file=self.err)
+        line, column = getattr(e, "line", None), getattr(e, "column", None)
+        if source is not None and isinstance(e, SyntaxError_) and line:
+            lines = source.split("\n")
+            if line <= len(lines):
+                print("  " + lines[line - 1], file=self.err)
+                print("  " + " " * (column - 1) + "^", file=self.err)
+        self.err.flush()
+
+    # -- what completion needs
+
+    def forget_buckets(self) -> None:
+        self._buckets, self._types = None, {}
+
+    def bucket_names(self) -> list[str]:
+        if self._buckets is None:
+            try:
+                self._buckets = list(self.client.execute({"op": "list_buckets", "db": self.db}).get("result") or []) \
+                    if self.db else []
+            except HoardError:
+                self._buckets = []
+        return [b if isinstance(b, str) else str(b.get("name")) for b in self._buckets]
+
+    def database_names(self) -> list[str]:
+        try:
+            return list(self.client.execute({"op": "list_databases"}).get("result") or [])
+        except HoardError:
+            return []
+
+    def bucket_info(self, bucket: str) -> dict:
+        if bucket not in self._types:
+            try:
+                self._types[bucket] = self.client.execute(
+                    {"op": "describe_bucket", "db": self.db, "bucket": bucket}).get("result") or {}
+            except HoardError:
+                self._types[bucket] = {}
+        return self._types[bucket]
+
+    def verbs(self, bucket: str | None = None, field: str | None = None) -> list[str]:
+        """The verbs (and their aliases) of a bucket or of one of its store fields; all verbs when unknown."""
+        store_type = None
+        if bucket and self.db:
+            info = self.bucket_info(bucket)
+            store_type = info.get("type")
+            if field is not None:
+                store_type = next((f.get("type") for f in info.get("store_fields") or [] if f.get("name") == field), None)
+        names = set(operations.verbs_for(store_type)) if store_type else {op.name for op in operations.VERBS.values()}
+        if not names:
+            names = {op.name for op in operations.VERBS.values()}
+        with_aliases = set(names)
+        for name in names:
+            with_aliases.update(operations.VERBS[name].aliases)
+        if bucket and field is None:
+            with_aliases.update(k for k in ("stats",) if k not in operations.VERBS)
+        return sorted(with_aliases)
+
+
+# ---- completion -----------------------------------------------------------------------------
+
+_WORD = r"[\w$]*"
+_REF = r"(?:\.([\w$]+)|\[[\"']([^\"']+)[\"']\])"
+
+
+def completions(shell: Shell, before: str) -> tuple[str, list[str]]:
+    """What to complete at the end of ``before``: the partial word, and the candidates."""
+    m = re.search(rf"\bdb{_REF}\[[^\]]*\]{_REF}\.({_WORD})$", before)
+    if m:
+        return m.group(5), shell.verbs(m.group(1) or m.group(2), m.group(3) or m.group(4))
+    m = re.search(rf"\bdb{_REF}\.({_WORD})$", before)
+    if m:
+        return m.group(3), shell.verbs(m.group(1) or m.group(2))
+    m = re.search(rf"\bdb\.({_WORD})$", before)
+    if m:
+        return m.group(1), shell.bucket_names()
+    m = re.search(r"\bdb\[[\"']([^\"']*)$", before)
+    if m:
+        return m.group(1), shell.bucket_names()
+    m = re.search(rf"\b(?:describe|drop|alter)\s+bucket\s+({_WORD})$", before, re.I)
+    if m:
+        return m.group(1), shell.bucket_names()
+    m = re.search(rf"\buse\s+({_WORD})$", before, re.I)
+    if m:
+        return m.group(1), shell.database_names()
+    m = re.search(rf"\bhelp\s+({_WORD})$", before, re.I)
+    if m:
+        return m.group(1), sorted(set(operations.VERBS) | {s.split()[0] for s, _ in STATEMENTS if s[0].isalpha()})
+    m = re.search(rf"(?<![.\w$])({_WORD})$", before)
+    word = m.group(1) if m else ""
+    depth = sum(before.count(c) for c in "([{") - sum(before.count(c) for c in ")]}")
+    if depth > 0:
+        return word, sorted(["true", "false", "null"] + [c.name for c in literals.CONSTRUCTORS.values()])
+    return word, sorted(k for k in KEYWORDS if k not in ("true", "false", "null"))
+
+
+def _completer(shell: Shell):
+    from prompt_toolkit.completion import Completer, Completion
+
+    class HQLCompleter(Completer):
+        """Completes keywords, database and bucket names, and the verbs a bucket's type serves."""
+
+        def get_completions(self, document, complete_event):
+            try:
+                word, candidates = completions(shell, document.text_before_cursor)
+            except Exception:  # completion must never break the prompt
+                return
+            for c in candidates:
+                if c.lower().startswith(word.lower()) and c != word:
+                    yield Completion(c, start_position=-len(word))
+
+    return HQLCompleter()
+
+
+# ---- the interactive loop -------------------------------------------------------------------
+
+def interactive(shell: Shell, *, history: Path | None = None) -> None:
+    """Read statements at a prompt until exit or Ctrl-D; errors are shown and the session goes on."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+    from prompt_toolkit.key_binding import KeyBindings
+
+    keys = KeyBindings()
+
+    @keys.add("enter")
+    def _enter(event):
+        buffer = event.current_buffer
+        if buffer.complete_state and buffer.complete_state.current_completion:
+            buffer.apply_completion(buffer.complete_state.current_completion)
+            return
+        if is_complete(buffer.text):
+            buffer.validate_and_handle()
+        else:
+            buffer.insert_text("\n")
+
+    path = history or history_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = FileHistory(str(path))
+    except OSError:
+        store = InMemoryHistory()
+    session = PromptSession(history=store, completer=_completer(shell), multiline=True, key_bindings=keys,
+                            complete_while_typing=False,
+                            prompt_continuation=lambda width, line, soft: "." * (width - 1) + " ")
+    print("hoardDB shell — `help` lists statements and verbs; Ctrl-D leaves.", file=shell.out)
+    while not shell.exited:
+        try:
+            text = session.prompt(shell.prompt())
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            break
+        shell.run_text(text, continue_on_error=True, show_source=True)
+
+
+# ---- a whole run ----------------------------------------------------------------------------
+
+def run_script(client, text: str, *, json_mode: bool = False, continue_on_error: bool = False,
+               out: IO[str] | None = None, err: IO[str] | None = None, db: str | None = None) -> int:
+    """Run a script on ``client`` as ``hoarddb shell`` does; its exit status (0 when every statement succeeded)."""
+    shell = Shell(client, json_mode=json_mode, out=out, err=err, db=db)
+    return 0 if shell.run_text(text, continue_on_error=continue_on_error) else 1

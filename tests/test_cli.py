@@ -1,0 +1,142 @@
+"""The hoarddb and hoardDB commands: options, exit status, standard input, and a real terminal session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import hoarddb
+from hoarddb.cli import NO_SERVER, main, shell_main
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def invoke(command, args, input=None):
+    return CliRunner().invoke(command, args, input=input)
+
+
+@pytest.mark.parametrize("flags", [["-insecure"], ["--host", "db.example"], ["--port", "7070"],
+                                   ["-insecure", "--host", "localhost", "--port", "7070"]])
+def test_hoardDB_server_flags_say_no_server_client_exists_yet(flags, tmp_path):
+    result = invoke(shell_main, flags + ["-e", "show databases"])
+    assert result.exit_code == 2
+    assert NO_SERVER in result.output
+    assert not (tmp_path / "data").exists()
+
+
+def test_hoardDB_is_the_shell(tmp_path):
+    result = invoke(shell_main, ["--data", str(tmp_path / "d"), "--json", "-e", "create database app; show databases"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ['{"ok": 1, "result": null}', '{"ok": 1, "result": ["app"]}']
+
+
+def test_version():
+    assert invoke(main, ["--version"]).output.strip() == f"hoardDB, version {hoarddb.__version__}"
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert invoke(main, ["shell", "-e", "show databases"]).exit_code == 2  # no --data
+    both = invoke(main, ["shell", "--data", str(tmp_path), "-e", "show databases", "-f", "-"])
+    assert both.exit_code == 2 and "not both" in both.output
+    assert invoke(main, ["shell", "--data", str(tmp_path), "--frobnicate"]).exit_code == 2
+
+
+def test_statements_from_standard_input(tmp_path):
+    result = invoke(main, ["shell", "--data", str(tmp_path / "d")],
+                    input="use app\ncreate bucket Q { type: fifo }\ndb.Q.push({n: 1})\ndb.Q.pop()\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == "{n: 1}"
+
+
+def test_file_dash_is_standard_input(tmp_path):
+    result = invoke(main, ["shell", "--data", str(tmp_path / "d"), "--json", "-f", "-"], input="show databases")
+    assert result.output.strip() == '{"ok": 1, "result": []}'
+
+
+def test_exit_status_and_continue_on_error(tmp_path):
+    data = str(tmp_path / "d")
+    script = "use app; db.Nope.pop(); show databases"
+    stop = invoke(main, ["shell", "--data", data, "--json", "-e", script])
+    assert stop.exit_code == 1
+    assert [json.loads(line)["ok"] for line in stop.output.splitlines()] == [1, 0]
+    go_on = invoke(main, ["shell", "--data", data, "--json", "--continue-on-error", "-e", script])
+    assert go_on.exit_code == 1
+    assert [json.loads(line)["ok"] for line in go_on.output.splitlines()] == [1, 0, 1]
+
+
+def test_a_locked_data_directory_is_an_error(tmp_path):
+    with hoarddb.open(tmp_path / "d"):
+        result = invoke(main, ["shell", "--data", str(tmp_path / "d"), "--json", "-e", "show databases"])
+    assert result.exit_code == 1
+    assert json.loads(result.output)["codeName"] == "DATA_DIR_LOCKED"
+
+
+def test_tour_calls_the_tour(tmp_path, monkeypatch):
+    import hoarddb.tour
+
+    seen = []
+    monkeypatch.setattr(hoarddb.tour, "main", lambda data_dir: seen.append(data_dir) or 0)
+    result = invoke(main, ["tour", "--data", str(tmp_path / "t")])
+    assert result.exit_code == 0 and seen == [str(tmp_path / "t")]
+
+
+def test_console_entry_point_as_a_child_process(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "hoarddb.cli", "shell", "--data", str(tmp_path / "d"),
+                           "-e", "use app; db.Q.pop("], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=60)
+    assert done.returncode == 1
+    assert done.stdout == "switched to database app\n"
+    assert done.stderr.splitlines()[-1].startswith(
+        "error SYNTAX_ERROR (20): line 1, column 19: the statement is incomplete at end of input; expected ')'")
+
+
+# ---- a real terminal ------------------------------------------------------------------------------
+
+def test_interactive_session_in_a_pseudo_terminal(tmp_path):
+    pexpect = pytest.importorskip("pexpect")
+    env = dict(ENV, HOARDDB_HISTORY=str(tmp_path / "history"), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
+    child = pexpect.spawn(sys.executable, ["-m", "hoarddb.cli", "shell", "--data", str(tmp_path / "d")],
+                          env=env, cwd=str(REPO), encoding="utf-8", timeout=20, dimensions=(40, 160))
+    try:
+        child.expect("hoarddb>")
+        child.send("use app\r")
+        child.expect("switched to database app")
+        child.expect("app>")
+        # A multi-line create bucket: Enter inside the braces continues the statement.
+        child.send("create bucket Comments {\r")
+        child.expect(r"\.\.\.")
+        child.send("  type: fifo\r")
+        child.send("}\r")
+        child.expect('name: "Comments", type: "fifo"')
+        child.expect("app>")
+        # TAB completes the bucket name, then the verb (only fifo verbs start with 'pu').
+        child.send("db.Comm\t")
+        child.expect("Comments")
+        child.send(".pu\t")
+        child.expect("push")
+        child.send('({Author: "Bob", Text: "Nice photo!"})\r')
+        child.expect("ok")
+        child.expect("app>")
+        child.send("db.Comments.pop()\r")
+        child.expect(r'\{Author: "Bob", Text: "Nice photo!"\}')
+        child.expect("app>")
+        # A syntax error is shown with a caret, and the session goes on.
+        child.send("db.Comments.push({a: 1 b: 2})\r")
+        child.expect(r"error SYNTAX_ERROR \(20\): line 1, column 24")
+        child.expect("app>")
+        child.send("help peek\r")
+        child.expect(r"peek\(limit\?\)")
+        child.expect("app>")
+        child.send("exit\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0  # an interactive session's errors do not make its exit status
+    history = (tmp_path / "history").read_text()
+    assert "create bucket Comments {\n+  type: fifo\n+}" in history
