@@ -23,7 +23,7 @@ from itertools import product
 from typing import Any, Iterable
 
 from ..errors import BadValueError, DuplicateKeyError, IndexNotReadyError
-from ..values.keys import decode_key, decode_keys, encode_key
+from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
 from .declaration import FORMAT
 
@@ -56,6 +56,9 @@ class Index:
 
     def value_tuples(self, doc: dict, bucket: str) -> list[tuple[bytes, tuple]]:
         """``(encoded values, values)`` for each entry a document has in this index."""
+        values = [doc.get(f) for f in self.fields]
+        if not any(isinstance(v, list) for v in values):  # the common case: one entry
+            return [(b"".join(encode_key(v) for v in values), tuple(values))]
         per_field = []
         arrays = 0
         for f in self.fields:
@@ -101,8 +104,10 @@ class Index:
         """The encoded ``_id_`` an entry points to."""
         if self.unique:
             return bytes(value)
-        last = decode_keys(key[len(self.prefix):])[-1]
-        return encode_key(last)
+        pos = len(self.prefix)
+        for _ in self.fields:
+            pos = key_end(key, pos)
+        return bytes(key[pos:])
 
 
 class IndexSet:
