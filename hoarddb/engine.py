@@ -125,7 +125,10 @@ class Engine:
             positional.pop()
         keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
         store = self._store(db, bucket, decl)
-        return getattr(store, op.name)(*positional, **keywords)
+        result = getattr(store, op.name)(*positional, **keywords)
+        if op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
+            self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
+        return result
 
     # -- stores --------------------------------------------------------------------
 
@@ -262,6 +265,18 @@ class Engine:
         if warnings:
             answer["warnings"] = warnings
         return answer
+
+    def sync(self) -> None:
+        """Make every write acknowledged so far durable: one fsync per store written.
+
+        With ``Options(sync=False)`` writes return before they are durable; a server
+        calls this once for a group of concurrent writes before answering any of them
+        (group commit). With ``sync`` on it costs nothing: each write was durable already.
+        """
+        if self.options.sync:
+            return
+        for store in list(self._stores.values()):
+            store.sync()
 
     # -- TTL and metrics -------------------------------------------------------------
 

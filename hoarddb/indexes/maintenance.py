@@ -139,7 +139,8 @@ class IndexSet:
             out[key] = (value, values)
         return out
 
-    def apply(self, txn, doc_key: bytes, old: dict | None, new: dict | None, *, where: str = "") -> None:
+    def apply(self, txn, doc_key: bytes, old: dict | None, new: dict | None, *, where: str = "",
+              conflicts: dict | None = None) -> None:
         """Move a document's entries from ``old`` to ``new`` (None: absent) in ``txn``.
 
         Raises DuplicateKeyError, with the spec's message, when ``new`` would take a unique
@@ -161,7 +162,13 @@ class IndexSet:
                 if ix.unique:
                     holder = txn.get(key)
                     if holder is not None and bytes(holder) != doc_key:
-                        raise self.duplicate(ix, values, decode_key(holder), where)
+                        if conflicts is None:
+                            raise self.duplicate(ix, values, decode_key(holder), where)
+                        conflicts.setdefault(ix.name, {
+                            "values": dict(zip(ix.fields, values)),
+                            "documents": [decode_key(holder), decode_key(doc_key)],
+                        })
+                        continue  # the holder keeps the entry; the index becomes conflicted
                 txn.put(key, value)
 
     def duplicate(self, ix: Index, values: tuple, holder: Any, where: str = "") -> DuplicateKeyError:

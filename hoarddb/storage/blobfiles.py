@@ -193,6 +193,11 @@ class IndexLog:
         self.end += len(data)
         self.records += 1
 
+    def flush(self) -> None:
+        """fsync the log (what ``append`` does itself when ``sync`` is on)."""
+        if self._file is not None:
+            os.fsync(self._file.fileno())
+
     def rewrite(self, records: Iterable[dict]) -> None:
         """Replace the log with ``records``: write a new file, fsync, rename over, fsync the directory.
 

@@ -59,6 +59,9 @@ class Store:
     def close(self) -> None:
         """Release files and memory; the store is not used again."""
 
+    def sync(self) -> None:
+        """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit)."""
+
     def stats(self) -> dict:
         """``{"entries": n, "bytes": bytes on disk}`` for this store."""
         return {"entries": self.length(), "bytes": directory_bytes(self.directory)}
@@ -161,6 +164,35 @@ class KVStore(Store):
 
     def stats(self) -> dict:
         return {"entries": self._count, "bytes": directory_bytes(self.directory)}
+
+    def export(self, cursor: Any = None, limit: int = 1000) -> dict:
+        """A page of every entry in storage (key) order: ``{docs, next}``; pass ``next`` back as ``cursor``.
+
+        ``next`` is None on the last page. Unlike ``list`` it never skips entries with
+        equal keys, so a dump built on it is complete.
+        """
+        check_limit(limit, 10_000, "export")
+        from ..values.codec import decode
+
+        out, last = [], None
+        start = self.DOC if cursor is None else self.DOC + bytes(cursor)
+        with self.kv.read() as txn:
+            c = txn.cursor()
+            if c.set_range(start):
+                for key, raw in c:
+                    if not key.startswith(self.DOC):
+                        break
+                    if cursor is not None and key == start:
+                        continue
+                    out.append(decode(raw))
+                    last = key
+                    if len(out) >= limit:
+                        break
+        return {"docs": out, "next": last[len(self.DOC):] if len(out) == limit else None}
+
+    def sync(self) -> None:
+        """Make every committed write durable (what each commit does itself when ``options.sync`` is on)."""
+        self.kv.env.sync(True)
 
     def close(self) -> None:
         self.kv.close()

@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from ..errors import BadValueError, ClosedError, CorruptDataError, NotFoundError, StorageError
+from ..errors import BadValueError, ClosedError, CorruptDataError, DuplicateKeyError, NotFoundError, StorageError
 from ..ids import uuid7
 from ..options import Options
 from ..storage import blobfiles
@@ -65,6 +65,7 @@ class BlobStore(Store):
     def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
         super().__init__(directory, declaration, options)
         self._lock = threading.Lock()
+        self._unsynced: list[str] = []
         self._records: dict[str, dict] = {}  # live blobs: DbID -> its put record
         self._order: list[str] = []  # DbIDs sorted; may still hold deleted ones
         self._stale_in_order = 0
@@ -138,12 +139,21 @@ class BlobStore(Store):
         """
         self._check_open()
         data, name, type = _put_arguments(data, name, type)
-        blob_id = uuid7()
-        created = _now_ms()
+        return self._put(data, name, type, uuid7(), _now_ms())
+
+    def _put(self, data, name, type, blob_id: str, created, sha256_expected: str | None = None) -> str:
         try:
             size, sha256 = blobfiles.write_blob(self.directory, blob_id, _chunks(data), self.options.sync)
         except OSError as exc:
             raise StorageError(f"blob put in bucket {self.directory.name} could not be written: {exc}") from exc
+        if sha256_expected is not None and sha256 != sha256_expected:
+            _unlink_quietly(self.directory / blob_id)
+            raise CorruptDataError(
+                f"blob {blob_id} loaded with sha256 {sha256}, but its dump recorded {sha256_expected}; "
+                "the dump is damaged: load it from another copy"
+            )
+        if not self.options.sync:
+            self._unsynced.append(blob_id)
         record = {
             "op": "put", "_id_": blob_id, "name": name, "type": type,
             "size": size, "sha256": sha256, "created": created,
@@ -166,6 +176,46 @@ class BlobStore(Store):
                 bisect.insort(self._order, blob_id)
             self._maybe_compact()
         return blob_id
+
+    def load(self, docs: list) -> dict:
+        """Restore blobs with their own ids: each ``{_id_, data, name, type, sha256?, created?}``.
+
+        ``data`` is bytes or a binary file object; a given ``sha256`` is checked against
+        the bytes written (CorruptDataError, and that blob is not kept). An id that is
+        already in the bucket is refused (DUPLICATE_KEY).
+        """
+        loaded = 0
+        for i, doc in enumerate(docs):
+            if not isinstance(doc, dict) or "_id_" not in doc or "data" not in doc:
+                raise BadValueError(f"load: blob {i} must be a document {{_id_, data, name, type}}")
+            blob_id = _blob_id(doc["_id_"])
+            if blob_id in self._records:
+                raise DuplicateKeyError(f"load: blob {blob_id} is already in bucket {self.directory.name}")
+            data, name, type = _put_arguments(doc["data"], doc.get("name"), doc.get("type"))
+            self._put(data, name, type, blob_id, doc.get("created") or _now_ms(), doc.get("sha256"))
+            loaded += 1
+        return {"loaded": loaded}
+
+    def export(self, cursor: Any = None, limit: int = 1000) -> dict:
+        """A page of blob infos in id order: ``{docs, next}``; read each blob's bytes with stream."""
+        docs = self.list(after=cursor, limit=limit)
+        return {"docs": docs, "next": docs[-1]["_id_"] if len(docs) == limit else None}
+
+    def sync(self) -> None:
+        """Make every blob put since the last sync durable (with ``options.sync`` off)."""
+        with self._lock:
+            pending, self._unsynced = self._unsynced, []
+        for blob_id in pending:
+            try:
+                fd = os.open(self.directory / blob_id, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted since
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        blobfiles.fsync_directory(self.directory)
+        self._index.flush()
 
     def delete(self, id: Any) -> dict:
         """Remove a blob: ``{"deleted": 1}``; an unknown id raises NotFoundError.

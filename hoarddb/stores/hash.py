@@ -46,7 +46,7 @@ class HashStore(KVStore):
     """HashStore keeps whole documents by their ``_id_``; an insert never overwrites."""
 
     type_name = "hash"
-    verbs = frozenset({"insert", "batch_insert", "put", "get", "find", "search", "count", "update", "delete",
+    verbs = frozenset({"insert", "batch_insert", "put", "batch_put", "export", "load", "get", "find", "search", "count", "update", "delete",
                        "length", "list"})
     bucket_options: dict[str, str] = {}
 
@@ -112,20 +112,66 @@ class HashStore(KVStore):
 
     def put(self, doc: Mapping) -> Any:
         """Store a whole document under its ``_id_``, replacing the one there; return the ``_id_``."""
-        if isinstance(doc, Mapping) and "_id_" not in doc:
-            raise BadValueError("put stores a document under its _id_, and this one has none; add _id_, or use insert")
+        return self._put_many([doc], batch=False)[0]
+
+    def batch_put(self, docs: list) -> list:
+        """put for many documents in one write, all or none (unique indexes are checked); their ``_id_`` values."""
+        return self._put_many(docs, batch=True)
+
+    def _put_many(self, docs: list, batch: bool) -> list:
+        for i, doc in enumerate(docs):
+            if isinstance(doc, Mapping) and "_id_" not in doc:
+                where = f" (document at position {i} of the batch)" if batch else ""
+                raise BadValueError(f"put stores a document under its _id_, and this one has none{where}; "
+                                    "add _id_, or use insert")
         self.indexes.check_writable()
-        dk, ident, doc, data = self._prepare(doc)
+        prepared = [self._prepare(doc, f"document {i} of the batch" if batch else "document")
+                    for i, doc in enumerate(docs)]
 
         def fn(txn):
-            raw = txn.get(self.DOC + dk)
-            old = decode(raw) if raw is not None else None
-            self.indexes.apply(txn, dk, old, doc)
-            txn.put(self.DOC + dk, data)
-            return None, int(old is None)
+            added = 0
+            for i, (dk, ident, doc, data) in enumerate(prepared):
+                where = (f" (batch document {literal(ident)} at position {i}; nothing of the batch was written)"
+                         if batch else "")
+                raw = txn.get(self.DOC + dk)
+                old = decode(raw) if raw is not None else None
+                self.indexes.apply(txn, dk, old, doc, where=where)
+                txn.put(self.DOC + dk, data)
+                added += old is None
+            return None, added
 
         self._write(fn)
-        return ident
+        return [ident for _, ident, _, _ in prepared]
+
+    def load(self, docs: list) -> dict:
+        """Restore documents as a dump holds them: each is put (replacing one with its ``_id_``).
+
+        Unlike insert, a value a unique index already has does not refuse the load: the
+        document is written, the index keeps the first holder and becomes ``conflicted``
+        (naming both), as indexes.md says of a restore. ``{loaded, conflicts}``.
+        """
+        self.indexes.check_writable()
+        prepared = [self._prepare(doc, f"document {i} of the load") for i, doc in enumerate(docs)]
+        conflicts: dict = {}
+
+        def fn(txn):
+            added = 0
+            for dk, _ident, doc, data in prepared:
+                raw = txn.get(self.DOC + dk)
+                old = decode(raw) if raw is not None else None
+                self.indexes.apply(txn, dk, old, doc, conflicts=conflicts)
+                txn.put(self.DOC + dk, data)
+                added += old is None
+            return None, added
+
+        self._write(fn)
+        for ix in self.indexes.indexes:
+            if ix.name in conflicts and ix.state == "ready":
+                ix.state = "conflicted"
+                ix.decl = dict(ix.decl, state="conflicted", conflict=conflicts[ix.name])
+                log.error("bucket %s: unique index %s is conflicted after a load: %s",
+                          self.name, ix.name, conflicts[ix.name])
+        return {"loaded": len(prepared), "conflicts": [{"index": k, **v} for k, v in conflicts.items()]}
 
     def update(self, filter: Mapping, update: Mapping) -> dict:
         """Apply update operators to every matching document, in key order, in one write: ``{matched, modified}``.
@@ -316,6 +362,10 @@ class HashStore(KVStore):
                 decl["conflict"] = conflict
                 log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
             ix.decl, ix.state = decl, decl["state"]
+        return [ix.decl for ix in self.indexes.indexes]
+
+    def declarations(self) -> list[dict]:
+        """The index declarations as they should be persisted (a load may have conflicted one)."""
         return [ix.decl for ix in self.indexes.indexes]
 
     def index_states(self) -> list[dict]:

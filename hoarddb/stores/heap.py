@@ -92,6 +92,10 @@ class HeapStore(KVStore):
                 heapq.heappush(self._heap, key)
         return len(prepared)
 
+    def load(self, docs: list) -> dict:
+        """Restore elements with their priorities (as batch_push, for a dump's restore): ``{loaded}``."""
+        return {"loaded": self.batch_push(docs)}
+
     def pop(self, limit: int | None = None):
         """Remove and return the highest-priority element (None when empty); with a limit, up to that many in one write."""
         n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")

@@ -146,3 +146,15 @@ def test_reopen_keeps_documents_and_count(tmp_path):
         c["app"].create_bucket("U").batch_insert([{"_id_": i} for i in range(50)])
     with hoarddb.open(tmp_path) as c:
         assert c["app"].U.count() == 50 and c["app"].U.get(49) == {"_id_": 49}
+
+
+def test_batch_put_replaces_all_or_none(db):
+    b = db.create_bucket("U", type="hash", indices=[{"field": "E", "unique": True}])
+    b.batch_insert([{"_id_": 1, "E": "a"}, {"_id_": 2, "E": "b"}])
+    assert b.batch_put([{"_id_": 1, "E": "a2"}, {"_id_": 3, "E": "c"}]) == [1, 3]
+    assert b.count() == 3 and b.get(1)["E"] == "a2"
+    with pytest.raises(errors.DuplicateKeyError, match="position 1"):
+        b.batch_put([{"_id_": 4, "E": "d"}, {"_id_": 5, "E": "b"}])
+    assert b.get(4) is None
+    with pytest.raises(errors.BadValueError, match="position 0"):
+        b.batch_put([{"E": "x"}])
