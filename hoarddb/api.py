@@ -138,6 +138,14 @@ class Bucket:
             {"op": "describe_bucket", "db": self._database.name, "bucket": self.name}
         )
 
+    def __getitem__(self, key: Any) -> "Document":
+        """The document with this key, as the owner of its store fields: ``db.Property["p1"].Expenses``."""
+        return Document(self, key)
+
+    def doc(self, key: Any) -> "Document":
+        """Same as ``bucket[key]``: ``db.Property.doc("p1").Expenses.push(...)``."""
+        return Document(self, key)
+
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
@@ -147,6 +155,73 @@ class Bucket:
 
     def __repr__(self) -> str:
         return f"<hoarddb Bucket {self._database.name}.{self.name}>"
+
+
+class Document:
+    """Document is a document's address in a bucket; its attributes are its store fields.
+
+    ``db.Property["p1"].Expenses`` is the ``Expenses`` store of document ``p1``. The
+    document's own fields are read with ``bucket.get(key)``.
+    """
+
+    def __init__(self, bucket: Bucket, key: Any):
+        self._bucket = bucket
+        self.key = key
+
+    def __getattr__(self, field: str) -> "StoreField":
+        if field.startswith("_"):
+            raise AttributeError(field)
+        return StoreField(self, field)
+
+    def __getitem__(self, field: str) -> "StoreField":
+        return StoreField(self, field)
+
+    def __repr__(self) -> str:
+        return f"<hoarddb Document {self._bucket._database.name}.{self._bucket.name}[{self.key!r}]>"
+
+
+class StoreField:
+    """StoreField is one store a document owns; its methods are the store-field verbs of its type.
+
+    The verbs come from ``operations.FIELD_VERBS``: push/pop/peek/list/length on fifo,
+    lifo and heap fields, put(key, doc)/get/delete/list on hash and btree fields,
+    put/get/info/delete/stream on blob fields. Any other name is sent as it is, and the
+    engine refuses it saying what to use instead (``update`` on a store field, say).
+    """
+
+    def __init__(self, document: Document, name: str):
+        self._document = document
+        self.name = name
+
+    def _send(self, name: str, args: dict) -> Any:
+        bucket = self._document._bucket
+        answer = bucket._database._client.execute({
+            "op": name, "db": bucket._database.name, "bucket": bucket.name,
+            "key": self._document.key, "field": self.name, "args": args,
+        })
+        return answer.get("result")
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self._send(name, {})
+
+    def __repr__(self) -> str:
+        return f"<hoarddb StoreField {self._document!r}.{self.name}>"
+
+
+def _make_field_verb(op: operations.Operation, name: str):
+    def verb(self, *args, **kwargs):
+        return self._send(op.name, operations.bind(op, args, kwargs))
+
+    verb.__name__ = name
+    verb.__qualname__ = f"StoreField.{name}"
+    verb.__doc__ = f"{op.summary}\n\nAnswers {op.answer}. Example: {op.example}"
+    return verb
+
+
+for _name, _op in operations.FIELD_VERBS.items():
+    setattr(StoreField, _name, _make_field_verb(_op, _name))
 
 
 class Found(list):

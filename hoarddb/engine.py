@@ -34,6 +34,7 @@ from .options import Options
 from .storage.lock import DirectoryLock
 from .stores import store_class
 from .stores.base import Reply, Store
+from .stores.fields import refusal as field_refusal
 
 #: Options every bucket accepts, whatever its type; a type adds its own (Store.bucket_options).
 COMMON_BUCKET_OPTIONS = {
@@ -95,6 +96,11 @@ class Engine:
         if handler is not None:
             answer = handler(request)
             return answer if isinstance(answer, dict) and "ok" in answer else {"ok": 1, "result": answer}
+        if "field" in request or "key" in request:
+            result = self._field_verb(name, request)
+            if isinstance(result, Reply):
+                return {"ok": 1, "result": result.result, **result.extras}
+            return {"ok": 1, "result": result}
         if name not in operations.VERBS:
             known = sorted(set(self._handlers) | {op.name for op in operations.VERBS.values()})
             raise UnknownVerbError(f"unknown operation {name!r}; operations: {', '.join(known)}")
@@ -106,11 +112,6 @@ class Engine:
     def _verb(self, op: operations.Operation, request: dict) -> Any:
         db, bucket = _db(request), _bucket(request)
         decl = self.catalog.bucket(db, bucket)
-        if "field" in request or "key" in request:
-            raise VerbNotSupportedError(
-                f"store fields ({bucket}[key].Field.{op.name}) are not served yet by this version; "
-                "use a bucket of that store type meanwhile"
-            )
         if decl["type"] not in op.types:
             raise VerbNotSupportedError(
                 f"{decl['type']} bucket {bucket!r} has no verb {op.name!r}; "
@@ -129,6 +130,32 @@ class Engine:
         if op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
             self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
         return result
+
+    def _field_verb(self, name: str, request: dict) -> Any:
+        """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""
+        db, bucket = _db(request), _bucket(request)
+        decl = self.catalog.bucket(db, bucket)
+        field = request.get("field")
+        if "key" not in request or not isinstance(field, str):
+            raise InvalidArgumentError("a store-field operation names the document's key and the field: "
+                                       "{op, db, bucket, key, field, args}")
+        declared = {f["name"]: f["type"] for f in decl.get("store_fields") or []}
+        if field not in declared:
+            names = ", ".join(f"{n} ({t})" for n, t in declared.items()) or "none"
+            raise BadValueError(f"bucket {bucket!r} has no store field {field!r}; its store fields: {names}")
+        op = operations.FIELD_VERBS.get(name)
+        if op is None or declared[field] not in op.types:
+            raise field_refusal(bucket, field, declared[field], name)
+        args = request.get("args") or {}
+        if not isinstance(args, dict):
+            raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
+        args = operations.bind(op, (), args)
+        positional = [args.get(p.name) for p in op.params]
+        while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
+            positional.pop()
+        keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+        store = self._store(db, bucket, decl)
+        return store.fields.call(request["key"], field, op.name, positional, keywords)
 
     # -- stores --------------------------------------------------------------------
 

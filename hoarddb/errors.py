@@ -177,6 +177,48 @@ class IndexNotReadyError(HoardError):
     code, codeName = 24, "INDEX_NOT_READY"
 
 
+class L2LimitError(HoardError):
+    """L2LimitError is a write to a store field (an L2 sub-bucket) past its hard limit of entries."""
+
+    code, codeName = 25, "L2_HARD_LIMIT"
+
+
+class TooManyElementsError(HoardError):
+    """TooManyElementsError is a delete of a document whose store fields hold more than one delete removes."""
+
+    code, codeName = 26, "TOO_MANY_ELEMENTS"
+
+
+class AuthFailedError(HoardError):
+    """AuthFailedError is a refused login: unknown user or wrong password (which one is never said)."""
+
+    code, codeName = 27, "AUTH_FAILED"
+
+
+class UnauthorizedError(HoardError):
+    """UnauthorizedError is an operation the connection's user has no role for, or one sent before authenticating."""
+
+    code, codeName = 28, "UNAUTHORIZED"
+
+
+class ConnectionError_(HoardError):
+    """ConnectionError_ is a server that cannot be reached, or a connection lost or refused (TLS, limits, restart)."""
+
+    code, codeName = 29, "CONNECTION_ERROR"
+
+
+class TimeoutError_(HoardError):
+    """TimeoutError_ is a server that did not answer in time; the connection is closed, the operation's outcome unknown."""
+
+    code, codeName = 30, "TIMEOUT"
+
+
+class ProtocolError(HoardError):
+    """ProtocolError is bytes on the wire that are not a hoardDB message, or a message out of turn."""
+
+    code, codeName = 31, "PROTOCOL_ERROR"
+
+
 #: Every error class by its code: the wire and the shell map answers back through it.
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):

@@ -165,6 +165,55 @@ for _op in [
     _verb(_op)
 
 
+#: Verbs on a document's store field (``db.Property["p1"].Expenses.push(...)``): the same
+#: names as bucket verbs where they mean the same, with put/get/delete taking a key on
+#: hash and btree fields. A verb missing here (update, range, insert...) is refused on a
+#: store field with advice on what to use instead (hoarddb.stores.fields.refusal).
+FIELD_VERBS: dict[str, Operation] = {}
+
+_KEY = Param("key", "any", True, "the element's key (hash, btree) or the blob's id")
+for _op in [
+    Operation("push", _types("fifo", "lifo", "heap"), (Param("doc", "doc"),), write=True,
+              summary="Add one element to the document's queue, stack or heap.", answer="null",
+              example='db.Property["p1"].Expenses.push({Amount: 120})'),
+    Operation("batch_push", _types("fifo", "lifo", "heap"), (Param("docs", "docs"),), write=True,
+              summary="Add many elements in one write.", answer="the number added", aliases=("batchPush",)),
+    Operation("pop", _types("fifo", "lifo", "heap"), (_LIMIT,), write=True,
+              summary="Remove and return the next element (with a limit, up to 100 in one write).",
+              answer="a document or null; with a limit, a list", example='db.Property["p1"].Tickets.pop()'),
+    Operation("peek", _types("fifo", "lifo", "heap"), (_LIMIT,),
+              summary="The next element(s) in pop order, not removed (limit at most 1000).",
+              answer="a document or null; with a limit, a list", example='db.Property["p1"].Expenses.peek({limit: 10})'),
+    Operation("length", _types(*STORE_TYPES), summary="How many elements the store field holds.",
+              answer="an integer", example='db.Property["p1"].Expenses.length()'),
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT),
+              summary="Read in storage order (queues oldest first; hash and btree fields in key order, as {key, doc}).",
+              answer="a list", example='db.Property["p1"].ExpenseDates.list({after: "2026-03-01/", limit: 50})'),
+    Operation("put", _types("hash", "btree", "blob"), (_KEY, Param("doc", "any", False)),
+              (Param("name", "str", False), Param("type", "str", False)), write=True,
+              summary="hash/btree field: put(key, doc) stores doc under key, replacing; blob field: put(data) stores bytes.",
+              answer="the key, or the blob's id",
+              example='db.Property["p1"].ExpenseByID.put("e1", {Amount: 95})'),
+    Operation("get", _types("hash", "btree", "blob"), (_KEY,),
+              summary="The element with this key (blob field: the blob with this id), or null.",
+              answer="a document or null", example='db.Property["p1"].ExpenseByID.get("e1")'),
+    Operation("delete", _types("hash", "btree", "blob"), (_KEY,), write=True,
+              summary="Delete the element with this key (blob field: the blob).", answer="{deleted}",
+              example='db.Property["p1"].ExpenseByID.delete("e1")'),
+    Operation("info", _types("blob"), (_KEY,), summary="A blob's metadata, no bytes.", answer="a document"),
+    Operation("stream", _types("blob"), (_KEY,), (Param("chunk_size", "int", False),),
+              summary="A blob's bytes in chunks.", answer="an iterator of bytes"),
+]:
+    FIELD_VERBS[_op.name] = _op
+    for _alias in _op.aliases:
+        FIELD_VERBS[_alias] = _op
+
+
+def field_verbs_for(store_type: str) -> list[str]:
+    """The verb names a store field of this type serves, sorted."""
+    return sorted({op.name for op in FIELD_VERBS.values() if store_type in op.types})
+
+
 def verb(name: str) -> Operation:
     """The operation called ``name`` (or one of its aliases); raises UnknownVerbError."""
     try:

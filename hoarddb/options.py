@@ -29,6 +29,14 @@ class Options:
     max_peek: int = 1000
     #: The most elements one pop({limit}) removes in one write.
     max_pop: int = 100
+    #: Store fields (L2 sub-buckets): past this many elements in one document's store a
+    #: warning is logged, once per store.
+    l2_soft_limit: int = 10_000
+    #: A write that would take one document's store past this many elements is refused.
+    l2_hard_limit: int = 100_000
+    #: The most store-field elements one document delete (or TTL expiry) removes with the
+    #: document; a document whose stores hold more is refused (the TTL sweeper skips it).
+    max_cascade_delete: int = 10_000
     #: Seconds between two TTL sweeps (0 turns the sweeper off). Default: the environment's
     #: HOARDDB_TTL_SWEEP_SECONDS, else 60. An expired document stays readable until a sweep.
     ttl_sweep_seconds: float = field(default_factory=lambda: _env_seconds("HOARDDB_TTL_SWEEP_SECONDS", 60))
@@ -39,11 +47,28 @@ class Options:
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":
+        """Options from keyword arguments, a ``bucket_limits`` mapping, and a YAML ``config`` file.
+
+        ``config="hoarddb.yaml"`` reads the same names from a YAML mapping (and its
+        ``bucket_limits:`` section, as the spec writes it); keyword arguments win over
+        the file.
+        """
+        config = kwargs.pop("config", None)
+        if config is not None:
+            kwargs = {**_read_config(config), **kwargs}
+        limits = kwargs.pop("bucket_limits", None)
+        if limits is not None:
+            if not isinstance(limits, dict):
+                raise BadValueError("bucket_limits is a mapping such as {l2_soft_limit: 10000, l2_hard_limit: 100000}")
+            for key, value in limits.items():
+                if key not in ("l2_soft_limit", "l2_hard_limit"):
+                    raise UnknownOptionError(f"unknown bucket_limits key {key!r}; accepted: l2_soft_limit, l2_hard_limit")
+                kwargs.setdefault(key, value)
         known = {f.name: f for f in fields(cls)}
         for name, value in kwargs.items():
             if name not in known:
                 raise UnknownOptionError(
-                    f"unknown database option {name!r}; accepted: {', '.join(sorted(known))}"
+                    f"unknown database option {name!r}; accepted: {', '.join(sorted(known))}, bucket_limits, config"
                 )
             want = {"bool": bool, "float": float}.get(known[name].type, int)
             if want is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
@@ -66,3 +91,18 @@ def _env_seconds(name: str, default: float) -> float:
     if value < 0:
         raise BadValueError(f"environment variable {name} must be ≥ 0, got {raw!r}")
     return value
+
+
+def _read_config(path) -> dict:
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as exc:
+        raise BadValueError(f"cannot read the configuration file {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise BadValueError(f"configuration file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadValueError(f"configuration file {path} must hold a mapping of option names to values")
+    return data

@@ -548,9 +548,15 @@ class _ToValues(Transformer):
 
     def field_call(self, c):
         (bucket, _), key, (field_name, _), verb, args = _tokens(c)
-        request = _verb_request(bucket, verb, args)
-        request = {"op": request["op"], "bucket": bucket, "key": _no_bare(key), "field": field_name,
-                   "args": request["args"]}
+        op = operations.FIELD_VERBS.get(verb.value)
+        if op is None:  # no store field has it (update, range...): the engine refuses it with advice
+            name, bound = operations.VERBS[verb.value].name if verb.value in operations.VERBS else verb.value, {}
+        else:
+            try:
+                name, bound = op.name, operations.bind(op, args)
+            except HoardError as e:
+                raise _Positioned(e, verb)
+        request = {"op": name, "bucket": bucket, "key": _no_bare(key), "field": field_name, "args": bound}
         return Statement("request", request=request, needs_db=True)
 
 

@@ -268,7 +268,11 @@ def format_answer(op: str, answer: Mapping) -> str:
         return "\n".join(r if isinstance(r, str) else format_value(r) for r in result)
     if result is None and _answers_nothing(op):
         return "ok"
-    return format_value(result, bytes_shown=BYTES_SHOWN)
+    text = format_value(result, bytes_shown=BYTES_SHOWN)
+    if answer.get("store_fields") and result is not None:  # a document that owns stores: name them
+        text += "\n-- stores: " + ", ".join(
+            f"{f['name']} {f['type']}Store ({f['length']})" for f in answer["store_fields"])
+    return text
 
 
 def _answers_nothing(op: str) -> bool:

@@ -21,7 +21,8 @@ from ..errors import BadValueError, MissingKeyError, NotADocumentError
 from ..values.codec import decode
 from ..values.filter import compile_filter
 from ..values.keys import encode_key
-from .base import KVStore, check_limit, encode_document
+from .base import KVStore, Reply, check_limit, encode_document
+from .fields import FieldStores
 
 SEQ_KEY = b"Mseq"
 RANGE_OPERATORS = ("$gt", "$gte", "$lt", "$lte", "$eq", "$prefix")
@@ -48,6 +49,16 @@ class BTreeStore(KVStore):
         with self.kv.read() as txn:
             raw = txn.get(SEQ_KEY)
         self._seq = int.from_bytes(raw, "big") if raw else 0
+        self.fields = FieldStores(self, declaration, options)
+
+    # -- store fields: a document's stores hang from its sort key ----------------------
+
+    def doc_key(self, key: Any) -> bytes:
+        return self._encoded(self._unwrap(key, "a store field's document key"))
+
+    def document_exists(self, txn, dk: bytes) -> bool:
+        cursor = txn.cursor()
+        return cursor.set_range(self.DOC + dk) and _is_entry_of(cursor.key(), self.DOC + dk)
 
     # -- sort keys -------------------------------------------------------------------
 
@@ -124,7 +135,10 @@ class BTreeStore(KVStore):
 
     def delete(self, target: Any) -> dict:
         """Delete every entry whose sort key equals ``target`` (bare, or ``{Field: value}``): ``{deleted}``."""
-        prefix = self.DOC + self._encoded(self._unwrap(target, "delete"))
+        value = self._unwrap(target, "delete")
+        dk = self._encoded(value)
+        prefix = self.DOC + dk
+        unlink: list = []
 
         def fn(txn):
             cursor = txn.cursor()
@@ -134,22 +148,29 @@ class BTreeStore(KVStore):
                     if not _is_entry_of(key, prefix):
                         break
                     doomed.append(key)
+            if doomed and self.fields:  # the last entries with this key take its stores with them
+                self.fields.check_cascade(txn, dk, value)
+                unlink[:] = self.fields.delete_all(txn, dk)
             for key in doomed:
                 txn.delete(key)
             return len(doomed), -len(doomed)
 
-        return {"deleted": self._write(fn)}
+        deleted = self._write(fn)
+        self.fields.unlink(unlink)
+        return {"deleted": deleted}
 
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, key: Any) -> dict | None:
         """The first entry (in insertion order) whose sort key equals ``key``, or None."""
-        prefix = self.DOC + self._encoded(self._unwrap(key, "get"))
+        value = self._unwrap(key, "get")
+        prefix = self.DOC + self._encoded(value)
         with self.kv.read() as txn:
             cursor = txn.cursor()
-            if cursor.set_range(prefix) and _is_entry_of(cursor.key(), prefix):
-                return decode(cursor.value())
-        return None
+            if not (cursor.set_range(prefix) and _is_entry_of(cursor.key(), prefix)):
+                return None
+            doc = decode(cursor.value())
+        return Reply(doc, store_fields=self.fields.sizes(value)) if self.fields else doc
 
     def first(self) -> dict | None:
         """The entry with the lowest sort key, or None when empty."""

@@ -23,7 +23,7 @@ from bson.decimal128 import Decimal128
 from bson.regex import Regex
 
 from ..errors import BadValueError
-from ..errors import DuplicateKeyError
+from ..errors import DuplicateKeyError, TooManyElementsError
 from ..ids import uuid7
 from ..indexes.declaration import FORMAT
 from ..indexes.maintenance import IndexSet
@@ -34,6 +34,7 @@ from ..values.keys import encode_key
 from ..values.literal import literal
 from ..values.update import apply_update, validate_update
 from .base import KVStore, Reply, check_limit, encode_document
+from .fields import FieldStores
 
 log = logging.getLogger("hoarddb.indexes")
 MAX_KEY_BYTES = 480  # LMDB keys are at most 511 bytes, with room for the namespace
@@ -54,6 +55,25 @@ class HashStore(KVStore):
         super().__init__(directory, declaration, options)
         self.name = declaration["name"]
         self.indexes = IndexSet(declaration.get("indexes") or [], self.name)
+        self.fields = FieldStores(self, declaration, options)
+
+    # -- store fields ------------------------------------------------------------------
+
+    def doc_key(self, key: Any) -> bytes:
+        """The encoded key a document's store fields hang from."""
+        return self._doc_key(key)
+
+    def document_exists(self, txn, dk: bytes) -> bool:
+        return txn.get(self.DOC + dk) is not None
+
+    def _remove(self, txn, key: bytes, doc: dict, unlink: list) -> None:
+        """Delete one document, its index entries and its store fields (refused if they are too many)."""
+        dk = key[len(self.DOC):]
+        if self.fields:
+            self.fields.check_cascade(txn, dk, doc.get("_id_"))
+            unlink.extend(self.fields.delete_all(txn, dk))
+        self.indexes.apply(txn, dk, doc, None)
+        txn.delete(key)
 
     # -- keys --------------------------------------------------------------------------
 
@@ -207,18 +227,22 @@ class HashStore(KVStore):
         matcher = compile_filter(filter)
         self.indexes.check_writable()
 
+        unlink: list = []
+
         def fn(txn):
+            unlink.clear()
             doomed = []
             for key, raw in list(self._candidates(txn, filter)):
                 doc = decode(raw)
                 if matcher(doc):
                     doomed.append((key, doc))
             for key, doc in doomed:
-                self.indexes.apply(txn, key[1:], doc, None)
-                txn.delete(key)
+                self._remove(txn, key, doc, unlink)
             return len(doomed), -len(doomed)
 
-        return {"deleted": self._write(fn)}
+        deleted = self._write(fn)
+        self.fields.unlink(unlink)
+        return {"deleted": deleted}
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -230,7 +254,11 @@ class HashStore(KVStore):
             key = key["_id_"]
         with self.kv.read() as txn:
             raw = txn.get(self.DOC + self._doc_key(key))
-        return decode(raw) if raw is not None else None
+        if raw is None:
+            return None
+        if self.fields:
+            return Reply(decode(raw), store_fields=self.fields.sizes(key))
+        return decode(raw)
 
     def find(self, filter: Mapping | None = None, limit: int | None = None) -> Reply:
         """Every document matching the filter, in key order; a full scan unless the filter pins ``_id_``."""
@@ -381,6 +409,13 @@ class HashStore(KVStore):
         refreshed since it was found stays. Returns ``{expired, skipped, backlog, exhausted}``.
         """
         result = {"expired": 0, "skipped": 0, "backlog": 0, "exhausted": False}
+        try:
+            self._sweep_indexes(now, deadline, result)
+        finally:
+            result.pop("_skipped_keys", None)
+        return result
+
+    def _sweep_indexes(self, now: float, deadline: float, result: dict) -> None:
         for ix in self.indexes.indexes:
             if ix.ttl is None or ix.state != "ready":
                 continue
@@ -393,21 +428,26 @@ class HashStore(KVStore):
                     result["exhausted"] = True
                     result["backlog"] += self._count_range(ranges)
                     break
-                done = self._write(lambda txn: self._sweep_batch(txn, ix, ranges, now, result))
+                unlink: list = []
+                done = self._write(lambda txn: self._sweep_batch(txn, ix, ranges, now, result, unlink))
+                self.fields.unlink(unlink)
                 if done:
                     break
-        return result
 
-    def _sweep_batch(self, txn, ix, ranges, now: float, result: dict) -> tuple[bool, int]:
+    def _sweep_batch(self, txn, ix, ranges, now: float, result: dict, unlink: list) -> tuple[bool, int]:
         entries = []
+        skipped = result.setdefault("_skipped_keys", set())  # documents this pass cannot expire
         cursor = txn.cursor()
         for lower, upper in ranges:
             if cursor.set_range(lower):
                 for key, value in cursor:
                     if key >= upper or len(entries) >= SWEEP_BATCH:
                         break
-                    entries.append(ix.doc_key_of(key, value))
+                    dk = ix.doc_key_of(key, value)
+                    if dk not in skipped:
+                        entries.append(dk)
         expired = 0
+        unlink.clear()
         for dk in dict.fromkeys(entries):
             raw = txn.get(self.DOC + dk)
             if raw is None:
@@ -416,8 +456,14 @@ class HashStore(KVStore):
             at = expires_at(doc.get(ix.fields[0]), ix.ttl)
             if at is None or at > now:
                 continue  # refreshed, or never expires: leave it
-            self.indexes.apply(txn, dk, doc, None)
-            txn.delete(self.DOC + dk)
+            try:
+                self._remove(txn, self.DOC + dk, doc, unlink)
+            except TooManyElementsError as exc:
+                skipped.add(dk)
+                result["skipped"] += 1
+                log.warning("TTL: bucket %s: expired document %s is not deleted: %s", self.name,
+                            literal(doc.get("_id_")), exc.message)
+                continue
             expired += 1
         result["expired"] += expired
         return len(entries) < SWEEP_BATCH, -expired
