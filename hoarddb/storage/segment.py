@@ -1,0 +1,768 @@
+"""Segment files: the append-only log of entries under a fifo or lifo bucket, consumed from either end.
+
+A :class:`SegmentLog` owns every file of one fifo or lifo bucket directory::
+
+    <bucket>/
+      state.bson       two fixed slots holding the head pointer (and a pending cut), see below
+      seg_00001.fifo   entries, each framed by hoarddb.storage.framing: | len | crc32 | BSON |
+      seg_00002.fifo   (".lifo" in a lifo bucket)
+
+Entries are appended to the last segment; a segment holds at most ``segment_size``
+bytes, and an entry that would cross that starts the next segment (an entry larger than
+a whole segment goes alone into a fresh one). Segment numbers only grow and are never
+reused, so a name always means the same file.
+
+The log is a deque: a fifo bucket takes entries from the head (:meth:`SegmentLog.take_head`),
+a lifo bucket from the tail (:meth:`SegmentLog.take_tail`). The log deals in payload bytes
+(BSON); documents are the stores' business.
+
+What each write does, and what a crash at each step leaves (``sync`` on; with ``sync``
+off every fsync below is skipped, and a power cut may lose writes a kill would not,
+until :meth:`SegmentLog.flush` fsyncs what was left unsynced):
+
+* **append** (push, batch_push): one ``pwrite`` of all the batch's frames per segment it
+  lands in (nearly always one), one fdatasync of each such segment, and one fsync of
+  the directory when a segment file was created. A kill inside the write leaves a torn
+  tail: the opener cuts the last segment back to its last whole entry and logs a
+  warning naming the file and the bytes cut. A torn batch may leave a prefix of its
+  entries (whole, in order): the framing has no batch marker.
+* **take_head** (fifo pop): one write of ``state.bson`` (pwrite + fdatasync) moves the head
+  over every popped entry; this is the commit. Segments the head has left are unlinked
+  after it; a crash in between leaves them, and the opener unlinks every segment
+  numbered below the head. A pop that empties the queue while its last segment holds
+  1 MiB or more (or half a segment) moves the head to the number the next segment will
+  have, so an empty queue does not keep a big file.
+* **take_tail** (lifo pop): within the last segment, ``ftruncate`` to the first popped
+  entry and one fdatasync: the commit is the truncation. A pop that exactly empties the
+  last segment unlinks it and fsyncs the directory. A pop spanning more segments than
+  that cannot commit with one file operation, so it first writes a *cut*
+  ``(segment, offset, above)`` into ``state.bson`` (the commit), then truncates and
+  unlinks, and fsyncs both before returning. The opener finishes a cut whose doomed
+  segments (numbered in ``(segment, above]``) still exist; once they are gone the cut
+  is inert, since new segments are numbered above ``above``.
+
+``state.bson`` is never rewritten whole and never renamed. It is two fixed 512-byte slots
+(as LMDB keeps two meta pages); update number ``seq`` goes to slot ``seq % 2`` with one
+``pwrite`` and one fdatasync, so the slot the previous update wrote stays whole whatever
+happens to this one::
+
+    0                              512                            1024
+    +------------------------------+------------------------------+
+    | slot 0 (even seq)            | slot 1 (odd seq)             |
+    | len u32 | crc32 u32 | BSON   | len u32 | crc32 u32 | BSON   |
+    | ... zero padding ...         | ... zero padding ...         |
+    +------------------------------+------------------------------+
+    BSON = {seq, head_segment, head_offset, popped, cut_segment, cut_offset, cut_above}
+
+The opener reads both slots and keeps the one that checks with the higher ``seq``; a torn
+or corrupt slot is the update that did not finish (or a damaged sector), and the other
+slot is the state before it. ``popped`` counts entries ever taken from the head.
+
+Damage that no crash explains is refused, never returned: an entry failing its checksum
+while being read, or in a segment before the last when opening with ``sync`` on, raises
+CorruptDataError naming the file and the byte. A write the operating system refuses
+(disk full) is taken back and raises StorageError; one that fails halfway through a
+commit (an fsync error) leaves the log refusing every call until the database is
+opened again, since only the opener can tell which side of the commit the disk is on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import logging
+import os
+import re
+import threading
+from array import array
+from pathlib import Path
+
+from ..errors import ClosedError, CorruptDataError, StorageError
+from ..values.codec import decode, encode
+from . import framing
+from .framing import HEADER, HEADER_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
+
+log = logging.getLogger("hoarddb.segment")
+
+STATE_FILE = "state.bson"
+#: Bytes of one state slot; a state document is about 150 bytes of BSON.
+SLOT_SIZE = 512
+#: Reads of entries go in chunks of about this many bytes per wanted entry (4 KiB to 1 MiB).
+_READ_GUESS = 512
+_WALK_CHUNK = 1 << 20
+#: An emptied fifo drops its last segment when it holds this much (or half a segment).
+_RESET_BYTES = 1 << 20
+#: Segment files whose descriptors stay open besides the head and the tail.
+_OPEN_FDS = 4
+#: How many segments' entry offsets stay in memory besides the tail's.
+_CACHED_OFFSETS = 2
+
+# fdatasync writes the data and the metadata needed to read it back (the file size),
+# which is all a segment append, a truncation or a slot write needs; it skips mtime.
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
+def segment_name(number: int, suffix: str) -> str:
+    """The file name of segment ``number``: ``seg_00001.fifo``."""
+    return f"seg_{number:05d}.{suffix}"
+
+
+class SegmentLog:
+    """SegmentLog is one bucket's log of entries in segment files, with a durable head pointer.
+
+    ``directory`` exists; ``suffix`` names the segment files (``fifo`` or ``lifo``);
+    ``segment_size`` is the most bytes one segment holds; with ``sync`` every method that
+    changes the log has made its change durable (fsync) before it returns. Opening
+    repairs what a crash left (torn tail, unfinished cut, consumed segments not yet
+    unlinked). Every method is safe to call from several threads.
+    """
+
+    def __init__(self, directory: Path, suffix: str, segment_size: int, sync: bool = True):
+        self.directory = Path(directory)
+        self.suffix = suffix
+        self.segment_size = segment_size
+        self.sync = sync
+        self._lock = threading.Lock()
+        self._closed = False
+        self._failed: str | None = None  # set when a write failed halfway: see _fail
+        # With sync off, what flush() must fsync: segment numbers, the state file, the directory.
+        self._dirty: set[int] = set()
+        self._dirty_state = False
+        self._dirty_dir = False
+        self._state_fd: int | None = None
+        self._fds: dict[int, int] = {}
+        self._segs: list[int] = []  # segment numbers on disk, ascending; [0] is the head segment
+        self._sizes: dict[int, int] = {}  # bytes of whole entries in each segment
+        self._counts: dict[int, int] = {}  # entries not yet taken in each segment
+        self._offsets: dict[int, array] = {}  # entry offsets of a few segments (always the tail's when known)
+        self._length = 0
+        self._seq = 0
+        self._head = (1, 0)  # (segment, offset) of the oldest entry not yet taken
+        self._popped = 0
+        self._cut = (0, 0, 0)  # (segment, offset, above) of the last cut, (0, 0, 0) for none
+        self._last_number = 0  # highest segment number ever used
+        try:
+            self._open()
+        except BaseException:
+            self._close_files()
+            raise
+
+    # -- reading and repairing what is on disk ------------------------------------------
+
+    def _path(self, number: int) -> Path:
+        return self.directory / segment_name(number, self.suffix)
+
+    def _open(self) -> None:
+        pattern = re.compile(r"seg_(\d+)\." + re.escape(self.suffix) + r"$")
+        numbers = sorted(int(m.group(1)) for name in os.listdir(self.directory) if (m := pattern.match(name)))
+        self._load_state(bool(numbers))
+        head_seg, head_off = self._head
+        cut_seg, cut_off, cut_above = self._cut
+        # A head segment with entries taken keeps its number even if its file went missing.
+        self._last_number = max([head_seg if head_off else head_seg - 1, cut_above, *numbers])
+
+        doomed = [n for n in numbers if cut_seg < n <= cut_above]
+        if doomed:  # a lifo pop over several segments committed its cut, then was killed
+            log.warning(
+                "%s: finishing an interrupted pop: removing %s and cutting %s at byte %d",
+                self.directory, ", ".join(segment_name(n, self.suffix) for n in doomed),
+                segment_name(cut_seg, self.suffix), cut_off,
+            )
+            if cut_seg in numbers and os.path.getsize(self._path(cut_seg)) > cut_off:
+                self._truncate_path(self._path(cut_seg), cut_off)
+            for n in doomed:
+                os.unlink(self._path(n))
+            self._sync_dir()
+            numbers = [n for n in numbers if n not in doomed]
+
+        consumed = [n for n in numbers if n < head_seg]
+        for n in consumed:  # the head left them; a crash came before their unlink
+            log.info("%s: removing consumed segment %s", self.directory, segment_name(n, self.suffix))
+            os.unlink(self._path(n))
+        numbers = [n for n in numbers if n >= head_seg]
+        if numbers and numbers[0] != head_seg:
+            if head_off:
+                log.warning(
+                    "%s: head segment %s is missing; reading from %s",
+                    self.directory, segment_name(head_seg, self.suffix), segment_name(numbers[0], self.suffix),
+                )
+            head_seg, head_off = numbers[0], 0
+
+        for i, n in enumerate(numbers):
+            last = i == len(numbers) - 1
+            path = self._path(n)
+            size = os.path.getsize(path)
+            start = head_off if n == head_seg else 0
+            if start > size:  # only after a power cut with sync off: the head was durable, the entries not
+                log.warning("%s: head at byte %d is past the end (%d bytes); the segment is empty", path, start, size)
+                start = size
+                head_off = size
+            offsets = array("q")
+            end = start
+            with open(path, "rb", buffering=_WALK_CHUNK) as f:
+                for off, payload in framing.scan(f, start):
+                    offsets.append(off)
+                    end = off + HEADER_SIZE + len(payload)
+            if end < size and not last and self.sync:
+                # Only the last segment is ever being appended to; with sync on, an earlier
+                # one was fsynced whole before the next began, so this is damage, not a crash.
+                raise CorruptDataError(
+                    f"{path} at byte {end}: an entry fails its checksum ({size - end} bytes from there on "
+                    "do not check) in a segment that is not the last; the bucket's data is damaged there. "
+                    "Restore the bucket from a backup"
+                )
+            if end < size:
+                why = "an append that did not finish" if last else "writes lost before a later segment, sync off"
+                log.warning(
+                    "%s: cut %d bytes of torn tail from %s at byte %d (%s); %d whole entries kept",
+                    self.directory, size - end, path.name, end, why, len(offsets),
+                )
+                self._truncate_path(path, end)
+            self._segs.append(n)
+            self._sizes[n] = end
+            self._counts[n] = len(offsets)
+            self._length += len(offsets)
+            if last:
+                self._offsets[n] = offsets
+        self._head = (head_seg, head_off)
+
+    def _load_state(self, have_segments: bool) -> None:
+        path = self.directory / STATE_FILE
+        try:
+            self._state_fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            if have_segments:
+                raise CorruptDataError(
+                    f"{path} is missing but segment files exist, so where the queue's head is is unknown; "
+                    "restore the bucket from a backup, or delete its segment files to empty it"
+                ) from None
+            self._create_state(path)
+            return
+        raw = os.pread(self._state_fd, 2 * SLOT_SIZE, 0)
+        slots = [_parse_slot(raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE]) for i in range(2)]
+        valid = [s for s in slots if s is not None]
+        if not valid:
+            if have_segments:
+                raise CorruptDataError(
+                    f"{path} has no valid slot, so where the queue's head is is unknown; "
+                    "restore the bucket from a backup, or delete its files to empty it"
+                )
+            os.close(self._state_fd)
+            self._state_fd = None
+            self._create_state(path)  # a crash while the bucket was being created
+            return
+        state = max(valid, key=lambda s: s["seq"])
+        for i, s in enumerate(slots):
+            if s is None and raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0"):
+                log.warning(
+                    "%s: slot %d does not check (an update that did not finish, or damage); "
+                    "the state comes from slot %d (seq %d)", path, i, 1 - i, state["seq"],
+                )
+        self._seq = state["seq"]
+        self._head = (int(state["head_segment"]), int(state["head_offset"]))
+        self._popped = int(state.get("popped", 0))
+        self._cut = (int(state.get("cut_segment", 0)), int(state.get("cut_offset", 0)), int(state.get("cut_above", 0)))
+
+    def _create_state(self, path: Path) -> None:
+        self._state_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._seq = -1
+        self._write_state()  # seq 0 into slot 0, the full 1024 bytes so later updates never grow the file
+        self._sync_dir()
+
+    # -- state slots ------------------------------------------------------------------------
+
+    def _write_state(self, head: tuple[int, int] | None = None, popped: int | None = None,
+                     cut: tuple[int, int, int] | None = None) -> None:
+        """Durably record the head (and cut): one pwrite into the slot the last update did not use, one fsync."""
+        seq = self._seq + 1
+        head = head or self._head
+        cut = cut or self._cut
+        doc = {
+            "seq": seq, "head_segment": head[0], "head_offset": head[1],
+            "popped": self._popped if popped is None else popped,
+            "cut_segment": cut[0], "cut_offset": cut[1], "cut_above": cut[2],
+        }
+        framed = framing.frame(encode(doc))
+        assert len(framed) <= SLOT_SIZE, "a state document outgrew its slot"
+        slot = seq % 2
+        data = framed.ljust(SLOT_SIZE, b"\0")
+        if seq == 0:
+            data += bytes(SLOT_SIZE)
+        try:
+            _pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
+            if self.sync:
+                _datasync(self._state_fd)
+            else:
+                self._dirty_state = True
+        except OSError as exc:
+            # The slot may hold the new state or not; the opener will know, this log cannot.
+            raise self._fail(exc, self.directory / STATE_FILE) from None
+        self._seq = seq
+
+    # -- files --------------------------------------------------------------------------------
+
+    def _fd(self, number: int, create: bool = False) -> int:
+        fd = self._fds.get(number)
+        if fd is None:
+            if len(self._fds) >= _OPEN_FDS + 2:
+                keep = {self._segs[0], self._segs[-1]} if self._segs else set()
+                for n in [n for n in self._fds if n not in keep]:
+                    os.close(self._fds.pop(n))
+            flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+            try:
+                fd = os.open(self._path(number), flags, 0o644)
+            except OSError as exc:
+                raise _storage_error(exc, self._path(number)) from None
+            self._fds[number] = fd
+        return fd
+
+    def _forget_segment(self, number: int) -> None:
+        """Forget a segment whose file is gone."""
+        fd = self._fds.pop(number, None)
+        if fd is not None:
+            os.close(fd)
+        self._segs.remove(number)
+        self._length -= self._counts.pop(number)
+        del self._sizes[number]
+        self._offsets.pop(number, None)
+
+    def _truncate_path(self, path: Path, size: int) -> None:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, size)
+            _datasync(fd)  # repairs are made durable even with sync off: they are rare
+        finally:
+            os.close(fd)
+
+    def _sync_dir(self) -> None:
+        """Make creations and unlinks of files in the directory durable (with sync off: at flush)."""
+        if not self.sync:
+            self._dirty_dir = True
+            return
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _close_files(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        if self._state_fd is not None:
+            os.close(self._state_fd)
+            self._state_fd = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the {self.suffix} bucket at {self.directory} is closed; open the database again")
+        if self._failed:
+            raise StorageError(self._failed)
+
+    def _fail(self, exc: OSError, path) -> StorageError:
+        """Refuse every later call: a write failed halfway, and only reopening (which repairs) is safe."""
+        self._failed = (
+            f"writing {path} failed halfway ({exc.strerror or exc}); the bucket takes no more operations "
+            "until the database is opened again, which repairs it"
+        )
+        log.error("%s", self._failed)
+        return StorageError(self._failed)
+
+    # -- entries ------------------------------------------------------------------------------
+
+    def _read_run(self, number: int, start: int, end: int, n: int) -> tuple[list[bytes], int]:
+        """Up to ``n`` payloads of whole entries from ``start`` (before ``end``) of one segment, checked."""
+        fd = self._fd(number)
+        out: list[bytes] = []
+        pos = start
+        buf, base = b"", start
+        while len(out) < n and pos < end:
+            guess = min(max((n - len(out)) * _READ_GUESS, 4096), _WALK_CHUNK)
+            rel = pos - base
+            if rel + HEADER_SIZE > len(buf):
+                buf, base, rel = os.pread(fd, min(guess, end - pos), pos), pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise self._corrupt(number, pos, "the file is shorter than its entries")
+            length = HEADER.unpack_from(buf, rel)[0]
+            total = HEADER_SIZE + length
+            if length < MIN_PAYLOAD or length > MAX_PAYLOAD or pos + total > end:
+                raise self._corrupt(number, pos, f"an entry header gives {length} bytes")
+            if rel + total > len(buf):
+                buf, base, rel = os.pread(fd, min(max(total, guess), end - pos), pos), pos, 0
+            header, payload = buf[rel:rel + HEADER_SIZE], buf[rel + HEADER_SIZE:rel + total]
+            if not framing.check(header, payload):
+                raise self._corrupt(number, pos, "the entry fails its checksum")
+            out.append(payload)
+            pos += total
+        return out, pos
+
+    def _corrupt(self, number: int, offset: int, what: str) -> CorruptDataError:
+        return CorruptDataError(
+            f"{self._path(number)} at byte {offset}: {what}; the bucket's data is damaged there. "
+            "Restore the bucket from a backup"
+        )
+
+    def _entry_offsets(self, number: int) -> tuple[array, int]:
+        """The offsets of ``number``'s entries, and the index of the first not yet taken."""
+        offsets = self._offsets.get(number)
+        if offsets is None:
+            head_seg, head_off = self._head
+            start = head_off if number == head_seg else 0
+            offsets = self._walk(number, start, self._sizes[number])
+            self._trim_offsets()
+            self._offsets[number] = offsets
+        lo = bisect.bisect_left(offsets, self._head[1]) if number == self._head[0] else 0
+        return offsets, lo
+
+    def _trim_offsets(self) -> None:
+        """Forget the offsets of older segments until at most a few besides the tail's are kept."""
+        tail = self._segs[-1] if self._segs else None
+        others = [n for n in self._offsets if n != tail]
+        for n in others[:max(0, len(others) - _CACHED_OFFSETS + 1)]:
+            del self._offsets[n]
+
+    def _walk(self, number: int, start: int, end: int) -> array:
+        """Offsets of the entries in ``[start, end)``, by their headers alone (they checked on open)."""
+        fd = self._fd(number)
+        offsets = array("q")
+        pos = start
+        buf, base = b"", start
+        while pos < end:
+            rel = pos - base
+            if rel + HEADER_SIZE > len(buf):
+                buf, base, rel = os.pread(fd, min(_WALK_CHUNK, end - pos), pos), pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise self._corrupt(number, pos, "the file is shorter than its entries")
+            length = HEADER.unpack_from(buf, rel)[0]
+            if length < MIN_PAYLOAD or length > MAX_PAYLOAD:
+                raise self._corrupt(number, pos, f"an entry header gives {length} bytes")
+            offsets.append(pos)
+            pos += HEADER_SIZE + length
+        if pos != end:
+            raise self._corrupt(number, pos, "the last entry runs past the segment's end")
+        return offsets
+
+    def _read_forward(self, index: int, offset: int, n: int) -> tuple[list[bytes], list[tuple[int, int]], tuple[int, int]]:
+        """Up to ``n`` payloads from segment ``self._segs[index]`` at ``offset`` on, oldest first.
+
+        Also answers how many were read from each segment and the position after the last.
+        """
+        out: list[bytes] = []
+        taken: list[tuple[int, int]] = []
+        while True:
+            number = self._segs[index]
+            end = self._sizes[number]
+            if offset < end and len(out) < n:
+                got, offset = self._read_run(number, offset, end, n - len(out))
+                out.extend(got)
+                taken.append((number, len(got)))
+            if len(out) >= n or index + 1 >= len(self._segs):
+                return out, taken, (number, offset)
+            index, offset = index + 1, 0
+
+    # -- the log's interface --------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def segments(self) -> int:
+        """How many segment files the log has on disk."""
+        return len(self._segs)
+
+    @property
+    def popped(self) -> int:
+        """How many entries were ever taken from the head."""
+        return self._popped
+
+    def append(self, payloads: list[bytes]) -> None:
+        """Add entries at the tail, all in one durable write per segment they land in.
+
+        On an error of the operating system (disk full) nothing of them stays, and
+        StorageError says why.
+        """
+        frames = [framing.frame(p) for p in payloads]
+        if not frames:
+            return
+        with self._lock:
+            self._check_open()
+            groups: list[list] = []  # [number, start, frames, created]
+            number = self._segs[-1] if self._segs else None
+            size = self._sizes[number] if number is not None else 0
+            next_number = self._last_number + 1
+            for fr in frames:
+                if number is None or (size > 0 and size + len(fr) > self.segment_size):
+                    number, size, next_number = next_number, 0, next_number + 1
+                    groups.append([number, 0, [], True])
+                elif not groups:
+                    groups.append([number, size, [], False])
+                groups[-1][2].append(fr)
+                size += len(fr)
+            written: list[list] = []
+            try:
+                for group in groups:
+                    number, start, parts, created = group
+                    fd = self._fd(number, create=created)
+                    written.append(group)
+                    _pwrite_all(fd, b"".join(parts), start)
+                    if self.sync:
+                        _datasync(fd)
+                    else:
+                        self._dirty.add(number)
+                if any(g[3] for g in groups):
+                    self._sync_dir()
+            except OSError as exc:
+                path = self._path(written[-1][0]) if written else self.directory
+                if not self._undo_append(written):
+                    raise self._fail(exc, path) from None
+                raise _storage_error(exc, path) from None
+            for number, start, parts, created in groups:
+                if created:
+                    if not self._segs:
+                        self._head = (number, 0)
+                    self._segs.append(number)
+                    self._sizes[number], self._counts[number] = 0, 0
+                    self._offsets[number] = array("q")
+                    self._last_number = number
+                    self._trim_offsets()
+                offsets = self._offsets.get(number)
+                pos = start
+                for fr in parts:
+                    if offsets is not None:
+                        offsets.append(pos)
+                    pos += len(fr)
+                self._sizes[number] = pos
+                self._counts[number] += len(parts)
+            self._length += len(frames)
+
+    def _undo_append(self, written: list[list]) -> bool:
+        """Take back the bytes of an append that failed; False when that failed too."""
+        try:
+            for number, start, _parts, created in written:
+                if created:
+                    fd = self._fds.pop(number, None)
+                    if fd is not None:
+                        os.close(fd)
+                    os.unlink(self._path(number))
+                else:
+                    fd = self._fd(number)
+                    os.ftruncate(fd, start)
+                    if self.sync:
+                        _datasync(fd)
+            return True
+        except OSError:
+            return False
+
+    def read_head(self, n: int) -> list[bytes]:
+        """Up to ``n`` payloads from the head, oldest first, without taking them."""
+        with self._lock:
+            self._check_open()
+            if not self._length:
+                return []
+            return self._read_forward(0, self._head[1], n)[0]
+
+    def take_head(self, n: int) -> list[bytes]:
+        """Remove and return up to ``n`` payloads from the head, oldest first, in one state write."""
+        with self._lock:
+            self._check_open()
+            if not self._length:
+                return []
+            out, taken, (number, offset) = self._read_forward(0, self._head[1], n)
+            index = self._segs.index(number)
+            while offset == self._sizes[number] and index + 1 < len(self._segs):
+                index, number, offset = index + 1, self._segs[index + 1], 0
+            if len(out) == self._length and self._sizes[self._segs[-1]] >= min(_RESET_BYTES, self.segment_size // 2):
+                # Emptied, and the last segment is big: the head moves to the segment the next
+                # push will create, so the files go now instead of lingering until a rollover.
+                # (A small one stays: a queue that is often empty would pay a file creation
+                # and a directory fsync per push.)
+                index, number, offset = len(self._segs), self._last_number + 1, 0
+            self._write_state(head=(number, offset), popped=self._popped + len(out))
+            # The new head is durable: the segments it left can go (the opener unlinks them if we die here).
+            for seg, count in taken:
+                self._counts[seg] -= count
+            self._length -= len(out)
+            self._popped += len(out)
+            self._head = (number, offset)
+            for seg in self._segs[:index]:
+                try:
+                    os.unlink(self._path(seg))
+                except OSError as exc:  # harmless: the opener removes segments below the head
+                    log.warning("%s: could not remove consumed segment: %s", self._path(seg), exc)
+                self._forget_segment(seg)
+            return out
+
+    def read_tail(self, n: int) -> list[bytes]:
+        """Up to ``n`` payloads from the tail, newest first, without taking them."""
+        with self._lock:
+            self._check_open()
+            return self._read_tail(n)
+
+    def _read_tail(self, n: int) -> list[bytes]:
+        out: list[bytes] = []
+        index = len(self._segs) - 1
+        while len(out) < n and index >= 0:
+            number = self._segs[index]
+            if self._counts[number]:
+                offsets, lo = self._entry_offsets(number)
+                k = min(n - len(out), len(offsets) - lo)
+                got, _ = self._read_run(number, offsets[len(offsets) - k], self._sizes[number], k)
+                got.reverse()
+                out.extend(got)
+            index -= 1
+        return out
+
+    def take_tail(self, n: int) -> list[bytes]:
+        """Remove and return up to ``n`` payloads from the tail, newest first, in one commit.
+
+        See the module's docstring for which commit: a truncation, an unlink, or a cut.
+        """
+        with self._lock:
+            self._check_open()
+            out = self._read_tail(n)
+            if not out:
+                return []
+            remaining = len(out)
+            doomed: list[int] = []
+            index = len(self._segs) - 1
+            while remaining:
+                number = self._segs[index]
+                live = self._counts[number]
+                if remaining >= live and index > 0:
+                    doomed.append(number)
+                    remaining -= live
+                    index -= 1
+                    continue
+                offsets, lo = self._entry_offsets(number)
+                new_end = offsets[lo + live - remaining]
+                break
+            else:
+                number = self._segs[index]
+                new_end = self._sizes[number]
+            keep = number  # the segment that becomes the tail, cut at new_end
+            shorter = new_end < self._sizes[keep]
+            if doomed and (shorter or len(doomed) > 1):
+                cut = (keep, new_end, max(doomed))
+                self._write_state(cut=cut)  # the commit
+                self._cut = cut
+            try:
+                if shorter:
+                    os.ftruncate(self._fd(keep), new_end)
+                for seg in doomed:
+                    os.unlink(self._path(seg))
+                if shorter:
+                    if self.sync:
+                        _datasync(self._fd(keep))
+                    else:
+                        self._dirty.add(keep)
+                if doomed:
+                    self._sync_dir()
+            except OSError as exc:
+                # Part of the pop may be on disk and the rest not: only the opener can tell
+                # which (it finishes a committed cut), so this log takes no more calls.
+                raise self._fail(exc, self._path(keep)) from None
+            for seg in doomed:
+                self._forget_segment(seg)
+            self._counts[keep] -= remaining
+            self._length -= remaining
+            self._sizes[keep] = new_end
+            offsets = self._offsets.get(keep)
+            if offsets is not None:
+                del offsets[bisect.bisect_left(offsets, new_end):]
+            return out
+
+    def read_range(self, after: int, limit: int) -> list[bytes]:
+        """Up to ``limit`` payloads in storage order (oldest first), skipping the first ``after``."""
+        with self._lock:
+            self._check_open()
+            return self._read_range(after, limit)
+
+    def read_page(self, position: int, limit: int) -> tuple[list[bytes], int]:
+        """Up to ``limit`` payloads from entry number ``position`` on, and the number of the first.
+
+        Entries are numbered from the first ever pushed (``popped`` + place in the log), so
+        a position keeps meaning the same entry while the head moves: a dump can page
+        through a queue that is being popped.
+        """
+        with self._lock:
+            self._check_open()
+            position = max(position, self._popped)
+            return self._read_range(position - self._popped, limit), position
+
+    def _read_range(self, after: int, limit: int) -> list[bytes]:
+        if after >= self._length or limit < 1:
+            return []
+        index = 0
+        while after >= self._counts[self._segs[index]]:
+            after -= self._counts[self._segs[index]]
+            index += 1
+        number = self._segs[index]
+        if after == 0:
+            start = self._head[1] if number == self._head[0] else 0
+        else:
+            offsets, lo = self._entry_offsets(number)
+            start = offsets[lo + after]
+        return self._read_forward(index, start, limit)[0]
+
+    def flush(self) -> None:
+        """Make every change so far durable: what each write does itself when ``sync`` is on.
+
+        Segments first, then the state, then the directory, so a crash inside leaves
+        states the opener already knows (see the module's docstring).
+        """
+        with self._lock:
+            self._check_open()
+            try:
+                for number in sorted(self._dirty):
+                    if number in self._sizes:
+                        _datasync(self._fd(number))
+                if self._dirty_state:
+                    _datasync(self._state_fd)
+                if self._dirty_dir:
+                    fd = os.open(self.directory, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            except OSError as exc:
+                raise self._fail(exc, self.directory) from None
+            self._dirty.clear()
+            self._dirty_state = self._dirty_dir = False
+
+    def close(self) -> None:
+        """Close the files; later calls raise ClosedError. Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._close_files()
+
+
+def _parse_slot(raw: bytes) -> dict | None:
+    """The state document in one slot, or None when the slot does not check."""
+    if len(raw) < HEADER_SIZE:
+        return None
+    length = HEADER.unpack_from(raw)[0]
+    if length < MIN_PAYLOAD or length > len(raw) - HEADER_SIZE:
+        return None
+    if not framing.check(raw[:HEADER_SIZE], raw[HEADER_SIZE:HEADER_SIZE + length]):
+        return None
+    try:
+        doc = decode(raw[HEADER_SIZE:HEADER_SIZE + length])
+    except Exception:
+        return None
+    for key in ("seq", "head_segment", "head_offset"):
+        if not isinstance(doc.get(key), int):
+            return None
+    return doc
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def _storage_error(exc: OSError, path) -> StorageError:
+    hint = " (the disk is full: free space and retry)" if exc.errno == errno.ENOSPC else ""
+    return StorageError(f"writing {path} failed: {exc.strerror or exc}{hint}; nothing of this write was kept")

@@ -1,0 +1,395 @@
+"""The segment log on real files: layout, rollover, state slots, and every repair the opener makes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from hoarddb.errors import ClosedError, CorruptDataError
+from hoarddb.storage import framing
+from hoarddb.storage.segment import SLOT_SIZE, STATE_FILE, SegmentLog, _parse_slot, segment_name
+from hoarddb.values.codec import decode, encode
+
+SMALL = 4096
+
+
+def payload(i: int, pad: int = 0) -> bytes:
+    return encode({"i": i, "pad": "x" * pad})
+
+
+def ids(payloads: list[bytes]) -> list[int]:
+    return [decode(p)["i"] for p in payloads]
+
+
+def seg_files(directory: Path, suffix: str = "fifo") -> list[str]:
+    return sorted(p.name for p in directory.glob(f"seg_*.{suffix}"))
+
+
+def slots(directory: Path) -> list[dict | None]:
+    raw = (directory / STATE_FILE).read_bytes()
+    return [_parse_slot(raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE]) for i in range(2)]
+
+
+def everything(log: SegmentLog) -> list[int]:
+    return ids(log.read_range(0, len(log) + 1))
+
+
+@pytest.fixture
+def bucket(tmp_path: Path) -> Path:
+    directory = tmp_path / "Comments"
+    directory.mkdir()
+    return directory
+
+
+def open_log(directory: Path, suffix: str = "fifo", size: int = SMALL, sync: bool = True) -> SegmentLog:
+    return SegmentLog(directory, suffix, size, sync=sync)
+
+
+# -- layout --------------------------------------------------------------------------------
+
+
+def test_a_new_log_has_only_its_state_file_of_two_slots(bucket):
+    log = open_log(bucket)
+    assert os.listdir(bucket) == [STATE_FILE]
+    assert (bucket / STATE_FILE).stat().st_size == 2 * SLOT_SIZE
+    first, second = slots(bucket)
+    assert first["seq"] == 0 and first["head_segment"] == 1 and first["head_offset"] == 0
+    assert second is None
+    log.close()
+
+
+def test_entries_are_framed_bson_in_numbered_segments(bucket):
+    log = open_log(bucket, size=64 * 1024)
+    log.append([payload(1), payload(2)])
+    assert seg_files(bucket) == ["seg_00001.fifo"]
+    with open(bucket / "seg_00001.fifo", "rb") as f:
+        assert ids([p for _, p in framing.scan(f)]) == [1, 2]
+    assert segment_name(12, "lifo") == "seg_00012.lifo"
+    log.close()
+
+
+def test_a_segment_never_crosses_its_size_and_a_big_entry_goes_alone(bucket):
+    log = open_log(bucket)
+    entry = len(framing.frame(payload(0, 900)))
+    log.append([payload(i, 900) for i in range(10)])  # one write, spread over segments
+    per_segment = SMALL // entry
+    assert len(seg_files(bucket)) == -(-10 // per_segment)
+    for name in seg_files(bucket):
+        assert (bucket / name).stat().st_size <= SMALL
+    log.append([payload(10, 10_000), payload(11)])
+    names = seg_files(bucket)
+    assert (bucket / names[-2]).stat().st_size == len(framing.frame(payload(10, 10_000)))
+    assert (bucket / names[-1]).stat().st_size == len(framing.frame(payload(11)))
+    assert everything(log) == list(range(12))
+    log.close()
+    log = open_log(bucket)
+    assert everything(log) == list(range(12)) and len(log) == 12
+    log.close()
+
+
+def test_read_range_pages_across_segments(bucket):
+    log = open_log(bucket)
+    log.append([payload(i, 300) for i in range(60)])
+    log.take_head(7)
+    assert ids(log.read_range(0, 5)) == [7, 8, 9, 10, 11]
+    assert ids(log.read_range(20, 15)) == list(range(27, 42))
+    assert ids(log.read_range(50, 100)) == list(range(57, 60))
+    assert log.read_range(53, 10) == []
+    log.close()
+
+
+def test_a_closed_log_refuses_calls(bucket):
+    log = open_log(bucket)
+    log.close()
+    log.close()
+    with pytest.raises(ClosedError):
+        log.append([payload(1)])
+    with pytest.raises(ClosedError):
+        log.read_head(1)
+
+
+# -- fifo: head pointer, state slots, unlinking ------------------------------------------------
+
+
+def test_state_updates_alternate_slots(bucket):
+    log = open_log(bucket)
+    log.append([payload(i) for i in range(5)])
+    log.take_head(1)
+    first, second = slots(bucket)
+    assert first["seq"] == 0 and second["seq"] == 1 and second["popped"] == 1
+    log.take_head(2)  # one state write for two entries
+    first, second = slots(bucket)
+    assert first["seq"] == 2 and first["popped"] == 3 and second["seq"] == 1
+    log.close()
+
+
+def test_segments_the_head_left_are_unlinked(bucket):
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(12)])
+    before = seg_files(bucket)
+    assert len(before) == 3
+    assert ids(log.take_head(5)) == [0, 1, 2, 3, 4]
+    assert seg_files(bucket) == before[1:]
+    log.close()
+    log = open_log(bucket)
+    assert everything(log) == list(range(5, 12)) and log.popped == 5
+    log.close()
+
+
+def test_an_emptied_queue_keeps_no_big_segment_and_numbering_goes_on(bucket):
+    log = open_log(bucket)
+    log.append([payload(i) for i in range(3)])  # a small segment stays for the next pushes
+    log.take_head(3)
+    assert seg_files(bucket) == ["seg_00001.fifo"]
+    log.append([payload(i, 900) for i in range(3, 6)])
+    log.take_head(3)
+    assert seg_files(bucket) == []
+    log.close()
+    log = open_log(bucket)
+    assert len(log) == 0
+    log.append([payload(9)])
+    assert seg_files(bucket) == ["seg_00002.fifo"]
+    assert ids(log.take_head(1)) == [9]
+    log.close()
+
+
+def test_a_segment_left_by_a_crash_before_its_unlink_is_removed_on_open(bucket, caplog):
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(8)])
+    first = bucket / "seg_00001.fifo"
+    saved = first.read_bytes()
+    log.take_head(4)
+    log.close()
+    assert not first.exists()
+    first.write_bytes(saved)  # as if killed between the state write and the unlink
+    log = open_log(bucket)
+    assert not first.exists()
+    assert everything(log) == [4, 5, 6, 7]
+    log.close()
+
+
+def test_a_corrupt_newest_slot_falls_back_to_the_other(bucket, caplog):
+    log = open_log(bucket)
+    log.append([payload(i) for i in range(5)])
+    log.take_head(1)  # seq 1, slot 1
+    log.take_head(1)  # seq 2, slot 0
+    log.close()
+    with open(bucket / STATE_FILE, "r+b") as f:  # flip a byte inside slot 0's BSON
+        f.seek(20)
+        b = f.read(1)
+        f.seek(20)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket)
+    assert "slot 0 does not check" in caplog.text
+    assert everything(log) == [1, 2, 3, 4]  # the state before the update that was lost
+    log.take_head(1)  # the next update goes over the bad slot, not the good one
+    first, second = slots(bucket)
+    assert first["seq"] == 2 and second["seq"] == 1
+    log.close()
+    assert everything(open_log(bucket)) == [2, 3, 4]
+
+
+def test_a_corrupt_older_slot_changes_nothing(bucket):
+    log = open_log(bucket)
+    log.append([payload(i) for i in range(5)])
+    log.take_head(1)
+    log.take_head(1)  # newest is slot 0
+    log.close()
+    with open(bucket / STATE_FILE, "r+b") as f:
+        f.seek(SLOT_SIZE + 10)
+        f.write(b"\xAA\xBB")
+    log = open_log(bucket)
+    assert everything(log) == [2, 3, 4]
+    log.close()
+
+
+def test_no_valid_slot_with_segments_is_refused(bucket):
+    log = open_log(bucket)
+    log.append([payload(1)])
+    log.close()
+    (bucket / STATE_FILE).write_bytes(b"\x07" * 2 * SLOT_SIZE)
+    with pytest.raises(CorruptDataError, match="no valid slot"):
+        open_log(bucket)
+    (bucket / STATE_FILE).unlink()
+    with pytest.raises(CorruptDataError, match="missing"):
+        open_log(bucket)
+
+
+def test_a_state_file_torn_while_being_created_is_made_again(bucket):
+    (bucket / STATE_FILE).write_bytes(b"\0" * 100)
+    log = open_log(bucket)
+    log.append([payload(1)])
+    assert ids(log.take_head(1)) == [1]
+    log.close()
+
+
+# -- torn tails -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["cut inside an entry", "zeros appended", "garbage appended", "torn header"])
+def test_a_torn_tail_is_cut_back_to_the_last_whole_entry(bucket, caplog, damage):
+    log = open_log(bucket, size=1 << 20)
+    log.append([payload(i, 50) for i in range(5)])
+    log.close()
+    path = bucket / "seg_00001.fifo"
+    whole = path.stat().st_size
+    entry = len(framing.frame(payload(0, 50)))
+    if damage == "cut inside an entry":
+        os.truncate(path, whole - entry // 2)
+        kept, cut = 4, entry - entry // 2
+    elif damage == "zeros appended":
+        with open(path, "ab") as f:
+            f.write(b"\0" * 4096)
+        kept, cut = 5, 4096
+    elif damage == "garbage appended":
+        with open(path, "ab") as f:
+            f.write(framing.frame(payload(5, 50))[:-3] + b"\xde\xad\xbe")
+        kept, cut = 5, entry
+    else:
+        with open(path, "ab") as f:
+            f.write(framing.frame(payload(5, 50))[:5])
+        kept, cut = 5, 5
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket, size=1 << 20)
+    assert everything(log) == list(range(kept))
+    assert path.stat().st_size == kept * entry
+    assert f"cut {cut} bytes of torn tail from seg_00001.fifo" in caplog.text
+    log.append([payload(99)])  # appends go after the last whole entry
+    log.close()
+    assert everything(open_log(bucket, size=1 << 20)) == [*range(kept), 99]
+
+
+def test_a_damaged_segment_before_the_last_is_refused_not_cut(bucket):
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(8)])
+    log.close()
+    with open(bucket / "seg_00001.fifo", "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff\xff")
+    with pytest.raises(CorruptDataError, match="seg_00001.fifo"):
+        open_log(bucket)
+
+
+def test_damage_found_while_reading_is_an_error_not_a_document(bucket):
+    log = open_log(bucket)
+    log.append([payload(i, 100) for i in range(3)])
+    with open(bucket / "seg_00001.fifo", "r+b") as f:
+        f.seek(30)
+        f.write(b"\x00\x01")
+    with pytest.raises(CorruptDataError, match="checksum"):
+        log.read_head(3)
+    with pytest.raises(CorruptDataError):
+        log.take_head(1)
+    assert len(log) == 3  # nothing was taken
+    log.close()
+
+
+# -- lifo: truncation, unlink, cut ------------------------------------------------------------
+
+
+def test_a_lifo_pop_truncates_the_last_segment(bucket):
+    log = open_log(bucket, "lifo", size=1 << 20)
+    log.append([payload(i) for i in range(5)])
+    size = (bucket / "seg_00001.lifo").stat().st_size
+    entry = len(framing.frame(payload(0)))
+    assert ids(log.take_tail(2)) == [4, 3]
+    assert (bucket / "seg_00001.lifo").stat().st_size == size - 2 * entry
+    assert slots(bucket)[1] is None  # no state write
+    log.close()
+    log = open_log(bucket, "lifo", size=1 << 20)
+    assert ids(log.read_tail(10)) == [2, 1, 0]
+    log.close()
+
+
+def test_a_lifo_pop_that_empties_the_last_segment_unlinks_it(bucket):
+    log = open_log(bucket, "lifo")
+    log.append([payload(i, 900) for i in range(8)])  # 4 + 4
+    assert seg_files(bucket, "lifo") == ["seg_00001.lifo", "seg_00002.lifo"]
+    assert ids(log.take_tail(4)) == [7, 6, 5, 4]
+    assert seg_files(bucket, "lifo") == ["seg_00001.lifo"]
+    assert ids(log.take_tail(1)) == [3]  # the previous segment was scanned for its offsets
+    log.close()
+
+
+def test_a_lifo_pop_over_several_segments_commits_a_cut(bucket):
+    log = open_log(bucket, "lifo")
+    log.append([payload(i, 900) for i in range(10)])  # 4 + 4 + 2
+    assert ids(log.take_tail(7)) == [9, 8, 7, 6, 5, 4, 3]
+    assert seg_files(bucket, "lifo") == ["seg_00001.lifo"]
+    state = max(filter(None, slots(bucket)), key=lambda s: s["seq"])
+    assert (state["cut_segment"], state["cut_above"]) == (1, 3)
+    log.append([payload(20, 900), payload(21, 900)])  # new segments are numbered above the cut
+    assert seg_files(bucket, "lifo") == ["seg_00001.lifo", "seg_00004.lifo"]
+    log.close()
+    log = open_log(bucket, "lifo")
+    assert everything(log) == [0, 1, 2, 20, 21]
+    assert ids(log.take_tail(5)) == [21, 20, 2, 1, 0]
+    assert (bucket / "seg_00001.lifo").stat().st_size == 0
+    log.close()
+
+
+def test_a_cut_interrupted_by_a_crash_is_finished_on_open(bucket, caplog):
+    log = open_log(bucket, "lifo")
+    log.append([payload(i, 900) for i in range(10)])
+    saved = {name: (bucket / name).read_bytes() for name in seg_files(bucket, "lifo")}
+    log.take_tail(7)
+    log.close()
+    for name, data in saved.items():  # as if killed right after the cut's state write
+        (bucket / name).write_bytes(data)
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket, "lifo")
+    assert "finishing an interrupted pop" in caplog.text
+    assert everything(log) == [0, 1, 2]
+    assert seg_files(bucket, "lifo") == ["seg_00001.lifo"]
+    log.close()
+
+
+def test_sync_off_still_works(bucket):
+    log = open_log(bucket, "lifo", sync=False)
+    log.append([payload(i, 900) for i in range(10)])
+    assert ids(log.take_tail(7)) == [9, 8, 7, 6, 5, 4, 3]
+    log.close()
+    assert everything(open_log(bucket, "lifo", sync=False)) == [0, 1, 2]
+
+
+# -- a write the operating system refuses ---------------------------------------------------------
+
+FULL_DISK = r"""
+import resource, signal, sys
+from pathlib import Path
+from hoarddb.errors import StorageError
+from hoarddb.storage.segment import SegmentLog
+from hoarddb.values.codec import encode
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # let the write fail with EFBIG instead
+log = SegmentLog(Path(sys.argv[1]), "fifo", 1 << 20)
+log.append([encode({"i": 0})])
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))  # the file may not grow past 20000 bytes
+try:
+    log.append([encode({"i": k, "pad": "x" * 3000}) for k in range(1, 11)])
+except StorageError as exc:
+    print("refused:", exc)
+log.append([encode({"i": 11})])
+print("length", len(log))
+"""
+
+
+def test_a_write_the_disk_refuses_leaves_nothing_and_the_log_goes_on(bucket):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(bucket)], cwd=repo, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "refused: writing" in result.stdout and "nothing of this write was kept" in result.stdout
+    assert "length 2" in result.stdout
+    log = open_log(bucket, size=1 << 20)
+    assert everything(log) == [0, 11]
+    log.close()
