@@ -50,8 +50,8 @@ class Raw:
                 txn.put(f"user{i:08}".encode(), bson.encode({"_id_": f"user{i:08}", **DOC}), overwrite=False)
 
     def gets(self, n):
-        with self.env.begin() as txn:
-            for i in range(n):
+        for i in range(n):  # one read transaction per get, as each get of a client is
+            with self.env.begin() as txn:
                 bson.decode(txn.get(f"user{i:08}".encode()))
 
     def queue(self, n, batch, prefix=b"q"):

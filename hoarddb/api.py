@@ -22,6 +22,7 @@ class Client:
 
     def __init__(self, executor):
         self._executor = executor
+        self._call = getattr(executor, "call", None)  # an in-process engine's pre-bound entry
 
     def execute(self, request: dict) -> dict:
         """Run one operation document and return its whole answer (``{ok: 1, result, ...}``)."""
@@ -121,9 +122,12 @@ class Bucket:
 
     def _call(self, op: operations.Operation, args: tuple, kwargs: dict) -> Any:
         bound = operations.bind(op, args, kwargs)
-        answer = self._database._client.execute(
-            {"op": op.name, "db": self._database.name, "bucket": self.name, "args": bound}
-        )
+        client = self._database._client
+        if client._call is not None:  # in process: the engine takes the bound arguments as they are
+            answer = client._call(op, self._database.name, self.name, bound)
+        else:
+            answer = client._executor.execute(
+                {"op": op.name, "db": self._database.name, "bucket": self.name, "args": bound})
         if "index_used" in answer:
             return Found(answer["result"], answer["index_used"], answer.get("explain"))
         return answer.get("result")

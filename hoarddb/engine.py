@@ -45,6 +45,8 @@ COMMON_BUCKET_OPTIONS = {
     "placement": "where a cluster places the bucket; recorded, used once hoardDB runs as a cluster",
 }
 FIELD_KEYWORDS_NOTED = ("required", "auto")
+#: Operations that change declarations: they empty the engine's cache of (declaration, store).
+CATALOG_CHANGES = frozenset({"create_database", "drop_database", "create_bucket", "drop_bucket", "alter_bucket"})
 KEYED_TYPES = ("hash", "btree")
 
 
@@ -63,6 +65,7 @@ class Engine:
             self._lock.release()
             raise
         self._stores: dict[tuple[str, str], Store] = {}
+        self._hot: dict[tuple[str, str], tuple[dict, Store]] = {}  # (db, bucket) -> (declaration, store)
         self._mutex = threading.RLock()
         self._closed = False
         self.metrics = Metrics()
@@ -94,6 +97,8 @@ class Engine:
         name = request["op"]
         handler = self._handlers.get(name)
         if handler is not None:
+            if name in CATALOG_CHANGES:
+                self._hot.clear()
             answer = handler(request)
             return answer if isinstance(answer, dict) and "ok" in answer else {"ok": 1, "result": answer}
         if "field" in request or "key" in request:
@@ -104,32 +109,51 @@ class Engine:
         if name not in operations.VERBS:
             known = sorted(set(self._handlers) | {op.name for op in operations.VERBS.values()})
             raise UnknownVerbError(f"unknown operation {name!r}; operations: {', '.join(known)}")
-        result = self._verb(operations.VERBS[name], request)
-        if isinstance(result, Reply):
-            return {"ok": 1, "result": result.result, **result.extras}
-        return {"ok": 1, "result": result}
+        return self._verb(operations.VERBS[name], request)
 
-    def _verb(self, op: operations.Operation, request: dict) -> Any:
-        db, bucket = _db(request), _bucket(request)
-        decl = self.catalog.bucket(db, bucket)
+    def _verb(self, op: operations.Operation, request: dict) -> dict:
+        db, bucket = request.get("db"), request.get("bucket")
+        args = request.get("args") or {}
+        if not isinstance(args, dict):
+            raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
+        return self.call(op, db, bucket, operations.bind(op, (), args))
+
+    def call(self, op: operations.Operation, db: str, bucket: str, args: dict) -> dict:
+        """Run a bucket verb whose arguments ``operations.bind`` has checked; its answer.
+
+        ``execute`` comes here after binding a request's ``args``; the in-process client
+        (hoarddb.api) binds once and calls this directly, so a get does not pay for a
+        request document and a second binding. The bucket's declaration and open store
+        are cached until the next catalog change.
+        """
+        if self._closed:
+            raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+        hot = self._hot.get((db, bucket))
+        if hot is None:
+            check_name(db, "database")
+            check_name(bucket, "bucket")
+            decl = self.catalog.bucket(db, bucket)
+            hot = self._hot[(db, bucket)] = (decl, self._store(db, bucket, decl))
+        decl, store = hot
         if decl["type"] not in op.types:
             raise VerbNotSupportedError(
                 f"{decl['type']} bucket {bucket!r} has no verb {op.name!r}; "
                 f"a {decl['type']} bucket's verbs: {', '.join(operations.verbs_for(decl['type']))}"
             )
-        args = request.get("args") or {}
-        if not isinstance(args, dict):
-            raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
-        args = operations.bind(op, (), args)
-        positional = [args.get(p.name) for p in op.params]
-        while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
-            positional.pop()
-        keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
-        store = self._store(db, bucket, decl)
-        result = getattr(store, op.name)(*positional, **keywords)
+        if op.simple:
+            result = getattr(store, op.name)(*[args[n] for n in op.param_names])
+        else:
+            positional = [args.get(p.name) for p in op.params]
+            while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
+                positional.pop()
+            keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+            result = getattr(store, op.name)(*positional, **keywords)
         if op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
             self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
-        return result
+            self._hot.clear()
+        if type(result) is Reply:
+            return {"ok": 1, "result": result.result, **result.extras}
+        return {"ok": 1, "result": result}
 
     def _field_verb(self, name: str, request: dict) -> Any:
         """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""

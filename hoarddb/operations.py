@@ -16,7 +16,8 @@ is expected, or left over after the params, is the options document
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import InvalidArgumentError, UnknownVerbError
 
@@ -61,6 +62,14 @@ class Operation:
     answer: str = ""
     aliases: tuple = ()
     example: str = ""
+
+    def __post_init__(self):
+        # Derived once, for binding on the hot path: names of params, and whether a
+        # positional call can be bound by zipping (no scalar param that could take an
+        # options document instead).
+        object.__setattr__(self, "param_names", tuple(p.name for p in self.params))
+        object.__setattr__(self, "simple", all(p.kind not in ("int", "str") for p in self.params)
+                           and not self.options and all(p.required for p in self.params))
 
     def param(self, name: str) -> Param | None:
         for p in self.params + self.options:
@@ -229,22 +238,33 @@ def verbs_for(store_type: str) -> list[str]:
 
 
 def _check_kind(op: Operation, p: Param, value: Any) -> Any:
-    ok = True
     if value is None and not p.required:
         return None
-    if p.kind in ("doc", "filter", "update"):
-        ok = isinstance(value, Mapping)
-    elif p.kind == "docs":
+    kind = p.kind
+    if kind in ("doc", "filter", "update"):
+        ok = isinstance(value, (dict, Mapping))
+    elif kind == "docs":
         ok = isinstance(value, (list, tuple))
-    elif p.kind == "int":
+    elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif p.kind == "str":
+    elif kind == "str":
         ok = isinstance(value, str)
+    else:
+        ok = True
     if not ok:
         raise InvalidArgumentError(
-            f"{op.name}: argument {p.name!r} must be {KINDS[p.kind]}, got {type(value).__name__}: {value!r:.80}"
+            f"{op.name}: argument {p.name!r} must be {KINDS[kind]}, got {type(value).__name__}: {value!r:.80}"
         )
     return value
+
+
+def usage(op: Operation) -> str:
+    """How a call of ``op`` is written, for refusals: ``peek(limit?, {limit})``."""
+    head = ", ".join(p.name if p.required else p.name + "?" for p in op.params)
+    optional = [p.name for p in op.options + op.params if not p.required]
+    if optional:
+        return f"{op.name}({head}{', ' if op.params else ''}{{{', '.join(optional)}}})"
+    return f"{op.name}({head})"
 
 
 def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | None = None) -> dict:
@@ -253,44 +273,48 @@ def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | Non
     Raises InvalidArgumentError naming the accepted arguments when there are too many,
     an unknown name, a missing required one, or a value of the wrong kind.
     """
-    kwargs = dict(kwargs or {})
+    if op.simple and not kwargs and len(args) == len(op.params):  # get(key), push(doc): the common call
+        for p, value in zip(op.params, args):
+            _check_kind(op, p, value)
+        return dict(zip(op.param_names, args))
+    every = op.params + op.options
     bound: dict[str, Any] = {}
-    args = list(args)
-    option_names = [p.name for p in op.params + op.options]
-    usage = f"{op.name}({', '.join(p.name if p.required else p.name + '?' for p in op.params)}" + (
-        f"{', ' if op.params else ''}{{{', '.join(p.name for p in op.options + op.params if not p.required)}}})"
-        if any(not p.required for p in op.params + op.options) else ")"
-    )
-
-    def take_options(doc: Mapping) -> bool:
-        if isinstance(doc, Mapping) and doc and all(k in option_names for k in doc):
-            for k, v in doc.items():
-                bound[k] = v
-            return True
-        return False
-
-    for i, value in enumerate(args):
-        if i < len(op.params):
-            p = op.params[i]
-            scalar = p.kind in ("int", "str")
-            if isinstance(value, Mapping) and scalar and i == len(args) - 1 and take_options(value):
+    if args:
+        n = len(args)
+        for i, value in enumerate(args):
+            if i < len(op.params):
+                p = op.params[i]
+                if isinstance(value, Mapping) and p.kind in ("int", "str") and i == n - 1 \
+                        and _take_options(op, value, bound):
+                    continue
+                bound[p.name] = value
+            elif i == n - 1 and (op.options or any(not p.required for p in op.params)) \
+                    and _take_options(op, value, bound):
                 continue
-            bound[p.name] = value
-        elif i == len(args) - 1 and (op.options or any(not p.required for p in op.params)) and take_options(value):
-            continue
-        else:
-            raise InvalidArgumentError(f"{op.name} takes at most {len(op.params)} argument(s) and an options document: {usage}")
-    for k, v in kwargs.items():
-        if k not in option_names:
-            raise InvalidArgumentError(
-                f"{op.name} has no argument {k!r}; accepted: {', '.join(option_names) or 'none'} — {usage}"
-            )
-        if k in bound:
-            raise InvalidArgumentError(f"{op.name}: argument {k!r} given twice")
-        bound[k] = v
-    for p in op.params + op.options:
+            else:
+                raise InvalidArgumentError(
+                    f"{op.name} takes at most {len(op.params)} argument(s) and an options document: {usage(op)}")
+    if kwargs:
+        for k, v in kwargs.items():
+            if op.param(k) is None:
+                raise InvalidArgumentError(
+                    f"{op.name} has no argument {k!r}; accepted: {', '.join(p.name for p in every) or 'none'} "
+                    f"— {usage(op)}"
+                )
+            if k in bound:
+                raise InvalidArgumentError(f"{op.name}: argument {k!r} given twice")
+            bound[k] = v
+    for p in every:
         if p.name in bound:
             bound[p.name] = _check_kind(op, p, bound[p.name])
         elif p.required:
-            raise InvalidArgumentError(f"{op.name} needs its argument {p.name!r} ({KINDS[p.kind]}): {usage}")
+            raise InvalidArgumentError(f"{op.name} needs its argument {p.name!r} ({KINDS[p.kind]}): {usage(op)}")
     return bound
+
+
+def _take_options(op: Operation, doc: Any, bound: dict) -> bool:
+    """Spread an options document (``{limit: 5}``) into ``bound``, if every key is an argument name."""
+    if isinstance(doc, Mapping) and doc and all(op.param(k) is not None for k in doc):
+        bound.update(doc)
+        return True
+    return False

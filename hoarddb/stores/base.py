@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from bson.errors import InvalidDocument
 

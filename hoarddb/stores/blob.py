@@ -25,7 +25,8 @@ import re
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 from ..errors import BadValueError, ClosedError, CorruptDataError, DuplicateKeyError, NotFoundError, StorageError
 from ..ids import uuid7

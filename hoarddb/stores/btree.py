@@ -15,12 +15,14 @@ sort keys coexist, in insertion order (a leaderboard has ties).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import BadValueError, MissingKeyError, NotADocumentError
 from ..values.codec import decode
 from ..values.filter import compile_filter
 from ..values.keys import encode_key
+from ..values.order import NUMBER, is_nan, type_rank
 from .base import KVStore, Reply, check_limit, encode_document
 from .fields import FieldStores
 
@@ -226,10 +228,14 @@ class BTreeStore(KVStore):
         if limit is not None:
             check_limit(limit, 1 << 62, "range")
         ops = self._bounds(bounds or {})
-        lower, upper = self._byte_bounds(ops)
-        prefix = ops.get("$prefix")
-        rest = {k: v for k, v in ops.items() if k != "$prefix"}
-        check = compile_filter({"k": rest}) if rest else None
+        exact = self._exact_bounds(ops)
+        if exact is not None:  # the byte range is exactly the value range: nothing to check per entry
+            (lower, upper), prefix, check = exact, None, None
+        else:
+            lower, upper = self._byte_bounds(ops)
+            prefix = ops.get("$prefix")
+            rest = {k: v for k, v in ops.items() if k != "$prefix"}
+            check = compile_filter({"k": rest}) if rest else None
         out = []
         with self.kv.read() as txn:
             cursor = txn.cursor()
@@ -268,6 +274,42 @@ class BTreeStore(KVStore):
         if "$prefix" in ops and not isinstance(ops["$prefix"], str):
             raise BadValueError(f"$prefix takes a string, got {ops['$prefix']!r}")
         return ops
+
+    def _exact_bounds(self, ops: dict) -> tuple[bytes, bytes] | None:
+        """LMDB key bounds holding exactly the entries the bounds match, or None when a
+        filter check per entry is needed (bounds of mixed kinds, arrays, documents, null, NaN).
+
+        Keys sort by kind first (a tag byte), so bounds of one kind stay inside that kind's
+        bracket, as filters compare; NaN keys, the lowest numbers, are skipped.
+        """
+        values = [v for op, v in ops.items() if op != "$prefix"]
+        if "$prefix" in ops:
+            values.append(ops["$prefix"])
+        if not values:
+            return self.DOC, b"E"
+        if any(v is None or isinstance(v, (list, tuple, dict)) or is_nan(v) for v in values):
+            return None
+        if len({type_rank(v) for v in values}) != 1:
+            return None
+        tag = encode_key(values[0])[0]
+        lower, upper = self.DOC + bytes([tag]), self.DOC + bytes([tag + 1])
+        if type_rank(values[0]) == NUMBER:
+            lower = self.DOC + encode_key(float("nan")) + b"\xff" * 9
+        for op, value in ops.items():
+            if op == "$prefix":
+                stem = self.DOC + string_stem(value)
+                lower, upper = max(lower, stem), min(upper, stem + b"\xff")
+                continue
+            ek = self.DOC + self._encoded(value)
+            if op in ("$gte", "$eq"):
+                lower = max(lower, ek)
+            if op == "$gt":
+                lower = max(lower, ek + b"\xff" * 9)
+            if op == "$lt":
+                upper = min(upper, ek)
+            if op in ("$lte", "$eq"):
+                upper = min(upper, ek + b"\xff" * 9)
+        return lower, upper
 
     def _byte_bounds(self, ops: dict) -> tuple[bytes, bytes]:
         """The smallest LMDB key to look at and the first one past the range (a coarse cut;

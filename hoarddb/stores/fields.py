@@ -38,7 +38,8 @@ import math
 import os
 import struct
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 from bson.decimal128 import Decimal128
 

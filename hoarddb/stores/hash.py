@@ -17,7 +17,8 @@ import datetime
 import logging
 import math
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bson.decimal128 import Decimal128
 from bson.regex import Regex
@@ -79,6 +80,8 @@ class HashStore(KVStore):
 
     def _doc_key(self, value: Any) -> bytes:
         """The encoded ``_id_`` (without the namespace byte)."""
+        if type(value) is str and len(value) < 400:
+            return encode_key(value)
         if value is None or isinstance(value, (list, tuple, Mapping, Regex)):
             raise BadValueError(
                 f"a document key (_id_) must be a string, number, ObjectId, UUID, date or binary; got {value!r:.60}"
@@ -248,11 +251,11 @@ class HashStore(KVStore):
 
     def get(self, key: Any) -> dict | None:
         """The document with this ``_id_`` (also given as ``{_id_: key}``), or None."""
-        if isinstance(key, Mapping):
+        if type(key) is not str and isinstance(key, Mapping):
             if set(key) != {"_id_"}:
                 raise BadValueError("get takes a key, or {_id_: key}; to match other fields use find")
             key = key["_id_"]
-        with self.kv.read() as txn:
+        with self.kv.env.begin(buffers=False) as txn:
             raw = txn.get(self.DOC + self._doc_key(key))
         if raw is None:
             return None

@@ -104,6 +104,7 @@ TAGS = {
     MAXKEY: 0xF0,
 }
 _RANK_BY_TAG = {tag: rank for rank, tag in TAGS.items()}
+_STRING_TAG = bytes([TAGS[STRING]])
 
 _BELOW, _EXACT, _ABOVE = 0x01, 0x02, 0x03
 _NEG, _POS = 0x01, 0x02
@@ -126,6 +127,8 @@ _INVERT = bytes(255 - i for i in range(256))
 
 def encode_key(value) -> bytes:
     """The order-preserving, self-delimiting key bytes of one BSON value."""
+    if type(value) is str:  # the common key: skip the general path
+        return _STRING_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff") + b"\x00\x01"
     out = bytearray()
     rank = type_rank(value)
     out.append(TAGS[rank])

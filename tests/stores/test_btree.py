@@ -118,3 +118,19 @@ def test_negative_and_fractional_floats_sort(db):
     vals = [-1.5, 2, -3, 0.25, -0.0, -1e300, 1e300, -2**62, 7.5, -math.inf, math.inf]
     b.batch_insert([{"k": v} for v in vals])
     assert [d["k"] for d in b.range()] == sorted(vals)
+
+
+bound_values = st.one_of(st.integers(-5, 5), st.floats(-5, 5, allow_nan=False), st.sampled_from(["", "a", "b", "ba"]))
+
+
+@given(st.lists(st.one_of(bound_values, st.just(float("nan")), st.none()), max_size=25),
+       st.dictionaries(st.sampled_from(["$gt", "$gte", "$lt", "$lte", "$eq"]), bound_values, max_size=2))
+def test_range_is_exactly_the_filter(tmp_path_factory, keys, bounds):
+    from hoarddb.values.filter import matches
+    with hoarddb.open(tmp_path_factory.mktemp("r")) as c:
+        b = c["app"].create_bucket("B", type="btree", key="k")
+        if keys:
+            b.batch_insert([{"k": k, "i": i} for i, k in enumerate(keys)])
+        got = sorted(d["i"] for d in b.range({"k": bounds}))
+        want = sorted(i for i, k in enumerate(keys) if matches({"k": k}, {"k": bounds}))
+        assert got == want
