@@ -14,6 +14,7 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 
@@ -142,14 +143,18 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--single", type=int, default=2_000, help="durable single writes (one fsync each)")
     parser.add_argument("--batch", type=int, default=100, help="queue batch size (pop's limit is at most 100)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; the table shows medians")
     args = parser.parse_args()
-    rows = run(args.n, args.single, args.batch)
+    rounds = [run(args.n, args.single, args.batch) for _ in range(args.rounds)]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"lmdb {'.'.join(map(str, lmdb.version()))}")
-    print(f"| workload | n | hoardDB ops/s | raw lmdb ops/s | ratio |")
-    print(f"|---|---:|---:|---:|---:|")
-    for name, count, h, r in rows:
-        print(f"| {name} | {count} | {h:,.0f} | {r:,.0f} | {h / r:.2f} |")
+          f"lmdb {'.'.join(map(str, lmdb.version()))}; median of {args.rounds} rounds")
+    print("| workload | n | hoardDB ops/s | raw lmdb ops/s | ratio (median of rounds) |")
+    print("|---|---:|---:|---:|---:|")
+    for i, (name, count, _, _) in enumerate(rounds[0]):
+        h = statistics.median(r[i][2] for r in rounds)
+        raw = statistics.median(r[i][3] for r in rounds)
+        ratio = statistics.median(r[i][2] / r[i][3] for r in rounds)
+        print(f"| {name} | {count} | {h:,.0f} | {raw:,.0f} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

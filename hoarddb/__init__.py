@@ -15,7 +15,7 @@ from . import errors
 from .api import Bucket, Client, Database
 from .errors import DuplicateKeyError, HoardError
 
-__all__ = ["open", "Client", "Database", "Bucket", "HoardError", "DuplicateKeyError", "errors"]
+__all__ = ["open", "connect", "Client", "Database", "Bucket", "HoardError", "DuplicateKeyError", "errors"]
 __version__ = "0.1.0"
 
 
@@ -29,3 +29,15 @@ def open(path, **options) -> Client:  # noqa: A001 - the name users expect
     from .options import Options
 
     return Client(Engine(path, Options.from_kwargs(**options)))
+
+
+def connect(url: str | None = None, **options) -> Client:
+    """A client of a hoardDB server: ``hoarddb.connect("hoarddb://user:password@host:7070/")``.
+
+    The same Client as :func:`open` returns, talking to the server over the wire; see
+    :func:`hoarddb.client.connect` for the URL and the options (``tls_ca``,
+    ``tls_fingerprint``, ``insecure``, ``timeout``...).
+    """
+    from .client import connect as _connect
+
+    return _connect(url, **options)

@@ -3,10 +3,18 @@
     hoarddb shell --data DIR [--json] [-f FILE | -e STATEMENT] [--continue-on-error]
         the HQL shell on an embedded database: interactive on a terminal, else a script
         from standard input, from FILE, or the one STATEMENT
+    hoarddb shell --host HOST [--port PORT] [--user USER] [--password P] [--tls-ca FILE |
+                  --tls-fingerprint SHA256 | --insecure] [--url hoarddb://...] [...]
+        the same shell on a server (password also from HOARDDB_PASSWORD)
     hoarddb tour --data DIR
         a guided walk through the six store types, on a database in DIR
-    hoardDB [same options as hoarddb shell] [-insecure] [--host HOST] [--port PORT]
-        the same shell; -insecure, --host and --port will reach a server (not yet)
+    hoarddb server --data DIR [--host H] [--port P] [--config FILE] [--metrics-port N]
+                   [--insecure] [--tls-cert FILE --tls-key FILE] [...]
+        run a server (TLS and authentication on unless --insecure, which is loopback only)
+    hoarddb user add|remove|list|passwd [NAME] --data DIR [--role ROLE[:DB]]...
+        manage the server's users (roles: admin, read:DB, readWrite:DB, dbAdmin:DB)
+    hoardDB [same options as hoarddb shell] [-insecure]
+        the same shell; -insecure reaches a local server without TLS
 
 Exit status: 0 when every statement succeeded, 1 when one failed (or the data
 directory could not be opened), 2 for a usage error. An interactive session exits 0:
@@ -22,6 +30,7 @@ import click
 from . import __version__
 from .errors import HoardError
 
+#: Kept for scripts that matched it; every server flag works now.
 NO_SERVER = "hoardDB: no server client exists yet; use --data DIR for an embedded database"
 
 
@@ -39,20 +48,62 @@ def _shell_options(f):
     return f
 
 
-def run_shell(data, json_mode=False, script=None, statement=None, continue_on_error=False) -> int:
-    """Open ``data`` and run the shell on it; the exit status."""
+def _remote_options(f, insecure_names=("--insecure",)):
+    """The connection options every client command shares (see hoarddb.client.options)."""
+    f = click.option("--timeout", type=float, default=None, help="Seconds to wait for an answer.")(f)
+    f = click.option("--tls-fingerprint", "tls_fingerprint", metavar="SHA256",
+                     help="Trust the server whose certificate has this SHA-256 fingerprint (it prints it at start).")(f)
+    f = click.option("--tls-ca", "tls_ca", metavar="FILE", type=click.Path(dir_okay=False),
+                     help="Verify the server against this CA (or its own certificate, DATA/tls/server.crt).")(f)
+    f = click.option("--password", default=None,
+                     help="The user's password (better: HOARDDB_PASSWORD, or type it when asked).")(f)
+    f = click.option("--user", "-u", "user", default=None, help="Log in as this user.")(f)
+    f = click.option(*insecure_names, "insecure", is_flag=True, default=None,
+                     help="No TLS, no login: for a local server started with --insecure.")(f)
+    f = click.option("--port", type=int, default=None, help="The server's port (default 7070).")(f)
+    f = click.option("--host", default=None, help="The server's address (default 127.0.0.1).")(f)
+    f = click.option("--url", default=None, metavar="URL", help="hoarddb://user:password@host:port/?tls_ca=...")(f)
+    return f
+
+
+def remote_options(url=None, host=None, port=None, insecure=None, user=None, password=None, tls_ca=None,
+                   tls_fingerprint=None, timeout=None):
+    """The ConnectOptions the flags ask for, or None when none was given (embedded)."""
+    from .client.options import ConnectOptions
+
+    given = dict(host=host, port=port, insecure=insecure or None, user=user, password=password, tls_ca=tls_ca,
+                 tls_fingerprint=tls_fingerprint, timeout=timeout)
+    if url is None and all(v is None for v in given.values()):
+        return None
+    if user and password is None and not __import__("os").environ.get("HOARDDB_PASSWORD") \
+            and sys.stdin is not None and sys.stdin.isatty():
+        given["password"] = click.prompt(f"password for {user}", hide_input=True)
+    return ConnectOptions.from_url(url, **given)
+
+
+def run_shell(data, json_mode=False, script=None, statement=None, continue_on_error=False, remote=None) -> int:
+    """Open ``data`` (or connect to the server of ``remote``, a ConnectOptions) and run the shell; the exit status."""
     from . import open as open_database
     from .hql import printer
     from .shell import Shell, interactive
 
-    if data is None:
-        click.echo("give --data DIR, the data directory of an embedded database (see --help)", err=True)
+    if data is None and remote is None:
+        click.echo("give --data DIR (an embedded database) or --host/--port/-insecure (a server); see --help", err=True)
+        return 2
+    if data is not None and remote is not None:
+        click.echo("give --data DIR or a server (--host, --port, -insecure, --url), not both", err=True)
         return 2
     if script is not None and statement is not None:
         click.echo("give -f FILE or -e STATEMENT, not both", err=True)
         return 2
     try:
-        client = open_database(data)
+        if remote is not None:
+            from .api import Client
+            from .client import RemoteExecutor
+
+            client = Client(RemoteExecutor(remote))
+        else:
+            client = open_database(data)
     except HoardError as e:
         if json_mode:
             click.echo(printer.json_line(printer.error_answer(e)))
@@ -81,9 +132,153 @@ def main():
 
 @main.command()
 @_shell_options
-def shell(data, json_mode, script, statement, continue_on_error):
-    """The HQL shell on an embedded database in DIR."""
-    sys.exit(run_shell(data, json_mode, script, statement, continue_on_error))
+@_remote_options
+def shell(data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
+          tls_ca, tls_fingerprint, timeout):
+    """The HQL shell on an embedded database in DIR, or on a server."""
+    try:
+        remote = remote_options(url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout)
+    except HoardError as e:
+        click.echo(f"hoarddb shell: {e.message}", err=True)
+        sys.exit(2)
+    sys.exit(run_shell(data, json_mode, script, statement, continue_on_error, remote))
+
+
+@main.command()
+@click.option("--data", "data", metavar="DIR", type=click.Path(file_okay=False),
+              help="The data directory (created if missing). Also HOARDDB_DATA, or data: in --config.")
+@click.option("--config", "config_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="A YAML file of options (port: 7070, ...); flags and HOARDDB_* variables win over it.")
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port to listen on (default 7070; 0 picks a free one).")
+@click.option("--metrics-port", "metrics_port", type=int, default=None,
+              help="Port of /metrics and /healthz (default 7071; 0 picks one; -1 turns it off).")
+@click.option("--insecure", "insecure", is_flag=True, default=None,
+              help="No TLS and no authentication; loopback addresses only.")
+@click.option("--tls-cert", "tls_cert", metavar="FILE", default=None, help="PEM certificate to serve.")
+@click.option("--tls-key", "tls_key", metavar="FILE", default=None, help="Its PEM private key.")
+@click.option("--max-connections", "max_connections", type=int, default=None, help="Connections at most (1000).")
+@click.option("--idle-timeout", "idle_timeout", type=float, default=None,
+              help="Seconds before an idle connection is closed (300; 0 never).")
+@click.option("--log-level", "log_level", default=None, help="debug, info, warning or error (info).")
+def server(config_file, **flags):
+    """Run a hoardDB server on a data directory until SIGTERM or Ctrl-C.
+
+    TLS (a self-signed certificate in DATA/tls/ unless --tls-cert) and authentication
+    (SCRAM-SHA-256; manage users with `hoarddb user`) are on unless --insecure.
+    """
+    from .server import ServerConfig, run
+
+    try:
+        config = ServerConfig.load(flags, config_file)
+    except HoardError as e:
+        click.echo(f"hoarddb server: {e.message}", err=True)
+        sys.exit(2)
+    sys.exit(run(config))
+
+
+@main.group()
+def user():
+    """Manage the users of a server's data directory (the server may be running)."""
+
+
+def _users(data):
+    from .server.users import UserStore
+
+    return UserStore(data)
+
+
+def _new_password(name: str, password_stdin: bool) -> str:
+    import os
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = os.environ.get("HOARDDB_PASSWORD") or click.prompt(
+            f"password for {name}", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise click.UsageError("the password is empty")
+    return password
+
+
+_data_option = click.option("--data", "data", metavar="DIR", required=True, type=click.Path(file_okay=False),
+                            help="The server's data directory.")
+_stdin_option = click.option("--password-stdin", is_flag=True,
+                             help="Read the password from the first line of standard input "
+                                  "(else HOARDDB_PASSWORD, else a prompt).")
+_iterations_option = click.option("--iterations", type=int, default=None,
+                                  help="PBKDF2 iterations of the SCRAM keys (default 100000; at least 4096).")
+
+
+def _user_errors(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (HoardError, ValueError) as e:
+            click.echo(f"hoarddb user: {getattr(e, 'message', e)}", err=True)
+            sys.exit(1)
+    return wrapper
+
+
+@user.command("add")
+@click.argument("name")
+@_data_option
+@click.option("--role", "roles", multiple=True, required=True,
+              help="admin, or read:DB, readWrite:DB, dbAdmin:DB; repeat for more.")
+@_stdin_option
+@_iterations_option
+@_user_errors
+def user_add(name, data, roles, password_stdin, iterations):
+    """Add a user with its roles."""
+    from .server.users import parse_role
+    from .wire.scram import DEFAULT_ITERATIONS
+
+    for role in roles:
+        parse_role(role)
+    record = _users(data).add(name, _new_password(name, password_stdin), list(roles),
+                              iterations=iterations or DEFAULT_ITERATIONS)
+    click.echo(f"added user {record['name']} ({', '.join(record['roles'])})")
+
+
+@user.command("passwd")
+@click.argument("name")
+@_data_option
+@_stdin_option
+@_iterations_option
+@_user_errors
+def user_passwd(name, data, password_stdin, iterations):
+    """Set a user's password (its open connections stay logged in)."""
+    from .wire.scram import DEFAULT_ITERATIONS
+
+    store = _users(data)
+    if store.get(name) is None:
+        store.remove(name)  # raises NotFoundError with the usual message
+    store.set_password(name, _new_password(name, password_stdin), iterations=iterations or DEFAULT_ITERATIONS)
+    click.echo(f"changed the password of {name}")
+
+
+@user.command("remove")
+@click.argument("name")
+@_data_option
+@_user_errors
+def user_remove(name, data):
+    """Remove a user (its open connections stay logged in until they close)."""
+    _users(data).remove(name)
+    click.echo(f"removed user {name}")
+
+
+@user.command("list")
+@_data_option
+@_user_errors
+def user_list(data):
+    """The users and their roles, one per line."""
+    from .server.users import format_role
+
+    for record in _users(data).users():
+        click.echo(f"{record['name']}\t{', '.join(format_role(r) for r in record['roles'])}")
 
 
 @main.command()
@@ -99,16 +294,23 @@ def tour(data):
 
 @click.command(name="hoardDB")
 @_shell_options
-@click.option("-insecure", "insecure", is_flag=True, help="Reach a server without TLS (not yet available).")
-@click.option("--host", help="The server to reach (not yet available).")
-@click.option("--port", type=int, help="The server's port (not yet available).")
+@lambda f: _remote_options(f, ("-insecure", "--insecure"))
 @click.version_option(version=__version__, prog_name="hoardDB")
-def shell_main(data, json_mode, script, statement, continue_on_error, insecure, host, port):
-    """The hoardDB shell (the same as `hoarddb shell`)."""
-    if insecure or host is not None or port is not None:
-        click.echo(NO_SERVER, err=True)
+def shell_main(data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
+               tls_ca, tls_fingerprint, timeout):
+    """The hoardDB shell (the same as `hoarddb shell`): --data DIR, or a server (-insecure for a local one)."""
+    try:
+        remote = remote_options(url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout)
+    except HoardError as e:
+        click.echo(f"hoardDB: {e.message}", err=True)
         sys.exit(2)
-    sys.exit(run_shell(data, json_mode, script, statement, continue_on_error))
+    sys.exit(run_shell(data, json_mode, script, statement, continue_on_error, remote))
+
+
+from .tools.commands import COMMANDS as _TOOL_COMMANDS  # noqa: E402 - hoarddb ingest|dump|restore (hoarddb/tools)
+
+for _command in _TOOL_COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,482 @@
+"""The blocking client: one socket to a server, and the executor that :class:`hoarddb.api.Client` runs on.
+
+    client = hoarddb.api.Client(RemoteExecutor(ConnectOptions(host="127.0.0.1", insecure=True)))
+
+is what ``hoarddb.connect("hoarddb://127.0.0.1/?insecure=true")`` returns: the same
+Client as ``hoarddb.open(path)``, whose requests go over the wire. Errors come back as
+the same classes (``error_from_answer``); a lost connection is ConnectionError_, a
+late answer TimeoutError_, and the next call reconnects.
+
+Blobs: a ``put`` whose data is a file object or more than 4 MiB is uploaded in 1 MiB
+chunks read as they are sent; ``stream`` gives an iterator that reads the server's
+chunks as it is consumed. If another request needs the connection before a stream is
+consumed, that stream's remaining chunks are spooled to a temporary file (memory
+stays bounded) and the iterator reads them from there.
+"""
+
+from __future__ import annotations
+
+import io
+import select
+import socket
+import ssl
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+from .. import operations
+from ..errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
+                      error_from_answer)
+from ..wire.framing import FrameReader, decode_frame
+from ..wire.messages import CHUNK_SIZE, INLINE_BLOB_MAX
+from ..wire.protocol import ClientProtocol, State
+from .options import ConnectOptions
+
+#: Chunk size a stream yields when the request does not name one (the engine's default).
+STREAM_CHUNK = 1024 * 1024
+_RECV = 256 * 1024
+#: Operations safe to send again on a fresh connection when the old one turned out dead.
+_RETRYABLE = frozenset({op for op, v in operations.VERBS.items() if not v.write}) | {
+    "list_databases", "list_buckets", "describe_bucket", "stats", "metrics", "whoami", "list_users"}
+
+
+class _Spool:
+    """_Spool keeps the frames of a stream nobody is reading yet, on disk past a few MiB."""
+
+    def __init__(self):
+        self._file = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
+        self._read = 0
+        self._write = 0
+        self.count = 0
+
+    def put(self, frame: bytes) -> None:
+        self._file.seek(self._write)
+        self._file.write(frame)
+        self._write += len(frame)
+        self.count += 1
+
+    def take(self) -> bytes:
+        self._file.seek(self._read)
+        head = self._file.read(4)
+        length = int.from_bytes(head, "little")
+        frame = head + self._file.read(length - 4)
+        self._read += length
+        self.count -= 1
+        return frame
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Connection:
+    """Connection is one open, logged-in socket to a server (blocking; not thread-safe by itself)."""
+
+    def __init__(self, options: ConnectOptions):
+        self.options = options
+        self.closed = False
+        self._answers: dict[Any, deque] = {}
+        self._spools: dict[Any, _Spool] = {}
+        self._discard: set = set()
+        self._reader = FrameReader()
+        self.core = ClientProtocol(options.user, options.password)
+        self.sock = self._open()
+        try:
+            self._handshake()
+        except BaseException:
+            self.close()
+            raise
+        self.sock.settimeout(options.timeout)
+
+    # -- opening
+
+    def _open(self) -> socket.socket:
+        o = self.options
+        try:
+            sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
+        except socket.timeout:
+            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)") from None
+        except OSError as exc:
+            raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
+                                   "on this host and port?") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        context = o.ssl_context()
+        if context is None:
+            return sock
+        try:
+            tls = context.wrap_socket(sock, server_hostname=o.host)
+        except socket.timeout:
+            sock.close()
+            raise TimeoutError_(f"TLS handshake with {o.address} took over {o.connect_timeout:g} s; "
+                                "is it a hoardDB server?") from None
+        except (ssl.SSLError, OSError) as exc:
+            sock.close()
+            raise o.tls_advice(exc) from None
+        try:
+            o.check_fingerprint(tls.getpeercert(binary_form=True))
+        except BaseException:
+            tls.close()
+            raise
+        return tls
+
+    def _handshake(self) -> None:
+        self._send(self.core.start())
+        while self.core.state is not State.READY:
+            try:
+                data = self.sock.recv(_RECV)
+            except socket.timeout:
+                raise TimeoutError_(f"no handshake answer from {self.options.address} within "
+                                    f"{self.options.connect_timeout:g} s; is it a hoardDB server?") from None
+            except (ssl.SSLError, OSError) as exc:
+                raise self._lost(exc, handshake=True) from None
+            if not data:
+                raise self._lost(None, handshake=True)
+            try:
+                answers = self.core.receive_data(data)
+            except ProtocolError as exc:
+                raise ConnectionError_(f"{self.options.address} did not answer as a hoardDB server: {exc.message}") from None
+            for answer in answers:
+                self._file(answer)
+            out = self.core.data_to_send()
+            if out:
+                self._send(out)
+
+    @property
+    def server_info(self) -> dict:
+        return self.core.server_info
+
+    # -- sending
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except socket.timeout:
+            self.close()
+            raise TimeoutError_(f"the server at {self.options.address} did not take our request within "
+                                f"{self.options.timeout:g} s; the connection is closed") from None
+        except (ssl.SSLError, OSError) as exc:
+            raise self._lost(exc) from None
+
+    def send(self, doc: dict) -> int:
+        """Send one request; its id."""
+        request_id, data = self.core.request(doc)
+        self._send(data)
+        return request_id
+
+    def send_chunk(self, request_id: int, data, *, end: bool = False, abort: bool = False) -> None:
+        self._send(self.core.chunk(request_id, data, end=end, abort=abort))
+
+    # -- receiving
+
+    def receive(self, request_id) -> dict:
+        """The next message for ``request_id``, reading (and filing others') until it comes."""
+        spool = self._spools.get(request_id)
+        if spool is not None and spool.count:
+            return decode_frame(spool.take())
+        queue = self._answers.get(request_id)
+        while not queue:
+            self._read_some()
+            spool = self._spools.get(request_id)
+            if spool is not None and spool.count:
+                return decode_frame(spool.take())
+            queue = self._answers.get(request_id)
+        message = queue.popleft()
+        if not queue:
+            del self._answers[request_id]
+        return message
+
+    def has_message(self, request_id) -> bool:
+        """Read what already arrived, without waiting; whether a message for ``request_id`` is there."""
+        while not self.closed and (select.select([self.sock], [], [], 0)[0] or
+                                   (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending())):
+            self._read_some()
+        return bool(self._answers.get(request_id))
+
+    def _read_some(self) -> None:
+        if self.closed:
+            raise ConnectionError_(f"the connection to {self.options.address} is closed")
+        try:
+            data = self.sock.recv(_RECV)
+        except socket.timeout:
+            self.close()
+            raise TimeoutError_(f"no answer from {self.options.address} within {self.options.timeout:g} s "
+                                "(timeout); the connection is closed and the request may or may not have run") from None
+        except (ssl.SSLError, OSError) as exc:
+            raise self._lost(exc) from None
+        if not data:
+            raise self._lost(None)
+        self._reader.feed(data)
+        while True:
+            try:
+                frame = self._reader.next_frame()
+            except ProtocolError as exc:
+                self.close()
+                raise ConnectionError_(f"the server sent bytes that are not a hoardDB message: {exc.message}") from None
+            if frame is None:
+                return
+            self._route(frame)
+
+    def _route(self, frame: bytes) -> None:
+        # Peek at the id without decoding a whole chunk twice: spooled frames stay raw.
+        doc = None
+        request_id = _peek_id(frame)
+        if request_id is _NO_ID:
+            doc = decode_frame(frame)
+            request_id = doc.get("id")
+        if request_id is None:  # the server closes the connection, and says why
+            doc = doc or decode_frame(frame)
+            self.close()
+            error = error_from_answer(doc)
+            error.server_closed = True
+            raise error
+        if request_id in self._discard:
+            doc = doc or decode_frame(frame)
+            if doc.get("end") or doc.get("ok") != 1 or "chunk" not in doc:
+                self._discard.discard(request_id)
+            return
+        spool = self._spools.get(request_id)
+        if spool is not None:
+            spool.put(frame)
+            return
+        self._file(doc or decode_frame(frame))
+
+    def _file(self, doc: dict) -> None:
+        self._answers.setdefault(doc.get("id"), deque()).append(doc)
+
+    # -- streams
+
+    def stream_started(self, request_id) -> None:
+        """From now on, chunks of this stream that arrive while reading for others are spooled."""
+        self._spools[request_id] = _Spool()
+        for doc in self._answers.pop(request_id, ()):  # already filed: move them in front
+            from ..values.codec import encode
+            self._spools[request_id].put(encode(doc))
+
+    def stream_finished(self, request_id, complete: bool) -> None:
+        spool = self._spools.pop(request_id, None)
+        if spool is not None:
+            spool.close()
+        if not complete and not self.closed:
+            self._discard.add(request_id)
+
+    # -- closing
+
+    def _lost(self, exc, handshake: bool = False) -> HoardError:
+        self.close()
+        o = self.options
+        if handshake:
+            hint = ("it may expect TLS (leave out -insecure / insecure=true)" if o.insecure else
+                    "it may have refused the connection (see its log)")
+            return ConnectionError_(f"the server at {o.address} closed the connection during the handshake"
+                                    + (f" ({exc})" if exc else "") + f": {hint}")
+        return ConnectionError_(f"the connection to {o.address} was lost" + (f" ({exc})" if exc else "")
+                                + ": the server closed it, stopped or restarted. The next call reconnects; "
+                                  "a write whose answer was lost may or may not have happened")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        for spool in self._spools.values():
+            spool.close()
+        self._spools.clear()
+
+
+_NO_ID = object()
+
+
+def _peek_id(frame: bytes):
+    """The id of an answer frame when it is its first element (as servers send it), else _NO_ID."""
+    if len(frame) > 8 and frame[4:8] == b"\x10id\x00":  # int32 "id"
+        return int.from_bytes(frame[8:12], "little", signed=True)
+    if len(frame) > 8 and frame[4:8] == b"\x12id\x00":  # int64 "id"
+        return int.from_bytes(frame[8:16], "little", signed=True)
+    return _NO_ID
+
+
+class RemoteExecutor:
+    """RemoteExecutor runs operation documents on a server: ``execute(request) -> answer``, ``close()``.
+
+    Thread-safe: calls from several threads take turns on the one connection (use one
+    client per thread for parallelism). The connection is opened at construction, so
+    a wrong address or password fails at once, and reopened by the next call after it
+    is lost.
+    """
+
+    def __init__(self, options: ConnectOptions, *, connect: bool = True):
+        self.options = options
+        self._lock = threading.RLock()
+        self._conn: Connection | None = None
+        self._closed = False
+        if connect:
+            self._connection()
+
+    def _connection(self) -> Connection:
+        if self._closed:
+            raise ClosedError("this client is closed; connect again with hoarddb.connect(...)")
+        if self._conn is None or self._conn.closed:
+            self._conn = Connection(self.options)
+        return self._conn
+
+    @property
+    def server_info(self) -> dict:
+        """What the server said in its hello: version, protocol, limits."""
+        with self._lock:
+            return self._connection().server_info
+
+    def execute(self, request: dict) -> dict:
+        """Run one operation on the server; its answer, or its error raised as the engine would."""
+        if not isinstance(request, Mapping):
+            raise BadValueError("an operation is a document such as {op: \"list_databases\"}")
+        with self._lock:
+            fresh = self._conn is None or self._conn.closed
+            try:
+                return self._execute(request)
+            except (ConnectionError_, TimeoutError_) as e:
+                lost = isinstance(e, ConnectionError_) or getattr(e, "server_closed", False)
+                if fresh or not lost or request.get("op") not in _RETRYABLE:
+                    raise
+            return self._execute(request)  # a read on a connection that died while idle: once more
+
+    def _execute(self, request: Mapping) -> dict:
+        conn = self._connection()
+        upload = _upload_source(request)
+        if upload is not None:
+            answer = self._upload(conn, *upload)
+        else:
+            request_id = conn.send(dict(request))
+            answer = conn.receive(request_id)
+            if request.get("op") == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
+                args = request.get("args") or {}
+                size = args.get("chunk_size") if isinstance(args, Mapping) else None
+                conn.stream_started(request_id)
+                return {"ok": 1, "result": self._chunks(conn, request_id, answer, size or STREAM_CHUNK)}
+        answer.pop("id", None)
+        if answer.get("ok") != 1:
+            raise error_from_answer(answer)
+        return answer
+
+    def _upload(self, conn: Connection, request: dict, source) -> dict:
+        request_id = conn.send({**request, "upload": True})
+        try:
+            for chunk in _source_chunks(source):
+                conn.send_chunk(request_id, chunk)
+                if conn.has_message(request_id):  # refused early (no such bucket...): stop sending
+                    conn.send_chunk(request_id, b"", end=True, abort=True)
+                    break
+            else:
+                conn.send_chunk(request_id, b"", end=True)
+        except HoardError:
+            if not conn.closed:
+                conn.send_chunk(request_id, b"", end=True, abort=True)
+                conn.receive(request_id)
+            raise
+        except BaseException:
+            if not conn.closed:
+                try:
+                    conn.send_chunk(request_id, b"", end=True, abort=True)
+                    conn.receive(request_id)
+                except HoardError:
+                    pass
+            raise
+        return conn.receive(request_id)
+
+    def _chunks(self, conn: Connection, request_id: int, first: dict, chunk_size: int) -> Iterator[bytes]:
+        complete = False
+        try:
+            message = first
+            buffer = bytearray()
+            while True:
+                if message.get("ok") != 1:
+                    complete = True
+                    raise error_from_answer(message)
+                if message.get("end"):
+                    complete = True
+                    if buffer:
+                        yield bytes(buffer)
+                    return
+                buffer += message.get("chunk") or b""
+                while len(buffer) >= chunk_size:
+                    yield bytes(buffer[:chunk_size])
+                    del buffer[:chunk_size]
+                with self._lock:
+                    message = conn.receive(request_id)
+        finally:
+            with self._lock:
+                conn.stream_finished(request_id, complete)
+
+    def pipeline(self, requests: list[dict]) -> list:
+        """Send every request before reading any answer; the answers in order (an error answer
+        as its exception object, not raised). One round trip for the lot."""
+        with self._lock:
+            conn = self._connection()
+            ids = [conn.send(dict(r)) for r in requests]
+            out = []
+            for request_id in ids:
+                answer = conn.receive(request_id)
+                answer.pop("id", None)
+                out.append(answer if answer.get("ok") == 1 else error_from_answer(answer))
+            return out
+
+    def reconnect(self) -> None:
+        """Drop the connection and open a new one."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            self._connection()
+
+    def close(self) -> None:
+        """Close the connection; later calls raise ClosedError."""
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _upload_source(request: Mapping):
+    """``(request without the data, data)`` when a put's data must be uploaded in chunks, else None."""
+    if request.get("op") != "put":
+        return None
+    args = request.get("args")
+    if not isinstance(args, Mapping) or "doc" not in args:
+        return None
+    doc = args["doc"]
+    holder = doc if isinstance(doc, Mapping) else None
+    data = holder.get("data") if holder is not None else doc
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        if memoryview(data).nbytes <= INLINE_BLOB_MAX:
+            return None
+    elif not callable(getattr(data, "read", None)):
+        return None
+    elif isinstance(data, io.TextIOBase):
+        raise BadValueError("put data is a file opened in text mode; open it in binary mode ('rb')")
+    rest = dict(args)
+    if holder is not None:
+        rest["doc"] = {k: v for k, v in holder.items() if k != "data"}
+    else:
+        del rest["doc"]
+    return {**request, "args": rest}, data
+
+
+def _source_chunks(data) -> Iterator[bytes]:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data).cast("B") if memoryview(data).c_contiguous else memoryview(bytes(data))
+        for start in range(0, len(view), CHUNK_SIZE):
+            yield view[start:start + CHUNK_SIZE]
+        return
+    while True:
+        chunk = data.read(CHUNK_SIZE)
+        if chunk is None:
+            raise BadValueError("put data is a non-blocking stream with no data ready; give a blocking file object")
+        if isinstance(chunk, str):
+            raise BadValueError("put data is a file opened in text mode (read gave str); open it in binary mode ('rb')")
+        if not chunk:
+            return
+        yield chunk

@@ -1,0 +1,166 @@
+"""Every knob of the server, with its default, its environment variable and its risk, in one place.
+
+A value comes from, first to last: a command-line flag, the environment variable
+``HOARDDB_<NAME>`` (``HOARDDB_PORT=7080``), the YAML file given with ``--config``
+(``port: 7080``), the default below. Adding an option: a field here with its comment,
+a flag in ``hoarddb/cli.py``'s ``server`` command, and a row in docs/user/server.md.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadValueError, UnknownOptionError
+from ..wire.messages import DEFAULT_METRICS_PORT, DEFAULT_PORT
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    #: The data directory (created if missing). Required.
+    data: str = ""
+    #: Address to listen on. Anything but loopback exposes the server to the network:
+    #: keep TLS and authentication on then (``insecure`` is refused there).
+    host: str = "127.0.0.1"
+    #: Port to listen on; 0 picks a free one (the start line says which).
+    port: int = DEFAULT_PORT
+    #: Port of the HTTP endpoint with /metrics and /healthz, on ``metrics_host``; 0 picks
+    #: a free one, -1 turns it off. It has no authentication: keep it on loopback or a
+    #: private network.
+    metrics_port: int = DEFAULT_METRICS_PORT
+    metrics_host: str = "127.0.0.1"
+    #: Plaintext and no authentication, for local development. Refused unless ``host``
+    #: is a loopback address.
+    insecure: bool = False
+    #: Certificate and key (PEM) to serve; when both are empty a self-signed pair is made
+    #: in DATA/tls/ on first start and reused after.
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: Open connections beyond this are told so and closed.
+    max_connections: int = 1000
+    #: Seconds a connection may stay without a request before it is closed (0: never).
+    idle_timeout: float = 300.0
+    #: Seconds a new connection has to finish TLS, hello and login.
+    handshake_timeout: float = 10.0
+    #: Seconds before a failed login is answered (slows password guessing).
+    auth_failure_delay: float = 1.0
+    #: Requests one connection may have queued or running; past it the server stops
+    #: reading from that connection until some are answered (backpressure).
+    max_pipeline: int = 128
+    #: Bytes of answers waiting to be sent to one connection before the server stops
+    #: running its requests until the client reads (a stalled reader holds no more).
+    write_buffer: int = 4 * 1024 * 1024
+    #: Threads running reads, and threads running writes. Reads have their own threads
+    #: so that they never wait behind a write or an fsync.
+    read_threads: int = 8
+    write_threads: int = 4
+    #: Seconds a graceful stop (SIGTERM, Ctrl-C) waits for requests in flight.
+    shutdown_timeout: float = 30.0
+    #: Group commit: writes run without fsync and the server makes them durable with
+    #: one ``Engine.sync()`` for every group of concurrent writes, before answering any of
+    #: them. False: every write fsyncs on its own (slower with many clients, same safety).
+    group_commit: bool = True
+    #: Logging level: debug, info, warning, error.
+    log_level: str = "info"
+
+    def check(self) -> "ServerConfig":
+        """The config, checked; BadValueError naming the option otherwise."""
+        if not self.data:
+            raise BadValueError("the server needs a data directory: --data DIR (or HOARDDB_DATA, or data: in --config)")
+        if not 0 <= self.port <= 65535:
+            raise BadValueError(f"port must be 0..65535, got {self.port}")
+        if not -1 <= self.metrics_port <= 65535:
+            raise BadValueError(f"metrics_port must be 0..65535, or -1 for none, got {self.metrics_port}")
+        if self.insecure and not is_loopback(self.host):
+            raise BadValueError(
+                f"--insecure (no TLS, no authentication) is only for loopback addresses such as 127.0.0.1; "
+                f"refusing to listen on {self.host}. Drop --insecure, or listen on 127.0.0.1")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise BadValueError("give both --tls-cert and --tls-key, or neither (a self-signed pair is made)")
+        for name in ("max_connections", "max_pipeline", "write_buffer", "read_threads", "write_threads"):
+            if getattr(self, name) < 1:
+                raise BadValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout"):
+            if getattr(self, name) < 0:
+                raise BadValueError(f"{name} must be ≥ 0 seconds, got {getattr(self, name)}")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise BadValueError(f"log_level must be debug, info, warning or error, got {self.log_level!r}")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return not self.insecure
+
+    @property
+    def auth(self) -> bool:
+        return not self.insecure
+
+    @classmethod
+    def load(cls, flags: dict[str, Any] | None = None, config_file: str | None = None,
+             environ: dict[str, str] | None = None) -> "ServerConfig":
+        """The config from flags (None = not given), environment and YAML file, checked."""
+        environ = os.environ if environ is None else environ
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        if config_file:
+            import yaml
+
+            try:
+                loaded = yaml.safe_load(Path(config_file).read_text()) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise BadValueError(f"cannot read the config file {config_file}: {exc}") from None
+            if not isinstance(loaded, dict):
+                raise BadValueError(f"the config file {config_file} must be a YAML mapping such as `port: 7070`")
+            for key, value in loaded.items():
+                name = str(key).replace("-", "_")
+                if name not in known:
+                    raise UnknownOptionError(
+                        f"unknown option {key!r} in {config_file}; options: {', '.join(sorted(known))}")
+                values[name] = _convert(known[name], value, f"{key} in {config_file}")
+        for name, f in known.items():
+            raw = environ.get("HOARDDB_" + name.upper())
+            if raw is not None and raw != "":
+                values[name] = _convert(f, raw, "HOARDDB_" + name.upper())
+        for name, value in (flags or {}).items():
+            if value is not None:
+                if name not in known:
+                    raise UnknownOptionError(f"unknown server option {name!r}")
+                values[name] = _convert(known[name], value, "--" + name.replace("_", "-"))
+        return replace(cls(), **values).check()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _convert(f, value: Any, where: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else f.type.__name__
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise BadValueError(f"{where} must be a {kind}, got {value!r}") from None

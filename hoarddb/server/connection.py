@@ -1,0 +1,303 @@
+"""One client connection on asyncio: the adapter between a socket and :class:`hoarddb.wire.ServerProtocol`.
+
+The protocol object turns bytes into events; this class does the I/O and the
+ordering around them:
+
+- requests of one connection run one after another, in the order they came (as they
+  would in an embedded client), while other connections run alongside; a write's
+  answer waits for its group fsync but the next request does not;
+- backpressure both ways: past ``max_pipeline`` queued requests, or a blob upload
+  that the engine has not caught up with, the connection stops reading from the
+  socket; while its unsent answers pass ``write_buffer`` bytes, it stops running
+  requests. A client that stops reading holds a bounded amount of memory and no
+  other client's work;
+- blob uploads: a ``put`` with ``upload: true`` gets an :class:`UploadReader` at once,
+  and its chunks are fed to it as they arrive, while the engine reads it in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections import deque
+from typing import Any
+
+from ..errors import ConnectionError_, HoardError, ProtocolError, TimeoutError_
+from ..wire.messages import error_answer
+from ..wire.protocol import Chunk, Close, Request, Send, ServerProtocol, State
+
+log = logging.getLogger("hoarddb.server")
+
+#: Upload chunks buffered per upload before the connection stops reading.
+UPLOAD_BUFFER_CHUNKS = 4
+
+
+class UploadReader:
+    """UploadReader is a blob upload as the engine sees it: a blocking binary file with ``read(n)``.
+
+    The event loop feeds it chunks; the engine's thread reads them. It holds at most a
+    few chunks: past that the connection stops reading the socket until the engine
+    has taken some (``on_drain`` is called from the reading thread).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_drain, timeout: float):
+        self._loop = loop
+        self._on_drain = on_drain
+        self._timeout = timeout or None
+        self._cv = threading.Condition()
+        self._chunks: deque[bytes] = deque()
+        self._ended = False
+        self._error: HoardError | None = None
+        self.received = 0
+
+    # -- event loop side
+
+    def feed(self, data: bytes, end: bool) -> None:
+        with self._cv:
+            if data:
+                self._chunks.append(data)
+                self.received += len(data)
+            self._ended = self._ended or end
+            self._cv.notify_all()
+
+    def fail(self, error: HoardError) -> None:
+        with self._cv:
+            self._error = error
+            self._cv.notify_all()
+
+    @property
+    def full(self) -> bool:
+        return len(self._chunks) >= UPLOAD_BUFFER_CHUNKS
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    # -- engine thread side
+
+    def read(self, n: int = -1) -> bytes:
+        with self._cv:
+            if not self._cv.wait_for(lambda: self._chunks or self._ended or self._error, self._timeout):
+                raise TimeoutError_(f"a blob upload received no data for {self._timeout:g} s; nothing was stored")
+            if self._error is not None:
+                raise self._error
+            if not self._chunks:
+                return b""
+            chunk = self._chunks.popleft()
+            if 0 < n < len(chunk):
+                self._chunks.appendleft(chunk[n:])
+                chunk = chunk[:n]
+            was_full = len(self._chunks) + 1 >= UPLOAD_BUFFER_CHUNKS
+        if was_full:
+            self._loop.call_soon_threadsafe(self._on_drain)
+        return chunk
+
+    def readable(self) -> bool:
+        return True
+
+
+class Connection(asyncio.Protocol):
+    """Connection is one client: its protocol state, its queue of requests, its uploads."""
+
+    def __init__(self, server):
+        self.server = server
+        self.config = server.config
+        self.loop = server.loop
+        self.core = ServerProtocol(authenticator=server.authenticator, server_info=server.info,
+                                   auth_failure_delay=self.config.auth_failure_delay)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.queue: deque[tuple[Request, float]] = deque()
+        self.uploads: dict[Any, UploadReader] = {}
+        self.discarding: set = set()
+        self.busy = 0  # requests queued, running, or waiting for their fsync
+        self.closed = False
+        self.draining = False  # stopping: read no more requests
+        self.opened = self.last_activity = self.loop.time()
+        self._wakeup = asyncio.Event()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self._reading_paused = False
+        self._worker: asyncio.Task | None = None
+        self._pending_sends = 0
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=self.config.write_buffer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.server.connection_opened(self):
+            return
+        self._worker = self.loop.create_task(self._work())
+
+    def data_received(self, data: bytes) -> None:
+        self.server.metrics.received.inc(len(data))
+        self.last_activity = self.loop.time()
+        try:
+            events = self.core.receive_data(data)
+        except Exception:  # the state machine must never take the server down
+            log.exception("connection %s: protocol failure", self.peer)
+            self.abort_with(ProtocolError("the server could not read this connection's messages"))
+            return
+        for event in events:
+            self._event(event)
+
+    def eof_received(self):
+        return False  # close our side too
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.core.close()
+        for upload in self.uploads.values():
+            upload.fail(ConnectionError_("the connection closed during a blob upload; nothing was stored"))
+        self.queue.clear()
+        self._wakeup.set()
+        self.writable.set()
+        self.server.connection_closed(self)
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    # -- events from the protocol
+
+    def _event(self, event) -> None:
+        if isinstance(event, Send):
+            if event.delay > 0:
+                self._pending_sends += 1
+                self.loop.call_later(event.delay, self._delayed_send, event.data)
+            else:
+                self.write(event.data)
+        elif isinstance(event, Request):
+            if event.doc.get("upload") and event.doc.get("op") == "put":
+                self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
+            self.queue.append((event, self.loop.time()))
+            self.busy += 1
+            self._wakeup.set()
+            self._maybe_pause()
+        elif isinstance(event, Chunk):
+            self._chunk(event)
+        elif isinstance(event, Close):
+            if event.reason and "protocol" in event.reason.lower():
+                self.server.metrics.rejected.labels("protocol_error").inc()
+            log.debug("connection %s: closing: %s", self.peer, event.reason)
+            self.close_after_sends()
+
+    def _chunk(self, event: Chunk) -> None:
+        upload = self.uploads.get(event.id)
+        if upload is not None:
+            if event.abort:
+                upload.fail(ConnectionError_("the client aborted the blob upload; nothing was stored"))
+            else:
+                upload.feed(event.data, event.end)
+            self._maybe_pause()
+        elif event.id in self.discarding:
+            if event.end or event.abort:
+                self.discarding.discard(event.id)
+        else:
+            self.write(self.core.encode(error_answer(event.id, ProtocolError(
+                f"a chunk for request {event.id!r:.40}, which is not a blob upload in progress "
+                "(a put sent with upload: true)"))))
+
+    def finish_upload(self, request_id) -> None:
+        """The put of this upload is answered: drop its reader, and its chunks still on the way."""
+        upload = self.uploads.pop(request_id, None)
+        if upload is not None and not upload.ended:
+            self.discarding.add(request_id)
+        self._maybe_resume()
+
+    # -- flow control
+
+    def _maybe_pause(self) -> None:
+        if self._reading_paused or self.transport is None:
+            return
+        if len(self.queue) >= self.config.max_pipeline or any(u.full for u in self.uploads.values()):
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _maybe_resume(self) -> None:
+        if not self._reading_paused or self.closed or self.draining:
+            return
+        if len(self.queue) < self.config.max_pipeline and not any(u.full for u in self.uploads.values()):
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def stop_reading(self) -> None:
+        """Stop taking requests (a graceful stop): what is queued still runs."""
+        self.draining = True
+        if self.transport is not None and not self._reading_paused and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wakeup.set()
+
+    # -- the worker: this connection's requests, in order
+
+    async def _work(self) -> None:
+        while True:
+            while not self.queue:
+                if self.closed or self.draining:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            request, arrived = self.queue.popleft()
+            self._maybe_resume()
+            await self.writable.wait()
+            if self.closed:
+                return
+            try:
+                await self.server.run_request(self, request, arrived)
+            except Exception:
+                log.exception("connection %s: request %r failed", self.peer, request.id)
+
+    # -- output
+
+    def write(self, data: bytes) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(data)
+        self.server.metrics.sent.inc(len(data))
+        self.last_activity = self.loop.time()
+
+    def send(self, answer: dict) -> None:
+        self.write(self.core.encode(answer))
+
+    def done(self) -> None:
+        """One request is fully answered."""
+        self.busy -= 1
+        if self.busy == 0:
+            self.server.idle_changed()
+
+    def _delayed_send(self, data: bytes) -> None:
+        self._pending_sends -= 1
+        self.write(data)
+
+    def close_after_sends(self) -> None:
+        """Close once the delayed answers already scheduled are written."""
+        if self._pending_sends:
+            self.loop.call_later(self.config.auth_failure_delay + 0.01, self.close)
+        else:
+            self.close()
+
+    def abort_with(self, error: HoardError) -> None:
+        """Tell the client why (a message with ``id: null``), then close."""
+        if self.transport is not None and not self.closed:
+            self.write(self.core.notice(error))
+        self.close()
+
+    def close(self) -> None:
+        self.core.close()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.core.state is State.READY

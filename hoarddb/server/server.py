@@ -1,0 +1,384 @@
+"""The server: listens, authenticates, runs operations on the engine, commits in groups, stops gracefully.
+
+    server = Server(ServerConfig(data="./data", port=0).check())
+    asyncio.run(server.serve())          # until SIGTERM / Ctrl-C, or server.request_stop()
+
+Threads: the event loop owns every socket; the engine runs in two pools, one for
+reads and one for writes, and ``Engine.sync()`` in a third thread of its own, so a
+read never waits behind a write or an fsync. A stop (SIGTERM, Ctrl-C) closes the
+listener, stops reading new requests, lets those already received finish, makes
+them durable, answers them, then closes the connections and the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .. import __version__, operations
+from ..engine import Engine
+from ..errors import (ConnectionError_, HoardError, InternalError, TimeoutError_)
+from ..options import Options
+from ..wire.messages import CHUNK_SIZE, error_answer
+from ..wire.protocol import Request
+from . import auth, tls
+from .auth import Authenticator, authorize
+from .commit import GroupCommitter
+from .config import ServerConfig
+from .connection import Connection
+from .metrics import MetricsEndpoint, ServerMetrics
+from .users import UserStore
+
+log = logging.getLogger("hoarddb.server")
+
+#: Catalog and maintenance operations that write (verbs say so in the operations table).
+WRITE_OPS = auth.DB_ADMIN_OPS | {"sweep_ttl"}
+#: Operations the server answers itself, without the engine.
+SERVER_OPS = frozenset({"whoami"}) | auth.USER_OPS
+
+
+def is_write(op: str) -> bool:
+    verb = operations.VERBS.get(op)
+    return verb.write if verb is not None else op in WRITE_OPS
+
+
+class Server:
+    """Server is one running hoardDB server: its engine, listener, connections and metrics."""
+
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.engine: Engine | None = None
+        self.metrics = ServerMetrics()
+        self.users = UserStore(config.data)
+        self.authenticator = Authenticator(self.users) if config.auth else None
+        self.info = {"server": f"hoardDB {__version__}", "chunkSize": CHUNK_SIZE}
+        self.connections: set[Connection] = set()
+        self.committer: GroupCommitter | None = None
+        self.fingerprint: str | None = None
+        self.host, self.port = config.host, config.port
+        self.metrics_port: int | None = None
+        self.stopping = False
+        self._listener: asyncio.AbstractServer | None = None
+        self._endpoint: MetricsEndpoint | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._idle_event: asyncio.Event | None = None
+        self._reads = ThreadPoolExecutor(config.read_threads, thread_name_prefix="hoarddb-read")
+        self._writes = ThreadPoolExecutor(config.write_threads, thread_name_prefix="hoarddb-write")
+        self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-fsync")
+        self.started = asyncio.Event()  # replaced in start(); here so callers may look before
+
+    # -- life cycle
+
+    async def start(self) -> None:
+        """Open the engine, listen, and log the start line."""
+        self.loop = asyncio.get_running_loop()
+        self.loop.set_exception_handler(_quiet_tls_errors)
+        self._stop_event = asyncio.Event()
+        self._idle_event = asyncio.Event()
+        data = Path(self.config.data)
+        group = self.config.group_commit and hasattr(Engine, "sync")
+        self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(data, Options(sync=not group)))
+        try:
+            if group:
+                self.committer = GroupCommitter(self.engine.sync, self._syncs, self.metrics)
+            if self.config.auth:
+                self._bootstrap_admin()
+            context = None
+            if self.config.tls:
+                if self.config.tls_cert:
+                    cert, key = Path(self.config.tls_cert), Path(self.config.tls_key)
+                else:
+                    cert, key, created = tls.ensure_self_signed(data, self.config.host)
+                    if created:
+                        log.info("created a self-signed TLS certificate %s", cert)
+                context = tls.server_context(cert, key)
+                self.fingerprint = tls.cert_fingerprint(cert)
+            self._listener = await self.loop.create_server(
+                lambda: Connection(self), self.config.host, self.config.port, ssl=context,
+                ssl_handshake_timeout=self.config.handshake_timeout or None if context else None,
+                reuse_address=True, backlog=1024)
+            self.port = self._listener.sockets[0].getsockname()[1]
+            if self.config.metrics_port >= 0:
+                self._endpoint = MetricsEndpoint(self._exposition, lambda: not self.stopping)
+                await self._endpoint.start(self.config.metrics_host, self.config.metrics_port)
+                self.metrics_port = self._endpoint.port
+        except BaseException:
+            await self.loop.run_in_executor(None, self.engine.close)
+            raise
+        self._sweeper = self.loop.create_task(self._sweep_connections())
+        log.info("%s", self.start_line())
+
+    def start_line(self) -> str:
+        tls_text = f"TLS on (SHA-256 fingerprint {self.fingerprint})" if self.config.tls else "TLS off"
+        auth_text = "authentication on" if self.config.auth else "authentication off (--insecure)"
+        metrics = (f"metrics http://{self.config.metrics_host}:{self.metrics_port}/metrics"
+                   if self.metrics_port is not None else "metrics off")
+        commit = "group commit" if self.committer else "fsync per write"
+        return (f"hoardDB {__version__} listening on {self.config.host}:{self.port}, "
+                f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, pid {os.getpid()}")
+
+    async def serve(self, *, install_signals: bool = True) -> None:
+        """Start, run until a stop is asked (SIGTERM, SIGINT, :meth:`request_stop`), stop."""
+        await self.start()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self._stop_event.wait()
+        finally:
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    self.loop.remove_signal_handler(sig)
+            await self.stop()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`serve` to stop gracefully (safe from a signal handler, on the loop's thread)."""
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, finish and make durable what is in flight, close everything."""
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("stopping: %d connections, finishing requests in flight", len(self.connections))
+        if self._listener is not None:
+            self._listener.close()
+        for conn in list(self.connections):
+            conn.stop_reading()
+        deadline = self.loop.time() + self.config.shutdown_timeout
+        while any(c.busy for c in self.connections) and self.loop.time() < deadline:
+            self._idle_event.clear()
+            try:
+                await asyncio.wait_for(self._idle_event.wait(), max(0.01, deadline - self.loop.time()))
+            except asyncio.TimeoutError:
+                break
+        if self.committer is not None:
+            await self.committer.flush()
+        for conn in list(self.connections):
+            conn.close()
+        for _ in range(100):  # let the transports flush and report connection_lost
+            if not self.connections:
+                break
+            await asyncio.sleep(0.01)
+        self._sweeper.cancel()
+        if self._endpoint is not None:
+            await self._endpoint.stop()
+        if self._listener is not None:
+            await self._listener.wait_closed()
+        engine = self.engine
+        if engine is not None:
+            if self.committer is not None:
+                await self.loop.run_in_executor(self._syncs, engine.sync)
+            await self.loop.run_in_executor(self._writes, engine.close)
+        for pool in (self._reads, self._writes, self._syncs):
+            pool.shutdown(wait=False)
+        log.info("stopped")
+
+    def _bootstrap_admin(self) -> None:
+        if self.users.users():
+            return
+        password = os.environ.get("HOARDDB_ADMIN_PASSWORD")
+        if password:
+            self.users.add("admin", password, ["admin"])
+            log.info("created user admin (role admin) from HOARDDB_ADMIN_PASSWORD")
+        else:
+            log.warning("authentication is on and there are no users: nobody can log in. Create one with "
+                        "`hoarddb user add admin --role admin --data %s`, or start once with "
+                        "HOARDDB_ADMIN_PASSWORD set", self.config.data)
+
+    # -- connections
+
+    def connection_opened(self, conn: Connection) -> bool:
+        self.metrics.connections_total.inc()
+        if self.stopping:
+            conn.abort_with(ConnectionError_("the server is stopping; try again after it restarts"))
+            return False
+        if len(self.connections) >= self.config.max_connections:
+            self.metrics.rejected.labels("max_connections").inc()
+            log.warning("refusing %s: %d connections is the limit (max_connections)", conn.peer, len(self.connections))
+            conn.abort_with(ConnectionError_(
+                f"the server has {len(self.connections)} connections, its limit (max_connections); try again later"))
+            return False
+        self.connections.add(conn)
+        self.metrics.connections.set(len(self.connections))
+        return True
+
+    def connection_closed(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.metrics.connections.set(len(self.connections))
+        if conn.core.auth_failures:
+            self.metrics.auth_failures.inc(conn.core.auth_failures)
+            conn.core.auth_failures = 0
+        self.idle_changed()
+
+    def idle_changed(self) -> None:
+        if self._idle_event is not None:
+            self._idle_event.set()
+
+    async def _sweep_connections(self) -> None:
+        """Close connections that never finished their handshake, or sat idle too long."""
+        interval = max(0.05, min(1.0, (self.config.idle_timeout or 60) / 4, self.config.handshake_timeout / 4 or 1))
+        while True:
+            await asyncio.sleep(interval)
+            now = self.loop.time()
+            for conn in list(self.connections):
+                if conn.closed:
+                    continue
+                if conn.core.auth_failures:
+                    self.metrics.auth_failures.inc(conn.core.auth_failures)
+                    conn.core.auth_failures = 0
+                if not conn.ready:
+                    if self.config.handshake_timeout and now - conn.opened > self.config.handshake_timeout:
+                        self.metrics.rejected.labels("handshake_timeout").inc()
+                        conn.abort_with(TimeoutError_(
+                            f"no hello and login within {self.config.handshake_timeout:g} s; closing"))
+                elif (self.config.idle_timeout and conn.busy == 0 and not conn.uploads
+                      and now - conn.last_activity > self.config.idle_timeout):
+                    self.metrics.rejected.labels("idle_timeout").inc()
+                    conn.abort_with(TimeoutError_(
+                        f"idle for {self.config.idle_timeout:g} s (idle_timeout); closing. Reconnect to go on"))
+
+    # -- requests
+
+    async def run_request(self, conn: Connection, request: Request, arrived: float) -> None:
+        """Run one request of a connection and send its answer (a write's once it is durable)."""
+        doc, rid = request.doc, request.id
+        op = doc.get("op")
+        upload = conn.uploads.get(rid)
+        write = is_write(op)
+        try:
+            answer = await self._execute(conn, doc, op, write, upload)
+        except HoardError as e:
+            answer = e.to_answer()
+        except Exception as e:  # a bug: say so in the same shape, keep serving
+            log.exception("request %s on %s failed", str(op)[:40], conn.peer)
+            answer = InternalError(f"{type(e).__name__}: {e} (please report this)").to_answer()
+        finally:
+            if upload is not None:
+                conn.finish_upload(rid)
+        result = answer.get("result")
+        if op == "stream" and answer.get("ok") == 1 and hasattr(result, "__next__"):
+            await self._stream(conn, rid, result, arrived)
+            return
+        if write and self.committer is not None:
+            def durable(error, answer=answer):
+                self._answer(conn, rid, op, error.to_answer() if error is not None else answer, arrived)
+            self.committer.after_durable(durable)
+        else:
+            self._answer(conn, rid, op, answer, arrived)
+
+    async def _execute(self, conn: Connection, doc: dict, op: Any, write: bool, upload) -> dict:
+        principal = conn.core.principal
+        authorize(principal, doc)
+        if op in SERVER_OPS:
+            return {"ok": 1, "result": await self.loop.run_in_executor(self._writes, self._server_op, principal, doc)}
+        request = {k: v for k, v in doc.items() if k not in ("id", "upload")}
+        if upload is not None:
+            args = dict(request.get("args") or {})
+            if isinstance(args.get("doc"), dict):
+                args["doc"] = {**args["doc"], "data": upload}
+            else:
+                args["doc"] = upload
+            request["args"] = args
+        answer = await self.loop.run_in_executor(self._writes if write else self._reads, self.engine.execute, request)
+        if op == "list_databases" and not auth.is_admin(principal):
+            answer = {**answer, "result": auth.visible_databases(principal, answer.get("result") or [])}
+        return answer
+
+    def _server_op(self, principal, doc: dict) -> Any:
+        op = doc["op"]
+        if op == "whoami":
+            return {"user": principal.user, "roles": [_role_text(r) for r in principal.roles]}
+        if op == "list_users":
+            return [{"name": u["name"], "roles": [_role_text(r) for r in u["roles"]]} for u in self.users.users()]
+        if op == "create_user":
+            return self.users.add_credentials(doc.get("user"), doc.get("credentials"), list(doc.get("roles") or []))
+        if op == "update_user":
+            return self.users.update(doc.get("user"), credentials=doc.get("credentials"),
+                                     roles=doc.get("roles") if "roles" in doc else None)
+        if op == "drop_user":
+            return self.users.remove(doc.get("user"))
+        raise InternalError(f"no server operation {op!r}")
+
+    def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float) -> None:
+        conn.send({"id": rid, **answer})
+        self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
+        conn.done()
+
+    async def _stream(self, conn: Connection, rid, chunks, arrived: float) -> None:
+        """Send a blob's chunks as they are read, never more than the connection's write buffer ahead."""
+        codename = None
+        try:
+            while not conn.closed:
+                chunk = await self.loop.run_in_executor(self._reads, next, chunks, None)
+                if chunk is None:
+                    conn.send({"id": rid, "ok": 1, "end": True})
+                    break
+                view = memoryview(chunk)
+                for start in range(0, len(view), CHUNK_SIZE):
+                    conn.send({"id": rid, "ok": 1, "chunk": bytes(view[start:start + CHUNK_SIZE])})
+                    await conn.writable.wait()
+        except HoardError as e:
+            codename = e.codeName
+            conn.send(error_answer(rid, e))
+        except Exception as e:
+            log.exception("stream on %s failed", conn.peer)
+            err = InternalError(f"{type(e).__name__}: {e} (please report this)")
+            codename = err.codeName
+            conn.send(error_answer(rid, err))
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                await self.loop.run_in_executor(self._reads, close)
+        self.metrics.answered("stream", self.loop.time() - arrived, codename)
+        conn.done()
+
+    async def _exposition(self) -> bytes:
+        engine_text = b""
+        if self.engine is not None and not self.stopping:
+            try:
+                await self.loop.run_in_executor(self._reads, self.engine.execute, {"op": "metrics"})
+                engine_text = self.engine.metrics.exposition()
+            except HoardError:
+                pass
+        return self.metrics.exposition() + engine_text
+
+
+def _role_text(role: dict) -> str:
+    return role["role"] + (f":{role['db']}" if role.get("db") else "")
+
+
+def _quiet_tls_errors(loop, context) -> None:
+    """TLS handshakes that fail (a plaintext client, a port scan) are the client's problem: log them quietly."""
+    exc = context.get("exception")
+    if isinstance(exc, (ssl.SSLError, ConnectionResetError, BrokenPipeError, TimeoutError)) or \
+            "handshake" in str(context.get("message", "")).lower():
+        log.debug("connection failed: %s %s", context.get("message"), exc)
+        return
+    loop.default_exception_handler(context)
+
+
+def run(config: ServerConfig) -> int:
+    """Run a server in this process until it is stopped; the exit status."""
+    logging.basicConfig(level=getattr(logging, config.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = Server(config)
+    try:
+        asyncio.run(server.serve())
+    except HoardError as e:
+        log.error("%s", e.message)
+        return 1
+    except OSError as e:
+        log.error("cannot listen on %s:%s: %s", config.host, config.port, e)
+        return 1
+    return 0

@@ -1,0 +1,110 @@
+"""FaultProxy: a TCP proxy between a client and a server that can cut, stall or slow the connection.
+
+    with FaultProxy("127.0.0.1", server.port) as proxy:
+        client = hoarddb.connect(f"hoarddb://127.0.0.1:{proxy.port}/?insecure=true")
+        proxy.stall()         # bytes stop flowing both ways (a dead network, not a closed socket)
+        proxy.resume()
+        proxy.delay = 0.05    # every forwarded read waits this long (a slow link)
+        proxy.cut()           # every connection closed at once (connectivity loss)
+
+Threads and blocking sockets only: it works whatever loop the code under test runs.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+
+
+class FaultProxy:
+    """FaultProxy listens on 127.0.0.1 (a free port) and forwards each connection to ``target``."""
+
+    def __init__(self, host: str, port: int):
+        self.target = (host, port)
+        self.delay = 0.0
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._accepter = threading.Thread(target=self._accept, daemon=True, name="fault-proxy")
+        self._accepter.start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._pairs.append((client, upstream))
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while not self._closed and src.fileno() != -1:
+                ready, _, _ = select.select([src], [], [], 0.05)
+                if not ready:
+                    continue
+                self._flowing.wait()
+                data = src.recv(65536)
+                if not data:
+                    break
+                if self.delay:
+                    time.sleep(self.delay)
+                self._flowing.wait()
+                dst.sendall(data)
+        except (OSError, ValueError):
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return sum(1 for c, _ in self._pairs if c.fileno() != -1)
+
+    def stall(self) -> None:
+        """Stop forwarding bytes, both ways, without closing anything."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    def cut(self) -> None:
+        """Close every proxied connection now (both sides see a reset or EOF)."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for s in pair:
+                try:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        self._listener.close()
+        self.cut()
+
+    def __enter__(self) -> "FaultProxy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

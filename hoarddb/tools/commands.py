@@ -1,0 +1,206 @@
+"""The ``hoarddb ingest``, ``hoarddb dump`` and ``hoarddb restore`` commands: thin wrappers of hoarddb.tools.
+
+    hoarddb ingest PATH --into-db DB | --into DB.BUCKET [--type T] [--allow-dots]
+                   [--on-error stop|skip] [--yes] [--batch-size N]
+        load a mongodump folder or file (.bson, .bson.gz) or JSON Lines (.jsonl, .json)
+    hoarddb dump --db DB --out DIR [--bucket B ...]
+        write DIR/DB/<bucket>.bson, <bucket>.metadata.json (and <bucket>.blobs/)
+    hoarddb restore DIR/DB [--db DB2] [--bucket B ...] [--drop]
+        declare each bucket of a dump and load it
+
+Each takes ``--data DIR`` (an embedded data directory) or a server: ``--host/--port``
+(or ``--url``), with ``--insecure`` or ``--tls-ca``/``--tls-fingerprint``, ``--user``,
+``--password`` — built with :func:`hoarddb.connect`. Exit status: 0 when
+everything was moved, 1 when something was not (the summary says what) or the
+database could not be opened, 2 for a usage error or a refusal before anything was
+written.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ..errors import HoardError
+from .report import BucketReport
+
+NO_CONNECT = "this hoardDB has no server client (hoarddb.connect); use --data DIR for an embedded database"
+
+
+def _client_options(f):
+    """--data for an embedded database, or the server options every client command shares."""
+    f = click.option("--timeout", type=float, default=None, help="Seconds to wait for an answer.")(f)
+    f = click.option("--tls-fingerprint", "tls_fingerprint", metavar="SHA256",
+                     help="Trust the server whose certificate has this SHA-256 fingerprint.")(f)
+    f = click.option("--tls-ca", "tls_ca", metavar="FILE", type=click.Path(dir_okay=False),
+                     help="Verify the server against this CA certificate.")(f)
+    f = click.option("--password", default=None, help="The user's password (better: HOARDDB_PASSWORD).")(f)
+    f = click.option("--user", "-u", "user", default=None, help="Log in as this user.")(f)
+    f = click.option("--insecure", "-insecure", "insecure", is_flag=True, default=None,
+                     help="No TLS, no login: a local server started with --insecure.")(f)
+    f = click.option("--port", type=int, default=None, help="The server's port.")(f)
+    f = click.option("--host", default=None, help="The server's address.")(f)
+    f = click.option("--url", default=None, metavar="URL", help="A server: hoarddb://user:password@host:port/")(f)
+    f = click.option("--data", metavar="DIR", type=click.Path(file_okay=False),
+                     help="The data directory of an embedded database (created if missing).")(f)
+    return f
+
+
+def open_client(data=None, url=None, **server):
+    """The client the options name: ``hoarddb.open(data)``, or ``hoarddb.connect(url, **server)`` for a server."""
+    import hoarddb
+
+    server = {k: v for k, v in server.items() if v is not None}
+    remote = url is not None or bool(server)
+    if remote == (data is not None):
+        raise click.UsageError("give --data DIR (an embedded database) or a server (--host/--port, --url, "
+                               "--insecure), one of the two")
+    if data is not None:
+        return hoarddb.open(data)
+    connect = getattr(hoarddb, "connect", None)
+    if connect is None:
+        raise click.UsageError(NO_CONNECT)
+    return connect(url, **server)
+
+
+class _Progress:
+    """A rich progress bar on standard error when it is a terminal: documents, documents/s, ETA by bytes."""
+
+    def __init__(self, unit: str = "bytes"):
+        self.enabled = sys.stderr.isatty()
+        self.unit = unit
+        self._progress = None
+        self._tasks: dict[int, int] = {}
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            columns = [TextColumn("{task.description}"), BarColumn(),
+                       TextColumn("{task.fields[docs]:>12,} docs  {task.fields[rate]:>9,.0f} docs/s")]
+            if self.unit == "bytes":
+                columns.append(DownloadColumn())
+            columns += [TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
+            self._progress = Progress(*columns, console=Console(stderr=True), transient=False)
+            self._progress.__enter__()
+        return self
+
+    def __call__(self, rep: BucketReport) -> None:
+        if self._progress is None:
+            return
+        task = self._tasks.get(id(rep))
+        if task is None:
+            task = self._progress.add_task(f"{rep.db}.{rep.bucket}", total=rep.total_bytes or None, docs=0, rate=0.0)
+            self._tasks[id(rep)] = task
+        completed = rep.bytes if self.unit == "bytes" else rep.documents
+        self._progress.update(task, completed=completed, docs=rep.documents, rate=rep.rate)
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+
+class _OpenFailed(Exception):
+    pass
+
+
+def _open(conn: dict):
+    try:
+        return open_client(**conn)
+    except HoardError as exc:
+        raise _OpenFailed(f"{exc.codeName}: {exc.message}") from exc
+
+
+def _run(fn) -> int:
+    """Run a tool: exit 1 when the database cannot be opened, 2 for a refusal before anything was written."""
+    try:
+        return fn()
+    except _OpenFailed as exc:
+        click.echo(str(exc), err=True)
+        return 1
+    except HoardError as exc:
+        click.echo(f"{exc.codeName}: {exc.message}", err=True)
+        return 2
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--into-db", metavar="DB", help="Load a folder (or a file): one bucket per file, named after it.")
+@click.option("--into", metavar="DB.BUCKET", help="Load one file into this bucket.")
+@click.option("--type", "type_", type=click.Choice(["hash", "btree", "heap", "fifo", "lifo"]),
+              help="The store type of the buckets ingest creates (default hash); a bucket that exists keeps its own.")
+@click.option("--allow-dots", is_flag=True, help="Load files with a dot in their base name (events.2024.bson).")
+@click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
+              help="At a bad document: stop there, or skip it and load the rest.")
+@click.option("--yes", "-y", is_flag=True, help="Append to fifo/lifo buckets without asking.")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
+              help="Documents per write.")
+@_client_options
+def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, **conn):
+    """Load mongodump .bson (.bson.gz) files or JSON Lines (.jsonl, .json) into buckets."""
+    from .ingest import ingest as run_ingest
+
+    def confirm(message: str) -> bool:
+        if not sys.stdin.isatty():
+            raise click.UsageError(message.replace(" Go on?", "") + " Standard input is not a terminal: "
+                                   "pass --yes to go on")
+        return click.confirm(message, default=False, err=True)
+
+    def go() -> int:
+        with _open(conn) as client, _Progress() as progress:
+            report = run_ingest(client, path, into_db=into_db, into=into, type=type_, allow_dots=allow_dots,
+                                on_error=on_error, yes=yes, confirm=confirm, batch_size=batch_size,
+                                progress=progress)
+        click.echo(report.summary())
+        return 0 if report.ok else 1
+
+    sys.exit(_run(go))
+
+
+@click.command()
+@click.option("--db", required=True, help="The database to dump.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The folder to write OUT/DB/ into.")
+@click.option("--bucket", "buckets", multiple=True, help="Only this bucket (repeat for more).")
+@_client_options
+def dump(db, out, buckets, **conn):
+    """Write every bucket of a database (documents, declaration, blob files) under OUT/DB/."""
+    from .dump import dump as run_dump
+
+    def go() -> int:
+        with _open(conn) as client, _Progress(unit="docs") as progress:
+            report = run_dump(client, db, out, buckets=list(buckets) or None, progress=progress)
+        click.echo(report.summary())
+        return 0 if report.ok else 1
+
+    sys.exit(_run(go))
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--db", help="The database to restore into (default: the dump folder's name).")
+@click.option("--bucket", "buckets", multiple=True, help="Only this bucket of the dump (repeat for more).")
+@click.option("--drop", is_flag=True, help="Drop a bucket of the same name first (else one that exists refuses).")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
+              help="Entries per write.")
+@_client_options
+def restore(path, db, buckets, drop, batch_size, **conn):
+    """Declare each bucket of a dump folder (PATH is OUT/DB) and load it."""
+    from .restore import restore as run_restore
+
+    def go() -> int:
+        started = time.perf_counter()
+        with _open(conn) as client, _Progress() as progress:
+            report = run_restore(client, path, db=db, buckets=list(buckets) or None, drop=drop,
+                                 batch_size=batch_size, progress=progress)
+        click.echo(report.summary())
+        click.echo(f"({time.perf_counter() - started:.1f} s)")
+        return 0 if report.ok else 1
+
+    sys.exit(_run(go))
+
+
+COMMANDS = (ingest, dump, restore)

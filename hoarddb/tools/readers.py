@@ -1,0 +1,335 @@
+"""Readers of the files ingest and restore load: concatenated BSON and JSON Lines, plain or gzip, with positions.
+
+Both yield :class:`Record` objects, one per document, in file order. A record carries
+where it came from — its document number (from 1), its byte offset in the
+uncompressed stream (from 0) and, for JSON Lines, its line number — so that every
+refusal can say exactly which document it was. A document that cannot be read is a
+record with ``error`` set instead of ``doc``; the reader then goes on with the next
+one when the file's framing allows it, or stops (``fatal``) when it does not.
+
+A ``.bson`` file, as mongodump writes it, is BSON documents back to back with nothing
+between them; each one carries its own length:
+
+    offset 0                                offset L1
+    +-------------+--- ... ---+------+------+-------------+--- ...
+    | int32 LE L1 | elements  | 0x00 |      | int32 LE L2 | ...
+    +-------------+--- ... ---+------+------+-------------+--- ...
+    |<------------- L1 bytes ------------->|
+
+So a document whose contents are damaged (bad UTF-8, an unknown element type) can be
+skipped — the next one starts L1 bytes further — while a length that cannot be right
+(under 5, or the file ends before it) loses the thread: nothing after it can be found.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+import bson
+from bson import json_util
+from bson.codec_options import UuidRepresentation
+from bson.errors import InvalidBSON
+from bson.json_util import JSONOptions
+
+from ..values.codec import CODEC_OPTIONS, MAX_DOCUMENT_SIZE
+
+#: How Extended JSON is read: dates timezone-aware in UTC, binary subtype 4 as uuid.UUID —
+#: the same values the engine's BSON codec gives back, so a value reads back as it was.
+JSON_OPTIONS = JSONOptions(
+    document_class=dict,
+    tz_aware=True,
+    tzinfo=CODEC_OPTIONS.tzinfo,
+    uuid_representation=UuidRepresentation.STANDARD,
+)
+
+#: Bytes read from the file at a time.
+CHUNK = 4 * 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+_INT32 = struct.Struct("<i")
+
+#: File names a reader understands, longest first: (suffix, format).
+SUFFIXES = (
+    (".bson.gz", "bson"),
+    (".jsonl.gz", "jsonl"),
+    (".json.gz", "jsonl"),
+    (".bson", "bson"),
+    (".jsonl", "jsonl"),
+    (".json", "jsonl"),
+)
+
+
+@dataclass
+class Record:
+    """Record is one document of an input file, or the reason it could not be read.
+
+    ``number`` counts documents from 1 (a JSON Lines file's blank lines are not
+    documents); ``offset`` is the byte where it starts in the uncompressed stream;
+    ``line`` is its line in a JSON Lines file (None in BSON); ``size`` its bytes.
+    ``error`` is set (and ``doc`` None) when it could not be read, with ``fatal`` when
+    nothing after it in the file can be read either.
+    """
+
+    number: int
+    offset: int
+    size: int
+    doc: dict | None = None
+    line: int | None = None
+    error: str | None = None
+    code: str = ""
+    fatal: bool = False
+
+
+def split_name(path: Path) -> tuple[str, str] | None:
+    """``(base name, format)`` of a data file (``events.bson.gz`` -> ``("events", "bson")``), or None."""
+    name = path.name
+    if name.endswith((".metadata.json", ".metadata.json.gz")):
+        return None
+    for suffix, fmt in SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], fmt
+    return None
+
+
+class _Counting(io.RawIOBase):
+    """A raw file that counts the bytes read from it (so a gzip stream can report progress)."""
+
+    def __init__(self, f: BinaryIO):
+        self._f = f
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self._f.readinto(b)
+        self.count += n or 0
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+class InputFile:
+    """InputFile is one input file opened for reading, gzip or not (told by its first two bytes).
+
+    ``total`` is the file's size on disk and ``done`` how many of those bytes have been
+    read, so progress and ETA are right for a compressed file too.
+    """
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.total = self.path.stat().st_size
+        raw = open(self.path, "rb")
+        self.gzip = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        self._raw = _Counting(raw)
+        self.stream: BinaryIO = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.gzip else self._raw
+
+    @property
+    def done(self) -> int:
+        return self._raw.count
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes (fewer only at the end); raises ValueError/OSError on a damaged gzip stream."""
+        parts, want = [], n
+        # read1 on gzip: a stream cut short raises only once the bytes before the cut are handed out
+        read = self.stream.read1 if self.gzip else self.stream.read
+        while want > 0:
+            try:
+                chunk = read(want)
+            except (OSError, EOFError, zlib.error):
+                if parts:  # hand out what was read; the next call raises again
+                    break
+                raise
+            if not chunk:
+                break
+            parts.append(chunk)
+            want -= len(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self.gzip:
+            self.stream.close()
+        self._raw.close()
+
+    def __enter__(self) -> "InputFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_bson(f: InputFile, decode: bool = True) -> Iterator[Record]:
+    """Every document of a concatenated-BSON stream, as :class:`Record` objects.
+
+    With ``decode`` False the documents are only framed (lengths checked), not decoded:
+    ``doc`` is then the raw bytes. A document over 16 MiB is refused and skipped; a
+    damaged document (its length right, its contents not) is refused and skipped; a
+    length that cannot be right, or a file that ends inside a document, is ``fatal``.
+    """
+    buf = b""
+    pos = 0  # where buf[0] is in the uncompressed stream
+    i = 0  # where the next document starts in buf
+    number = 0
+    eof = False
+
+    def fill(need: int) -> None:
+        """Make buf[i:] at least ``need`` bytes long, unless the stream ends first."""
+        nonlocal buf, pos, i, eof
+        if i:
+            buf, pos, i = buf[i:], pos + i, 0
+        while len(buf) < need and not eof:
+            chunk = f.read(max(CHUNK, need - len(buf)))
+            if not chunk:
+                eof = True
+            else:
+                buf = buf + chunk if buf else chunk
+
+    while True:
+        try:
+            if len(buf) - i < 4:
+                fill(4)
+                if len(buf) == 0:
+                    return
+                if len(buf) < 4:
+                    yield Record(number + 1, pos, len(buf), error=(
+                        f"truncated: the file ends {len(buf)} byte(s) into a document's length prefix"),
+                        code="TRUNCATED", fatal=True)
+                    return
+            (length,) = _INT32.unpack_from(buf, i)
+            number += 1
+            offset = pos + i
+            if length < 5:
+                yield Record(number, offset, 0, error=(
+                    f"corrupt: a document's length prefix says {length} bytes (at least 5 is possible); "
+                    "the file is damaged here and nothing after this point can be read"),
+                    code="CORRUPT", fatal=True)
+                return
+            if length > MAX_DOCUMENT_SIZE:
+                # Too large to keep, but the framing is intact: step over it without holding it.
+                have = min(length, len(buf) - i)
+                i += have
+                left = length - have
+                while left > 0:
+                    chunk = f.read(min(left, CHUNK))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+                    pos += len(chunk)
+                if left > 0:
+                    yield Record(number, offset, length, error=(
+                        f"truncated: a document of {length} bytes starts here, and the file ends "
+                        f"{left} bytes before its end"), code="TRUNCATED", fatal=True)
+                    return
+                yield Record(number, offset, length, error=(
+                    f"document is {length} bytes of BSON; the limit is {MAX_DOCUMENT_SIZE} (16 MiB). "
+                    "Keep large bytes in a blob bucket and store the blob's id"), code="DOCUMENT_TOO_LARGE")
+                continue
+            if len(buf) - i < length:
+                fill(length)
+                if len(buf) < length:
+                    yield Record(number, offset, length, error=(
+                        f"truncated: a document of {length} bytes starts here, and the file ends "
+                        f"after {len(buf)} of them"), code="TRUNCATED", fatal=True)
+                    return
+            raw = buf[i:i + length]
+            i += length
+        except (OSError, EOFError, ValueError, zlib.error) as exc:
+            yield Record(number + 1, pos + i, 0, error=f"unreadable: {exc}", code="CORRUPT", fatal=True)
+            return
+        if raw[-1] != 0:
+            yield Record(number, offset, length, error=(
+                "corrupt: the document does not end with the 0 byte its length prefix promises"),
+                code="CORRUPT")
+            continue
+        if not decode:
+            yield Record(number, offset, length, doc=raw)
+            continue
+        try:
+            doc = bson.decode(raw, codec_options=CODEC_OPTIONS)
+        except (InvalidBSON, ValueError, OverflowError, TypeError) as exc:
+            yield Record(number, offset, length, error=f"corrupt: the document cannot be decoded: {exc}",
+                         code="CORRUPT")
+            continue
+        yield Record(number, offset, length, doc=doc)
+
+
+def read_jsonl(f: InputFile) -> Iterator[Record]:
+    """Every document of a JSON Lines stream in MongoDB Extended JSON, canonical or relaxed.
+
+    Each line is read on its own, so canonical and relaxed lines may be mixed
+    (``{"$numberLong": "5"}`` and ``5`` both read; only canonical keeps int64 for a
+    small number). Blank lines are skipped; a line that is not a JSON object is refused
+    with its line number, and the next line is read.
+    """
+    stream = f.stream if f.gzip else io.BufferedReader(f.stream, CHUNK)
+    offset = 0
+    number = 0
+    line_no = 0
+    while True:
+        try:
+            line = stream.readline()
+        except (OSError, EOFError, ValueError, zlib.error) as exc:
+            yield Record(number + 1, offset, 0, line=line_no + 1, error=f"unreadable: {exc}", code="CORRUPT",
+                         fatal=True)
+            return
+        if not line:
+            return
+        line_no += 1
+        start = offset
+        offset += len(line)
+        text = line.strip()
+        if not text:
+            continue
+        number += 1
+        if number == 1 and text.startswith(b"["):
+            yield Record(number, start, len(line), line=line_no, error=(
+                "this is a JSON array (mongoexport --jsonArray), not JSON Lines; "
+                "export again without --jsonArray, one document per line"), code="NOT_JSON_LINES", fatal=True)
+            return
+        try:
+            doc = json_util.loads(text, json_options=JSON_OPTIONS)
+        except (ValueError, TypeError, KeyError, OverflowError, bson.errors.BSONError) as exc:
+            yield Record(number, start, len(line), line=line_no, error=f"not JSON: {exc}", code="NOT_JSON")
+            continue
+        if not isinstance(doc, dict):
+            yield Record(number, start, len(line), line=line_no, error=(
+                f"a line must hold one JSON object ({{...}}), this one holds {type(doc).__name__}"), code="NOT_JSON")
+            continue
+        yield Record(number, start, len(line), doc=doc, line=line_no)
+
+
+def read_records(f: InputFile, fmt: str) -> Iterator[Record]:
+    """The records of ``f`` read as ``fmt`` (``"bson"`` or ``"jsonl"``)."""
+    return read_bson(f) if fmt == "bson" else read_jsonl(f)
+
+
+def file_sha256(path: Path | str) -> tuple[str, int]:
+    """``(hex SHA-256, size)`` of a file's bytes as they are on disk."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def describe_position(path: Any, record: Record) -> str:
+    """``users.bson: document 3 (byte 1234)`` — or with ``line 7`` for JSON Lines."""
+    where = f"document {record.number}"
+    if record.line is not None:
+        where += f", line {record.line}"
+    return f"{os.fspath(path)}: {where} (byte {record.offset})"

@@ -1,0 +1,326 @@
+"""restore: declare each bucket of a dump from its metadata, then load its entries as the dump holds them.
+
+    >>> from hoarddb.tools import restore
+    >>> report = restore(client, "./backup/app", db="app2")
+    >>> report.buckets[0].conflicts      # unique indexes the data left conflicted, if any
+
+Restore works in three steps, and writes nothing until the first two pass:
+
+1. Check the whole dump (the layout is in :mod:`hoarddb.tools.dump`): every
+   ``<bucket>.metadata.json`` reads, names a store type, and its ``.bson`` file is
+   there, has the size and SHA-256 the metadata recorded, and frames into the number
+   of documents it recorded; a blob bucket's files are all there, and so are the
+   store-field files, with their SHA-256. A bucket that exists
+   in the target database is refused unless ``drop`` is given.
+2. Declare each bucket with the type, options, fields, store fields and indexes of its
+   metadata — so a restored unique index is still unique and a TTL index still
+   expires. A format-1 metadata (older versions: ``"indexes": ["Email", "Name"]``)
+   declares plain single-field indexes, which is all it recorded.
+3. Load the entries in batches with ``load``: a hash bucket puts each document, and a
+   value a unique index already holds does not refuse the load — the index becomes
+   ``conflicted`` naming both documents (see docs/user/indexes.md), and the report
+   lists it. Heaps keep their priorities and ties their order; fifo, lifo and btree
+   their order. Blobs keep their ids, and each one's SHA-256 is checked as it is
+   written. Then the store fields' elements are loaded into their documents
+   (:mod:`hoarddb.tools.fields`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from bson import json_util
+
+from ..catalog import check_name
+from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, InvalidArgumentError,
+                      NotFoundError, VerbNotSupportedError)
+from ..operations import STORE_TYPES
+from . import fields as field_contents
+from .batches import BATCH_SIZE, BatchWriter, Stop, blob_data, fewer_collections
+from .dump import FORMAT
+from .readers import JSON_OPTIONS, InputFile, file_sha256, read_bson
+from .report import BucketReport, Report
+
+METADATA_SUFFIX = ".metadata.json"
+
+
+@dataclass
+class DumpedBucket:
+    """DumpedBucket is one bucket of a dump folder: its metadata, read and checked."""
+
+    name: str
+    metadata: dict
+    data: Path
+    format: int
+    type: str
+    documents: int | None
+    indices: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: The metadata's ``store_field_contents``: the store fields' elements to load after the documents.
+    fields: dict | None = None
+
+
+def read_dump(path: str | os.PathLike, buckets: list[str] | None = None) -> list[DumpedBucket]:
+    """Every bucket of a dump folder, checked (step 1); raises CorruptDataError listing every problem."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise NotFoundError(f"no dump folder {folder}: give the folder of one database, such as ./backup/app")
+    metas = sorted(p for p in folder.iterdir() if p.name.endswith(METADATA_SUFFIX) and p.is_file())
+    if not metas:
+        hint = ""
+        if any(p.suffix == ".bson" for p in folder.iterdir()):
+            hint = " (.bson files without metadata: load them with hoarddb ingest)"
+        elif any(p.is_dir() for p in folder.iterdir()):
+            hint = " — a dump holds one folder per database: give that folder, such as " + str(
+                next(p for p in sorted(folder.iterdir()) if p.is_dir()))
+        raise InvalidArgumentError(f"no <bucket>.metadata.json in {folder}: not a hoardDB dump{hint}")
+    found: list[DumpedBucket] = []
+    problems: list[str] = []
+    for meta in metas:
+        name = meta.name[: -len(METADATA_SUFFIX)]
+        if buckets and name not in buckets:
+            continue
+        try:
+            found.append(_read_bucket(folder, name, meta))
+        except (CorruptDataError, BadValueError) as exc:
+            problems.append(exc.message)
+    if buckets:
+        missing = sorted(set(buckets) - {b.name for b in found} - {p.split(":")[0] for p in problems})
+        if missing:
+            raise NotFoundError(f"no bucket {', '.join(missing)} in the dump {folder}")
+    if problems:
+        raise CorruptDataError(f"the dump {folder} cannot be restored; nothing was written:\n  " + "\n  ".join(problems))
+    return found
+
+
+def _read_bucket(folder: Path, name: str, meta: Path) -> DumpedBucket:
+    try:
+        metadata = json_util.loads(meta.read_text(encoding="utf-8"), json_options=JSON_OPTIONS)
+    except (ValueError, TypeError, OSError) as exc:
+        raise CorruptDataError(f"{meta.name}: not readable JSON ({exc})") from None
+    if not isinstance(metadata, dict):
+        raise CorruptDataError(f"{meta.name}: not a JSON object")
+    indexes = metadata.get("indexes") or []
+    if any(isinstance(ix, dict) and "key" in ix for ix in indexes):
+        raise BadValueError(f"{meta.name}: this is a mongodump file, not a hoardDB dump; load the folder with "
+                            "hoarddb ingest DIR --into-db DB")
+    fmt = metadata.get("format", 1)
+    if not isinstance(fmt, int) or fmt > FORMAT:
+        raise BadValueError(f"{meta.name}: dump format {fmt!r} was written by a newer hoardDB; this version reads "
+                            f"formats 1 to {FORMAT}")
+    type_name = metadata.get("type", "hash")
+    if type_name not in STORE_TYPES:
+        raise CorruptDataError(f"{meta.name}: type {type_name!r} is not a store type ({', '.join(STORE_TYPES)})")
+    data_info = metadata.get("data") or {}
+    data = folder / (data_info.get("file") or f"{name}.bson")
+    bucket = DumpedBucket(name=str(metadata.get("bucket") or name), metadata=metadata, data=data, format=fmt,
+                          type=type_name, documents=metadata.get("documents"))
+    bucket.indices = _indices(metadata, meta.name)
+    if not data.is_file():
+        raise CorruptDataError(f"{name}: {data.name} is missing beside {meta.name}")
+    if "sha256" in data_info:
+        digest, size = file_sha256(data)
+        if size != data_info.get("bytes", size) or digest != data_info["sha256"]:
+            raise CorruptDataError(f"{name}: {data.name} is {size} bytes with SHA-256 {digest}, but the dump recorded "
+                                   f"{data_info.get('bytes')} bytes with {data_info['sha256']}: the file was changed "
+                                   "or damaged since the dump")
+    count = 0
+    with InputFile(data) as f:
+        for record in read_bson(f, decode=False):
+            if record.error is not None:
+                raise CorruptDataError(f"{name}: {data.name}: document {record.number} (byte {record.offset}): "
+                                       f"{record.error}")
+            count += 1
+    if bucket.documents is not None and count != bucket.documents:
+        raise CorruptDataError(f"{name}: {data.name} holds {count} documents, the metadata recorded "
+                               f"{bucket.documents}: the file is incomplete")
+    if type_name == "blob":
+        blobs = metadata.get("blobs") or {}
+        blob_dir = folder / (blobs.get("folder") or f"{name}.blobs")
+        missing = [i for i in (blobs.get("sha256") or {}) if not (blob_dir / i).is_file()]
+        if missing:
+            raise CorruptDataError(f"{name}: {len(missing)} blob file(s) missing from {blob_dir.name}: "
+                                   f"{', '.join(missing[:5])}")
+    contents = metadata.get("store_field_contents")
+    if contents:
+        problems = field_contents.check(folder / contents.get("folder", f"{name}.fields"), contents)
+        if problems:
+            raise CorruptDataError(f"{name}: " + "; ".join(problems))
+        bucket.fields = contents
+    return bucket
+
+
+def _indices(metadata: dict, where: str) -> list:
+    """The ``indices`` to declare: format 2's whole declarations, format 1's field names as plain indexes.
+
+    Indexes that a ``unique`` field line declares are left out: the field line
+    declares them again.
+    """
+    unique_fields = {f["name"] for f in metadata.get("fields") or [] if "unique" in (f.get("keywords") or [])}
+    out: list = []
+    for ix in metadata.get("indexes") or []:
+        if isinstance(ix, str):
+            out.append({"field": ix})
+            continue
+        if not isinstance(ix, dict) or not isinstance(ix.get("fields"), list):
+            raise CorruptDataError(f"{where}: index {ix!r} is neither a field name nor {{name, fields, ...}}")
+        fields = list(ix["fields"])
+        if len(fields) == 1 and ix.get("unique") and fields[0] in unique_fields and \
+                ix.get("name") in (None, f"{fields[0]}_1"):
+            continue
+        entry: dict[str, Any] = {"fields": fields}
+        if ix.get("name"):
+            entry["name"] = ix["name"]
+        if ix.get("unique"):
+            entry["unique"] = True
+        if ix.get("expire_after_seconds") is not None:
+            entry["expire_after_seconds"] = ix["expire_after_seconds"]
+        out.append(entry)
+    return out
+
+
+def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: list[str] | None = None,
+            drop: bool = False, batch_size: int = BATCH_SIZE,
+            progress: Callable[[BucketReport], None] | None = None) -> Report:
+    """Restore the dump folder ``path`` (one database's) into database ``db``; a :class:`~hoarddb.tools.report.Report`.
+
+    :param db: the target database (default: the folder's name).
+    :param buckets: only these buckets of the dump.
+    :param drop: drop a bucket of the same name first; without it, one that exists refuses the restore.
+    :param batch_size: entries per ``load`` write.
+    :param progress: called with the current bucket's report after each write.
+
+    A damaged dump, or a bucket that exists without ``drop``, raises before anything is
+    written. ``report.buckets[i].conflicts`` lists unique indexes the data left conflicted.
+    """
+    folder = Path(path)
+    db = db or folder.name
+    check_name(db, "database")
+    dumped = read_dump(folder, buckets)
+    try:
+        existing = set(client[db].buckets())
+    except DatabaseNotFoundError:
+        existing = set()
+    clash = [b.name for b in dumped if b.name in existing]
+    if clash and not drop:
+        raise BucketExistsError(f"database {db!r} has bucket(s) {', '.join(clash)} already; restore declares each "
+                                "bucket itself: restore into another database, or pass --drop to replace them")
+    report = Report("restore")
+    for b in dumped:
+        rep = BucketReport(db=db, bucket=b.name, type=b.type, file=str(b.data), created=True,
+                           total_bytes=b.data.stat().st_size)
+        rep.notes.extend(b.notes)
+        report.buckets.append(rep)
+        if b.name in existing:
+            client[db].drop_bucket(b.name)
+            rep.notes.append("the bucket that was there was dropped first (--drop)")
+        options = dict(b.metadata.get("options") or {})
+        if b.metadata.get("fields"):
+            options["fields"] = b.metadata["fields"]
+        if b.metadata.get("store_fields"):
+            options["store_fields"] = b.metadata["store_fields"]
+        if b.indices:
+            options["indices"] = b.indices
+        if b.format < FORMAT and b.indices:
+            rep.notes.append(f"a format-{b.format} dump records index field names only: "
+                             f"{', '.join(i['field'] if 'field' in i else str(i['fields']) for i in b.indices)} "
+                             "restored as plain single-field indexes")
+        created = client[db].create_bucket(b.name, type=b.type, **options)
+        rep.notes.extend(f"declaring: {w}" for w in getattr(created, "warnings", []) or [])
+        try:
+            with fewer_collections():
+                if b.type == "blob":
+                    _load_blobs(client[db][b.name], b, rep, progress)
+                else:
+                    _load_entries(client[db][b.name], b, rep, batch_size, progress)
+                    if b.fields:
+                        field_contents.restore_fields(client[db][b.name], b.data.parent / b.fields.get("folder", ""),
+                                              b.fields, rep)
+        except Stop:
+            rest = dumped[dumped.index(b) + 1:]
+            if rest:
+                report.notes.append("not restored, as the run stopped before them: " + ", ".join(r.name for r in rest))
+            break
+        _check_after(client[db][b.name], b, rep)
+    return report
+
+
+def _load_entries(bucket, b: DumpedBucket, rep: BucketReport, batch_size: int, progress) -> None:
+    verb = {"name": "load"}
+    seen: set[str] = set()
+
+    def write(docs: list) -> Any:
+        if verb["name"] == "load":
+            try:
+                return bucket.load(docs)
+            except (AttributeError, VerbNotSupportedError):
+                if b.type not in ("fifo", "lifo"):
+                    raise
+                verb["name"] = "batch_push"  # this version's fifo/lifo have no load yet: push, in order
+        return bucket.batch_push(docs)
+
+    def on_result(result: Any) -> None:
+        for c in (result or {}).get("conflicts", []) if isinstance(result, dict) else []:
+            if c.get("index") not in seen:
+                seen.add(c.get("index"))
+                rep.conflicts.append(c)
+
+    writer = BatchWriter(write, rep, on_error="stop", batch_size=batch_size, on_result=on_result, stop_hint="")
+    start = time.perf_counter()
+    with InputFile(b.data) as f:
+        try:
+            for record in read_bson(f):
+                writer.add(record)
+                if progress is not None and record.number % batch_size == 0:
+                    rep.bytes, rep.seconds = f.done, time.perf_counter() - start
+                    progress(rep)
+            writer.flush()
+        finally:
+            rep.bytes, rep.seconds = f.done, time.perf_counter() - start
+            if progress is not None:
+                progress(rep)
+
+
+def _load_blobs(bucket, b: DumpedBucket, rep: BucketReport, progress) -> None:
+    blobs = b.metadata.get("blobs") or {}
+    blob_dir = b.data.parent / (blobs.get("folder") or f"{b.name}.blobs")
+    sums = blobs.get("sha256") or {}
+
+    def write(docs: list) -> Any:
+        loaded = 0
+        for info in docs:
+            blob_id = str(info["_id_"])
+            with open(blob_dir / blob_id, "rb") as fh:
+                bucket.load([{"_id_": blob_id, "data": blob_data(bucket, fh), "name": info.get("name"), "type": info.get("type"),
+                              "sha256": sums.get(blob_id) or info.get("sha256"), "created": info.get("created")}])
+            loaded += 1
+        rep.blobs += loaded
+        return {"loaded": loaded}
+
+    writer = BatchWriter(write, rep, on_error="stop", batch_size=1, stop_hint="")
+    start = time.perf_counter()
+    with InputFile(b.data) as f:
+        try:
+            for record in read_bson(f):
+                writer.add(record)
+                if progress is not None:
+                    rep.bytes, rep.seconds = f.done, time.perf_counter() - start
+                    progress(rep)
+            writer.flush()
+        finally:
+            rep.bytes, rep.seconds = f.done, time.perf_counter() - start
+
+
+def _check_after(bucket, b: DumpedBucket, rep: BucketReport) -> None:
+    """Compare the restored bucket with the dump: its entries, and which indexes are not ready."""
+    described = bucket.describe()
+    if b.documents is not None and described.get("entries") != b.documents and rep.ok:
+        rep.notes.append(f"the bucket holds {described.get('entries')} entries; the dump recorded {b.documents}")
+    names = {c.get("index") for c in rep.conflicts}
+    for ix in described.get("indexes") or []:
+        if ix.get("state") == "conflicted" and ix["name"] not in names:
+            rep.conflicts.append({"index": ix["name"], "values": None, "documents": []})

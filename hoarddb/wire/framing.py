@@ -1,0 +1,110 @@
+"""Cutting a byte stream into BSON documents: each one begins with its own length.
+
+A message on the wire is exactly one BSON document, nothing before or after it:
+
+    +-----------------+----------------------------------------------+------+
+    | length  int32LE | elements ...                                 | 0x00 |
+    +-----------------+----------------------------------------------+------+
+     <------------------------------ length bytes -------------------------->
+
+so the stream needs no framing of its own. A length under 5, over the limit, or a
+document whose last byte is not 0x00 cannot be resynchronised from: the reader raises
+:class:`ProtocolError` and the connection is closed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from bson.errors import BSONError, InvalidDocument
+
+from ..errors import BadValueError, DocumentTooLargeError, ProtocolError
+from ..values.codec import decode, encode
+from .messages import MAX_MESSAGE_SIZE
+
+_LENGTH = struct.Struct("<i")
+MIN_DOCUMENT = 5  # int32 length + the terminating 0x00
+
+
+class FrameReader:
+    """FrameReader buffers bytes and hands out whole BSON documents, in order.
+
+    ``feed(data)`` then ``next_frame()`` until it returns None. Memory held is at most
+    one partial message plus what was fed and not yet taken.
+    """
+
+    def __init__(self, max_size: int = MAX_MESSAGE_SIZE):
+        self.max_size = max_size
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes received from the peer."""
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[:self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet handed out."""
+        return len(self._buf) - self._pos
+
+    def pending_length(self) -> int | None:
+        """The declared length of the message being received, once its 4 bytes are in."""
+        if self.buffered < 4:
+            return None
+        return _LENGTH.unpack_from(self._buf, self._pos)[0]
+
+    def next_frame(self) -> bytes | None:
+        """The next whole document's bytes, or None until more arrive; ProtocolError on a bad length."""
+        length = self.pending_length()
+        if length is None:
+            return None
+        if length < MIN_DOCUMENT or length > self.max_size:
+            raise ProtocolError(_bad_length(length, self.max_size, bytes(self._buf[self._pos:self._pos + 8])),
+                                length=length)
+        if self.buffered < length:
+            return None
+        end = self._pos + length
+        if self._buf[end - 1] != 0:
+            raise ProtocolError(f"a message of {length} bytes does not end with 0x00: not a BSON document")
+        frame = bytes(self._buf[self._pos:end])
+        self._pos = end
+        return frame
+
+
+def decode_frame(frame: bytes) -> dict:
+    """The document of one frame; ProtocolError when its bytes are not valid BSON."""
+    try:
+        return decode(frame)
+    except (BSONError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"a message of {len(frame)} bytes is not valid BSON: {exc}") from None
+
+
+def encode_message(doc: dict, max_size: int = MAX_MESSAGE_SIZE) -> bytes:
+    """The BSON bytes of one message; DocumentTooLargeError over ``max_size``, BadValueError if unencodable."""
+    try:
+        data = encode(doc)
+    except InvalidDocument as exc:
+        raise BadValueError(f"a value cannot be stored as BSON: {exc}") from None
+    except OverflowError as exc:
+        raise BadValueError(f"a number does not fit in BSON's 64-bit integers: {exc}") from None
+    if len(data) > max_size:
+        raise DocumentTooLargeError(
+            f"a message of {len(data)} bytes is over the {max_size}-byte limit of one message; "
+            "keep documents under 16 MiB, and read or write large blobs with stream() and put(file)",
+            size=len(data))
+    return data
+
+
+def _bad_length(length: int, limit: int, head: bytes) -> str:
+    if head[:1] in (b"\x15", b"\x16") and head[1:2] == b"\x03":
+        return ("received a TLS record where a BSON message was expected: the peer speaks TLS; "
+                "connect with TLS (leave out -insecure), or start the server without --insecure")
+    if head[:4] in (b"GET ", b"POST", b"HEAD", b"PUT ") or head[:4].isascii() and head[:4].isalpha():
+        return (f"received text ({head!r}) where a BSON message was expected: this port speaks the "
+                "hoardDB protocol (the metrics are on --metrics-port)")
+    if length < MIN_DOCUMENT:
+        return f"a message declares {length} bytes; a BSON document has at least {MIN_DOCUMENT}"
+    return f"a message declares {length} bytes, over the {limit}-byte limit of one message"

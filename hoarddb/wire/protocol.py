@@ -1,0 +1,358 @@
+"""The connection state machines, both sides, as asyncpg's CoreProtocol: bytes in, events out.
+
+A connection goes through these states, and in each accepts only some messages:
+
+    HANDSHAKE ──hello──▶ AUTHENTICATING ──auth_start, auth_continue──▶ READY ──▶ CLOSED
+        │                       ▲ (skipped when the server runs without authentication)
+        └── anything else: PROTOCOL_ERROR, closed
+
+    state            server accepts                     anything else is answered
+    HANDSHAKE        hello                              PROTOCOL_ERROR, then closed
+    AUTHENTICATING   auth_start, auth_continue          UNAUTHORIZED (connection kept)
+    READY            operations, chunk                  hello/auth again: PROTOCOL_ERROR
+    CLOSED           nothing
+
+:class:`ServerProtocol` answers hello and authentication itself and hands every
+READY-state request up as a :class:`Request` (or a :class:`Chunk` of an upload);
+what to do with it is the server's business. :class:`ClientProtocol` drives the
+handshake from the other side and hands up answers. Neither does any I/O: the
+adapter feeds ``receive_data`` and writes the bytes the events and methods return.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import (AuthFailedError, ConnectionError_, HoardError, ProtocolError, UnauthorizedError,
+                      error_from_answer)
+from . import scram
+from .framing import FrameReader, decode_frame, encode_message
+from .messages import (AUTH_CONTINUE, AUTH_START, CHUNK, HELLO, MAX_MESSAGE_SIZE, PROTOCOL_VERSION,
+                       SCRAM_SHA_256, error_answer, valid_id)
+
+
+class State(enum.Enum):
+    """State is where a connection is in its life; see the module's table."""
+
+    HANDSHAKE = "handshake"
+    AUTHENTICATING = "authenticating"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+# ---- events the server side hands up -------------------------------------------------------
+
+@dataclass
+class Send:
+    """Send is bytes to write, after ``delay`` seconds (a failed login is answered late)."""
+
+    data: bytes
+    delay: float = 0.0
+
+
+@dataclass
+class Request:
+    """Request is one operation from an authenticated connection, to execute."""
+
+    id: Any
+    doc: dict
+
+
+@dataclass
+class Chunk:
+    """Chunk is part of a blob upload: ``data`` for the put whose request had this ``id``."""
+
+    id: Any
+    data: bytes
+    end: bool = False
+    abort: bool = False
+
+
+@dataclass
+class Close:
+    """Close says: write what was sent before it, then close the connection."""
+
+    reason: str
+
+
+@dataclass
+class Principal:
+    """Principal is who a connection is: a user and its roles (None for an unauthenticated server)."""
+
+    user: str | None
+    roles: list = field(default_factory=list)
+
+
+class ServerProtocol:
+    """ServerProtocol is the server's side of one connection, without I/O.
+
+    :param authenticator: None to run without authentication (``--insecure``), or an
+        object with ``lookup(user) -> credentials | None``, ``decoy(user) ->
+        credentials`` and ``principal(user) -> Principal``.
+    :param server_info: what ``hello`` answers (server version, limits).
+    :param auth_failure_delay: seconds before a failed login is answered.
+    :param max_auth_attempts: failed logins after which the connection is closed.
+    """
+
+    def __init__(self, *, authenticator=None, server_info: dict | None = None,
+                 max_message_size: int = MAX_MESSAGE_SIZE, auth_failure_delay: float = 1.0,
+                 max_auth_attempts: int = 3):
+        self.state = State.HANDSHAKE
+        self.authenticator = authenticator
+        self.server_info = dict(server_info or {})
+        self.max_message_size = max_message_size
+        self.auth_failure_delay = auth_failure_delay
+        self.max_auth_attempts = max_auth_attempts
+        self.principal: Principal | None = None
+        self.auth_failures = 0
+        self._reader = FrameReader(max_message_size)
+        self._scram: scram.ScramServer | None = None
+
+    # -- input
+
+    def receive_data(self, data: bytes) -> list:
+        """Feed bytes from the peer; the events they make, in order."""
+        if self.state is State.CLOSED:
+            return []
+        events: list = []
+        self._reader.feed(data)
+        while self.state is not State.CLOSED:
+            try:
+                frame = self._reader.next_frame()
+                if frame is None:
+                    break
+                doc = decode_frame(frame)
+            except ProtocolError as e:
+                self._fail(events, None, e)
+                break
+            self._message(doc, events)
+        return events
+
+    def _message(self, doc: dict, events: list) -> None:
+        request_id = doc.get("id")
+        op = doc.get("op")
+        if not valid_id(request_id):
+            self._answer_error(events, None, ProtocolError(
+                "every request needs an 'id' (an integer or a string) that its answer carries back; "
+                f"got {_kind(request_id)}"))
+            if self.state is State.HANDSHAKE:
+                self._close(events, "no id in the first message")
+            return
+        if not isinstance(op, str):
+            self._answer_error(events, request_id, ProtocolError(
+                f"a request needs a string 'op' (such as \"hello\" or \"insert\"); got {_kind(op)}"))
+            if self.state is State.HANDSHAKE:
+                self._close(events, "no op in the first message")
+            return
+        getattr(self, "_in_" + self.state.value)(request_id, op, doc, events)
+
+    def _in_handshake(self, request_id, op, doc, events) -> None:
+        if op != HELLO:
+            self._fail(events, request_id, ProtocolError(
+                f"the first message must be {{op: \"hello\", protocol: {PROTOCOL_VERSION}}}; got op {op!r:.40}"))
+            return
+        version = doc.get("protocol")
+        if version != PROTOCOL_VERSION:
+            self._fail(events, request_id, ProtocolError(
+                f"this server speaks hoardDB protocol {PROTOCOL_VERSION}; the client asked for {version!r:.20}"))
+            return
+        mechanisms = [SCRAM_SHA_256] if self.authenticator is not None else []
+        result = {**self.server_info, "protocol": PROTOCOL_VERSION, "auth": mechanisms,
+                  "maxMessageSize": self.max_message_size}
+        events.append(Send(self.encode({"id": request_id, "ok": 1, "result": result})))
+        if self.authenticator is None:
+            self.principal = Principal(None, [{"role": "admin"}])
+            self.state = State.READY
+        else:
+            self.state = State.AUTHENTICATING
+
+    def _in_authenticating(self, request_id, op, doc, events) -> None:
+        if op not in (AUTH_START, AUTH_CONTINUE):
+            self._answer_error(events, request_id, UnauthorizedError(
+                f"authenticate before {op!r:.40}: this connection may only send auth_start and auth_continue "
+                f"({SCRAM_SHA_256}) until it has logged in"))
+            return
+        payload = doc.get("payload")
+        try:
+            if not isinstance(payload, str):
+                raise ProtocolError(f"{op} needs a string 'payload'")
+            if op == AUTH_START:
+                if doc.get("mechanism") != SCRAM_SHA_256:
+                    raise ProtocolError(f"the only mechanism is {SCRAM_SHA_256}; got {doc.get('mechanism')!r:.40}")
+                self._scram = scram.ScramServer(self.authenticator.lookup, self.authenticator.decoy)
+                answer = {"payload": self._scram.first(payload), "done": False}
+            else:
+                if self._scram is None:
+                    raise ProtocolError("auth_continue before auth_start")
+                final = self._scram.final(payload)
+                self.principal = self.authenticator.principal(self._scram.user)
+                self.state = State.READY
+                answer = {"payload": final, "done": True, "user": self.principal.user,
+                          "roles": self.principal.roles}
+                self._scram = None
+        except HoardError as e:
+            self._scram = None
+            self.auth_failures += 1
+            if not isinstance(e, ProtocolError):
+                e = AuthFailedError("authentication failed: unknown user or wrong password")
+            events.append(Send(self.encode(error_answer(request_id, e)), delay=self.auth_failure_delay))
+            if self.auth_failures >= self.max_auth_attempts:
+                self._close(events, f"{self.auth_failures} failed logins")
+            return
+        events.append(Send(self.encode({"id": request_id, "ok": 1, "result": answer})))
+
+    def _in_ready(self, request_id, op, doc, events) -> None:
+        if op in (HELLO, AUTH_START, AUTH_CONTINUE):
+            self._answer_error(events, request_id, ProtocolError(
+                f"{op} is part of the handshake, which this connection has done; open a new connection to log in again"))
+        elif op == CHUNK:
+            data = doc.get("data", b"")
+            if not isinstance(data, bytes):
+                self._answer_error(events, request_id, ProtocolError("a chunk's 'data' must be binary"))
+                return
+            events.append(Chunk(request_id, data, bool(doc.get("end")), bool(doc.get("abort"))))
+        else:
+            events.append(Request(request_id, doc))
+
+    # -- output
+
+    def encode(self, answer: dict) -> bytes:
+        """The bytes of an answer; an answer over the limit becomes its error answer."""
+        try:
+            return encode_message(answer, self.max_message_size)
+        except HoardError as e:
+            return encode_message(error_answer(answer.get("id"), e), self.max_message_size)
+
+    def notice(self, error: HoardError) -> bytes:
+        """The bytes of a message the server sends on its own (``id: null``) before closing."""
+        return encode_message(error_answer(None, error))
+
+    def close(self) -> None:
+        self.state = State.CLOSED
+
+    # -- helpers
+
+    def _answer_error(self, events, request_id, error: HoardError) -> None:
+        events.append(Send(encode_message(error_answer(request_id, error))))
+
+    def _fail(self, events, request_id, error: HoardError) -> None:
+        self._answer_error(events, request_id, error)
+        self._close(events, error.message)
+
+    def _close(self, events, reason: str) -> None:
+        self.state = State.CLOSED
+        events.append(Close(reason))
+
+
+class ClientProtocol:
+    """ClientProtocol is the client's side of one connection, without I/O.
+
+    ``start()`` gives the hello to send; then feed what the server sends to
+    ``receive_data`` and write ``data_to_send()`` after each call, until ``state`` is
+    READY. From then on ``request(doc)`` gives an id and the bytes of a request, and
+    ``receive_data`` returns the answers. A refused handshake raises its error
+    (AUTH_FAILED, PROTOCOL_ERROR...), after which the connection is useless.
+    """
+
+    def __init__(self, user: str | None = None, password: str | None = None, *,
+                 client_name: str = "hoarddb-python", max_message_size: int = MAX_MESSAGE_SIZE):
+        self.user = user
+        self.password = password
+        self.client_name = client_name
+        self.state = State.HANDSHAKE
+        self.server_info: dict = {}
+        self.roles: list = []
+        self.max_message_size = max_message_size
+        self._reader = FrameReader(max_message_size)
+        self._next_id = 0
+        self._out = bytearray()
+        self._scram: scram.ScramClient | None = None
+        self._pending_handshake: Any = None
+
+    def _id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def start(self) -> bytes:
+        """The hello message (the first bytes a client sends)."""
+        self._pending_handshake = self._id()
+        return encode_message({"id": self._pending_handshake, "op": HELLO, "protocol": PROTOCOL_VERSION,
+                               "client": self.client_name})
+
+    def data_to_send(self) -> bytes:
+        """Handshake bytes the last ``receive_data`` produced (empty when none)."""
+        out, self._out = bytes(self._out), bytearray()
+        return out
+
+    def request(self, doc: dict) -> tuple[int, bytes]:
+        """A new id, and the bytes of ``doc`` sent under it (BadValueError, DocumentTooLargeError)."""
+        if self.state is not State.READY:
+            raise ConnectionError_(f"the connection is {self.state.value}, not ready for requests")
+        request_id = self._id()
+        return request_id, encode_message({"id": request_id, **doc}, self.max_message_size)
+
+    def chunk(self, request_id: int, data: bytes, *, end: bool = False, abort: bool = False) -> bytes:
+        """The bytes of one upload chunk for the put sent as ``request_id``."""
+        doc: dict = {"id": request_id, "op": CHUNK, "data": bytes(data)}
+        if end:
+            doc["end"] = True
+        if abort:
+            doc["abort"] = True
+        return encode_message(doc, self.max_message_size)
+
+    def receive_data(self, data: bytes) -> list[dict]:
+        """Feed bytes from the server; the answers (READY state) they complete, in order."""
+        self._reader.feed(data)
+        answers = []
+        while True:
+            frame = self._reader.next_frame()
+            if frame is None:
+                return answers
+            doc = decode_frame(frame)
+            if doc.get("id") is None and doc.get("ok") == 0:  # the server closes on us: say why
+                self.state = State.CLOSED
+                raise error_from_answer(doc)
+            if self.state is State.READY:
+                answers.append(doc)
+            else:
+                self._handshake(doc)
+
+    def _handshake(self, doc: dict) -> None:
+        if doc.get("id") != self._pending_handshake:
+            raise ProtocolError(f"unexpected message during the handshake: {str(doc)[:80]}")
+        if doc.get("ok") != 1:
+            self.state = State.CLOSED
+            raise error_from_answer(doc)
+        result = doc.get("result") or {}
+        if self.state is State.HANDSHAKE:
+            self.server_info = result
+            mechanisms = result.get("auth") or []
+            if not mechanisms:
+                self.state = State.READY
+                return
+            if SCRAM_SHA_256 not in mechanisms:
+                raise ProtocolError(f"the server offers {mechanisms}, not {SCRAM_SHA_256}")
+            if not self.user or self.password is None:
+                self.state = State.CLOSED
+                raise AuthFailedError(
+                    "the server requires authentication: give a user and password "
+                    "(hoarddb://user:password@host, or --user with --password or HOARDDB_PASSWORD)")
+            self._scram = scram.ScramClient(self.user, self.password)
+            self.state = State.AUTHENTICATING
+            self._send_handshake({"op": AUTH_START, "mechanism": SCRAM_SHA_256, "payload": self._scram.first()})
+        elif not result.get("done"):
+            self._send_handshake({"op": AUTH_CONTINUE, "payload": self._scram.final(result.get("payload", ""))})
+        else:
+            self._scram.verify(result.get("payload", ""))
+            self.roles = result.get("roles") or []
+            self.state = State.READY
+
+    def _send_handshake(self, doc: dict) -> None:
+        self._pending_handshake = self._id()
+        self._out += encode_message({"id": self._pending_handshake, **doc})
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"{type(value).__name__} {value!r:.40}"

@@ -1,0 +1,100 @@
+"""TLS: the generated certificate, pinning, CA files, and mismatched ends that must fail fast and clearly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hoarddb
+from hoarddb.errors import BadValueError, ConnectionError_
+from hoarddb.server import ServerConfig
+from hoarddb.server.tls import cert_fingerprint, make_self_signed
+from hoarddb.testing import ServerThread
+
+from server_users import add_users
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_generated_certificate_with_pinned_fingerprint(secure_server):
+    assert secure_server.cert.exists() and (secure_server.data / "tls" / "server.key").stat().st_mode & 0o077 == 0
+    assert secure_server.fingerprint == cert_fingerprint(secure_server.cert)
+    assert secure_server.fingerprint in secure_server.server.start_line()
+    with hoarddb.connect(secure_server.url("admin", "admin-pw")) as client:
+        assert isinstance(client.databases(), list)
+
+
+def test_certificate_as_ca_file(secure_server):
+    url = f"hoarddb://admin:admin-pw@127.0.0.1:{secure_server.port}/?tls_ca={secure_server.cert}"
+    with hoarddb.connect(url) as client:
+        client.databases()
+    with hoarddb.connect(host="localhost", port=secure_server.port, user="admin", password="admin-pw",
+                         tls_ca=str(secure_server.cert)) as client:
+        client.databases()
+
+
+def test_fingerprint_spellings(secure_server):
+    bare = secure_server.fingerprint.replace(":", "").lower()
+    for spelling in (bare, "sha256:" + bare, secure_server.fingerprint):
+        with hoarddb.connect(port=secure_server.port, user="admin", password="admin-pw",
+                             tls_fingerprint=spelling) as client:
+            client.databases()
+
+
+def test_a_pinned_fingerprint_that_does_not_match(secure_server):
+    wrong = "AB:" * 31 + "AB"
+    with pytest.raises(ConnectionError_, match="not the pinned"):
+        hoarddb.connect(port=secure_server.port, user="admin", password="admin-pw", tls_fingerprint=wrong)
+
+
+def test_unverified_self_signed_certificate(secure_server):
+    with pytest.raises(ConnectionError_, match="tls-fingerprint"):
+        hoarddb.connect(port=secure_server.port, user="admin", password="admin-pw")
+
+
+def test_plaintext_client_against_tls_server_fails_fast(secure_server):
+    started = time.monotonic()
+    with pytest.raises(ConnectionError_, match="TLS"):
+        hoarddb.connect(port=secure_server.port, insecure=True, connect_timeout=8)
+    assert time.monotonic() - started < 5
+
+
+def test_tls_client_against_plaintext_server_fails_fast(insecure_server):
+    started = time.monotonic()
+    with pytest.raises(ConnectionError_, match="does not speak TLS"):
+        hoarddb.connect(port=insecure_server.port, tls_fingerprint="AB" * 32, connect_timeout=8)
+    assert time.monotonic() - started < 5
+
+
+def test_insecure_is_refused_off_loopback():
+    with pytest.raises(BadValueError, match="loopback"):
+        ServerConfig(data="x", host="0.0.0.0", insecure=True).check()
+    ServerConfig(data="x", host="::1", insecure=True).check()
+    ServerConfig(data="x", host="localhost", insecure=True).check()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "hoarddb.cli", "server", "--data", "/nonexistent/x",
+                             "--host", "0.0.0.0", "--insecure"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2 and "loopback" in result.stderr
+
+
+def test_given_certificate_and_restart_keeps_the_generated_one(tmp_path):
+    cert_pem, key_pem = make_self_signed("127.0.0.1")
+    (tmp_path / "c.pem").write_bytes(cert_pem)
+    (tmp_path / "k.pem").write_bytes(key_pem)
+    data = tmp_path / "data"
+    add_users(data)
+    with ServerThread(data, tls_cert=str(tmp_path / "c.pem"), tls_key=str(tmp_path / "k.pem")) as server:
+        assert server.fingerprint == cert_fingerprint(tmp_path / "c.pem")
+        assert not (data / "tls").exists()
+        with hoarddb.connect(server.url("admin", "admin-pw")) as client:
+            client.databases()
+    prints = []
+    for _ in range(2):
+        with ServerThread(data) as server:
+            prints.append(server.fingerprint)
+    assert prints[0] == prints[1]

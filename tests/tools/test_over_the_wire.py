@@ -1,0 +1,71 @@
+"""ingest, dump and restore against a running server: the same functions and commands, through hoarddb.connect."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+import hoarddb
+from hoarddb.cli import main
+from hoarddb.testing import ServerThread
+from hoarddb.tools import dump, ingest, restore
+from hoarddb.values.codec import encode
+from toolfiles import contents, declaration, fill, mongo_documents, write_bson
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """An insecure server in this process whose TTL sweeper is off (fill() holds documents past their TTL)."""
+    before = os.environ.get("HOARDDB_TTL_SWEEP_SECONDS")
+    os.environ["HOARDDB_TTL_SWEEP_SECONDS"] = "0"
+    try:
+        with ServerThread(tmp_path_factory.mktemp("wire") / "data", insecure=True) as s:
+            yield s
+    finally:
+        if before is None:
+            os.environ.pop("HOARDDB_TTL_SWEEP_SECONDS", None)
+        else:
+            os.environ["HOARDDB_TTL_SWEEP_SECONDS"] = before
+
+
+@pytest.fixture
+def remote(server):
+    with hoarddb.connect(server.url()) as c:
+        yield c
+        for name in c.databases():
+            c.drop_database(name)
+
+
+def test_ingest_through_the_wire_keeps_every_type(remote, tmp_path):
+    docs = mongo_documents(12)
+    raws = write_bson(tmp_path / "p.bson", docs)
+    report = ingest(remote, tmp_path / "p.bson", into="app.p")
+    assert report.ok
+    for doc, raw in zip(docs, raws):
+        got = remote["app"].p.get(doc["_id"])
+        assert encode({k: v for k, v in got.items() if k != "_id_"}) == raw
+
+
+def test_dump_and_restore_through_the_wire_round_trip_every_store_type(remote, tmp_path):
+    fill(remote["app"])
+    assert dump(remote, "app", tmp_path / "out").ok
+    report = restore(remote, tmp_path / "out" / "app", db="app2")
+    assert report.ok, report.summary()
+    for name in remote["app"].buckets():
+        assert declaration(remote["app2"], name) == declaration(remote["app"], name)
+        assert contents(remote["app2"], name) == contents(remote["app"], name)
+
+
+def test_the_commands_take_a_server(server, tmp_path):
+    write_bson(tmp_path / "c.bson", [{"_id": i} for i in range(7)])
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "c.bson"), "--into", "cli.c", "--url", server.url()])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["dump", "--db", "cli", "--out", str(tmp_path / "out"), "--host", "127.0.0.1",
+                                       "--port", str(server.port), "--insecure"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "cli" / "c.metadata.json").is_file()
+    with hoarddb.connect(server.url()) as c:
+        assert c["cli"].c.length() == 7
+        c.drop_database("cli")

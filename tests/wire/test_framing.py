@@ -1,0 +1,70 @@
+"""Framing: a BSON document carries its own length; the reader cuts any split of the stream the same way."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from hoarddb.errors import DocumentTooLargeError, ProtocolError
+from hoarddb.values.codec import encode
+from hoarddb.wire.framing import FrameReader, decode_frame, encode_message
+
+docs = st.lists(st.dictionaries(st.text(st.characters(blacklist_characters="\x00"), max_size=5),
+                                st.one_of(st.integers(-2**63, 2**63 - 1), st.text(), st.binary(), st.none()),
+                                max_size=4), min_size=1, max_size=6)
+
+
+@given(docs, st.lists(st.integers(1, 40), max_size=30))
+def test_any_split_of_the_stream_gives_the_same_documents(messages, cuts):
+    stream = b"".join(encode(m) for m in messages)
+    reader, out, pos = FrameReader(), [], 0
+    for cut in cuts + [len(stream)]:
+        reader.feed(stream[pos:pos + cut])
+        pos += cut
+        while (frame := reader.next_frame()) is not None:
+            out.append(decode_frame(frame))
+    assert out == messages
+    assert reader.buffered == 0
+
+
+def test_fed_byte_by_byte():
+    data = encode({"id": 1, "op": "hello"}) * 3
+    reader, frames = FrameReader(), []
+    for b in data:
+        reader.feed(bytes([b]))
+        while (frame := reader.next_frame()) is not None:
+            frames.append(frame)
+    assert len(frames) == 3
+
+
+@pytest.mark.parametrize("head, words", [
+    (b"\x00\x00\x00\x00", "at least 5"),
+    (b"\xff\xff\xff\x7f", "over the"),
+    (b"\x16\x03\x01\x02\x00", "TLS"),
+    (b"GET /metrics HTTP/1.1\r\n", "text"),
+])
+def test_bad_lengths_are_protocol_errors(head, words):
+    reader = FrameReader()
+    reader.feed(head)
+    with pytest.raises(ProtocolError, match=words):
+        reader.next_frame()
+
+
+def test_a_document_must_end_with_zero():
+    bad = bytearray(encode({"a": 1}))
+    bad[-1] = 7
+    reader = FrameReader()
+    reader.feed(bytes(bad))
+    with pytest.raises(ProtocolError, match="0x00"):
+        reader.next_frame()
+
+
+def test_invalid_bson_inside_a_good_frame():
+    frame = b"\x0c\x00\x00\x00\x99x\x00\x01\x00\x00\x00\x00"
+    with pytest.raises(ProtocolError, match="not valid BSON"):
+        decode_frame(frame)
+
+
+def test_encode_limit():
+    with pytest.raises(DocumentTooLargeError):
+        encode_message({"data": b"x" * 200}, max_size=100)

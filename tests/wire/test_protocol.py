@@ -1,0 +1,146 @@
+"""The state machines, without sockets: hello first, authenticate before anything, then requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from hoarddb.errors import AuthFailedError, ProtocolError
+from hoarddb.server.auth import Authenticator
+from hoarddb.server.users import UserStore
+from hoarddb.values.codec import decode_all, encode
+from hoarddb.wire.protocol import Chunk, ClientProtocol, Close, Request, Send, ServerProtocol, State
+
+
+def answers(events):
+    return [d for e in events if isinstance(e, Send) for d in decode_all(e.data)]
+
+
+def hello(i=1):
+    return encode({"id": i, "op": "hello", "protocol": 1})
+
+
+@pytest.fixture
+def authenticator(tmp_path):
+    users = UserStore(tmp_path)
+    users.add("ann", "pw-ann", ["readWrite:app"], iterations=4096)
+    return Authenticator(users)
+
+
+def test_insecure_server_is_ready_after_hello():
+    server = ServerProtocol()
+    out = answers(server.receive_data(hello()))
+    assert out[0]["ok"] == 1 and out[0]["result"]["auth"] == []
+    assert server.state is State.READY
+    events = server.receive_data(encode({"id": 2, "op": "push", "db": "a", "bucket": "Q", "args": {}}))
+    assert events == [Request(2, {"id": 2, "op": "push", "db": "a", "bucket": "Q", "args": {}})]
+
+
+def test_first_message_must_be_hello():
+    server = ServerProtocol()
+    events = server.receive_data(encode({"id": 1, "op": "find"}))
+    assert answers(events)[0]["codeName"] == "PROTOCOL_ERROR"
+    assert isinstance(events[-1], Close) and server.state is State.CLOSED
+    assert server.receive_data(hello()) == []
+
+
+def test_protocol_version_is_checked():
+    server = ServerProtocol()
+    events = server.receive_data(encode({"id": 1, "op": "hello", "protocol": 99}))
+    assert "protocol 1" in answers(events)[0]["message"] and server.state is State.CLOSED
+
+
+def test_requests_before_login_are_unauthorized(authenticator):
+    server = ServerProtocol(authenticator=authenticator)
+    server.receive_data(hello())
+    assert server.state is State.AUTHENTICATING
+    out = answers(server.receive_data(encode({"id": 2, "op": "list_databases"})))
+    assert out == [{"id": 2, "ok": 0, "code": 28, "codeName": "UNAUTHORIZED", "message": out[0]["message"]}]
+    chunk = server.receive_data(encode({"id": 3, "op": "chunk", "data": b"x"}))
+    assert answers(chunk)[0]["codeName"] == "UNAUTHORIZED"
+    assert server.state is State.AUTHENTICATING
+
+
+def drive(client: ClientProtocol, server: ServerProtocol):
+    data = client.start()
+    while client.state is not State.READY:
+        events = server.receive_data(data)
+        for e in events:
+            if isinstance(e, Send):
+                client.receive_data(e.data)
+        data = client.data_to_send()
+        if not data and client.state is not State.READY:
+            raise AssertionError("stuck")
+
+
+def test_full_login(authenticator):
+    server = ServerProtocol(authenticator=authenticator)
+    client = ClientProtocol("ann", "pw-ann")
+    drive(client, server)
+    assert server.state is State.READY and server.principal.user == "ann"
+    assert client.roles == [{"role": "readWrite", "db": "app"}]
+    request_id, data = client.request({"op": "length", "db": "app", "bucket": "Q"})
+    assert server.receive_data(data)[0].id == request_id
+
+
+def test_failed_login_is_delayed_and_limited(authenticator):
+    server = ServerProtocol(authenticator=authenticator, auth_failure_delay=0.5, max_auth_attempts=2)
+    for attempt in range(2):
+        client = ClientProtocol("ann", "wrong")
+        client.state = State.HANDSHAKE
+        if attempt == 0:
+            for e in server.receive_data(client.start()):
+                client.receive_data(e.data)
+        else:
+            client._scram = __import__("hoarddb.wire.scram", fromlist=["x"]).ScramClient("ann", "wrong")
+            client.state = State.AUTHENTICATING
+            client._send_handshake({"op": "auth_start", "mechanism": "SCRAM-SHA-256", "payload": client._scram.first()})
+        for e in server.receive_data(client.data_to_send()):
+            client.receive_data(e.data)
+        events = server.receive_data(client.data_to_send())
+        sends = [e for e in events if isinstance(e, Send)]
+        assert sends[0].delay == 0.5
+        with pytest.raises(AuthFailedError):
+            client.receive_data(sends[0].data)
+    assert isinstance(events[-1], Close)
+
+
+def test_client_without_credentials_against_an_auth_server(authenticator):
+    server = ServerProtocol(authenticator=authenticator)
+    client = ClientProtocol()
+    with pytest.raises(AuthFailedError, match="requires authentication"):
+        for e in server.receive_data(client.start()):
+            client.receive_data(e.data)
+
+
+def test_not_a_request():
+    server = ServerProtocol()
+    server.receive_data(hello())
+    out = answers(server.receive_data(encode({"op": "find"}) + encode({"id": 5, "op": 3}) + encode({"id": [1]})))
+    assert [a["codeName"] for a in out] == ["PROTOCOL_ERROR"] * 3
+    assert [a["id"] for a in out] == [None, 5, None]
+    assert server.state is State.READY
+
+
+def test_chunks_and_handshake_ops_in_ready():
+    server = ServerProtocol()
+    server.receive_data(hello())
+    events = server.receive_data(encode({"id": 9, "op": "chunk", "data": b"abc", "end": True}))
+    assert events == [Chunk(9, b"abc", True, False)]
+    assert answers(server.receive_data(hello(10)))[0]["codeName"] == "PROTOCOL_ERROR"
+
+
+def test_garbage_closes():
+    server = ServerProtocol()
+    events = server.receive_data(b"\x05\x00\x00\x00\x01")
+    assert isinstance(events[-1], Close)
+    server = ServerProtocol()
+    server.receive_data(hello())
+    events = server.receive_data(b"\x00" * 16)
+    assert isinstance(events[-1], Close) and answers(events)[0]["codeName"] == "PROTOCOL_ERROR"
+
+
+def test_client_sees_a_server_notice():
+    client = ClientProtocol()
+    client.start()
+    with pytest.raises(ProtocolError):
+        client.receive_data(encode({"id": None, "ok": 0, "code": 31, "codeName": "PROTOCOL_ERROR", "message": "x"}))
