@@ -146,6 +146,9 @@ class IndexSet:
         Raises DuplicateKeyError, with the spec's message, when ``new`` would take a unique
         value another document holds; the caller's transaction is then aborted whole.
         """
+        if new is None:
+            self.remove(txn, doc_key, old)
+            return
         for ix in self.indexes:
             if not ix.maintained:
                 continue
@@ -170,6 +173,23 @@ class IndexSet:
                         })
                         continue  # the holder keeps the entry; the index becomes conflicted
                 txn.put(key, value)
+
+    def remove(self, txn, doc_key: bytes, doc: dict | None) -> None:
+        """Delete a document's entries (the hot path of delete and TTL expiry)."""
+        if doc is None:
+            return
+        for ix in self.indexes:
+            if not ix.maintained:
+                continue
+            for encoded, _values in ix.value_tuples(doc, self.bucket):
+                if ix.unique:
+                    key = ix.prefix + encoded
+                    holder = txn.get(key)
+                    if holder is not None and holder != doc_key:
+                        continue  # a conflicted index: the entry is the other holder's
+                else:
+                    key = ix.prefix + encoded + doc_key
+                txn.delete(key)
 
     def duplicate(self, ix: Index, values: tuple, holder: Any, where: str = "") -> DuplicateKeyError:
         shown = ", ".join(f"{f} = {literal(v)}" for f, v in zip(ix.fields, values))
