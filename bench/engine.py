@@ -74,7 +74,12 @@ class Raw:
         with self.env.begin() as txn:
             cur = txn.cursor()
             cur.set_range(prefix)
-            return sum(1 for k, v in cur if k.startswith(prefix) and bson.decode(v))
+            out = []  # a range returns its documents: keep them, as hoardDB must
+            for k, v in cur:
+                if not k.startswith(prefix):
+                    break
+                out.append(bson.decode(v))
+            return out
 
 
 def run(n: int, single: int, batch: int) -> list[tuple[str, int, float, float]]:
