@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server_users import add_users
+from .server_users import add_users
 from hoarddb.testing import ServerThread
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from hoarddb.server import ServerConfig
 from hoarddb.server.tls import cert_fingerprint, make_self_signed
 from hoarddb.testing import ServerThread
 
-from server_users import add_users
+from .server_users import add_users
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_fifo import SMALL, SegmentStoreContract, doc, everything, ids, open_store
+from .test_fifo import SMALL, SegmentStoreContract, doc, everything, ids, open_store
 
 from hoarddb.stores.lifo import LifoStore
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import hoarddb
 from hoarddb.cli import main
-from toolfiles import offsets, write_bson
+from .toolfiles import offsets, write_bson
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -10,7 +10,7 @@ from bson import json_util
 from hoarddb.errors import (BucketExistsError, BucketNotFoundError, CorruptDataError, DuplicateKeyError,
                             IndexNotReadyError, InvalidArgumentError)
 from hoarddb.tools import dump, restore
-from toolfiles import contents, declaration, fill, write_bson
+from .toolfiles import contents, declaration, fill, write_bson
 
 
 def test_every_store_type_round_trips_with_order_priorities_and_declarations(client, tmp_path):

@@ -13,7 +13,7 @@ from hoarddb.hql import parser
 from hoarddb.tools import ingest
 from hoarddb.tools.ingest import create_statement, mongo_indices
 from hoarddb.values.codec import MAX_DOCUMENT_SIZE, encode
-from toolfiles import mongo_documents, offsets, write_bson
+from .toolfiles import mongo_documents, offsets, write_bson
 
 
 def without_key(doc: dict) -> dict:

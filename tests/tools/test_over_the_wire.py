@@ -12,7 +12,7 @@ from hoarddb.cli import main
 from hoarddb.testing import ServerThread
 from hoarddb.tools import dump, ingest, restore
 from hoarddb.values.codec import encode
-from toolfiles import contents, declaration, fill, mongo_documents, write_bson
+from .toolfiles import contents, declaration, fill, mongo_documents, write_bson
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from bson import Binary, Decimal128, Int64, ObjectId
 from hoarddb.tools.readers import InputFile, read_bson, read_jsonl, split_name
 from hoarddb.values.codec import MAX_DOCUMENT_SIZE
 
-from toolfiles import offsets, write_bson
+from .toolfiles import offsets, write_bson
 
 
 def records(path, fmt="bson"):

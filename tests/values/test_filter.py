@@ -14,7 +14,7 @@ from bson.regex import Regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import values_strategies as vs
+from . import values_strategies as vs
 from hoarddb.errors import BadValueError
 from hoarddb.values.filter import compile_filter, equality_fields, matches
 from hoarddb.values.order import compare, type_rank, values_equal

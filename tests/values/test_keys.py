@@ -15,7 +15,7 @@ from bson.objectid import ObjectId
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import values_strategies as vs
+from . import values_strategies as vs
 from hoarddb.errors import BadValueError
 from hoarddb.values.keys import decode_key, decode_keys, encode_key, encode_keys, key_end
 from hoarddb.values.order import compare, values_equal

@@ -21,7 +21,7 @@ from bson.timestamp import Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import values_strategies as vs
+from . import values_strategies as vs
 from hoarddb.errors import BadValueError
 from hoarddb.values import codec
 from hoarddb.values.order import (
