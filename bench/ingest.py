@@ -112,8 +112,8 @@ def main() -> None:
             assert report.ok, report.summary()
             rows.append(("restore (.bson -> hash, load)", report.documents, time.perf_counter() - t))
     print()
-    print(f"| step | documents | seconds | documents/s | MB/s |")
-    print(f"|---|---:|---:|---:|---:|")
+    print("| step | documents | seconds | documents/s | MB/s |")
+    print("|---|---:|---:|---:|---:|")
     for name, n, secs in rows:
         print(f"| {name} | {n:,} | {secs:.1f} | {n / secs:,.0f} | {size / 1e6 / secs:,.1f} |")
     if prof:

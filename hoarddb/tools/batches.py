@@ -29,8 +29,9 @@ DOCUMENT_ERRORS = (DuplicateKeyError, BadValueError, DocumentTooLargeError, NotA
                    InvalidArgumentError)
 #: Documents per write.
 BATCH_SIZE = 1000
-#: Bytes of BSON per write at most (a batch of large documents is cut sooner).
-BATCH_BYTES = 16 * 1024 * 1024
+#: Bytes of BSON per write at most (a batch of large documents is cut sooner): well under
+#: the wire's one-message limit (16 MiB and a little), so a batch is one message to a server.
+BATCH_BYTES = 8 * 1024 * 1024
 ON_ERROR = ("stop", "skip")
 
 
@@ -72,9 +73,11 @@ class BatchWriter:
         if record.error is not None:
             self.refuse(record, record.error, record.code or "BAD_INPUT", fatal=record.fatal)
             return
+        if self._pending and self._bytes + record.size > self.batch_bytes:
+            self.flush()
         self._pending.append(record)
         self._bytes += record.size
-        if len(self._pending) >= self.batch_size or self._bytes >= self.batch_bytes:
+        if len(self._pending) >= self.batch_size:
             self.flush()
 
     def refuse(self, record: Record, reason: str, code: str, fatal: bool = False) -> None:

@@ -57,6 +57,7 @@ from .. import __version__
 from ..catalog import check_name
 from ..errors import HoardError, VerbNotSupportedError
 from ..values.codec import encode
+from .batches import fewer_collections
 from .fields import FieldDumper
 from .report import BucketReport, Refusal, Report
 
@@ -95,7 +96,8 @@ def dump(client, db: str, out: str | os.PathLike, *, buckets: list[str] | None =
     folder.mkdir(parents=True, exist_ok=True)
     report = Report("dump")
     for name in names:
-        rep = _dump_bucket(client, db, name, folder, page_size, progress)
+        with fewer_collections():
+            rep = _dump_bucket(client, db, name, folder, page_size, progress)
         report.buckets.append(rep)
     return report
 

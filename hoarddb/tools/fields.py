@@ -7,7 +7,8 @@ In a dump, a bucket that declares store fields has a folder beside its ``.bson``
                              owner's elements in their store's order:
                                fifo, lifo, heap   {owner: <document key>, element: {...}}
                                hash, btree        {owner: <document key>, key: <key>, element: {...}}
-                               blob               {owner: <document key>, element: {_id_, name, type, size, sha256, created}}
+                               blob               {owner: <document key>,
+                                                   element: {_id_, name, type, size, sha256, created}}
       <Field>.blobs/<id>     a blob field's bytes
 
 The owner is the document's key: a hash document's ``_id_``, a btree entry's sort key

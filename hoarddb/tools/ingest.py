@@ -42,11 +42,10 @@ from typing import Any, Callable
 from bson import json_util
 
 from ..catalog import check_name
-from ..errors import BadValueError, BucketNotFoundError, DatabaseNotFoundError, HoardError, InvalidArgumentError, NotFoundError
+from ..errors import BadValueError, DatabaseNotFoundError, HoardError, InvalidArgumentError, NotFoundError
 from ..indexes.declaration import index_name
-from ..operations import STORE_TYPES
 from .batches import BATCH_SIZE, ON_ERROR, BatchWriter, Stop, fewer_collections
-from .readers import JSON_OPTIONS, InputFile, Record, read_records, split_name
+from .readers import JSON_OPTIONS, InputFile, read_records, split_name
 from .report import BucketReport, Report
 
 #: The verb each store type is filled with.
@@ -130,7 +129,8 @@ def plan(path: str | os.PathLike, *, into_db: str | None = None, into: str | Non
         try:
             check_name(bucket, "bucket")
         except HoardError as exc:
-            raise type(exc)(f"{f.name}: {exc.message}. Rename the file, or load it alone with --into DB.BUCKET") from None
+            raise type(exc)(f"{f.name}: {exc.message}. Rename the file, or load it alone with "
+                            "--into DB.BUCKET") from None
         if bucket in seen:
             raise BadValueError(
                 f"{seen[bucket].name} and {f.name} would both fill bucket {bucket!r}; load one of them with --into"
@@ -179,7 +179,8 @@ def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
         fields = list(key)
         if fields == ["_id"]:
             continue
-        kinds = [v for v in key.values() if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v in (1, -1))]
+        kinds = [v for v in key.values()
+                 if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v in (1, -1))]
         if kinds:
             notes.append(f"index {name!r} is a {kinds[0]} index ({_json(key)}); hoardDB has no such index — skipped")
             continue
@@ -190,7 +191,8 @@ def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
             continue
         for option in ("partialFilterExpression", "sparse", "collation", "hidden"):
             if option in ix and ix[option] not in (False, None):
-                notes.append(f"index {name!r}: {option} has no hoardDB equivalent; the index below covers every document")
+                notes.append(f"index {name!r}: {option} has no hoardDB equivalent; the index below covers "
+                             "every document")
         entry: dict[str, Any] = {"field": fields[0]} if len(fields) == 1 else {"fields": fields}
         if ix.get("unique"):
             entry["unique"] = True
@@ -252,7 +254,7 @@ def ingest(client, path: str | os.PathLike, *, into_db: str | None = None, into:
     :param yes: agree up front that fifo and lifo buckets are appended to.
     :param confirm: asked ``confirm(message)`` when a fifo or lifo bucket would be appended
         to and ``yes`` is false; without it, that run is refused.
-    :param batch_size: documents per write (at most 16 MiB of BSON per write whatever it says).
+    :param batch_size: documents per write (and at most 8 MiB of BSON per write, whatever it says).
     :param progress: called with the current bucket's report after each write.
 
     Refusals before anything is written (no such path, a dotted name, an unknown type)

@@ -104,7 +104,8 @@ class Report:
                          f"{b.rate:,.0f}", _result(b)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for n, r in enumerate(rows):
-            lines.append("  ".join(c.rjust(w) if 2 <= i <= 5 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+            cells = (c.rjust(w) if 2 <= i <= 5 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            lines.append("  ".join(cells).rstrip())
             if n == 0:
                 lines.append("  ".join("-" * w for w in widths))
         for b in self.buckets:

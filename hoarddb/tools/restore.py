@@ -93,7 +93,8 @@ def read_dump(path: str | os.PathLike, buckets: list[str] | None = None) -> list
         if missing:
             raise NotFoundError(f"no bucket {', '.join(missing)} in the dump {folder}")
     if problems:
-        raise CorruptDataError(f"the dump {folder} cannot be restored; nothing was written:\n  " + "\n  ".join(problems))
+        raise CorruptDataError(f"the dump {folder} cannot be restored; nothing was written:\n  "
+                               + "\n  ".join(problems))
     return found
 
 
@@ -295,7 +296,8 @@ def _load_blobs(bucket, b: DumpedBucket, rep: BucketReport, progress) -> None:
         for info in docs:
             blob_id = str(info["_id_"])
             with open(blob_dir / blob_id, "rb") as fh:
-                bucket.load([{"_id_": blob_id, "data": blob_data(bucket, fh), "name": info.get("name"), "type": info.get("type"),
+                bucket.load([{"_id_": blob_id, "data": blob_data(bucket, fh), "name": info.get("name"),
+                              "type": info.get("type"),
                               "sha256": sums.get(blob_id) or info.get("sha256"), "created": info.get("created")}])
             loaded += 1
         rep.blobs += loaded
