@@ -16,6 +16,7 @@ A data directory, as the engine lays it out:
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 from pathlib import Path
@@ -25,7 +26,7 @@ from . import operations
 from .catalog import Catalog, check_name
 from .indexes.declaration import declare as declare_indexes
 from .indexes.declaration import describe as describe_index
-from .errors import (BadValueError, ClosedError, InvalidArgumentError, UnknownOptionError,
+from .errors import (BadValueError, ClosedError, HoardError, InvalidArgumentError, UnknownOptionError,
                      UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.ttl import Sweeper
@@ -35,6 +36,8 @@ from .storage.lock import DirectoryLock
 from .stores import store_class
 from .stores.base import Reply, Store
 from .stores.fields import refusal as field_refusal
+
+log = logging.getLogger("hoarddb.engine")
 
 #: Options every bucket accepts, whatever its type; a type adds its own (Store.bucket_options).
 COMMON_BUCKET_OPTIONS = {
@@ -148,12 +151,44 @@ class Engine:
                 positional.pop()
             keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
             result = getattr(store, op.name)(*positional, **keywords)
+        if op.name == "claim" and (decl.get("options") or {}).get("dead_letter"):
+            self._move_dead_letters(db, bucket, decl, store)  # claim/ack's one hook: see there
         if op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
             self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
             self._hot.clear()
         if type(result) is Reply:
             return {"ok": 1, "result": result.result, **result.extras}
         return {"ok": 1, "result": result}
+
+    def _move_dead_letters(self, db: str, bucket: str, decl: dict, store: Store) -> None:
+        """claim/ack: move what a claim found past ``max_deliveries`` into the bucket's ``dead_letter`` bucket.
+
+        A store never reaches another bucket, so this takes two steps: push the elements
+        (each with ``_deadLetter: {from, deliveries, at}``) into the dead-letter bucket in one
+        durable batch_push, then have the queue drop them in one durable write. A crash
+        between the two leaves an element in both buckets: dead-lettering is at least
+        once. A dead_letter bucket that is missing, is the queue itself, is not a fifo,
+        lifo or heap, or refuses the elements (a heap needs a priority) leaves them held
+        in the queue, logs an error, and the next claim tries again (docs/user/queues.md).
+        """
+        pending = store.pending_dead_letters()
+        if not pending:
+            return
+        target = decl["options"]["dead_letter"]
+        moved = False
+        try:
+            if target == bucket:
+                raise BadValueError("it is the queue itself")
+            target_decl = self.catalog.bucket(db, target)
+            if target_decl["type"] not in ("fifo", "lifo", "heap"):
+                raise VerbNotSupportedError(f"it is a {target_decl['type']} bucket, not a fifo, lifo or heap")
+            self._store(db, target, target_decl).batch_push([doc for _ref, doc in pending])
+            moved = True
+        except HoardError as exc:
+            log.error("%s.%s: %d element(s) past max_deliveries stay held: cannot push them into the dead_letter "
+                      "bucket %r: %s", db, bucket, len(pending), target, exc.message)
+        finally:
+            store.finish_dead_letters([ref for ref, _doc in pending], moved)
 
     def _field_verb(self, name: str, request: dict) -> Any:
         """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""

@@ -219,6 +219,12 @@ class ProtocolError(HoardError):
     code, codeName = 31, "PROTOCOL_ERROR"
 
 
+class ClaimExpiredError(HoardError):
+    """ClaimExpiredError is an ack, release or extend of a claim whose lease ran out and whose element was claimed again."""
+
+    code, codeName = 32, "CLAIM_EXPIRED"
+
+
 #: Every error class by its code: the wire and the shell map answers back through it.
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):

@@ -108,9 +108,11 @@ for _op in [
               answer="a document or null; with a limit, a list", example="db.Comments.pop({limit: 10})"),
     Operation("peek", _types("fifo", "lifo", "heap"), (_LIMIT,),
               summary="Return the next element without removing it; with a limit (at most 1000), the next N in pop order.",
-              answer="a document or null; with a limit, a list", example="db.Comments.peek(5)"),
+              answer="a document or null; with a limit, a list (a heap, and a fifo once claimed from, add the answer field claimed)",
+              example="db.Comments.peek(5)"),
     Operation("length", _types(*STORE_TYPES),
-              summary="How many elements the bucket holds.", answer="an integer",
+              summary="How many elements the bucket holds (fifo, heap: how many are ready, not claimed).",
+              answer="an integer (a heap, and a fifo once claimed from, add the answer fields ready and claimed)",
               example="db.Comments.length()"),
     Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT),
               summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
@@ -170,6 +172,22 @@ for _op in [
     Operation("stream", _types("blob"), (Param("key", "any"),), (Param("chunk_size", "int", False),),
               summary="A blob's bytes in chunks, never whole in memory.",
               answer="an iterator of bytes", example='db.Photos.stream({_id_: "0192..."})'),
+    # claim/ack: a worker queue that survives a crashed worker (hoarddb/stores/claims.py, docs/user/queues.md)
+    Operation("claim", _types("fifo", "heap"), (_LIMIT,),
+              (Param("lease", "any", False, "seconds the elements stay hidden (default 30, at most 86400)"),), write=True,
+              summary="Hand out up to limit elements (default 1, at most 100), hidden from others for lease seconds "
+                      "(default 30) until ack, release or the lease runs out; run-out leases come back first.",
+              answer="a list of {claimId, deliveries, element}", example="db.Jobs.claim({lease: 60, limit: 10})"),
+    Operation("ack", _types("fifo", "heap"), (Param("claimId", "any", True, "a claimId, or a list of them"),),
+              write=True, summary="Remove claimed elements for good; a list of claimIds (at most 1000) in one write, all or none.",
+              answer="{acked}", example='db.Jobs.ack("000000000000002a.9f3c0d1e2b4a5968")'),
+    Operation("release", _types("fifo", "heap"), (Param("claimId", "any", True, "a claimId, or a list of them"),),
+              write=True, summary="Give claimed elements back now: claimable again first, in their order.",
+              answer="{released}", example='db.Jobs.release("000000000000002a.9f3c0d1e2b4a5968")'),
+    Operation("extend", _types("fifo", "heap"),
+              (Param("claimId", "str"), Param("seconds", "any", True, "the new lease, from now")), write=True,
+              summary="Renew a claim's lease to seconds from now (a heartbeat for long jobs).",
+              answer="{extended, expiresAt}", example='db.Jobs.extend("000000000000002a.9f3c0d1e2b4a5968", 60)'),
 ]:
     _verb(_op)
 

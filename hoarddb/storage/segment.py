@@ -272,8 +272,11 @@ class SegmentLog:
     # -- state slots ------------------------------------------------------------------------
 
     def _write_state(self, head: tuple[int, int] | None = None, popped: int | None = None,
-                     cut: tuple[int, int, int] | None = None) -> None:
-        """Durably record the head (and cut): one pwrite into the slot the last update did not use, one fsync."""
+                     cut: tuple[int, int, int] | None = None, durable: bool = True) -> None:
+        """Durably record the head (and cut): one pwrite into the slot the last update did not use, one fsync.
+
+        ``durable=False`` skips the fsync (a later fsync of the file, or a flush, covers it).
+        """
         seq = self._seq + 1
         head = head or self._head
         cut = cut or self._cut
@@ -290,7 +293,7 @@ class SegmentLog:
             data += bytes(SLOT_SIZE)
         try:
             _pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
-            if self.sync:
+            if self.sync and durable:
                 _datasync(self._state_fd)
             else:
                 self._dirty_state = True
@@ -561,8 +564,15 @@ class SegmentLog:
                 return []
             return self._read_forward(0, self._head[1], n)[0]
 
-    def take_head(self, n: int) -> list[bytes]:
-        """Remove and return up to ``n`` payloads from the head, oldest first, in one state write."""
+    def take_head(self, n: int, durable: bool = True) -> list[bytes]:
+        """Remove and return up to ``n`` payloads from the head, oldest first, in one state write.
+
+        ``durable=False`` is for a caller whose own commit already recorded the move (a fifo's
+        claim table, see hoarddb/stores/fifo.py): the state write then skips its fsync, a kill
+        loses nothing (the kernel has the write) and after a power cut the caller's open moves
+        the head again. A move that leaves segments to unlink is made durable all the same,
+        since an unlinked segment under a stale head would shift every entry's number.
+        """
         with self._lock:
             self._check_open()
             if not self._length:
@@ -577,7 +587,7 @@ class SegmentLog:
                 # (A small one stays: a queue that is often empty would pay a file creation
                 # and a directory fsync per push.)
                 index, number, offset = len(self._segs), self._last_number + 1, 0
-            self._write_state(head=(number, offset), popped=self._popped + len(out))
+            self._write_state(head=(number, offset), popped=self._popped + len(out), durable=durable or index > 0)
             # The new head is durable: the segments it left can go (the opener unlinks them if we die here).
             for seg, count in taken:
                 self._counts[seg] -= count

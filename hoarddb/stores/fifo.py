@@ -13,18 +13,28 @@ and each type names its end: :class:`FifoStore` here, ``LifoStore`` in
     {'n': 1}
     >>> q.peek(5)
     [{'n': 2}, {'n': 3}]
+
+A fifo bucket can also be consumed by workers with claim/ack (:class:`FifoStore`, whose
+docstring draws the claim environment and what a crash leaves; docs/user/queues.md).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from ..errors import BadValueError, InvalidArgumentError
+from ..errors import BadValueError, ClosedError, InvalidArgumentError
 from ..options import Options
 from ..storage.segment import SegmentLog
 from ..values.codec import decode
-from .base import Store, check_limit, directory_bytes, encode_document
+from . import claims
+from .base import Reply, Store, check_limit, directory_bytes, encode_document
+from .claims import CLAIM, CLAIM_OPTIONS, ClaimTable, ClaimVerbs, load_records, validate_claim_options
+
+log = logging.getLogger("hoarddb.segment")
 
 #: The smallest segment a bucket may declare: a page.
 MIN_SEGMENT_SIZE = 4096
@@ -125,6 +135,28 @@ class SegmentStore(Store):
         check_limit(limit, self.options.max_peek, "list")
         return [decode(p) for p in self.log.read_range(after, limit)]
 
+    def export(self, cursor: Any = None, limit: int = 1000) -> dict:
+        """A page of every element in storage order, for dumps: ``{docs, next}``; pass ``next`` back as ``cursor``.
+
+        ``next`` is None on the last page. The cursor is an element's number counted from
+        the first element ever pushed, so paging stays right while a fifo is being popped.
+        """
+        if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0):
+            raise BadValueError(f"export's cursor is the next of the previous page, an integer ≥ 0; got {cursor!r}")
+        check_limit(limit, 10_000, "export")
+        payloads, position = self.log.read_page(cursor or 0, limit)
+        docs = [decode(p) for p in payloads]
+        return {"docs": docs, "next": position + len(docs) if len(docs) == limit else None}
+
+    def load(self, docs: list) -> dict:
+        """Restore elements as a dump holds them, oldest first (as batch_push): ``{loaded}``."""
+        return {"loaded": self.batch_push(docs)}
+
+    def sync(self) -> None:
+        """Make every write so far durable; with ``options.sync`` on each write already was."""
+        if not self.options.sync:
+            self.log.flush()
+
     def stats(self) -> dict:
         """``{"entries": n, "bytes": bytes on disk, "segments": segment files}``."""
         return {"entries": len(self.log), "bytes": directory_bytes(self.directory), "segments": self.log.segments}
@@ -134,13 +166,277 @@ class SegmentStore(Store):
         self.log.close()
 
 
-class FifoStore(SegmentStore):
-    """FifoStore is a queue: ``pop`` and ``peek`` take the oldest element first."""
+class FifoStore(ClaimVerbs, SegmentStore):
+    """FifoStore is a queue: ``pop`` and ``peek`` take the oldest element first; workers may claim and ack.
+
+    The claim table (:mod:`hoarddb.stores.claims`) lives in its own LMDB environment,
+    ``claims/`` in the bucket directory, made by the first claim; a fifo never claimed
+    from has none and answers ``length`` and ``peek`` as a plain queue. In ``claims/``:
+
+        b"L" + position (u64 BE)  ->  claim header (token, deliveries, expires)
+        b"E" + position           ->  the element's BSON, copied out of the segment log
+        b"Mtaken"                 ->  u64 BE: entries the log's head must have passed
+
+    A position is the element's number from the first ever pushed (the export cursor's
+    count: ``log.popped`` + its place in the log), so claimed elements keep their push
+    order. Claiming new elements moves them from the log's head into the table, in
+    two writes ordered so that a crash can only repeat the second, never lose the
+    first:
+
+        1. read n entries at the head            (nothing written)
+        2. LMDB commit: E+pos -> BSON, L+pos -> header, Mtaken = head + n    <- the commit (durable)
+        3. log.take_head(n, durable=False): state.bson's next slot = head + n (no fsync)
+
+        crash before 2 ends: nothing claimed, the entries are still at the head
+        crash after 2:       the claims are durable and the head may be behind Mtaken;
+                             the opener moves the head up to Mtaken ("reconcile"), so no
+                             claimed position is handed out twice
+        power cut after 3:   the slot write may be lost, the LMDB commit is not; same as above
+
+    A pop that takes expired claims commits the same way (delete their records and raise
+    Mtaken in one LMDB commit, then move the head without fsync); a pop from a bucket
+    whose table has nothing ready is the plain log pop. ack, release and extend touch
+    only LMDB. A claim or an ack therefore costs one LMDB commit (one fdatasync of the
+    data and one synchronous write of the meta page) and a claim of n elements the same
+    as a claim of one. With ``sync`` off (group commit) step 2 is not durable by itself,
+    so a claim that takes new elements syncs the claim environment before step 3: the
+    head's move must never reach the disk before the claims do.
+    """
 
     type_name: ClassVar[str] = "fifo"
+    verbs: ClassVar[frozenset[str]] = SegmentStore.verbs | {"claim", "ack", "release", "extend"}
+    bucket_options: ClassVar[dict[str, str]] = {**SegmentStore.bucket_options, **CLAIM_OPTIONS}
+
+    def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
+        super().__init__(directory, declaration, options)
+        bucket_options = self.validate_options((declaration or {}).get("options") or {})
+        self._max_deliveries = bucket_options.get("max_deliveries")
+        self._bucket_name = (declaration or {}).get("name") or self.directory.name
+        self._claim_lock = threading.RLock()
+        self._claims: ClaimTable | None = None
+        self._claims_kv = None
+        self._closed = False
+        if (self.directory / CLAIMS_DIR).exists():
+            try:
+                self._open_claims()
+            except BaseException:
+                self.log.close()
+                raise
+
+    @classmethod
+    def validate_options(cls, bucket_options: Mapping[str, Any]) -> dict:
+        """The bucket options: ``segment_size`` as a lifo's, ``max_deliveries`` with ``dead_letter``."""
+        checked = super().validate_options(bucket_options)
+        validate_claim_options(checked)
+        return checked
 
     def _take(self, n: int) -> list[bytes]:
         return self.log.take_head(n)
 
     def _look(self, n: int) -> list[bytes]:
         return self.log.read_head(n)
+
+    # -- the claim environment ------------------------------------------------------------------
+
+    def _open_claims(self) -> None:
+        """Open (or make) ``claims/``, load the table, and move the log's head up to Mtaken."""
+        from ..storage.kv import KV
+
+        path = self.directory / CLAIMS_DIR
+        created = not path.exists()
+        kv = KV(path, map_size=min(self.options.map_size, CLAIMS_MAP_SIZE), sync=self.options.sync)
+        try:
+            if created:  # the new folder's name must survive a power cut with the claims in it
+                _fsync_dir(path)
+                _fsync_dir(self.directory)
+            with kv.read() as txn:
+                records = load_records(txn)
+                raw = txn.get(TAKEN)
+            taken = int.from_bytes(raw, "big") if raw else 0
+            behind = taken - self.log.popped
+            if behind > 0:
+                # A claim (or pop) committed in LMDB, then was killed before the head moved.
+                got = self.log.take_head(behind)
+                log.warning(
+                    "%s: moved the queue's head past %d entries a claim had taken before a crash%s",
+                    self.directory, len(got),
+                    "" if len(got) == behind else f" ({behind - len(got)} were not in the log: sync off and a power cut)",
+                )
+        except BaseException:
+            kv.close()
+            raise
+        table = ClaimTable(self._max_deliveries)
+        table.load(records)
+        self._claims_kv, self._claims = kv, table
+
+    def _claims_table(self, create: bool) -> ClaimTable | None:
+        if self._closed:
+            raise ClosedError(f"the fifo bucket at {self.directory} is closed; open the database again")
+        if self._claims is None and create:
+            self._open_claims()
+        return self._claims
+
+    def _claims_write(self, fn):
+        return self._claims_kv.write(lambda txn: fn(txn)[0])
+
+    def _claims_read(self):
+        return self._claims_kv.read()
+
+    def _element_key(self, key: bytes) -> bytes:
+        return ELEMENT + key
+
+    def _fresh(self, n: int) -> list[tuple[bytes, bytes]]:
+        if n <= 0:
+            return []
+        base = self.log.popped
+        return [((base + i).to_bytes(8, "big"), p) for i, p in enumerate(self.log.read_head(n))]
+
+    def _take_fresh(self, txn, fresh: list[tuple[bytes, bytes]]) -> None:
+        for key, payload in fresh:
+            txn.put(ELEMENT + key, payload)
+        if fresh:
+            txn.put(TAKEN, (int.from_bytes(fresh[-1][0], "big") + 1).to_bytes(8, "big"))
+
+    def _took_fresh(self, fresh: list) -> None:
+        if fresh:
+            if not self.options.sync:
+                # With sync off the kernel may write state.bson before the claim's commit; a
+                # power cut between would lose the claimed elements. So the claims go first.
+                self._claims_kv.env.sync(True)
+            self.log.take_head(len(fresh), durable=False)
+
+    # -- verbs that see the claim table -------------------------------------------------------------
+
+    def pop(self, limit: int | None = None):
+        """Remove and return the next ready element, or None when none is ready.
+
+        Elements whose lease ran out come first (in push order), then the log's head;
+        claimed elements are never popped. With a ``limit`` (1 to ``max_pop``), up to
+        that many in one durable write, as a list.
+        """
+        n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")
+        with self._claim_lock:
+            table = self._claims_table(create=False)
+            if table is not None:
+                table.advance(claims.clock())
+            if table is None or not table.ready:
+                payloads = self.log.take_head(n)
+            else:
+                again = table.ready[:n]
+                fresh = self._fresh(n - len(again))
+
+                def write(txn):
+                    out = [txn.get(ELEMENT + k) for k in again]
+                    for key in again:
+                        txn.delete(CLAIM + key)
+                        txn.delete(ELEMENT + key)
+                    if fresh:
+                        txn.put(TAKEN, (int.from_bytes(fresh[-1][0], "big") + 1).to_bytes(8, "big"))
+                    return out
+
+                payloads = self._claims_kv.write(write)
+                for key in again:
+                    table.drop(key)
+                self._took_fresh(fresh)
+                payloads += [p for _, p in fresh]
+        docs = [decode(p) for p in payloads]
+        if limit is None:
+            return docs[0] if docs else None
+        return docs
+
+    def peek(self, limit: int | None = None):
+        """The element pop would return, without removing it (None when none is ready).
+
+        With a ``limit`` (1 to ``max_peek``), a list of the next ones in pop order. Once the
+        bucket has a claim table the answer also says ``claimed``: how many are held.
+        """
+        n = 1 if limit is None else check_limit(limit, self.options.max_peek, "peek")
+        with self._claim_lock:
+            table = self._claims_table(create=False)
+            if table is None:
+                return super().peek(limit)
+            table.advance(claims.clock())
+            again = table.ready[:n]
+            with self._claims_kv.read() as txn:
+                payloads = [txn.get(ELEMENT + k) for k in again]
+            if n > len(again):
+                payloads += self.log.read_head(n - len(again))
+            held = table.held
+        docs = [decode(p) for p in payloads]
+        return Reply(docs if limit is not None else (docs[0] if docs else None), claimed=held)
+
+    def length(self):
+        """How many elements are ready (O(1)); with a claim table, also ``ready`` and ``claimed``."""
+        if self._claims is None:
+            return len(self.log)
+        again, held = self._claim_counts()
+        ready = len(self.log) + again
+        return Reply(ready, ready=ready, claimed=held)
+
+    def export(self, cursor: Any = None, limit: int = 1000) -> dict:
+        """A page of every element, claimed ones included, in push order: ``{docs, next}``.
+
+        As the plain fifo's export, the cursor is an element's position; claimed elements
+        (in ``claims/``) sit before the log's head, so a page holds them first. A restore
+        pushes them all as ready elements.
+        """
+        with self._claim_lock:
+            if self._claims is None:
+                return super().export(cursor, limit)
+            if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0):
+                raise BadValueError(f"export's cursor is the next of the previous page, an integer ≥ 0; got {cursor!r}")
+            check_limit(limit, 10_000, "export")
+            start = cursor or 0
+            payloads, next_position = [], None
+            with self._claims_kv.read() as txn:
+                c = txn.cursor()
+                if c.set_range(ELEMENT + min(start, 2**64 - 1).to_bytes(8, "big")):
+                    for key, raw in c:
+                        if not key.startswith(ELEMENT) or len(payloads) >= limit:
+                            break
+                        payloads.append(raw)
+                        next_position = int.from_bytes(key[1:], "big") + 1
+            if len(payloads) < limit:
+                more, position = self.log.read_page(start, limit - len(payloads))
+                payloads += more
+                if more:
+                    next_position = position + len(more)
+        docs = [decode(p) for p in payloads]
+        return {"docs": docs, "next": next_position if len(docs) == limit else None}
+
+    def stats(self) -> dict:
+        """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "segments": segment files}``."""
+        again, held = self._claim_counts() if self._claims is not None else (0, 0)
+        return {"entries": len(self.log) + again, "claimed": held,
+                "bytes": directory_bytes(self.directory), "segments": self.log.segments}
+
+    def sync(self) -> None:
+        """Make every write so far durable: the claim table first, then the log (as the claim order)."""
+        if not self.options.sync:
+            if self._claims_kv is not None:
+                self._claims_kv.env.sync(True)
+            self.log.flush()
+
+    def close(self) -> None:
+        """Close the claim environment and the segment files; later calls raise ClosedError."""
+        with self._claim_lock:
+            self._closed = True
+            if self._claims_kv is not None:
+                self._claims_kv.close()
+                self._claims_kv = None
+        super().close()
+
+
+#: The claim environment's folder in a fifo bucket, its keys, and its first map size (it grows).
+CLAIMS_DIR = "claims"
+ELEMENT = b"E"
+TAKEN = b"Mtaken"
+CLAIMS_MAP_SIZE = 64 * 1024 * 1024
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -10,6 +10,18 @@ order. An in-memory heap of these keys (rebuilt from the keys on open) gives the
 element in O(1) for peek and pop without a cursor seek; the element itself is read from
 LMDB. Priorities are numbers of any BSON kind (int, int64, double, decimal) compared as
 values; NaN is refused.
+
+Workers may consume a heap with claim/ack (:mod:`hoarddb.stores.claims`). A claimed
+element keeps its ready key; its claim record sits beside it under the same suffix,
+
+    b"L" + ~encode_key(priority) + seq  ->  claim header (token, deliveries, expires)
+
+and claiming moves the element from ready to claimed in one transaction: the record is
+put (and the key leaves the in-memory heap) in one commit, so a crash leaves either no
+claim or the whole claim. On open the heap is rebuilt from the ready keys that have no
+claim record. ``ack`` deletes both keys in one commit. ``b"Mcount"`` counts every
+element, claimed or not; ``length`` answers the ready ones. ``export`` (dumps) holds
+every element, claimed ones too.
 """
 
 from __future__ import annotations
@@ -17,40 +29,91 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bson.decimal128 import Decimal128
 
 from ..errors import BadValueError, NotADocumentError
 from ..values.codec import decode
 from ..values.keys import encode_key
-from .base import KVStore, check_limit, encode_document
+from . import claims
+from .base import KVStore, Reply, check_limit, directory_bytes, encode_document
+from .claims import CLAIM, CLAIM_OPTIONS, ClaimTable, ClaimVerbs, load_records, validate_claim_options
 
 SEQ_KEY = b"Mseq"
 _INVERT = bytes(255 - i for i in range(256))
 
 
-class HeapStore(KVStore):
-    """HeapStore pops the element with the highest ``priority``; ties leave in push order."""
+class HeapStore(ClaimVerbs, KVStore):
+    """HeapStore pops the element with the highest ``priority``; ties leave in push order. Workers may claim and ack."""
 
     type_name = "heap"
-    verbs = frozenset({"push", "batch_push", "pop", "peek", "length", "list"})
-    bucket_options: dict[str, str] = {}
+    verbs = frozenset({"push", "batch_push", "pop", "peek", "length", "list", "claim", "ack", "release", "extend"})
+    bucket_options: dict[str, str] = dict(CLAIM_OPTIONS)
+
+    @classmethod
+    def validate_options(cls, bucket_options: Mapping[str, Any]) -> dict:
+        """The bucket options: ``max_deliveries`` with ``dead_letter``, or neither."""
+        checked = dict(bucket_options)
+        validate_claim_options(checked)
+        return checked
 
     def __init__(self, directory, declaration, options):
         super().__init__(directory, declaration, options)
-        self._mutex = threading.Lock()
+        bucket_options = self.validate_options((declaration or {}).get("options") or {})
+        self._bucket_name = (declaration or {}).get("name") or self.directory.name
+        self._mutex = threading.RLock()
+        self._claim_lock = self._mutex
         with self.kv.read() as txn:
             raw = txn.get(SEQ_KEY)
             self._seq = int.from_bytes(raw, "big") if raw else 0
+            records = load_records(txn)
+            claimed = {key for key, _ in records}
             cursor = txn.cursor()
             keys = []
             if cursor.set_range(self.DOC):
                 for key in cursor.iternext(values=False):
                     if not key.startswith(self.DOC):
                         break
-                    keys.append(key)
+                    if key[1:] not in claimed:
+                        keys.append(key)
         self._heap = keys  # already ascending, so already a valid heap
+        self._claims = ClaimTable(bucket_options.get("max_deliveries"))
+        self._claims.load(records)
+
+    # -- where ClaimVerbs finds things ----------------------------------------------------
+
+    def _claims_table(self, create: bool) -> ClaimTable:
+        return self._claims
+
+    def _claims_write(self, fn):
+        def counted(txn):
+            result, removed = fn(txn)
+            return result, -removed
+
+        return self._write(counted)
+
+    def _claims_read(self):
+        return self.kv.read()
+
+    def _element_key(self, key: bytes) -> bytes:
+        return self.DOC + key
+
+    def _fresh(self, n: int) -> list[tuple[bytes, None]]:
+        """Take the top ``n`` keys off the in-memory heap (``_fresh_failed`` puts them back)."""
+        keys = [heapq.heappop(self._heap) for _ in range(min(max(n, 0), len(self._heap)))]
+        return [(key[len(self.DOC):], None) for key in keys]
+
+    def _take_fresh(self, txn, fresh) -> None:
+        """Nothing more to write: the claim record is the move from ready to claimed."""
+
+    def _took_fresh(self, fresh) -> None:
+        """Nothing more to do: ``_fresh`` took them off the heap already."""
+
+    def _fresh_failed(self, fresh) -> None:
+        for key, _ in fresh:  # nothing was committed: they are ready again
+            heapq.heappush(self._heap, self.DOC + key)
 
     def _prepare(self, doc: Any, what: str) -> tuple[bytes, bytes]:
         if not isinstance(doc, Mapping):
@@ -97,20 +160,35 @@ class HeapStore(KVStore):
         return {"loaded": self.batch_push(docs)}
 
     def pop(self, limit: int | None = None):
-        """Remove and return the highest-priority element (None when empty); with a limit, up to that many in one write."""
+        """Remove and return the next ready element (None when none is); with a limit, up to that many in one write.
+
+        Elements whose lease ran out come first (in priority order), then the top of the
+        heap; claimed elements are never popped.
+        """
         n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")
         with self._mutex:
-            keys = heapq.nsmallest(n, self._heap) if n > 1 else self._heap[:1]
+            table = self._claims
+            table.advance(claims.clock())
+            again = table.ready[:n]
+            keys = [heapq.heappop(self._heap) for _ in range(min(n - len(again), len(self._heap)))]
 
             def fn(txn):
-                docs = [txn.get(key) for key in keys]
+                docs = [txn.get(self.DOC + k) for k in again] + [txn.get(key) for key in keys]
+                for k in again:
+                    txn.delete(CLAIM + k)
+                    txn.delete(self.DOC + k)
                 for key in keys:
                     txn.delete(key)
-                return docs, -len(keys)
+                return docs, -(len(again) + len(keys))
 
-            raws = self._write(fn) if keys else []
-            for _ in keys:
-                heapq.heappop(self._heap)
+            try:
+                raws = self._write(fn) if again or keys else []
+            except BaseException:
+                for key in keys:  # nothing was removed: put them back
+                    heapq.heappush(self._heap, key)
+                raise
+            for k in again:
+                table.drop(k)
         docs = [decode(raw) for raw in raws]
         if limit is None:
             return docs[0] if docs else None
@@ -119,33 +197,57 @@ class HeapStore(KVStore):
     # -- reads ---------------------------------------------------------------------------
 
     def peek(self, limit: int | None = None):
-        """The highest-priority element without removing it (None when empty); with a limit, the next N in pop order."""
-        if limit is None:
-            with self._mutex:
-                top = self._heap[0] if self._heap else None
-                if top is None:
-                    return None
-                with self.kv.read() as txn:
-                    return decode(txn.get(top))
-        check_limit(limit, self.options.max_peek, "peek")
-        return self._ordered(0, limit)
+        """The element pop would return, without removing it (None when none is ready); with a limit, the next N.
+
+        The answer also says ``claimed``: how many elements are held by claims.
+        """
+        n = 1 if limit is None else check_limit(limit, self.options.max_peek, "peek")
+        with self._mutex:
+            self._claims.advance(claims.clock())
+            again = self._claims.ready[:n]
+            with self.kv.read() as txn:
+                docs = [decode(txn.get(self.DOC + k)) for k in again]
+                if len(docs) < n:
+                    if limit is None:
+                        docs += [decode(txn.get(self._heap[0]))] if self._heap else []
+                    else:
+                        docs += self._ordered_in(txn, 0, n - len(docs))
+            held = self._claims.held
+        return Reply(docs if limit is not None else (docs[0] if docs else None), claimed=held)
 
     def list(self, after: int = 0, limit: int = 100) -> list[dict]:
-        """Elements in pop order (the heap's storage order), skipping the first ``after``."""
+        """Elements never claimed, in pop order (the heap's storage order), skipping the first ``after``."""
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise BadValueError(f"list's after is how many elements to skip, an integer ≥ 0; got {after!r}")
         check_limit(limit, self.options.max_peek, "list")
         return self._ordered(after, limit)
 
+    def length(self):
+        """How many elements are ready, with answer fields ``ready`` and ``claimed`` (held by claims)."""
+        _again, held = self._claim_counts()
+        ready = self._count - held
+        return Reply(ready, ready=ready, claimed=held)
+
+    def stats(self) -> dict:
+        """``{"entries": ready, "claimed": held by claims, "bytes": bytes on disk}``."""
+        _again, held = self._claim_counts()
+        return {"entries": self._count - held, "claimed": held, "bytes": directory_bytes(self.directory)}
+
     def _ordered(self, skip: int, limit: int) -> list[dict]:
+        with self._mutex, self.kv.read() as txn:
+            return self._ordered_in(txn, skip, limit)
+
+    def _ordered_in(self, txn, skip: int, limit: int) -> list[dict]:
+        """Up to ``limit`` elements without a claim record, in key order, skipping ``skip``."""
         out = []
-        with self.kv.read() as txn:
-            cursor = txn.cursor()
-            if not cursor.set_range(self.DOC):
-                return out
+        records = self._claims.records
+        cursor = txn.cursor()
+        if cursor.set_range(self.DOC):
             for key, raw in cursor:
                 if not key.startswith(self.DOC):
                     break
+                if key[1:] in records:
+                    continue
                 if skip:
                     skip -= 1
                     continue

@@ -86,8 +86,10 @@ class SegmentStoreContract:
     def test_declares_its_verbs_and_options(self):
         cls = self.store_class
         assert cls.type_name == ("lifo" if self.lifo else "fifo")
-        assert cls.verbs == frozenset({"push", "batch_push", "pop", "peek", "length", "list"})
-        assert set(cls.bucket_options) == {"segment_size"}
+        queue = {"push", "batch_push", "pop", "peek", "length", "list"}
+        claims = {"claim", "ack", "release", "extend"}
+        assert cls.verbs == frozenset(queue if self.lifo else queue | claims)
+        assert set(cls.bucket_options) == ({"segment_size"} if self.lifo else {"segment_size", "max_deliveries", "dead_letter"})
         for verb in cls.verbs:
             assert callable(getattr(cls, verb))
 
