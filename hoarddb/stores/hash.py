@@ -24,12 +24,14 @@ from bson.decimal128 import Decimal128
 from bson.regex import Regex
 
 from ..errors import BadValueError
-from ..errors import DuplicateKeyError, TooManyElementsError
+from ..errors import DuplicateKeyError, HoardError, TooManyElementsError
 from ..ids import uuid7
 from ..indexes.declaration import FORMAT
 from ..indexes.maintenance import IndexSet
 from ..indexes.planner import FULL_SCAN, plan
-from ..values.codec import decode
+from bson.raw_bson import RawBSONDocument
+
+from ..values.codec import decode, raw_get, raw_with
 from ..values.filter import compile_filter
 from ..values.keys import encode_key
 from ..values.literal import literal
@@ -91,13 +93,40 @@ class HashStore(KVStore):
             raise BadValueError(f"a document key (_id_) is at most {MAX_KEY_BYTES} bytes once encoded; this one is {len(key)}")
         return key
 
-    def _prepare(self, doc: Any, what: str = "document") -> tuple[bytes, Any, dict, bytes]:
-        """``(encoded _id_, _id_, document, bson)``, with a generated UUIDv7 ``_id_`` if absent."""
-        if not isinstance(doc, Mapping):
-            encode_document(doc, what)  # raises NotADocumentError with the message
-        ident = doc["_id_"] if "_id_" in doc else uuid7()
-        doc = {"_id_": ident, **{k: v for k, v in doc.items() if k != "_id_"}}
-        return self._doc_key(ident), ident, doc, encode_document(doc, what)
+    def _prepare(self, doc: Any, position: int | None = None, need_id: bool = False) -> tuple[bytes, Any, Any, bytes]:
+        """``(encoded _id_, _id_, document, bson)``, with a generated UUIDv7 ``_id_`` if absent.
+
+        ``need_id`` (put) refuses a document without an ``_id_`` instead. A
+        ``RawBSONDocument`` (what a loader reads from a file) is stored as its bytes,
+        without decoding or encoding it again; an ``_id_`` it lacks is added in front.
+        """
+        try:
+            if type(doc) is RawBSONDocument:
+                raw = doc.raw
+                ident = raw_get(raw, "_id_", _MISSING)
+                if ident is _MISSING and need_id:
+                    raise BadValueError(_NO_ID)
+                if ident is _MISSING:
+                    ident = uuid7()
+                    raw = raw_with(raw, "_id_", ident)
+                    doc = RawBSONDocument(raw, doc.codec_options)
+                return self._doc_key(ident), ident, doc, encode_document(doc)
+            if not isinstance(doc, Mapping):
+                encode_document(doc)  # raises NotADocumentError with the message
+            if need_id and "_id_" not in doc:
+                raise BadValueError(_NO_ID)
+            if "_id_" in doc:
+                ident = doc["_id_"]
+                if type(doc) is not dict or next(iter(doc)) != "_id_":
+                    doc = {"_id_": ident, **{k: v for k, v in doc.items() if k != "_id_"}}
+            else:
+                ident = uuid7()
+                doc = {"_id_": ident, **doc}
+            return self._doc_key(ident), ident, doc, encode_document(doc)
+        except HoardError as exc:
+            if position is None:
+                raise
+            raise type(exc)(f"document at position {position} of the batch: {exc.message}", **exc.details) from None
 
     def _duplicate(self, ident: Any, where: str = "") -> DuplicateKeyError:
         return DuplicateKeyError(
@@ -117,50 +146,48 @@ class HashStore(KVStore):
         return self._insert_many(docs, batch=True)
 
     def _insert_many(self, docs: list, batch: bool) -> list:
-        self.indexes.check_writable()
-        prepared = [self._prepare(doc, f"document {i} of the batch" if batch else "document")
-                    for i, doc in enumerate(docs)]
-
-        def fn(txn):
-            for i, (dk, ident, doc, data) in enumerate(prepared):
-                where = (f" (batch document {literal(ident)} at position {i}; nothing of the batch was written)"
-                         if batch else "")
-                if not txn.put(self.DOC + dk, data, overwrite=False):
-                    raise self._duplicate(ident, where)
-                self.indexes.apply(txn, dk, None, doc, where=where)
-            return None, len(prepared)
-
-        self._write(fn)
-        return [ident for _, ident, _, _ in prepared]
+        return self._write_many(docs, batch, replace=False)
 
     def put(self, doc: Mapping) -> Any:
         """Store a whole document under its ``_id_``, replacing the one there; return the ``_id_``."""
-        return self._put_many([doc], batch=False)[0]
+        return self._write_many([doc], batch=False, replace=True)[0]
 
     def batch_put(self, docs: list) -> list:
         """put for many documents in one write, all or none (unique indexes are checked); their ``_id_`` values."""
-        return self._put_many(docs, batch=True)
+        return self._write_many(docs, batch=True, replace=True)
 
-    def _put_many(self, docs: list, batch: bool) -> list:
-        for i, doc in enumerate(docs):
-            if isinstance(doc, Mapping) and "_id_" not in doc:
-                where = f" (document at position {i} of the batch)" if batch else ""
-                raise BadValueError(f"put stores a document under its _id_, and this one has none{where}; "
-                                    "add _id_, or use insert")
+    def _write_many(self, docs: list, batch: bool, replace: bool) -> list:
+        """insert (``replace`` False: a key in use is refused) or put many documents in one write."""
         self.indexes.check_writable()
-        prepared = [self._prepare(doc, f"document {i} of the batch" if batch else "document")
-                    for i, doc in enumerate(docs)]
+        prepared = [self._prepare(doc, i if batch else None, need_id=replace) for i, doc in enumerate(docs)]
+        indexed = bool(self.indexes)
 
         def fn(txn):
             added = 0
             for i, (dk, ident, doc, data) in enumerate(prepared):
-                where = (f" (batch document {literal(ident)} at position {i}; nothing of the batch was written)"
-                         if batch else "")
-                raw = txn.get(self.DOC + dk)
-                old = decode(raw) if raw is not None else None
-                self.indexes.apply(txn, dk, old, doc, where=where)
-                txn.put(self.DOC + dk, data)
-                added += old is None
+                key = self.DOC + dk
+                try:
+                    if not replace:
+                        if not txn.put(key, data, overwrite=False):
+                            raise self._duplicate(ident)
+                        if indexed:
+                            self.indexes.apply(txn, dk, None, doc)
+                        added += 1
+                        continue
+                    raw = txn.get(key) if indexed else None
+                    if indexed:
+                        self.indexes.apply(txn, dk, decode(raw) if raw is not None else None, doc)
+                    existed = raw is not None if indexed else not txn.put(key, data, overwrite=False)
+                    if indexed or existed:
+                        txn.put(key, data)
+                    added += not existed
+                except DuplicateKeyError as exc:  # name the batch document only when refusing
+                    if not batch:
+                        raise
+                    where = f" (batch document {literal(ident)} at position {i}; nothing of the batch was written)"
+                    message = exc.message.replace(" is already used.", f" is already used{where}.", 1) \
+                        if " is already used." in exc.message else exc.message + where
+                    raise DuplicateKeyError(message, **exc.details) from None
             return None, added
 
         self._write(fn)
@@ -174,7 +201,7 @@ class HashStore(KVStore):
         (naming both), as indexes.md says of a restore. ``{loaded, conflicts}``.
         """
         self.indexes.check_writable()
-        prepared = [self._prepare(doc, f"document {i} of the load") for i, doc in enumerate(docs)]
+        prepared = [self._prepare(doc, i) for i, doc in enumerate(docs)]
         conflicts: dict = {}
 
         def fn(txn):
@@ -505,6 +532,7 @@ def expires_at(value: Any, ttl: float) -> float | None:
 
 
 _MISSING = object()
+_NO_ID = "put stores a document under its _id_, and this one has none; add _id_, or use insert"
 
 
 def _scan(txn, prefix: bytes):

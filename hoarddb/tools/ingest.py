@@ -40,12 +40,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bson import json_util
+from bson.raw_bson import RawBSONDocument
 
 from ..catalog import check_name
 from ..errors import BadValueError, DatabaseNotFoundError, HoardError, InvalidArgumentError, NotFoundError
 from ..indexes.declaration import index_name
 from .batches import BATCH_SIZE, ON_ERROR, BatchWriter, Stop, fewer_collections
-from .readers import JSON_OPTIONS, InputFile, read_records, split_name
+from ..values.codec import raw_alias, raw_get
+from .readers import JSON_OPTIONS, RAW_OPTIONS, InputFile, read_records, split_name
+
 from .report import BucketReport, Report
 
 #: The verb each store type is filled with.
@@ -358,17 +361,32 @@ def _load_file(client, s: Source, rep: BucketReport, on_error: str, batch_size: 
     f = InputFile(s.path)
     rep.total_bytes = f.total
     last_done = 0
-    records = read_records(f, s.format)
+    records = read_records(f, s.format, keep_raw=keyed)
     try:
         for record in records:
             if keyed and record.doc is not None:
                 doc = record.doc
-                if "_id_" in doc:
+                if type(doc) is RawBSONDocument:  # a .bson document: read the key without decoding it all
+                    raw = doc.raw
+                    if raw_get(raw, "_id_", None) is not None:
+                        keys["_id_"] += 1
+                        has_key = True
+                    elif (keyed_raw := raw_alias(raw, "_id", "_id_")) is not None:
+                        record.doc = RawBSONDocument(keyed_raw, RAW_OPTIONS)
+                        keys["_id"] += 1
+                        has_key = True
+                    else:
+                        has_key = False
+                elif "_id_" in doc:
                     keys["_id_"] += 1
+                    has_key = True
                 elif "_id" in doc:
                     doc["_id_"] = doc["_id"]
                     keys["_id"] += 1
+                    has_key = True
                 else:
+                    has_key = False
+                if not has_key:
                     record.error, record.code = (
                         "the document has no _id_ and no _id; a hash bucket keys each document by it "
                         "(add one, or ingest into a fifo or btree bucket with --type)", "NO_KEY")

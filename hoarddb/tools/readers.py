@@ -34,12 +34,16 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 import bson
+from bson.raw_bson import RawBSONDocument
 from bson import json_util
 from bson.codec_options import UuidRepresentation
 from bson.errors import InvalidBSON
 from bson.json_util import JSONOptions
 
 from ..values.codec import CODEC_OPTIONS, MAX_DOCUMENT_SIZE
+
+#: A .bson document read from a file stays its raw bytes (decoded only where a field is read).
+RAW_OPTIONS = CODEC_OPTIONS.with_options(document_class=RawBSONDocument)
 
 #: How Extended JSON is read: dates timezone-aware in UTC, binary subtype 4 as uuid.UUID —
 #: the same values the engine's BSON codec gives back, so a value reads back as it was.
@@ -168,7 +172,7 @@ class InputFile:
         self.close()
 
 
-def read_bson(f: InputFile, decode: bool = True) -> Iterator[Record]:
+def read_bson(f: InputFile, decode: bool = True, keep_raw: bool = False) -> Iterator[Record]:
     """Every document of a concatenated-BSON stream, as :class:`Record` objects.
 
     With ``decode`` False the documents are only framed (lengths checked), not decoded:
@@ -255,11 +259,13 @@ def read_bson(f: InputFile, decode: bool = True) -> Iterator[Record]:
             yield Record(number, offset, length, doc=raw)
             continue
         try:
-            doc = bson.decode(raw, codec_options=CODEC_OPTIONS)
+            doc = bson.decode(raw, codec_options=CODEC_OPTIONS)  # validates every value, nested ones too
         except (InvalidBSON, ValueError, OverflowError, TypeError) as exc:
             yield Record(number, offset, length, error=f"corrupt: the document cannot be decoded: {exc}",
                          code="CORRUPT")
             continue
+        if keep_raw:  # checked, so it can be stored as the bytes it is: no second encoding on the way in
+            doc = RawBSONDocument(bytes(raw), RAW_OPTIONS)
         yield Record(number, offset, length, doc=doc)
 
 
@@ -308,9 +314,10 @@ def read_jsonl(f: InputFile) -> Iterator[Record]:
         yield Record(number, start, len(line), doc=doc, line=line_no)
 
 
-def read_records(f: InputFile, fmt: str) -> Iterator[Record]:
-    """The records of ``f`` read as ``fmt`` (``"bson"`` or ``"jsonl"``)."""
-    return read_bson(f) if fmt == "bson" else read_jsonl(f)
+def read_records(f: InputFile, fmt: str, keep_raw: bool = False) -> Iterator[Record]:
+    """The records of ``f`` read as ``fmt`` (``"bson"`` or ``"jsonl"``); ``keep_raw``: BSON documents
+    as RawBSONDocument (checked, then stored without being encoded again)."""
+    return read_bson(f, keep_raw=keep_raw) if fmt == "bson" else read_jsonl(f)
 
 
 def file_sha256(path: Path | str) -> tuple[str, int]:
