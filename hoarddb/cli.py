@@ -255,7 +255,9 @@ def user_passwd(name, data, password_stdin, iterations):
 
     store = _users(data)
     if store.get(name) is None:
-        store.remove(name)  # raises NotFoundError with the usual message
+        from .errors import NotFoundError
+
+        raise NotFoundError(f"no user {name!r}; `hoarddb user list` shows the users")
     store.set_password(name, _new_password(name, password_stdin), iterations=iterations or DEFAULT_ITERATIONS)
     click.echo(f"changed the password of {name}")
 

@@ -66,6 +66,8 @@ class AioBridge:
 
     def close(self):
         self._run(self.inner.close())
+
+    def stop(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
@@ -77,7 +79,9 @@ def client(request, tmp_path):
     elif request.param == "remote":
         c = hoarddb.connect(request.getfixturevalue("server").url())
     else:
-        c = hoarddb.api.Client(AioBridge(request.getfixturevalue("server").url()))
+        bridge = AioBridge(request.getfixturevalue("server").url())
+        request.addfinalizer(bridge.stop)
+        c = hoarddb.api.Client(bridge)
     yield c
     c.close()
 

@@ -187,7 +187,7 @@ class Connection(asyncio.Protocol):
         elif isinstance(event, Chunk):
             self._chunk(event)
         elif isinstance(event, Close):
-            if event.reason and "protocol" in event.reason.lower():
+            if "failed logins" not in event.reason:
                 self.server.metrics.rejected.labels("protocol_error").inc()
             log.debug("connection %s: closing: %s", self.peer, event.reason)
             self.close_after_sends()

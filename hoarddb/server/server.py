@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import ssl
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,6 @@ class Server:
         self._reads = ThreadPoolExecutor(config.read_threads, thread_name_prefix="hoarddb-read")
         self._writes = ThreadPoolExecutor(config.write_threads, thread_name_prefix="hoarddb-write")
         self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-fsync")
-        self.started = asyncio.Event()  # replaced in start(); here so callers may look before
 
     # -- life cycle
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from ..server.config import ServerConfig
 from ..server.server import Server
 
-_START = re.compile(r"listening on (\S+):(\d+), .*?(?:fingerprint ([0-9A-F:]{95}))?.*?"
-                    r"(?:metrics http://[^:]+:(\d+)/metrics)?")
+_START = re.compile(r"listening on (\S+):(\d+), .*")
+_FINGERPRINT = re.compile(r"fingerprint ([0-9A-F:]{95})")
+_METRICS = re.compile(r"metrics http://[^ ]+:(\d+)/metrics")
 
 
 class _Handle:
@@ -145,6 +146,7 @@ class ServerProcess(_Handle):
                "--port", str(self.port or self.requested_port), "--metrics-port", "0", *self.args]
         if self.insecure:
             cmd.append("--insecure")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self._offset = self._log.tell()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
@@ -154,9 +156,11 @@ class ServerProcess(_Handle):
             text = self.log_text()
             m = _START.search(text)
             if m:
+                line = m.group(0)
                 self.port = int(m.group(2))
-                self.fingerprint = m.group(3)
-                self.metrics_port = int(m.group(4)) if m.group(4) else None
+                fp, metrics = _FINGERPRINT.search(line), _METRICS.search(line)
+                self.fingerprint = fp.group(1) if fp else None
+                self.metrics_port = int(metrics.group(1)) if metrics else None
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{text}")

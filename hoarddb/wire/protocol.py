@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import (AuthFailedError, ConnectionError_, HoardError, ProtocolError, UnauthorizedError,
                       error_from_answer)

@@ -1,0 +1,526 @@
+"""hoardDB for asyncio: the same Client, Database, Bucket and store-field verbs, awaitable.
+
+    import hoarddb.aio
+
+    async def main():
+        client = await hoarddb.aio.connect("hoarddb://app:secret@127.0.0.1:7070/?tls_ca=server.crt")
+        db = client["app"]
+        await db.Comments.push({"Text": "hi"})
+        async for chunk in await db.Photos.stream(blob_id):
+            ...
+        await client.close()
+
+Every verb of :mod:`hoarddb.operations` is a coroutine method here too; errors are the
+same classes as the blocking client's. Requests from concurrent tasks share the one
+connection and are pipelined: each is sent at once and its answer matched by id.
+The connection is asyncio's own (an :class:`asyncio.Protocol` over the sans-IO
+:class:`hoarddb.wire.ClientProtocol`); it reconnects on the next call after a loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, AsyncIterator
+
+from . import operations
+from .api import Found
+from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source
+from .client.options import ConnectOptions
+from .errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
+                     UnknownVerbError, error_from_answer)
+from .values.codec import decode, encode
+from .wire.messages import CHUNK_SIZE
+from .wire.protocol import ClientProtocol, State
+
+__all__ = ["connect", "Client", "Database", "Bucket", "AsyncExecutor"]
+
+
+class _Answers:
+    """_Answers holds the messages for one request id until its task takes them.
+
+    A stream nobody reads yet (its task awaits something else) would pile chunks up
+    here: past a few in memory they go to a temporary file instead, in order.
+    """
+
+    IN_MEMORY = 8
+
+    def __init__(self):
+        self._queue: deque = deque()
+        self._spool: _Spool | None = None
+        self._error: HoardError | None = None
+        self._event = asyncio.Event()
+
+    def put(self, item) -> None:
+        if isinstance(item, HoardError):
+            self._error = self._error or item
+        elif self._spool is not None or len(self._queue) >= self.IN_MEMORY:
+            if self._spool is None:
+                self._spool = _Spool()
+            self._spool.put(encode(item))
+        else:
+            self._queue.append(item)
+        self._event.set()
+
+    def empty(self) -> bool:
+        return not self._queue and not (self._spool and self._spool.count) and self._error is None
+
+    async def get(self):
+        while True:
+            if self._queue:
+                return self._queue.popleft()
+            if self._spool is not None and self._spool.count:
+                return decode(self._spool.take())
+            if self._error is not None:
+                return self._error
+            self._event.clear()
+            await self._event.wait()
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+
+
+class _Protocol(asyncio.Protocol):
+    """_Protocol is one connection on the event loop: it feeds the core and resolves waiters by id."""
+
+    def __init__(self, options: ConnectOptions):
+        self.options = options
+        self.core = ClientProtocol(options.user, options.password, client_name="hoarddb-python-aio")
+        self.loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future = self.loop.create_future()
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.error: HoardError | None = None
+        self._waiters: dict[Any, _Answers] = {}
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.write(self.core.start())
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            answers = self.core.receive_data(data)
+        except ProtocolError as e:
+            self._fail(ConnectionError_(f"{self.options.address} did not answer as a hoardDB server: {e.message}"))
+            return
+        except HoardError as e:  # a refused login, or a notice before the server closes
+            e.server_closed = True
+            self._fail(e)
+            return
+        out = self.core.data_to_send()
+        if out:
+            self.transport.write(out)
+        if self.core.state is State.READY and not self.ready.done():
+            self.ready.set_result(True)
+        for answer in answers:
+            queue = self._waiters.get(answer.get("id"))
+            if queue is not None:
+                queue.put(answer)
+
+    def connection_lost(self, exc) -> None:
+        handshake = not self.ready.done()
+        hint = (" during the handshake: " + ("it may expect TLS (leave out insecure=true)" if self.options.insecure
+                                             else "it may have refused the connection")) if handshake else \
+            (": the server closed it, stopped or restarted. The next call reconnects; a write whose answer was "
+             "lost may or may not have happened")
+        self._fail(ConnectionError_(f"the connection to {self.options.address} was lost{hint}"
+                                    + (f" ({exc})" if exc else "")))
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def _fail(self, error: HoardError) -> None:
+        if self.error is None:
+            self.error = error
+        self.closed = True
+        if not self.ready.done():
+            self.ready.set_exception(error)
+        for queue in self._waiters.values():
+            queue.put(error)
+        self._can_write.set()
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- requests
+
+    def open(self, doc: dict) -> tuple[int, _Answers]:
+        if self.closed:
+            raise self.error or ConnectionError_("the connection is closed")
+        request_id, data = self.core.request(doc)
+        queue = _Answers()
+        self._waiters[request_id] = queue
+        self.transport.write(data)
+        return request_id, queue
+
+    async def next(self, request_id, queue: _Answers) -> dict:
+        try:
+            item = await asyncio.wait_for(queue.get(), self.options.timeout)
+        except asyncio.TimeoutError:
+            self._fail(TimeoutError_(f"no answer from {self.options.address} within {self.options.timeout:g} s "
+                                     "(timeout); the connection is closed and the request may or may not have run"))
+            raise self.error from None
+        if isinstance(item, HoardError):
+            raise item
+        return item
+
+    def finish(self, request_id) -> None:
+        queue = self._waiters.pop(request_id, None)
+        if queue is not None:
+            queue.close()
+
+    async def send_chunk(self, request_id, data, *, end=False, abort=False) -> None:
+        await self._can_write.wait()
+        if self.closed:
+            raise self.error
+        self.transport.write(self.core.chunk(request_id, data, end=end, abort=abort))
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class AsyncExecutor:
+    """AsyncExecutor runs operation documents on a server: ``await execute(request)``, ``await close()``."""
+
+    def __init__(self, options: ConnectOptions):
+        self.options = options
+        self._proto: _Protocol | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._closed = False
+
+    async def connect(self) -> _Protocol:
+        if self._closed:
+            raise ClosedError("this client is closed; connect again with hoarddb.aio.connect(...)")
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._proto is None or self._proto.closed:
+                self._proto = await self._open()
+        return self._proto
+
+    async def _open(self) -> _Protocol:
+        o = self.options
+        loop = asyncio.get_running_loop()
+        context = o.ssl_context()
+        try:
+            transport, proto = await asyncio.wait_for(loop.create_connection(
+                lambda: _Protocol(o), o.host, o.port, ssl=context, server_hostname=o.host if context else None),
+                o.connect_timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)") from None
+        except ConnectionRefusedError as exc:
+            raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
+                                   "on this host and port?") from None
+        except (OSError, EOFError) as exc:
+            import ssl
+            if context is not None and isinstance(exc, (ssl.SSLError, ConnectionResetError, EOFError)):
+                raise o.tls_advice(exc) from None
+            raise ConnectionError_(f"cannot connect to {o.address}: {exc}") from None
+        try:
+            if context is not None:
+                o.check_fingerprint(transport.get_extra_info("ssl_object").getpeercert(binary_form=True))
+            await asyncio.wait_for(asyncio.shield(proto.ready), o.connect_timeout)
+        except asyncio.TimeoutError:
+            transport.close()
+            raise TimeoutError_(f"no handshake answer from {o.address} within {o.connect_timeout:g} s") from None
+        except BaseException:
+            transport.close()
+            raise
+        return proto
+
+    @property
+    def server_info(self) -> dict:
+        return self._proto.core.server_info if self._proto else {}
+
+    async def execute(self, request: Mapping) -> dict:
+        """Run one operation; its answer, or its error raised. A stream's result is an async iterator."""
+        if not isinstance(request, Mapping):
+            raise BadValueError("an operation is a document such as {op: \"list_databases\"}")
+        fresh = self._proto is None or self._proto.closed
+        try:
+            return await self._execute(request)
+        except (ConnectionError_, TimeoutError_) as e:
+            lost = isinstance(e, ConnectionError_) or getattr(e, "server_closed", False)
+            if fresh or not lost or request.get("op") not in _RETRYABLE:
+                raise
+        return await self._execute(request)
+
+    async def _execute(self, request: Mapping) -> dict:
+        proto = await self.connect()
+        upload = _upload_source(request)
+        if upload is not None:
+            answer = await self._upload(proto, *upload)
+        else:
+            request_id, queue = proto.open(dict(request))
+            try:
+                answer = await proto.next(request_id, queue)
+            except BaseException:
+                proto.finish(request_id)
+                raise
+            if request.get("op") == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
+                args = request.get("args") or {}
+                size = args.get("chunk_size") if isinstance(args, Mapping) else None
+                return {"ok": 1, "result": _chunks(proto, request_id, queue, answer, size or STREAM_CHUNK)}
+            proto.finish(request_id)
+        answer.pop("id", None)
+        if answer.get("ok") != 1:
+            raise error_from_answer(answer)
+        return answer
+
+    async def _upload(self, proto: _Protocol, request: dict, source) -> dict:
+        request_id, queue = proto.open({**request, "upload": True})
+        try:
+            try:
+                for chunk in _read_chunks(source):
+                    await proto.send_chunk(request_id, chunk)
+                    if not queue.empty():  # refused early: stop sending
+                        await proto.send_chunk(request_id, b"", end=True, abort=True)
+                        break
+                else:
+                    await proto.send_chunk(request_id, b"", end=True)
+            except BaseException:
+                if not proto.closed:
+                    await proto.send_chunk(request_id, b"", end=True, abort=True)
+                    try:
+                        await proto.next(request_id, queue)
+                    except HoardError:
+                        pass
+                raise
+            return await proto.next(request_id, queue)
+        finally:
+            proto.finish(request_id)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._proto is not None:
+            self._proto.close()
+            self._proto = None
+
+
+async def _chunks(proto: _Protocol, request_id, queue, first: dict, chunk_size: int) -> AsyncIterator[bytes]:
+    try:
+        message = first
+        buffer = bytearray()
+        while True:
+            if message.get("ok") != 1:
+                raise error_from_answer(message)
+            if message.get("end"):
+                if buffer:
+                    yield bytes(buffer)
+                return
+            buffer += message.get("chunk") or b""
+            while len(buffer) >= chunk_size:
+                yield bytes(buffer[:chunk_size])
+                del buffer[:chunk_size]
+            message = await proto.next(request_id, queue)
+    finally:
+        proto.finish(request_id)  # chunks still arriving for it are dropped
+
+
+def _read_chunks(data):
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data).cast("B") if memoryview(data).c_contiguous else memoryview(bytes(data))
+        for start in range(0, len(view), CHUNK_SIZE):
+            yield view[start:start + CHUNK_SIZE]
+        return
+    if isinstance(data, io.TextIOBase):
+        raise BadValueError("put data is a file opened in text mode; open it in binary mode ('rb')")
+    while True:
+        chunk = data.read(CHUNK_SIZE)
+        if chunk is None:
+            raise BadValueError("put data is a non-blocking stream with no data ready; give a blocking file object")
+        if isinstance(chunk, str):
+            raise BadValueError("put data is a file opened in text mode (read gave str); open it in binary mode ('rb')")
+        if not chunk:
+            return
+        yield chunk
+
+
+# ---- the public objects, as hoarddb.api's, awaitable ----------------------------------------------
+
+class Client:
+    """Client is a connection to a server: ``client["app"]`` is a database; ``await client.close()``."""
+
+    def __init__(self, executor: AsyncExecutor):
+        self._executor = executor
+
+    async def execute(self, request: dict) -> dict:
+        """Run one operation document and return its whole answer."""
+        return await self._executor.execute(request)
+
+    async def _result(self, request: dict) -> Any:
+        return (await self._executor.execute(request)).get("result")
+
+    def __getitem__(self, name: str) -> "Database":
+        return Database(self, name)
+
+    async def databases(self) -> list[str]:
+        return await self._result({"op": "list_databases"})
+
+    async def create_database(self, name: str) -> "Database":
+        await self._result({"op": "create_database", "db": name})
+        return Database(self, name)
+
+    async def drop_database(self, name: str) -> dict:
+        return await self._result({"op": "drop_database", "db": name})
+
+    async def metrics(self) -> dict:
+        return await self._result({"op": "metrics"})
+
+    async def sweep_ttl(self) -> dict:
+        return await self._result({"op": "sweep_ttl"})
+
+    async def close(self) -> None:
+        await self._executor.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class Database:
+    """Database is a named group of buckets; ``db.Name`` and ``db["Name"]`` are its buckets."""
+
+    def __init__(self, client: Client, name: str):
+        self._client = client
+        self.name = name
+
+    def __getitem__(self, name: str) -> "Bucket":
+        return Bucket(self, name)
+
+    def __getattr__(self, name: str) -> "Bucket":
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return Bucket(self, name)
+
+    async def create_bucket(self, name: str, type: str = "hash", **options) -> "Bucket":
+        answer = await self._client.execute(
+            {"op": "create_bucket", "db": self.name, "bucket": name, "options": {"type": type, **options}})
+        bucket = Bucket(self, name)
+        bucket.warnings = answer.get("warnings", [])
+        return bucket
+
+    async def drop_bucket(self, name: str) -> dict:
+        return await self._client._result({"op": "drop_bucket", "db": self.name, "bucket": name})
+
+    async def buckets(self) -> list[str]:
+        return await self._client._result({"op": "list_buckets", "db": self.name})
+
+
+class Bucket:
+    """Bucket's methods are the verbs of :mod:`hoarddb.operations`, as coroutines."""
+
+    warnings: list[str] = []
+
+    def __init__(self, database: Database, name: str):
+        self._database = database
+        self.name = name
+
+    async def _call(self, op: operations.Operation, args: tuple, kwargs: dict) -> Any:
+        bound = operations.bind(op, args, kwargs)
+        answer = await self._database._client.execute(
+            {"op": op.name, "db": self._database.name, "bucket": self.name, "args": bound})
+        if "index_used" in answer:
+            return Found(answer["result"], answer["index_used"], answer.get("explain"))
+        return answer.get("result")
+
+    async def stats(self) -> dict:
+        return await self._database._client._result({"op": "stats", "db": self._database.name, "bucket": self.name})
+
+    async def describe(self) -> dict:
+        return await self._database._client._result(
+            {"op": "describe_bucket", "db": self._database.name, "bucket": self.name})
+
+    def __getitem__(self, key: Any) -> "Document":
+        return Document(self, key)
+
+    def doc(self, key: Any) -> "Document":
+        return Document(self, key)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _UnknownVerb(
+            f"unknown verb {name!r}; verbs: {', '.join(sorted({op.name for op in operations.VERBS.values()}))}")
+
+
+class Document:
+    """Document is a document's address in a bucket; its attributes are its store fields."""
+
+    def __init__(self, bucket: Bucket, key: Any):
+        self._bucket = bucket
+        self.key = key
+
+    def __getattr__(self, field: str) -> "StoreField":
+        if field.startswith("_"):
+            raise AttributeError(field)
+        return StoreField(self, field)
+
+    def __getitem__(self, field: str) -> "StoreField":
+        return StoreField(self, field)
+
+
+class StoreField:
+    """StoreField is one store a document owns; its verbs are coroutines."""
+
+    def __init__(self, document: Document, name: str):
+        self._document = document
+        self.name = name
+
+    async def _send(self, name: str, args: dict) -> Any:
+        bucket = self._document._bucket
+        answer = await bucket._database._client.execute({
+            "op": name, "db": bucket._database.name, "bucket": bucket.name,
+            "key": self._document.key, "field": self.name, "args": args})
+        return answer.get("result")
+
+
+class _UnknownVerb(UnknownVerbError, AttributeError):
+    """An unknown verb is both UnknownVerbError and AttributeError (so hasattr works)."""
+
+
+def _make_verb(op: operations.Operation, name: str):
+    async def verb(self, *args, **kwargs):
+        return await self._call(op, args, kwargs)
+
+    verb.__name__ = name
+    verb.__qualname__ = f"Bucket.{name}"
+    verb.__doc__ = f"{op.summary}\n\nAnswers {op.answer}. Example: {op.example}"
+    return verb
+
+
+def _make_field_verb(op: operations.Operation, name: str):
+    async def verb(self, *args, **kwargs):
+        return await self._send(op.name, operations.bind(op, args, kwargs))
+
+    verb.__name__ = name
+    verb.__qualname__ = f"StoreField.{name}"
+    return verb
+
+
+for _name, _op in operations.VERBS.items():
+    setattr(Bucket, _name, _make_verb(_op, _name))
+for _name, _op in getattr(operations, "FIELD_VERBS", {}).items():
+    setattr(StoreField, _name, _make_field_verb(_op, _name))
+
+
+async def connect(url: str | None = None, **options) -> Client:
+    """A connected asyncio client of the server at ``url``; the options of :func:`hoarddb.connect`."""
+    executor = AsyncExecutor(ConnectOptions.from_url(url, **options))
+    await executor.connect()
+    return Client(executor)
