@@ -168,8 +168,10 @@ class SegmentLog:
                 self.directory, ", ".join(segment_name(n, self.suffix) for n in doomed),
                 segment_name(cut_seg, self.suffix), cut_off,
             )
-            if cut_seg in numbers and os.path.getsize(self._path(cut_seg)) > cut_off:
-                self._truncate_path(self._path(cut_seg), cut_off)
+            if cut_seg in numbers:
+                _end_batch_in_file(self._path(cut_seg), cut_off)
+                if os.path.getsize(self._path(cut_seg)) > cut_off:
+                    self._truncate_path(self._path(cut_seg), cut_off)
             for n in doomed:
                 os.unlink(self._path(n))
             self._sync_dir()
@@ -200,7 +202,7 @@ class SegmentLog:
             offsets = array("q")
             end = start
             with open(path, "rb", buffering=_WALK_CHUNK) as f:
-                for off, payload in framing.scan(f, start):
+                for off, payload in framing.scan(f, start, whole_batches=last):
                     offsets.append(off)
                     end = off + HEADER_SIZE + len(payload)
             if end < size and not last and self.sync:
@@ -225,6 +227,33 @@ class SegmentLog:
             if last:
                 self._offsets[n] = offsets
         self._head = (head_seg, head_off)
+        self._cut_torn_batch()
+
+    def _cut_torn_batch(self) -> None:
+        """A batch that spanned segments and was torn leaves MORE entries at the end of the
+        segment before an emptied last one: cut them too, so the batch is all or nothing."""
+        while len(self._segs) > 1 and self._counts[self._segs[-1]] == 0:
+            empty, prev = self._segs[-1], self._segs[-2]
+            head_seg, head_off = self._head
+            start = head_off if prev == head_seg else 0
+            with open(self._path(prev), "rb") as f:
+                kept = [off for off, _ in framing.scan(f, start, self._sizes[prev], whole_batches=True)]
+            with open(self._path(prev), "rb") as f:
+                end = start
+                for off, payload in framing.scan(f, start, self._sizes[prev], whole_batches=True):
+                    end = off + HEADER_SIZE + len(payload)
+            log.warning("%s: removing %s and cutting %s at byte %d: a batch that spanned them did not finish",
+                        self.directory, segment_name(empty, self.suffix), segment_name(prev, self.suffix), end)
+            os.unlink(self._path(empty))
+            self._sync_dir()
+            self._forget_segment(empty)
+            if end < self._sizes[prev]:
+                self._truncate_path(self._path(prev), end)
+                self._length -= self._counts[prev] - len(kept)
+                self._counts[prev], self._sizes[prev] = len(kept), end
+                self._offsets[prev] = array("q", kept)
+            if self._counts[prev]:
+                break
 
     def _load_state(self, have_segments: bool) -> None:
         path = self.directory / STATE_FILE
@@ -386,7 +415,7 @@ class SegmentLog:
                 buf, base, rel = os.pread(fd, min(guess, end - pos), pos), pos, 0
                 if len(buf) < HEADER_SIZE:
                     raise self._corrupt(number, pos, "the file is shorter than its entries")
-            length = HEADER.unpack_from(buf, rel)[0]
+            length = HEADER.unpack_from(buf, rel)[0] & framing.LENGTH_MASK
             total = HEADER_SIZE + length
             if length < MIN_PAYLOAD or length > MAX_PAYLOAD or pos + total > end:
                 raise self._corrupt(number, pos, f"an entry header gives {length} bytes")
@@ -436,7 +465,7 @@ class SegmentLog:
                 buf, base, rel = os.pread(fd, min(_WALK_CHUNK, end - pos), pos), pos, 0
                 if len(buf) < HEADER_SIZE:
                     raise self._corrupt(number, pos, "the file is shorter than its entries")
-            length = HEADER.unpack_from(buf, rel)[0]
+            length = HEADER.unpack_from(buf, rel)[0] & framing.LENGTH_MASK
             if length < MIN_PAYLOAD or length > MAX_PAYLOAD:
                 raise self._corrupt(number, pos, f"an entry header gives {length} bytes")
             offsets.append(pos)
@@ -484,11 +513,14 @@ class SegmentLog:
         On an error of the operating system (disk full) nothing of them stays, and
         StorageError says why.
         """
-        frames = [framing.frame(p) for p in payloads]
+        frames = framing.frame_batch(payloads)
         if not frames:
             return
         with self._lock:
             self._check_open()
+            # Every entry of the batch but its last is flagged MORE (framing.frame_batch), so a
+            # crash inside the batch leaves a tail of MORE entries, which the opener cuts: the
+            # batch is all or nothing, also when it spans segments.
             groups: list[list] = []  # [number, start, frames, created]
             number = self._segs[-1] if self._segs else None
             size = self._sizes[number] if number is not None else 0
@@ -651,6 +683,7 @@ class SegmentLog:
                 new_end = self._sizes[number]
             keep = number  # the segment that becomes the tail, cut at new_end
             shorter = new_end < self._sizes[keep]
+            self._end_batch_at(keep, new_end)  # the new last entry must not say MORE
             if doomed and (shorter or len(doomed) > 1):
                 cut = (keep, new_end, max(doomed))
                 self._write_state(cut=cut)  # the commit
@@ -680,6 +713,28 @@ class SegmentLog:
             if offsets is not None:
                 del offsets[bisect.bisect_left(offsets, new_end):]
             return out
+
+    def _end_batch_at(self, number: int, end: int) -> None:
+        """Make the entry that ends at ``end`` the end of its batch (clear its MORE flag).
+
+        A lifo pop that cuts a batch in two would otherwise leave entries flagged MORE at the
+        tail, which the opener takes for a batch torn by a crash and cuts. The rewritten
+        header is made durable before the truncation (one more fsync, only for a pop that
+        lands inside a batch), so no crash can leave the cut without the header.
+        """
+        fd = self._fd(number)
+        offsets, _ = self._entry_offsets(number)
+        i = bisect.bisect_left(offsets, end) - 1
+        if i < 0:
+            return
+        off = offsets[i]
+        word = HEADER.unpack(os.pread(fd, HEADER_SIZE, off))[0]
+        if not word & framing.MORE:
+            return
+        payload = os.pread(fd, word & framing.LENGTH_MASK, off + HEADER_SIZE)
+        _pwrite_all(fd, framing.frame(payload)[:HEADER_SIZE], off)
+        if self.sync:
+            _datasync(fd)
 
     def read_range(self, after: int, limit: int) -> list[bytes]:
         """Up to ``limit`` payloads in storage order (oldest first), skipping the first ``after``."""
@@ -747,11 +802,29 @@ class SegmentLog:
                 self._close_files()
 
 
+def _end_batch_in_file(path: Path, end: int) -> None:
+    """:meth:`SegmentLog._end_batch_at` for the opener: clear MORE on the entry ending at ``end``, durably."""
+    last = None
+    with open(path, "rb") as f:
+        for off, payload in framing.scan(f, 0, end):
+            if off + HEADER_SIZE + len(payload) == end:
+                last = (off, payload)
+    if last is None:
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if HEADER.unpack(os.pread(fd, HEADER_SIZE, last[0]))[0] & framing.MORE:
+            _pwrite_all(fd, framing.frame(last[1])[:HEADER_SIZE], last[0])
+            _datasync(fd)
+    finally:
+        os.close(fd)
+
+
 def _parse_slot(raw: bytes) -> dict | None:
     """The state document in one slot, or None when the slot does not check."""
     if len(raw) < HEADER_SIZE:
         return None
-    length = HEADER.unpack_from(raw)[0]
+    length = HEADER.unpack_from(raw)[0] & framing.LENGTH_MASK
     if length < MIN_PAYLOAD or length > len(raw) - HEADER_SIZE:
         return None
     if not framing.check(raw[:HEADER_SIZE], raw[HEADER_SIZE:HEADER_SIZE + length]):

@@ -233,7 +233,8 @@ def test_a_state_file_torn_while_being_created_is_made_again(bucket):
 @pytest.mark.parametrize("damage", ["cut inside an entry", "zeros appended", "garbage appended", "torn header"])
 def test_a_torn_tail_is_cut_back_to_the_last_whole_entry(bucket, caplog, damage):
     log = open_log(bucket, size=1 << 20)
-    log.append([payload(i, 50) for i in range(5)])
+    for i in range(5):  # five appends: five batches of one
+        log.append([payload(i, 50)])
     log.close()
     path = bucket / "seg_00001.fifo"
     whole = path.stat().st_size
@@ -392,4 +393,64 @@ def test_a_write_the_disk_refuses_leaves_nothing_and_the_log_goes_on(bucket):
     assert "length 2" in result.stdout
     log = open_log(bucket, size=1 << 20)
     assert everything(log) == [0, 11]
+    log.close()
+
+
+# -- batches are all or nothing ----------------------------------------------------------------
+
+
+def test_a_batch_torn_by_a_crash_leaves_none_of_it(bucket):
+    log = open_log(bucket, size=1 << 20)
+    log.append([payload(0, 50)])
+    log.append([payload(i, 50) for i in range(1, 6)])
+    log.close()
+    path = bucket / "seg_00001.fifo"
+    entry = len(framing.frame(payload(0, 50)))
+    os.truncate(path, path.stat().st_size - entry // 2)  # the batch's last entry never made it
+    log = open_log(bucket, size=1 << 20)
+    assert everything(log) == [0]
+    assert path.stat().st_size == entry
+    log.close()
+
+
+def test_a_torn_batch_that_spanned_segments_is_cut_in_both(bucket, caplog):
+    size = 4096
+    log = open_log(bucket, size=size)
+    log.append([payload(0, 50)])
+    log.append([payload(i, 1000) for i in range(1, 9)])  # spans two or three segments
+    log.close()
+    segs = sorted(p for p in bucket.iterdir() if p.name.startswith("seg_"))
+    assert len(segs) >= 2
+    for p in segs[1:]:
+        os.truncate(p, 0)  # the later segments' writes were lost
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket, size=size)
+    assert everything(log) == [0]
+    assert "did not finish" in caplog.text
+    log.append([payload(9, 50)])
+    assert everything(log) == [0, 9]
+    log.close()
+
+
+def test_a_lifo_pop_inside_a_batch_keeps_the_rest_after_reopen(bucket):
+    log = open_log(bucket, "lifo", size=1 << 20)
+    log.append([payload(i, 50) for i in range(5)])
+    assert ids(log.take_tail(2)) == [4, 3]
+    log.close()
+    log = open_log(bucket, "lifo", size=1 << 20)
+    assert everything(log) == [0, 1, 2]
+    log.close()
+
+
+def test_a_lifo_pop_emptying_the_last_segment_of_a_spanning_batch_keeps_the_rest(bucket):
+    size = 4096
+    log = open_log(bucket, "lifo", size=size)
+    log.append([payload(i, 1000) for i in range(6)])  # two segments or more, one batch
+    assert log.segments >= 2
+    while log.segments > 1:
+        log.take_tail(1)
+    left = everything(log)
+    log.close()
+    log = open_log(bucket, "lifo", size=size)
+    assert everything(log) == left and left
     log.close()
