@@ -361,6 +361,7 @@ class Engine:
         """
         if self.options.sync:
             return
+        self.catalog.kv.env.sync(True)  # created and dropped buckets too
         for store in list(self._stores.values()):
             store.sync()
 
