@@ -56,9 +56,13 @@ class Index:
 
     def value_tuples(self, doc: dict, bucket: str) -> list[tuple[bytes, tuple]]:
         """``(encoded values, values)`` for each entry a document has in this index."""
+        if len(self.fields) == 1:  # the common case: one field, not an array, one entry
+            v = doc.get(self.fields[0])
+            if type(v) is not list:
+                return [(encode_key(v), (v,))]
         values = [doc.get(f) for f in self.fields]
-        if not any(isinstance(v, list) for v in values):  # the common case: one entry
-            return [(b"".join(encode_key(v) for v in values), tuple(values))]
+        if not any(isinstance(v, list) for v in values):  # one entry
+            return [(b"".join([encode_key(v) for v in values]), tuple(values))]
         per_field = []
         arrays = 0
         for f in self.fields:
