@@ -6,8 +6,8 @@
     hoarddb shell --host HOST [--port PORT] [--user USER] [--password P] [--tls-ca FILE |
                   --tls-fingerprint SHA256 | --insecure] [--url hoarddb://...] [...]
         the same shell on a server (password also from HOARDDB_PASSWORD)
-    hoarddb tour --data DIR
-        a guided walk through the six store types, on a database in DIR
+    hoarddb tour [--data DIR]
+        a guided walk through the six store types, on a database in DIR (default: a temporary one)
     hoarddb server --data DIR [--host H] [--port P] [--config FILE] [--metrics-port N]
                    [--insecure] [--tls-cert FILE --tls-key FILE] [...]
         run a server (TLS and authentication on unless --insecure, which is loopback only)
@@ -284,10 +284,10 @@ def user_list(data):
 
 
 @main.command()
-@click.option("--data", "data", metavar="DIR", required=True, type=click.Path(file_okay=False),
-              help="The data directory to tour in (created if missing).")
+@click.option("--data", "data", metavar="DIR", default=None, type=click.Path(file_okay=False),
+              help="The data directory to tour in (created if missing); default: a temporary one, removed after.")
 def tour(data):
-    """A guided walk through the six store types."""
+    """A guided walk through the six store types, on an embedded database."""
     from .tour import main as tour_main
 
     result = tour_main(data)

@@ -62,6 +62,33 @@ def main(data_dir: str | None = None, out=print) -> int:
             info = db.Photos.info(ident)
             out(f"  put -> {ident}; info -> {info['name']}, {info['size']} bytes, sha256 {info['sha256'][:16]}…")
 
+            out("indexes: a unique index, and search saying which index it used")
+            db.create_bucket("Users", type="hash", indices=[{"field": "Email", "unique": True}])
+            db.Users.insert({"_id_": "u1", "Email": "dalek@example.com"})
+            try:
+                db.Users.insert({"_id_": "u2", "Email": "dalek@example.com"})
+            except hoarddb.DuplicateKeyError as e:
+                out(f"  {e.message}")
+            found = db.Users.search({"Email": "dalek@example.com"})
+            out(f"  search -> {[d['_id_'] for d in found]}, index_used {found.index_used!r}")
+
+            out("store fields: each document owns its own stores")
+            db.create_bucket("Property", type="hash", store_fields=[{"name": "Expenses", "type": "lifo"},
+                                                                    {"name": "Tickets", "type": "heap"}])
+            db.Property.insert({"_id_": "p1", "Name": "Elm Street 4"})
+            db.Property["p1"].Expenses.push({"Amount": 120, "Category": "boiler"})
+            db.Property["p1"].Tickets.push({"priority": 3, "Subject": "Boiler"})
+            out(f"  Property['p1'].Expenses.peek() -> {db.Property['p1'].Expenses.peek()}; "
+                f"get('p1') -> {db.Property.get('p1')}")
+
+            out("claim/ack: a worker queue that survives a crashed worker")
+            db.create_bucket("Jobs", type="fifo")
+            db.Jobs.batch_push([{"job": 1}, {"job": 2}])
+            claimed = db.Jobs.claim(lease=30, limit=1)
+            out(f"  claim -> {claimed}")
+            db.Jobs.ack(claimed[0]["claimId"])
+            out(f"  after ack: {db.Jobs.length()} ready")
+
             out("\nbuckets: " + ", ".join(f"{b} ({db[b].stats()['type']})" for b in db.buckets()))
             out("Every write above was on disk (fsync) before its call returned.")
     finally:

@@ -141,3 +141,10 @@ def test_interactive_session_in_a_pseudo_terminal(tmp_path):
     assert child.exitstatus == 0  # an interactive session's errors do not make its exit status
     history = (tmp_path / "history").read_text()
     assert "create bucket Comments {\n+  type: fifo\n+}" in history
+
+
+def test_tour_runs_on_a_temporary_database_and_shows_every_store_type():
+    result = invoke(main, ["tour"])
+    assert result.exit_code == 0, result.output
+    for kind in ("fifo", "lifo", "hash", "btree", "heap", "blob", "index_used 'Email_1'", "claim ->"):
+        assert kind in result.output
