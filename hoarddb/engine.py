@@ -69,6 +69,7 @@ class Engine:
             raise
         self._stores: dict[tuple[str, str], Store] = {}
         self._hot: dict[tuple[str, str], tuple[dict, Store]] = {}  # (db, bucket) -> (declaration, store)
+        self._dirty: set[Store] = set()  # stores written since the last sync (sync off: group commit)
         self._mutex = threading.RLock()
         self._closed = False
         self.metrics = Metrics()
@@ -151,6 +152,8 @@ class Engine:
                 positional.pop()
             keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
             result = getattr(store, op.name)(*positional, **keywords)
+        if op.write and not self.options.sync:
+            self._mark_dirty(store)
         if op.name == "claim" and (decl.get("options") or {}).get("dead_letter"):
             self._move_dead_letters(db, bucket, decl, store)  # claim/ack's one hook: see there
         if op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
@@ -182,7 +185,10 @@ class Engine:
             target_decl = self.catalog.bucket(db, target)
             if target_decl["type"] not in ("fifo", "lifo", "heap"):
                 raise VerbNotSupportedError(f"it is a {target_decl['type']} bucket, not a fifo, lifo or heap")
-            self._store(db, target, target_decl).batch_push([doc for _ref, doc in pending])
+            target_store = self._store(db, target, target_decl)
+            target_store.batch_push([doc for _ref, doc in pending])
+            if not self.options.sync:
+                self._mark_dirty(target_store)
             moved = True
         except HoardError as exc:
             log.error("%s.%s: %d element(s) past max_deliveries stay held: cannot push them into the dead_letter "
@@ -214,7 +220,10 @@ class Engine:
             positional.pop()
         keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
         store = self._store(db, bucket, decl)
-        return store.fields.call(request["key"], field, op.name, positional, keywords)
+        result = store.fields.call(request["key"], field, op.name, positional, keywords)
+        if op.write and not self.options.sync:
+            self._mark_dirty(store)
+        return result
 
     # -- stores --------------------------------------------------------------------
 
@@ -238,6 +247,7 @@ class Engine:
     def _close_store(self, db: str, bucket: str) -> None:
         store = self._stores.pop((db, bucket), None)
         if store is not None:
+            self._dirty.discard(store)  # dropped: nothing of it to make durable
             store.close()
 
     # -- catalog operations ----------------------------------------------------------
@@ -352,6 +362,12 @@ class Engine:
             answer["warnings"] = warnings
         return answer
 
+    def _mark_dirty(self, store: Store) -> None:
+        """Note a store written with sync off, after the write: a sync that begins after the
+        writer hears back (group commit waits for one) then finds it in the set."""
+        with self._mutex:
+            self._dirty.add(store)
+
     def sync(self) -> None:
         """Make every write acknowledged so far durable: one fsync per store written.
 
@@ -361,8 +377,10 @@ class Engine:
         """
         if self.options.sync:
             return
+        with self._mutex:
+            dirty, self._dirty = self._dirty, set()
         self.catalog.kv.env.sync(True)  # created and dropped buckets too
-        for store in list(self._stores.values()):
+        for store in dirty:
             store.sync()
 
     # -- TTL and metrics -------------------------------------------------------------

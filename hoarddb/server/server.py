@@ -268,7 +268,7 @@ class Server:
         if op == "stream" and answer.get("ok") == 1 and hasattr(result, "__next__"):
             await self._stream(conn, rid, result, arrived)
             return
-        if write and self.committer is not None:
+        if write and self.committer is not None and answer.get("ok") == 1:  # a refusal wrote nothing: answer now
             def durable(error, answer=answer):
                 self._answer(conn, rid, op, error.to_answer() if error is not None else answer, arrived)
             self.committer.after_durable(durable)

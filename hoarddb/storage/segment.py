@@ -775,24 +775,34 @@ class SegmentLog:
         Segments first, then the state, then the directory, so a crash inside leaves
         states the opener already knows (see the module's docstring).
         """
+        # What is dirty now is taken under the lock, and synced outside it, so appends and
+        # pops go on during the fsync (they are the next group's); duplicated descriptors
+        # stay valid even if a pop unlinks and closes a segment meanwhile.
         with self._lock:
             self._check_open()
-            try:
-                for number in sorted(self._dirty):
-                    if number in self._sizes:
-                        _datasync(self._fd(number))
-                if self._dirty_state:
-                    _datasync(self._state_fd)
-                if self._dirty_dir:
-                    fd = os.open(self.directory, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-            except OSError as exc:
-                raise self._fail(exc, self.directory) from None
+            numbers = sorted(n for n in self._dirty if n in self._sizes)
+            fds = [os.dup(self._fd(n)) for n in numbers]
+            state = os.dup(self._state_fd) if self._dirty_state else None
+            sync_dir = self._dirty_dir
             self._dirty.clear()
             self._dirty_state = self._dirty_dir = False
+        try:
+            for fd in fds:
+                _datasync(fd)
+            if state is not None:
+                _datasync(state)
+            if sync_dir:
+                fd = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            with self._lock:
+                raise self._fail(exc, self.directory) from None
+        finally:
+            for fd in fds + ([state] if state is not None else []):
+                os.close(fd)
 
     def close(self) -> None:
         """Close the files; later calls raise ClosedError. Idempotent."""
