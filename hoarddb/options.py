@@ -18,7 +18,9 @@ MiB = 1024 * 1024
 class Options:
     #: fsync every acknowledged write before returning (LMDB commit with sync, fsync of
     #: segment and blob files). False is faster and can lose the last writes in a power
-    #: cut or kernel crash; a killed process still loses nothing the kernel was handed.
+    #: cut or kernel crash, never corrupting anything (LMDB still fsyncs each commit's
+    #: data, not its meta page; queues and blobs skip their fsyncs); a killed process
+    #: still loses nothing the kernel was handed. Engine.sync() makes it all durable.
     sync: bool = True
     #: Size of one fifo/lifo segment file; a bucket may override it with ``segment_size``.
     segment_size: int = 64 * MiB

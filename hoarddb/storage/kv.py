@@ -17,11 +17,14 @@ class KV:
     """KV is one LMDB environment (a ``kv/`` folder): ACID, crash-safe without recovery.
 
     With ``sync`` every commit is fsynced, data and meta page both, before ``write``
-    returns: an acknowledged write survives a killed process and a power cut. (LMDB's
-    ``metasync=False`` would save one fsync per commit but may undo the last commit in
-    a power cut; docs/dev/architecture.md says why we keep it on.) The map starts at
-    ``map_size`` and doubles whenever a write finds it full, so no one has to guess a
-    database's size up front.
+    returns: an acknowledged write survives a killed process and a power cut. Without
+    it (group commit, or ``hoarddb.open(path, sync=False)``) a commit still fsyncs its
+    data pages but not the meta page that points to them (LMDB's ``metasync=False``):
+    a power cut may undo the last commits, but never corrupts the database — LMDB's
+    ``sync=False`` would skip the data fsync too, and then a power cut can leave a meta
+    page pointing at pages that never reached the disk. :meth:`sync` flushes the meta
+    page, making every commit so far durable. The map starts at ``map_size`` and doubles
+    whenever a write finds it full, so no one has to guess a database's size up front.
     """
 
     def __init__(self, path: Path, map_size: int, sync: bool = True):
@@ -30,7 +33,7 @@ class KV:
         self._grow_lock = threading.Lock()
         try:
             self.env = lmdb.open(
-                str(self.path), map_size=map_size, subdir=True, sync=sync, metasync=sync,
+                str(self.path), map_size=map_size, subdir=True, sync=True, metasync=sync,
                 max_dbs=0, max_readers=254, readahead=False, lock=True,
             )
         except lmdb.Error as exc:
@@ -50,6 +53,10 @@ class KV:
                 self._grow()
             except lmdb.DiskError as exc:
                 raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+
+    def sync(self) -> None:
+        """Make every commit so far durable (flush the meta page when ``sync`` is off)."""
+        self.env.sync(True)
 
     def read(self) -> lmdb.Transaction:
         """A read transaction (a snapshot); use as a context manager."""
