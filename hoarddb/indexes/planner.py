@@ -38,8 +38,11 @@ class Plan:
 
 
 def plan(filter: dict, indexes: list[Index]) -> Plan:
-    """The plan for ``search(filter)``; raises IndexNotReadyError if the winner cannot serve."""
-    pinned = {k: v for k, v in equality_fields(filter).items() if not _is_pattern(v)}
+    """The plan for ``search(filter)`` (a filter compile_filter accepted); raises
+    IndexNotReadyError if the winner cannot serve."""
+    if not indexes:
+        return Plan(None)
+    pinned = {k: v for k, v in equality_fields(filter, check=False).items() if not _is_pattern(v)}
     candidates = []
     considered = []
     for position, ix in enumerate(indexes):

@@ -51,7 +51,7 @@ def matches(doc, filter) -> bool:  # noqa: A002
     return compile_filter(filter)(doc)
 
 
-def equality_fields(filter) -> dict:  # noqa: A002
+def equality_fields(filter, check: bool = True) -> dict:  # noqa: A002
     """The fields (dotted paths as written) the filter pins to one value by ``{f: v}`` or ``{f: {$eq: v}}``.
 
     Only conditions every match must meet count: the filter's own fields and those of a
@@ -61,7 +61,8 @@ def equality_fields(filter) -> dict:  # noqa: A002
     field: an index answering these must index array elements and absent fields. The first
     pin of a field wins. Validates the filter (BadValueError as compile_filter).
     """
-    compile_filter(filter)
+    if check:  # callers that compiled the filter already pass check=False
+        compile_filter(filter)
     pinned: dict = {}
     _collect_equalities(filter, pinned)
     return pinned
