@@ -152,13 +152,14 @@ class Engine:
                 positional.pop()
             keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
             result = getattr(store, op.name)(*positional, **keywords)
-        if op.write and not self.options.sync:
-            self._mark_dirty(store)
-        if op.name == "claim" and (decl.get("options") or {}).get("dead_letter"):
-            self._move_dead_letters(db, bucket, decl, store)  # claim/ack's one hook: see there
-        if op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
-            self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
-            self._hot.clear()
+        if op.write:
+            if not self.options.sync:
+                self._mark_dirty(store)
+            if op.name == "claim" and (decl.get("options") or {}).get("dead_letter"):
+                self._move_dead_letters(db, bucket, decl, store)  # claim/ack's one hook: see there
+            elif op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
+                self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
+                self._hot.clear()
         if type(result) is Reply:
             return {"ok": 1, "result": result.result, **result.extras}
         return {"ok": 1, "result": result}

@@ -70,6 +70,8 @@ class Operation:
         object.__setattr__(self, "param_names", tuple(p.name for p in self.params))
         object.__setattr__(self, "simple", all(p.kind not in ("int", "str") for p in self.params)
                            and not self.options and all(p.required for p in self.params))
+        # every param takes any value: a positional call needs no kind check at all
+        object.__setattr__(self, "unchecked", self.simple and all(p.kind == "any" for p in self.params))
 
     def param(self, name: str) -> Param | None:
         for p in self.params + self.options:
@@ -292,8 +294,9 @@ def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | Non
     an unknown name, a missing required one, or a value of the wrong kind.
     """
     if op.simple and not kwargs and len(args) == len(op.params):  # get(key), push(doc): the common call
-        for p, value in zip(op.params, args):
-            _check_kind(op, p, value)
+        if not op.unchecked:
+            for p, value in zip(op.params, args):
+                _check_kind(op, p, value)
         return dict(zip(op.param_names, args))
     every = op.params + op.options
     bound: dict[str, Any] = {}

@@ -286,7 +286,7 @@ class HashStore(KVStore):
             raw = txn.get(self.DOC + self._doc_key(key))
         if raw is None:
             return None
-        if self.fields:
+        if self.fields.fields:
             return Reply(decode(raw), store_fields=self.fields.sizes(key))
         return decode(raw)
 
