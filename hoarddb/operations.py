@@ -230,6 +230,9 @@ for _op in [
               summary="Delete the element with this key (blob field: the blob).", answer="{deleted}",
               example='db.Property["p1"].ExpenseByID.delete("e1")'),
     Operation("info", _types("blob"), (_KEY,), summary="A blob's metadata, no bytes.", answer="a document"),
+    Operation("load", _types("blob"), (Param("docs", "docs"),), write=True,
+              summary="Restore blobs keeping their ids, for a dump's restore: [{_id_, data, name, type, sha256}].",
+              answer="{loaded}"),
     Operation("stream", _types("blob"), (_KEY,), (Param("chunk_size", "int", False),),
               summary="A blob's bytes in chunks.", answer="an iterator of bytes"),
 ]:

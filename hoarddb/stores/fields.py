@@ -43,8 +43,8 @@ from typing import Any, Iterator
 
 from bson.decimal128 import Decimal128
 
-from ..errors import (BadValueError, CorruptDataError, L2LimitError, NotADocumentError, NotFoundError,
-                      StorageError, TooManyElementsError, VerbNotSupportedError)
+from ..errors import (BadValueError, CorruptDataError, DuplicateKeyError, L2LimitError, NotADocumentError,
+                      NotFoundError, StorageError, TooManyElementsError, VerbNotSupportedError)
 from ..ids import uuid7
 from ..storage import blobfiles
 from ..values.codec import decode, encode
@@ -324,6 +324,46 @@ class FieldStores:
             return f.write(fn, adds=1)
         except BaseException:
             self.unlink([blob_id])
+            raise
+
+    def _blob_load(self, f: "_Field", docs: list) -> dict:
+        """Restore blobs with their own ids (for a dump's restore): ``{_id_, data, name, type, sha256?, created?}``.
+
+        A given ``sha256`` is checked against the bytes written; an id the store already
+        has is refused. Every file is written (and fsynced) before the metadata of all of
+        them commits in one write.
+        """
+        from .blob import _blob_id, _chunks, _put_arguments
+
+        f.check_document()
+        written, metas = [], []
+        try:
+            for i, doc in enumerate(docs):
+                if not isinstance(doc, Mapping) or "_id_" not in doc or "data" not in doc:
+                    raise BadValueError(f"{f.where}.load: blob {i} must be a document {{_id_, data, name, type}}")
+                blob_id = _blob_id(doc["_id_"])
+                data, name, type = _put_arguments(doc["data"], doc.get("name"), doc.get("type"))
+                size, sha256 = blobfiles.write_blob(self.blob_dir, blob_id, _chunks(data), self.options.sync)
+                written.append(blob_id)
+                if doc.get("sha256") is not None and doc["sha256"] != sha256:
+                    raise CorruptDataError(f"{f.where}.load: blob {blob_id} has sha256 {sha256}, but its dump "
+                                           f"recorded {doc['sha256']}; the dump is damaged: load it from another copy")
+                created = doc.get("created") or datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+                metas.append({"_id_": blob_id, "name": name, "type": type, "size": size, "sha256": sha256,
+                              "created": created})
+
+            def fn(txn, c):
+                for meta in metas:
+                    key = f.prefix + encode_key(meta["_id_"])
+                    if txn.get(key) is not None or txn.get(BLOB + meta["_id_"].encode()) is not None:
+                        raise DuplicateKeyError(f"{f.where}.load: blob {meta['_id_']} exists already")
+                    txn.put(key, encode(meta))
+                    txn.put(BLOB + meta["_id_"].encode(), f.prefix[1:])
+                return {"loaded": len(metas)}, (c[0] + len(metas), c[1])
+
+            return f.write(fn, adds=len(metas))
+        except BaseException:
+            self.unlink(written)
             raise
 
     def _blob_meta(self, f: "_Field", key: Any) -> dict:

@@ -15,9 +15,8 @@ The owner is the document's key: a hash document's ``_id_``, a btree entry's sor
 (entries with equal sort keys share their stores, so they are dumped once). Restore
 loads the documents first — a store field exists only once its document does — then
 pushes each owner's elements in order (a heap's priorities are in its elements, and
-ties keep their order), puts each keyed element, and puts each blob again. A blob in a
-store field gets a new id on restore: store fields have no ``load`` verb yet that
-would keep it, and the report says so.
+ties keep their order), puts each keyed element, and loads each blob under its own id
+(the blob field's ``load`` verb), so documents that name a blob still find it.
 """
 
 from __future__ import annotations
@@ -201,10 +200,10 @@ def restore_fields(bucket, folder: Path, contents: dict, rep: BucketReport) -> N
                             group_owner, group_marker = owner, marker
                         group.append(record)
                         continue
-                    if ftype == "blob":
+                    if ftype == "blob":  # the same id, so documents that name it still find it
                         info = record.doc["element"]
                         with open(blob_dir / str(info["_id_"]), "rb") as fh:
-                            store.put(blob_data(bucket, fh), name=info.get("name"), type=info.get("type"))
+                            store.load([{**info, "data": blob_data(bucket, fh)}])
                     else:
                         store.put(record.doc["key"], record.doc["element"])
                     loaded += 1
@@ -218,8 +217,7 @@ def restore_fields(bucket, folder: Path, contents: dict, rep: BucketReport) -> N
                 rep.refused.append(Refusal(file=str(path), number=where.number if where else 0,
                                            offset=where.offset if where else 0, reason=exc.message, code=exc.codeName))
                 rep.stopped = f"the store field {name} could not be restored past this element"
-        rep.notes.append(f"store field {name} ({ftype}): {loaded:,} element(s) restored"
-                         + ("; blobs in a store field get new ids on restore" if ftype == "blob" and loaded else ""))
+        rep.notes.append(f"store field {name} ({ftype}): {loaded:,} element(s) restored")
 
 
 class _Refused(Exception):

@@ -293,3 +293,19 @@ class FieldMachine(RuleBasedStateMachine):
 
 
 TestFieldMachine = FieldMachine.TestCase
+
+
+def test_blob_field_load_keeps_ids_and_checks_sha256(prop):
+    import hashlib
+    src = prop["p1"].Documents
+    ident = src.put(b"lease", name="lease.pdf")
+    info = src.info(ident)
+    dst = prop["p2"].Documents
+    assert dst.load([{**info, "data": b"lease"}]) == {"loaded": 1}
+    assert dst.get(ident)["data"] == b"lease" and dst.info(ident)["name"] == "lease.pdf"
+    with pytest.raises(errors.DuplicateKeyError):
+        dst.load([{**info, "data": b"lease"}])
+    bad = {"_id_": "0192a3b4-c5d6-7890-abcd-ef12345678a1", "data": b"x", "sha256": hashlib.sha256(b"y").hexdigest()}
+    with pytest.raises(errors.CorruptDataError, match="damaged"):
+        dst.load([bad])
+    assert dst.length() == 1

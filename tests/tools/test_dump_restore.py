@@ -43,9 +43,10 @@ def test_store_fields_round_trip(client, tmp_path):
             assert dst[key][field].list() == src[key][field].list(), (key, field)
         assert dst[key].Tasks.pop(limit=10) == src[key].Tasks.pop(limit=10)
         assert dst[key].Notes.pop(limit=10) == src[key].Notes.pop(limit=10)
+        # blobs keep their ids, so a document that names one still finds it
+        assert dst[key].Files.list() == src[key].Files.list()
         assert [b"".join(dst[key].Files.stream(i["_id_"])) for i in dst[key].Files.list()] == \
             [b"".join(src[key].Files.stream(i["_id_"])) for i in src[key].Files.list()]
-    assert "new ids" in report.summary()
 
 
 def test_a_restored_unique_index_still_refuses_and_a_ttl_index_still_expires(client, tmp_path):
