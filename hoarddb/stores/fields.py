@@ -342,6 +342,8 @@ class FieldStores:
                 if not isinstance(doc, Mapping) or "_id_" not in doc or "data" not in doc:
                     raise BadValueError(f"{f.where}.load: blob {i} must be a document {{_id_, data, name, type}}")
                 blob_id = _blob_id(doc["_id_"])
+                if (self.blob_dir / blob_id).exists() or blob_id in written:  # ids are unique in a bucket
+                    raise DuplicateKeyError(f"{f.where}.load: blob {blob_id} exists already in bucket {self.bucket!r}")
                 data, name, type = _put_arguments(doc["data"], doc.get("name"), doc.get("type"))
                 size, sha256 = blobfiles.write_blob(self.blob_dir, blob_id, _chunks(data), self.options.sync)
                 written.append(blob_id)

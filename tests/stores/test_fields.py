@@ -295,12 +295,17 @@ class FieldMachine(RuleBasedStateMachine):
 TestFieldMachine = FieldMachine.TestCase
 
 
-def test_blob_field_load_keeps_ids_and_checks_sha256(prop):
+def test_blob_field_load_keeps_ids_and_checks_sha256(prop, db):
     import hashlib
     src = prop["p1"].Documents
     ident = src.put(b"lease", name="lease.pdf")
     info = src.info(ident)
-    dst = prop["p2"].Documents
+    with pytest.raises(errors.DuplicateKeyError):  # an id is unique in its bucket: the file is never touched
+        prop["p2"].Documents.load([{**info, "data": b"other"}])
+    assert src.get(ident)["data"] == b"lease"
+    copy = db.create_bucket("Copy", type="hash", store_fields=FIELDS)
+    copy.insert({"_id_": "p2"})
+    dst = copy["p2"].Documents
     assert dst.load([{**info, "data": b"lease"}]) == {"loaded": 1}
     assert dst.get(ident)["data"] == b"lease" and dst.info(ident)["name"] == "lease.pdf"
     with pytest.raises(errors.DuplicateKeyError):
