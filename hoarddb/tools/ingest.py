@@ -47,7 +47,7 @@ from ..errors import BadValueError, DatabaseNotFoundError, HoardError, InvalidAr
 from ..indexes.declaration import index_name
 from .batches import BATCH_SIZE, ON_ERROR, BatchWriter, Stop, fewer_collections
 from ..values.codec import raw_alias, raw_get
-from .readers import JSON_OPTIONS, RAW_OPTIONS, InputFile, read_records, split_name
+from .readers import JSON_OPTIONS, PARALLEL_MIN_BYTES, RAW_OPTIONS, InputFile, ParallelBSON, read_records, split_name
 
 from .report import BucketReport, Report
 
@@ -358,13 +358,26 @@ def _load_file(client, s: Source, rep: BucketReport, on_error: str, batch_size: 
                          write_one=getattr(bucket, WRITE_ONE[rep.type]))
     keys = {"_id_": 0, "_id": 0}
     start = time.perf_counter()
-    f = InputFile(s.path)
+    if keyed and s.format == "bson" and (os.cpu_count() or 1) > 1 \
+            and Path(s.path).stat().st_size >= PARALLEL_MIN_BYTES:
+        f = ParallelBSON(s.path)  # a big dump: read and check it in a second process
+        records = f.records()
+    else:
+        f = InputFile(s.path)
+        records = read_records(f, s.format, keep_raw=keyed)
     rep.total_bytes = f.total
     last_done = 0
-    records = read_records(f, s.format, keep_raw=keyed)
     try:
         for record in records:
-            if keyed and record.doc is not None:
+            if keyed and record.doc is not None and record.key_from is not None:  # keyed by the reader process
+                if record.key_from:
+                    keys[record.key_from] += 1
+                else:
+                    record.error, record.code = (
+                        "the document has no _id_ and no _id; a hash bucket keys each document by it "
+                        "(add one, or ingest into a fifo or btree bucket with --type)", "NO_KEY")
+                    record.doc = None
+            elif keyed and record.doc is not None:
                 doc = record.doc
                 if type(doc) is RawBSONDocument:  # a .bson document: read the key without decoding it all
                     raw = doc.raw

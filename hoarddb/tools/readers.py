@@ -89,6 +89,9 @@ class Record:
     error: str | None = None
     code: str = ""
     fatal: bool = False
+    #: Set by ParallelBSON, which keys documents in the reader process: "_id_", "_id" (copied
+    #: into a leading _id_) or "" (neither).
+    key_from: str | None = None
 
 
 def split_name(path: Path) -> tuple[str, str] | None:
@@ -340,3 +343,84 @@ def describe_position(path: Any, record: Record) -> str:
     if record.line is not None:
         where += f", line {record.line}"
     return f"{os.fspath(path)}: {where} (byte {record.offset})"
+
+
+# -- reading a large .bson file in a second process --------------------------------------------
+#
+# Checking a document (decoding it) costs about as much as storing it, and both need the
+# GIL, so a thread does not help; a second process does, on a machine with two cores: it
+# reads, frames and checks the documents and hands over their raw bytes in chunks, while
+# this process keys and writes them.
+
+#: Files at least this large are read in a second process (below, starting one costs more than it saves).
+PARALLEL_MIN_BYTES = 32 * 1024 * 1024
+_CHUNK = 512  # records per hand-over
+
+
+def _read_worker(path: str, queue) -> None:  # runs in the reader process
+    from ..values.codec import raw_alias, raw_get
+
+    try:
+        f = InputFile(path)
+        chunk: list = []
+        with f:
+            for r in read_bson(f, keep_raw=True):
+                raw, key_from = (r.doc.raw if r.doc is not None else None), None
+                if raw is not None:  # key it here too: a hash bucket keys by _id_, else _id
+                    if raw_get(raw, "_id_", None) is not None:
+                        key_from = "_id_"
+                    elif (aliased := raw_alias(raw, "_id", "_id_")) is not None:
+                        raw, key_from = aliased, "_id"
+                    else:
+                        key_from = ""
+                chunk.append((r.number, r.offset, r.size, raw, r.line, r.error, r.code, r.fatal, key_from))
+                if len(chunk) >= _CHUNK:
+                    queue.put((chunk, f.done))
+                    chunk = []
+            queue.put((chunk, f.done))
+        queue.put(None)
+    except BaseException as exc:  # say what went wrong instead of dying silently
+        queue.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class ParallelBSON:
+    """ParallelBSON reads a .bson file in a second process: the records of :func:`read_bson`
+    with ``keep_raw``, each keyed for a hash bucket there already (``Record.key_from``), and
+    ``total``/``done`` for progress, as :class:`InputFile` has."""
+
+    def __init__(self, path: Path | str):
+        import multiprocessing
+
+        self.path = Path(path)
+        self.total = self.path.stat().st_size
+        self.done = 0
+        ctx = multiprocessing.get_context("spawn")  # no fork: this process has threads
+        self._queue = ctx.Queue(maxsize=8)
+        self._proc = ctx.Process(target=_read_worker, args=(str(self.path), self._queue), daemon=True)
+        self._proc.start()
+
+    def records(self) -> Iterator[Record]:
+        import queue as queue_module
+
+        while True:
+            try:
+                item = self._queue.get(timeout=1.0)
+            except queue_module.Empty:
+                if not self._proc.is_alive():
+                    raise OSError(f"the process reading {self.path} stopped (exit code {self._proc.exitcode})")
+                continue
+            if item is None:
+                return
+            if item[0] == "error":
+                raise OSError(f"reading {self.path} failed: {item[1]}")
+            chunk, self.done = item
+            for number, offset, size, raw, line, error, code, fatal, key_from in chunk:
+                doc = RawBSONDocument(raw, RAW_OPTIONS) if raw is not None else None
+                yield Record(number, offset, size, doc=doc, line=line, error=error, code=code, fatal=fatal,
+                             key_from=key_from)
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join(timeout=5)
+        self._queue.close()

@@ -20,8 +20,17 @@ def without_key(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k != "_id_"}
 
 
+@pytest.fixture(params=["one process", "reader process"])
+def reader(request, monkeypatch):
+    """Read .bson files in this process, or in a second one (as files of 32 MiB and more are)."""
+    import sys
+    module = sys.modules["hoarddb.tools.ingest"]  # the package exports a function of the same name
+    monkeypatch.setattr(module, "PARALLEL_MIN_BYTES", 0 if request.param == "reader process" else 1 << 60)
+    return request.param
+
+
 @pytest.mark.parametrize("gz", [False, True])
-def test_a_mongodump_file_reads_back_type_for_type(client, tmp_path, gz):
+def test_a_mongodump_file_reads_back_type_for_type(client, tmp_path, gz, reader):
     docs = mongo_documents(30)
     name = "properties.bson.gz" if gz else "properties.bson"
     raws = write_bson(tmp_path / "dump" / name, docs, gz=gz)
@@ -187,7 +196,7 @@ def test_create_statement_and_indices_from_metadata():
 # -- refusals: file, document number, byte offset --------------------------------------
 
 
-def test_a_truncated_file_stops_with_its_position_and_keeps_what_came_before(client, tmp_path):
+def test_a_truncated_file_stops_with_its_position_and_keeps_what_came_before(client, tmp_path, reader):
     raws = write_bson(tmp_path / "t.bson", [{"_id": i} for i in range(10)])
     data = (tmp_path / "t.bson").read_bytes()
     (tmp_path / "t.bson").write_bytes(data[:-3])
@@ -251,7 +260,7 @@ def test_a_document_without_a_key_is_refused_for_a_hash_bucket(client, tmp_path)
     assert client["app"].k.get("own")["_id"] == 5  # _id_ wins over _id
 
 
-def test_skip_loads_exactly_the_good_documents(client, tmp_path):
+def test_skip_loads_exactly_the_good_documents(client, tmp_path, reader):
     client["app"].create_bucket("users", indices=[{"field": "email", "unique": True}])
     client["app"].users.put({"_id_": 10_000, "email": "taken@x"})
     docs = [{"_id": i, "email": f"u{i}@x"} for i in range(2500)]
