@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from bson.errors import InvalidDocument
+from bson.raw_bson import RawBSONDocument
 
 from ..errors import BadValueError, DocumentTooLargeError, LimitExceededError, NotADocumentError
 from ..options import Options
@@ -86,6 +87,14 @@ def directory_bytes(directory: Path) -> int:
 
 def encode_document(doc: Any, what: str = "document") -> bytes:
     """The BSON of ``doc``, refusing a non-mapping, a value BSON cannot hold, or over 16 MiB."""
+    if type(doc) is RawBSONDocument:  # already BSON (a loader's document): its bytes as they are
+        data = doc.raw
+        if len(data) > MAX_DOCUMENT_SIZE:
+            raise DocumentTooLargeError(
+                f"{what} is {len(data)} bytes of BSON; the limit is {MAX_DOCUMENT_SIZE} (16 MiB). "
+                "Store large binary data in a blob bucket and keep its id in the document."
+            )
+        return data
     if not isinstance(doc, Mapping):
         raise NotADocumentError(
             f"{what} must be a document (a mapping such as {{Name: \"x\"}}), got {type(doc).__name__}: {doc!r:.80}"

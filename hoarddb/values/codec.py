@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import bson
+from bson.objectid import ObjectId
 from bson.codec_options import CodecOptions, UuidRepresentation
 
 #: Dates come back timezone-aware in UTC; ``uuid.UUID`` is stored as binary subtype 4.
@@ -79,6 +80,13 @@ def _value_end(raw, pos: int, kind: int) -> int:
 def raw_get(raw: bytes, name: str, default=_MISSING):
     """The value of the top-level field ``name`` of raw BSON, decoding only that field."""
     want = name.encode()
+    if raw[5:6 + len(want)] == want + b"\x00":  # the first field: ObjectId and strings read directly
+        kind, pos = raw[4], 6 + len(want)
+        if kind == 0x07:
+            return ObjectId(raw[pos:pos + 12])
+        if kind == 0x02:
+            n = int.from_bytes(raw[pos:pos + 4], "little")
+            return raw[pos + 4:pos + 3 + n].decode("utf-8", "surrogatepass")
     if raw.find(want + b"\x00", 5) < 0:  # not even as bytes anywhere: certainly not a field (fast, in C)
         if default is _MISSING:
             raise KeyError(name)

@@ -105,6 +105,7 @@ TAGS = {
 }
 _RANK_BY_TAG = {tag: rank for rank, tag in TAGS.items()}
 _STRING_TAG = bytes([TAGS[STRING]])
+_OBJECTID_TAG = bytes([TAGS[OBJECTID]])
 
 _BELOW, _EXACT, _ABOVE = 0x01, 0x02, 0x03
 _NEG, _POS = 0x01, 0x02
@@ -127,8 +128,10 @@ _INVERT = bytes(255 - i for i in range(256))
 
 def encode_key(value) -> bytes:
     """The order-preserving, self-delimiting key bytes of one BSON value."""
-    if type(value) is str:  # the common key: skip the general path
+    if type(value) is str:  # the common keys: skip the general path
         return _STRING_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff") + b"\x00\x01"
+    if type(value) is ObjectId:
+        return _OBJECTID_TAG + value.binary
     out = bytearray()
     rank = type_rank(value)
     out.append(TAGS[rank])
