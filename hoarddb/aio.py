@@ -20,13 +20,13 @@ The connection is asyncio's own (an :class:`asyncio.Protocol` over the sans-IO
 from __future__ import annotations
 
 import asyncio
-import io
 import socket
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, AsyncIterator
 
 from . import operations
+from .chunks import chunks
 from .api import Found
 from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source
 from .client.options import ConnectOptions
@@ -284,7 +284,7 @@ class AsyncExecutor:
         request_id, queue = proto.open({**request, "upload": True})
         try:
             try:
-                for chunk in _read_chunks(source):
+                for chunk in chunks(source, CHUNK_SIZE):
                     await proto.send_chunk(request_id, chunk)
                     if not queue.empty():  # refused early: stop sending
                         await proto.send_chunk(request_id, b"", end=True, abort=True)
@@ -328,25 +328,6 @@ async def _chunks(proto: _Protocol, request_id, queue, first: dict, chunk_size: 
             message = await proto.next(request_id, queue)
     finally:
         proto.finish(request_id)  # chunks still arriving for it are dropped
-
-
-def _read_chunks(data):
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        view = memoryview(data).cast("B") if memoryview(data).c_contiguous else memoryview(bytes(data))
-        for start in range(0, len(view), CHUNK_SIZE):
-            yield view[start:start + CHUNK_SIZE]
-        return
-    if isinstance(data, io.TextIOBase):
-        raise BadValueError("put data is a file opened in text mode; open it in binary mode ('rb')")
-    while True:
-        chunk = data.read(CHUNK_SIZE)
-        if chunk is None:
-            raise BadValueError("put data is a non-blocking stream with no data ready; give a blocking file object")
-        if isinstance(chunk, str):
-            raise BadValueError("put data is a file opened in text mode (read gave str); open it in binary mode ('rb')")
-        if not chunk:
-            return
-        yield chunk
 
 
 # ---- the public objects, as hoarddb.api's, awaitable ----------------------------------------------

@@ -15,7 +15,7 @@ is expected, or left over after the params, is the options document
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 

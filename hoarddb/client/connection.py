@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Iterator
 
 from .. import operations
+from ..chunks import chunks
 from ..errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
                       error_from_answer)
 from ..wire.framing import FrameReader, decode_frame
@@ -364,7 +365,7 @@ class RemoteExecutor:
     def _upload(self, conn: Connection, request: dict, source) -> dict:
         request_id = conn.send({**request, "upload": True})
         try:
-            for chunk in _source_chunks(source):
+            for chunk in chunks(source, CHUNK_SIZE):
                 conn.send_chunk(request_id, chunk)
                 if conn.has_message(request_id):  # refused early (no such bucket...): stop sending
                     conn.send_chunk(request_id, b"", end=True, abort=True)
@@ -465,18 +466,3 @@ def _upload_source(request: Mapping):
     return {**request, "args": rest}, data
 
 
-def _source_chunks(data) -> Iterator[bytes]:
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        view = memoryview(data).cast("B") if memoryview(data).c_contiguous else memoryview(bytes(data))
-        for start in range(0, len(view), CHUNK_SIZE):
-            yield view[start:start + CHUNK_SIZE]
-        return
-    while True:
-        chunk = data.read(CHUNK_SIZE)
-        if chunk is None:
-            raise BadValueError("put data is a non-blocking stream with no data ready; give a blocking file object")
-        if isinstance(chunk, str):
-            raise BadValueError("put data is a file opened in text mode (read gave str); open it in binary mode ('rb')")
-        if not chunk:
-            return
-        yield chunk

@@ -31,6 +31,7 @@ from typing import Any, Iterator
 from ..errors import BadValueError, ClosedError, CorruptDataError, DuplicateKeyError, NotFoundError, StorageError
 from ..ids import uuid7
 from ..options import Options
+from ..chunks import chunks as _chunks
 from ..storage import blobfiles
 from ..storage.blobfiles import CHUNK_SIZE, INDEX_NAME, TEMP_PREFIX, IndexLog
 from .base import Store, check_limit
@@ -421,27 +422,6 @@ def _check_label(what: str, value: Any) -> None:
         raise BadValueError(f"blob {what} is not valid Unicode text: {exc}") from None
     if len(encoded) > MAX_LABEL_BYTES:
         raise BadValueError(f"blob {what} is {len(encoded)} bytes of UTF-8; the limit is {MAX_LABEL_BYTES}")
-
-
-def _chunks(data: Any) -> Iterator[bytes]:
-    """The bytes of checked put data, at most CHUNK_SIZE at a time."""
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        view = memoryview(data)
-        if not view.c_contiguous:
-            view = memoryview(view.tobytes())
-        view = view.cast("B")
-        for start in range(0, len(view), CHUNK_SIZE):
-            yield view[start:start + CHUNK_SIZE]
-        return
-    while True:
-        chunk = data.read(CHUNK_SIZE)
-        if chunk is None:
-            raise BadValueError("put data is a non-blocking stream with no data ready; give a blocking file object")
-        if isinstance(chunk, str):
-            raise BadValueError("put data is a file opened in text mode (read gave str); open it in binary mode ('rb')")
-        if not chunk:
-            return
-        yield chunk
 
 
 def _blob_id(id: Any, what: str = "blob id") -> str:

@@ -77,6 +77,22 @@ def _value_end(raw, pos: int, kind: int) -> int:
     raise bson.errors.InvalidBSON(f"unknown BSON element type {kind:#x}")
 
 
+def _element(raw: bytes, name: str) -> tuple[int, int, int] | None:
+    """``(start, value start, end)`` of the top-level element ``name`` of raw BSON, or None."""
+    want = name.encode()
+    if raw.find(want + b"\x00", 5) < 0:  # not even as bytes anywhere: certainly not a field (fast, in C)
+        return None
+    pos, end = 4, len(raw) - 1
+    while pos < end:
+        kind = raw[pos]
+        name_end = raw.index(b"\x00", pos + 1)
+        value_end = _value_end(raw, name_end + 1, kind)
+        if raw[pos + 1:name_end] == want:
+            return pos, name_end + 1, value_end
+        pos = value_end
+    return None
+
+
 def raw_get(raw: bytes, name: str, default=_MISSING):
     """The value of the top-level field ``name`` of raw BSON, decoding only that field."""
     want = name.encode()
@@ -87,22 +103,14 @@ def raw_get(raw: bytes, name: str, default=_MISSING):
         if kind == 0x02:
             n = int.from_bytes(raw[pos:pos + 4], "little")
             return raw[pos + 4:pos + 3 + n].decode("utf-8", "surrogatepass")
-    if raw.find(want + b"\x00", 5) < 0:  # not even as bytes anywhere: certainly not a field (fast, in C)
+    found = _element(raw, name)
+    if found is None:
         if default is _MISSING:
             raise KeyError(name)
         return default
-    pos, end = 4, len(raw) - 1
-    while pos < end:
-        kind = raw[pos]
-        name_end = raw.index(b"\x00", pos + 1)
-        value_end = _value_end(raw, name_end + 1, kind)
-        if raw[pos + 1:name_end] == want:
-            element = raw[pos:value_end]
-            return decode((len(element) + 5).to_bytes(4, "little") + element + b"\x00")[name]
-        pos = value_end
-    if default is _MISSING:
-        raise KeyError(name)
-    return default
+    start, _, end = found
+    element = raw[start:end]
+    return decode((len(element) + 5).to_bytes(4, "little") + element + b"\x00")[name]
 
 
 def raw_with(raw: bytes, name: str, value) -> bytes:
@@ -115,17 +123,10 @@ def raw_with(raw: bytes, name: str, value) -> bytes:
 def raw_alias(raw: bytes, name: str, alias: str) -> bytes | None:
     """Raw BSON with a copy of field ``name`` put first under the name ``alias`` (the value's bytes
     copied, not decoded); None when there is no field ``name``."""
-    want = name.encode()
-    if raw.find(want + b"\x00", 5) < 0:
+    found = _element(raw, name)
+    if found is None:
         return None
-    pos, end = 4, len(raw) - 1
-    while pos < end:
-        kind = raw[pos]
-        name_end = raw.index(b"\x00", pos + 1)
-        value_end = _value_end(raw, name_end + 1, kind)
-        if raw[pos + 1:name_end] == want:
-            element = bytes([kind]) + alias.encode() + b"\x00" + raw[name_end + 1:value_end]
-            body = raw[4:]
-            return (4 + len(element) + len(body)).to_bytes(4, "little") + element + body
-        pos = value_end
-    return None
+    start, value_start, end = found
+    element = raw[start:start + 1] + alias.encode() + b"\x00" + raw[value_start:end]
+    body = raw[4:]
+    return (4 + len(element) + len(body)).to_bytes(4, "little") + element + body

@@ -503,7 +503,3 @@ def _decode_number(data: bytes, pos: int):
         return int(dec), pos
     return float(dec), pos
 
-
-def key_end(data, pos: int = 0) -> int:
-    """Where the key that starts at ``pos`` in a concatenation of keys ends (its length, from 0)."""
-    return _decode(bytes(data), pos)[1]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 import tempfile
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import hoarddb
 from hoarddb import errors
