@@ -70,6 +70,7 @@ class Engine:
         self._stores: dict[tuple[str, str], Store] = {}
         self._hot: dict[tuple[str, str], tuple[dict, Store]] = {}  # (db, bucket) -> (declaration, store)
         self._dirty: set[Store] = set()  # stores written since the last sync (sync off: group commit)
+        self._catalog_dirty = False
         self._mutex = threading.RLock()
         self._closed = False
         self.metrics = Metrics()
@@ -103,6 +104,7 @@ class Engine:
         if handler is not None:
             if name in CATALOG_CHANGES:
                 self._hot.clear()
+                self._catalog_dirty = True
             answer = handler(request)
             return answer if isinstance(answer, dict) and "ok" in answer else {"ok": 1, "result": answer}
         if "field" in request or "key" in request:
@@ -160,6 +162,7 @@ class Engine:
             elif op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
                 self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
                 self._hot.clear()
+                self._catalog_dirty = True
         if type(result) is Reply:
             return {"ok": 1, "result": result.result, **result.extras}
         return {"ok": 1, "result": result}
@@ -242,6 +245,7 @@ class Engine:
                 rebuilt = store.open_indexes() if hasattr(store, "open_indexes") else None
                 if rebuilt is not None:
                     self.catalog.replace_bucket(db, dict(decl, indexes=rebuilt))
+                    self._catalog_dirty = True
                 self._stores[(db, bucket)] = store
             return store
 
@@ -380,7 +384,9 @@ class Engine:
             return
         with self._mutex:
             dirty, self._dirty = self._dirty, set()
-        self.catalog.kv.env.sync(True)  # created and dropped buckets too
+            catalog, self._catalog_dirty = self._catalog_dirty, False
+        if catalog:  # created, altered or dropped buckets
+            self.catalog.kv.sync()
         for store in dirty:
             store.sync()
 
