@@ -573,8 +573,8 @@ def run_kill_test(kind: str, tmp_path: Path, rounds: int, seed: int) -> None:
             what, values = in_flight[0], [int(w) for w in in_flight[1:]]
             if what == "push":
                 allowed.append(model + values)
-            elif what == "batch":  # a killed batch may leave a prefix of itself (see docs/dev/segments.md)
-                allowed.extend(model + values[:k] for k in range(1, len(values) + 1))
+            elif what == "batch":  # a killed batch is all or nothing (MORE bits, docs/dev/segments.md)
+                allowed.append(model + values)
             else:
                 n = min(values[0], len(model))
                 allowed.append(model[:len(model) - n] if lifo else model[n:])
