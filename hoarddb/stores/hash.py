@@ -296,14 +296,9 @@ class HashStore(KVStore):
         matcher = compile_filter(filter)
         if limit is not None:
             check_limit(limit, 1 << 62, "find")
-        out = []
+        out: list = []
         with self.kv.read() as txn:
-            for _key, raw in self._candidates(txn, filter):
-                doc = decode(raw)
-                if matcher(doc):
-                    out.append(doc)
-                    if limit is not None and len(out) >= limit:
-                        break
+            _matching((raw for _key, raw in self._candidates(txn, filter)), matcher, limit, out)
         return Reply(out, index_used=FULL_SCAN)
 
     def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False) -> Reply:
@@ -324,13 +319,7 @@ class HashStore(KVStore):
         out = []
         with self.kv.read() as txn:
             if p.index is None:
-                for _key, raw in self._candidates(txn, filter):
-                    docs_examined += 1
-                    doc = decode(raw)
-                    if matcher(doc):
-                        out.append(doc)
-                        if limit is not None and len(out) >= limit:
-                            break
+                raws = (raw for _key, raw in self._candidates(txn, filter))
             else:
                 doc_keys = set()
                 cursor = txn.cursor()
@@ -340,16 +329,9 @@ class HashStore(KVStore):
                             break
                         keys_examined += 1
                         doc_keys.add(p.index.doc_key_of(key, value))
-                for dk in sorted(doc_keys):
-                    raw = txn.get(self.DOC + dk)
-                    if raw is None:
-                        continue
-                    docs_examined += 1
-                    doc = decode(raw)
-                    if matcher(doc):
-                        out.append(doc)
-                        if limit is not None and len(out) >= limit:
-                            break
+                # in key order, as find answers; an entry always has its document (one transaction)
+                raws = (txn.get(self.DOC + dk) for dk in sorted(doc_keys))
+            docs_examined = _matching(raws, matcher, limit, out)
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
@@ -529,6 +511,19 @@ def expires_at(value: Any, ttl: float) -> float | None:
         value = float(value)
         return None if math.isnan(value) else value + ttl
     return None
+
+
+def _matching(raws, matcher, limit: int | None, out: list) -> int:
+    """Append to ``out`` the decoded documents of ``raws`` that match, up to ``limit``; how many were read."""
+    examined = 0
+    for raw in raws:
+        examined += 1
+        doc = decode(raw)
+        if matcher(doc):
+            out.append(doc)
+            if limit is not None and len(out) >= limit:
+                break
+    return examined
 
 
 _MISSING = object()
