@@ -329,8 +329,8 @@ class HashStore(KVStore):
                             break
                         keys_examined += 1
                         doc_keys.add(p.index.doc_key_of(key, value))
-                # in key order, as find answers; an entry always has its document (one transaction)
-                raws = (txn.get(self.DOC + dk) for dk in sorted(doc_keys))
+                # in key order, as find answers
+                raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
             docs_examined = _matching(raws, matcher, limit, out)
         extras = {"index_used": p.index_used}
         if explain:
