@@ -47,7 +47,6 @@ COMMON_BUCKET_OPTIONS = {
     "indices": "secondary indexes (hash buckets)",
     "placement": "where a cluster places the bucket; recorded, used once hoardDB runs as a cluster",
 }
-FIELD_KEYWORDS_NOTED = ("required", "auto")
 #: Operations that change declarations: they empty the engine's cache of (declaration, store).
 CATALOG_CHANGES = frozenset({"create_database", "drop_database", "create_bucket", "drop_bucket", "alter_bucket"})
 KEYED_TYPES = ("hash", "btree")
