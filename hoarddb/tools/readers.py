@@ -70,7 +70,7 @@ SUFFIXES = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """Record is one document of an input file, or the reason it could not be read.
 
@@ -175,11 +175,12 @@ class InputFile:
         self.close()
 
 
-def read_bson(f: InputFile, decode: bool = True, keep_raw: bool = False) -> Iterator[Record]:
+def read_bson(f: InputFile, decode: bool = True, keep_raw: bool | str = False) -> Iterator[Record]:
     """Every document of a concatenated-BSON stream, as :class:`Record` objects.
 
     With ``decode`` False the documents are only framed (lengths checked), not decoded:
-    ``doc`` is then the raw bytes. A document over 16 MiB is refused and skipped; a
+    ``doc`` is then the raw bytes. With ``keep_raw`` they are checked by decoding, then
+    given as a ``RawBSONDocument`` (``keep_raw="bytes"``: as bytes). A document over 16 MiB is refused and skipped; a
     damaged document (its length right, its contents not) is refused and skipped; a
     length that cannot be right, or a file that ends inside a document, is ``fatal``.
     """
@@ -268,7 +269,7 @@ def read_bson(f: InputFile, decode: bool = True, keep_raw: bool = False) -> Iter
                          code="CORRUPT")
             continue
         if keep_raw:  # checked, so it can be stored as the bytes it is: no second encoding on the way in
-            doc = RawBSONDocument(bytes(raw), RAW_OPTIONS)
+            doc = bytes(raw) if keep_raw == "bytes" else RawBSONDocument(bytes(raw), RAW_OPTIONS)
         yield Record(number, offset, length, doc=doc)
 
 
@@ -364,8 +365,8 @@ def _read_worker(path: str, queue) -> None:  # runs in the reader process
         f = InputFile(path)
         chunk: list = []
         with f:
-            for r in read_bson(f, keep_raw=True):
-                raw, key_from = (r.doc.raw if r.doc is not None else None), None
+            for r in read_bson(f, keep_raw="bytes"):
+                raw, key_from = r.doc, None
                 if raw is not None:  # key it here too: a hash bucket keys by _id_, else _id
                     if raw_get(raw, "_id_", None) is not None:
                         key_from = "_id_"
