@@ -442,10 +442,21 @@ class RemoteExecutor:
 
 
 def _upload_source(request: Mapping):
-    """``(request without the data, data)`` when a put's data must be uploaded in chunks, else None."""
-    if request.get("op") != "put":
-        return None
+    """``(request without the data, data)`` when a put's data (or a one-blob load's, as restore
+    sends) must be uploaded in chunks, else None."""
+    op = request.get("op")
     args = request.get("args")
+    if op == "load" and isinstance(args, Mapping) and isinstance(args.get("docs"), list) \
+            and len(args["docs"]) == 1 and isinstance(args["docs"][0], Mapping) and "data" in args["docs"][0]:
+        data = args["docs"][0]["data"]
+        if isinstance(data, (bytes, bytearray, memoryview)) and memoryview(data).nbytes <= INLINE_BLOB_MAX:
+            return None
+        if not isinstance(data, (bytes, bytearray, memoryview)) and not callable(getattr(data, "read", None)):
+            return None
+        rest = {**args, "docs": [{k: v for k, v in args["docs"][0].items() if k != "data"}]}
+        return {**request, "args": rest}, data
+    if op != "put":
+        return None
     if not isinstance(args, Mapping) or "doc" not in args:
         return None
     doc = args["doc"]

@@ -178,7 +178,7 @@ class Connection(asyncio.Protocol):
             else:
                 self.write(event.data)
         elif isinstance(event, Request):
-            if event.doc.get("upload") and event.doc.get("op") == "put":
+            if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
                 self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
             self.queue.append((event, self.loop.time()))
             self.busy += 1

@@ -293,7 +293,9 @@ class Server:
         request = {k: v for k, v in doc.items() if k not in ("id", "upload")}
         if upload is not None:
             args = dict(request.get("args") or {})
-            if isinstance(args.get("doc"), dict):
+            if op == "load" and isinstance(args.get("docs"), list) and len(args["docs"]) == 1:
+                args["docs"] = [{**args["docs"][0], "data": upload}]  # a restored blob, keeping its id
+            elif isinstance(args.get("doc"), dict):
                 args["doc"] = {**args["doc"], "data": upload}
             else:
                 args["doc"] = upload

@@ -146,12 +146,7 @@ def fewer_collections(threshold: int = 50_000):
 
 
 def blob_data(bucket: Any, fh: Any) -> Any:
-    """A blob's bytes as ``bucket``'s client can send them.
-
-    Embedded, the open file itself, so the engine streams it from disk and a large blob
-    is never whole in memory; to a server, its bytes (an operation is one BSON document).
-    """
-    from ..engine import Engine
-
-    executor = getattr(getattr(getattr(bucket, "_database", None), "_client", None), "_executor", None)
-    return fh if isinstance(executor, Engine) else fh.read()
+    """A blob's bytes as ``bucket``'s client sends them: the open file itself. Embedded, the
+    engine streams it from disk; a server client uploads it in chunks (a one-blob ``load``,
+    like a ``put``), so a large blob is never whole in memory either way."""
+    return fh

@@ -69,3 +69,15 @@ def test_the_commands_take_a_server(server, tmp_path):
     with hoarddb.connect(server.url()) as c:
         assert c["cli"].c.length() == 7
         c.drop_database("cli")
+
+
+def test_a_blob_larger_than_a_message_restores_into_a_server_keeping_its_id(remote, tmp_path):
+    """Restore sends each blob as a one-blob load, uploaded in chunks like a put."""
+    big = os.urandom(17 * 1024 * 1024)  # over one 16 MiB message
+    with hoarddb.open(tmp_path / "src") as c:
+        ident = c["app"].create_bucket("Photos", type="blob").put(big, name="big.bin")
+        dump(c, "app", tmp_path / "out")
+    report = restore(remote, tmp_path / "out" / "app", db="app2")
+    assert report.ok, report.summary()
+    assert remote["app2"].Photos.info(ident)["size"] == len(big)
+    assert b"".join(remote["app2"].Photos.stream(ident)) == big
