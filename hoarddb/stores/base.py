@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+from abc import ABC, abstractmethod
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -28,7 +29,7 @@ from ..options import Options
 from ..values.codec import MAX_DOCUMENT_SIZE, encode
 
 
-class Store:
+class Store(ABC):
     """Store is one bucket's data of one store type.
 
     ``directory`` is the bucket's own folder (it exists); ``declaration`` is the
@@ -68,8 +69,9 @@ class Store:
         """``{"entries": n, "bytes": bytes on disk}`` for this store."""
         return {"entries": self.length(), "bytes": directory_bytes(self.directory)}
 
-    def length(self) -> int:  # every type has a length
-        raise NotImplementedError
+    @abstractmethod
+    def length(self) -> int:
+        """How many entries the store holds (every type has a length)."""
 
 
 def directory_bytes(directory: Path) -> int:

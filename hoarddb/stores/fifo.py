@@ -20,6 +20,8 @@ docstring draws the claim environment and what a crash leaves; docs/user/queues.
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import logging
 import os
 import threading
@@ -70,11 +72,13 @@ class SegmentStore(Store):
 
     # -- the end each type takes from ------------------------------------------------------
 
+    @abstractmethod
     def _take(self, n: int) -> list[bytes]:
-        raise NotImplementedError
+        """Remove and return up to ``n`` payloads from the end pop takes from (fifo: head, lifo: tail)."""
 
+    @abstractmethod
     def _look(self, n: int) -> list[bytes]:
-        raise NotImplementedError
+        """Up to ``n`` payloads from that end, not removed."""
 
     # -- writes -------------------------------------------------------------------------------
 
