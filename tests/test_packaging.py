@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
-
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
