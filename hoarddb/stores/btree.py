@@ -295,6 +295,16 @@ class BTreeStore(KVStore):
         lower, upper = self.DOC + bytes([tag]), self.DOC + bytes([tag + 1])
         if type_rank(values[0]) == NUMBER:
             lower = self.DOC + encode_key(float("nan")) + b"\xff" * 9
+        return self._narrow(ops, lower, upper)
+
+    def _byte_bounds(self, ops: dict) -> tuple[bytes, bytes]:
+        """The smallest LMDB key to look at and the first one past the range (a coarse cut;
+        the exact bounds are checked on each entry)."""
+        return self._narrow(ops, self.DOC, b"E")
+
+    def _narrow(self, ops: dict, lower: bytes, upper: bytes) -> tuple[bytes, bytes]:
+        """``[lower, upper)`` narrowed by each bound. An entry's key is its encoded sort key and
+        an 8-byte counter, so ``ek + ff*9`` is past every entry whose key is ``ek``."""
         for op, value in ops.items():
             if op == "$prefix":
                 stem = self.DOC + string_stem(value)
@@ -309,22 +319,6 @@ class BTreeStore(KVStore):
                 upper = min(upper, ek)
             if op in ("$lte", "$eq"):
                 upper = min(upper, ek + b"\xff" * 9)
-        return lower, upper
-
-    def _byte_bounds(self, ops: dict) -> tuple[bytes, bytes]:
-        """The smallest LMDB key to look at and the first one past the range (a coarse cut;
-        the exact bounds are checked on each entry)."""
-        lower, upper = self.DOC, b"E"
-        for op, value in ops.items():
-            if op == "$prefix":
-                stem = self.DOC + string_stem(value)
-                lower, upper = max(lower, stem), min(upper, stem + b"\xff")
-                continue
-            ek = self.DOC + self._encoded(value)
-            if op in ("$gt", "$gte", "$eq"):
-                lower = max(lower, ek)
-            if op in ("$lt", "$lte", "$eq"):
-                upper = min(upper, ek + b"\xff" * 9 if op != "$lt" else ek)
         return lower, upper
 
 
