@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator
 
 from . import operations
 from .chunks import chunks
-from .api import Found
+from .api import BucketsByName, Found
 from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source
 from .client.options import ConnectOptions
 from .errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
@@ -374,20 +374,8 @@ class Client:
         await self.close()
 
 
-class Database:
+class Database(BucketsByName):
     """Database is a named group of buckets; ``db.Name`` and ``db["Name"]`` are its buckets."""
-
-    def __init__(self, client: Client, name: str):
-        self._client = client
-        self.name = name
-
-    def __getitem__(self, name: str) -> "Bucket":
-        return Bucket(self, name)
-
-    def __getattr__(self, name: str) -> "Bucket":
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return Bucket(self, name)
 
     async def create_bucket(self, name: str, type: str = "hash", **options) -> "Bucket":
         answer = await self._client.execute(
@@ -494,9 +482,10 @@ def _make_field_verb(op: operations.Operation, name: str):
     return verb
 
 
+Database.bucket_class = Bucket
 for _name, _op in operations.VERBS.items():
     setattr(Bucket, _name, _make_verb(_op, _name))
-for _name, _op in getattr(operations, "FIELD_VERBS", {}).items():
+for _name, _op in operations.FIELD_VERBS.items():
     setattr(StoreField, _name, _make_field_verb(_op, _name))
 
 

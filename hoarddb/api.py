@@ -66,20 +66,29 @@ class Client:
         self.close()
 
 
-class Database:
-    """Database is a named group of buckets; ``db.Name`` and ``db["Name"]`` are its buckets."""
+class BucketsByName:
+    """A database's buckets by name: ``db.Name`` and ``db["Name"]``, built as ``bucket_class``.
 
-    def __init__(self, client: Client, name: str):
+    Shared by this module's Database and hoarddb.aio's, which differ in their Bucket.
+    """
+
+    bucket_class: type
+
+    def __init__(self, client, name: str):
         self._client = client
         self.name = name
 
-    def __getitem__(self, name: str) -> "Bucket":
-        return Bucket(self, name)
+    def __getitem__(self, name: str):
+        return self.bucket_class(self, name)
 
-    def __getattr__(self, name: str) -> "Bucket":
+    def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        return Bucket(self, name)
+        return self.bucket_class(self, name)
+
+
+class Database(BucketsByName):
+    """Database is a named group of buckets; ``db.Name`` and ``db["Name"]`` are its buckets."""
 
     def create_bucket(self, name: str, type: str = "hash", **options) -> "Bucket":
         """Create a bucket of a store type (fifo, lifo, hash, btree, heap, blob) with its options.
@@ -255,5 +264,6 @@ def _make_verb(op: operations.Operation, name: str):
     return verb
 
 
+Database.bucket_class = Bucket
 for _name, _op in operations.VERBS.items():
     setattr(Bucket, _name, _make_verb(_op, _name))
