@@ -29,6 +29,7 @@ from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, ClosedError, HoardError, InvalidArgumentError, UnknownOptionError,
                      UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
+from .indexes.planner import plan
 from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
@@ -50,6 +51,8 @@ COMMON_BUCKET_OPTIONS = {
 #: Operations that change declarations: they empty the engine's cache of (declaration, store).
 CATALOG_CHANGES = frozenset({"create_database", "drop_database", "create_bucket", "drop_bucket", "alter_bucket"})
 KEYED_TYPES = ("hash", "btree")
+#: Reads that may touch only one key (see Engine.is_point_read).
+POINT_READS = frozenset({"get", "info", "length", "first", "last", "search"})
 
 
 class Engine:
@@ -365,6 +368,30 @@ class Engine:
         if warnings:
             answer["warnings"] = warnings
         return answer
+
+    def is_point_read(self, request: dict) -> bool:
+        """Whether a request reads at most one key, never a file or a scan: a get or info
+        (not of a blob), length, first, last, or a search a unique index answers whole.
+
+        The server runs such reads on its event loop, where a thread hop would cost more
+        than the read.
+        """
+        op = request.get("op")
+        if "field" in request or op not in POINT_READS:
+            return False
+        try:
+            decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
+            if op != "search":
+                return decl["type"] != "blob"
+            store = self._stores.get((request["db"], request["bucket"]))
+            args = request.get("args") or {}
+            if decl["type"] != "hash" or store is None or not isinstance(args, dict) \
+                    or not isinstance(args.get("filter"), dict) or args.get("explain"):
+                return False
+            p = plan(args["filter"], store.indexes.indexes)
+        except HoardError:
+            return False  # refused: let the ordinary path say so
+        return p.index is not None and p.index.unique and p.covered == len(p.index.fields)
 
     def _mark_dirty(self, store: Store) -> None:
         """Note a store written with sync off, after the write: a sync that begins after the

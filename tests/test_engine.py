@@ -190,3 +190,21 @@ def test_errors_have_stable_codes_and_answers():
     assert errors.error_from_answer(e.to_answer()).__class__ is errors.DuplicateKeyError
     codes = [cls.code for cls in errors.ERRORS.values()]
     assert len(codes) == len(set(codes))
+
+
+def test_is_point_read_tells_one_key_reads_from_scans(client):
+    db = client["app"]
+    db.create_bucket("U", type="hash", indices=[{"field": "Email", "unique": True}, "Co"])
+    db.create_bucket("P", type="blob")
+    db.U.insert({"_id_": 1, "Email": "a@x", "Co": "c"})
+    engine = client._executor
+    req = lambda op, bucket="U", **args: {"op": op, "db": "app", "bucket": bucket, "args": args}
+    assert engine.is_point_read(req("get", key=1))
+    assert engine.is_point_read(req("search", filter={"Email": "a@x"}))
+    assert engine.is_point_read(req("length"))
+    assert not engine.is_point_read(req("search", filter={"Co": "c"}))  # a plain index may match many
+    assert not engine.is_point_read(req("search", filter={"Email": "a@x"}, explain=True))
+    assert not engine.is_point_read(req("find", filter={"Email": "a@x"}))
+    assert not engine.is_point_read(req("get", bucket="P", key="x"))  # a blob get reads a whole file
+    assert not engine.is_point_read(req("get", bucket="Nope", key=1))
+    assert not engine.is_point_read(req("push", doc={}))

@@ -48,11 +48,11 @@ def is_write(op: str) -> bool:
     return verb.write if verb is not None else op in WRITE_OPS
 
 
-#: Reads that touch one key or a counter and never scan: run on the event loop itself. A
-#: request to a read-pool thread and back costs ~100-200 µs of hand-offs, many times the
-#: read (a get is a few µs); anything that may scan (find, search, count with a filter,
-#: range, list, peek of many) still goes to the read pool, so the loop is never held long.
-INLINE_READS = frozenset({"get", "info", "length", "first", "last", "list_databases", "list_buckets"})
+# Reads that touch one key and never scan (Engine.is_point_read: get, length, a search a
+# unique index answers whole...) run on the event loop itself: a request to a read-pool
+# thread and back costs ~100-200 µs of hand-offs, many times such a read. Anything that
+# may scan (find, search on a plain index, count with a filter, range, list, peek of many)
+# still goes to the read pool, so the loop is never held long.
 #: Queue writes run on the event loop too: under group commit a push or pop of a fifo or lifo
 #: is a write to the page cache (its fsync is the group's), tens of microseconds.
 INLINE_QUEUE_WRITES = frozenset({"push", "batch_push", "pop"})
@@ -301,7 +301,7 @@ class Server:
                 args["doc"] = upload
             request["args"] = args
         if "field" not in request and (
-                (not write and op in INLINE_READS and self._bucket_type(request) != "blob")
+                (not write and (op in ("list_databases", "list_buckets") or self.engine.is_point_read(request)))
                 or (write and self.committer is not None and op in INLINE_QUEUE_WRITES
                     and self._bucket_type(request) in ("fifo", "lifo"))):
             answer = self.engine.execute(request)  # microseconds: a hop to a thread would cost more
