@@ -73,6 +73,7 @@ class Engine:
         self._hot: dict[tuple[str, str], tuple[dict, Store]] = {}  # (db, bucket) -> (declaration, store)
         self._dirty: set[Store] = set()  # stores written since the last sync (sync off: group commit)
         self._catalog_dirty = False
+        self._group_lock = threading.Lock()  # one group of writes at a time (execute_group)
         self._mutex = threading.RLock()
         self._closed = False
         self.metrics = Metrics()
@@ -368,6 +369,58 @@ class Engine:
         if warnings:
             answer["warnings"] = warnings
         return answer
+
+    def execute_group(self, requests: list[dict]) -> list:
+        """Run writes that arrived together, in order: each one's answer, or the error it raised.
+
+        Writes to hash, btree and heap buckets (LMDB) share one transaction per bucket, each
+        in a child transaction of it (so a refusal undoes only itself), committed once at
+        the end: one commit and one data fsync per bucket for the whole group, instead of
+        one per write. Other writes run as ``execute`` runs them. One group at a time.
+        """
+        out: list = []
+        grouped: list[Store] = []
+        with self._group_lock:
+            try:
+                for request in requests:
+                    try:
+                        store = self._group_store(request)
+                        if store is not None and store not in grouped:
+                            store._wlock.acquire()
+                            try:
+                                store.kv.begin_group()
+                            except BaseException:
+                                store._wlock.release()
+                                raise
+                            grouped.append(store)
+                        out.append(self.execute(request))
+                    except HoardError as exc:
+                        out.append(exc)
+            finally:
+                failure = None
+                for store in grouped:
+                    try:
+                        store.kv.end_group()
+                    except HoardError as exc:
+                        failure = exc
+                    finally:
+                        store._wlock.release()
+                if failure is not None:  # the group's writes are not known to be on disk
+                    out = [failure if not isinstance(a, HoardError) else a for a in out]
+        return out
+
+    def _group_store(self, request: dict):
+        """The LMDB store a write request goes to, if it is one a group can share."""
+        if not isinstance(request, dict) or request.get("op") not in operations.VERBS \
+                and request.get("op") not in operations.FIELD_VERBS:
+            return None
+        try:
+            decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
+        except HoardError:
+            return None
+        if decl["type"] not in ("hash", "btree", "heap"):
+            return None
+        return self._store(decl["db"], decl["name"], decl)
 
     def is_point_read(self, request: dict) -> bool:
         """Whether a request reads at most one key, never a file or a scan: a get or info

@@ -208,3 +208,28 @@ def test_is_point_read_tells_one_key_reads_from_scans(client):
     assert not engine.is_point_read(req("get", bucket="P", key="x"))  # a blob get reads a whole file
     assert not engine.is_point_read(req("get", bucket="Nope", key=1))
     assert not engine.is_point_read(req("push", doc={}))
+
+
+def test_execute_group_shares_a_transaction_and_a_refusal_undoes_only_itself(tmp_path):
+    from hoarddb.engine import Engine
+    from hoarddb.options import Options
+    engine = Engine(tmp_path, Options(sync=False))
+    client = hoarddb.Client(engine)
+    client["a"].create_bucket("U", type="hash", indices=[{"field": "E", "unique": True}])
+    client["a"].create_bucket("H", type="heap")
+    client["a"].create_bucket("Q", type="fifo")
+    requests = [{"op": "insert", "db": "a", "bucket": "U", "args": {"doc": {"_id_": i, "E": i % 5}}} for i in range(8)]
+    requests += [{"op": "push", "db": "a", "bucket": "H", "args": {"doc": {"priority": i}}} for i in range(3)]
+    requests += [{"op": "push", "db": "a", "bucket": "Q", "args": {"doc": {"n": 1}}},
+                 {"op": "pop", "db": "a", "bucket": "Nope", "args": {}}]
+    answers = engine.execute_group(requests)
+    assert [a["result"] for a in answers[:5]] == [0, 1, 2, 3, 4]
+    assert all(isinstance(a, errors.DuplicateKeyError) for a in answers[5:8])
+    assert [a["ok"] for a in answers[8:12]] == [1, 1, 1, 1]
+    assert isinstance(answers[12], errors.BucketNotFoundError)
+    assert client["a"].U.count() == 5 and client["a"].H.peek() == {"priority": 2}
+    assert client["a"].U.search({"E": 3}).index_used == "E_1"
+    engine.sync()
+    client.close()
+    with hoarddb.open(tmp_path) as c:  # committed and durable
+        assert c["a"].U.count() == 5 and c["a"].H.length() == 3 and c["a"].Q.length() == 1

@@ -56,6 +56,8 @@ def is_write(op: str) -> bool:
 #: Queue writes run on the event loop too: under group commit a push or pop of a fifo or lifo
 #: is a write to the page cache (its fsync is the group's), tens of microseconds.
 INLINE_QUEUE_WRITES = frozenset({"push", "batch_push", "pop"})
+#: The most writes one group (Engine.execute_group) runs: the others wait for the next.
+GROUP_MAX = 256
 
 
 class Server:
@@ -81,6 +83,8 @@ class Server:
         self._idle_event: asyncio.Event | None = None
         self._reads = ThreadPoolExecutor(config.read_threads, thread_name_prefix="hoarddb-read")
         self._writes = ThreadPoolExecutor(config.write_threads, thread_name_prefix="hoarddb-write")
+        self._group_queue: list = []  # writes waiting for the next group (_group_write)
+        self._group_task = None
         self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-fsync")
 
     # -- life cycle
@@ -305,12 +309,39 @@ class Server:
                 or (write and self.committer is not None and op in INLINE_QUEUE_WRITES
                     and self._bucket_type(request) in ("fifo", "lifo"))):
             answer = self.engine.execute(request)  # microseconds: a hop to a thread would cost more
+        elif write and upload is None and self.committer is not None:
+            answer = await self._group_write(request)  # joins the writes that arrive together
         else:
             answer = await self.loop.run_in_executor(self._writes if write else self._reads, self.engine.execute,
                                                      request)
         if op == "list_databases" and not auth.is_admin(principal):
             answer = {**answer, "result": auth.visible_databases(principal, answer.get("result") or [])}
         return answer
+
+    async def _group_write(self, request: dict) -> dict:
+        """Run a write with the others waiting now, as one group (Engine.execute_group): writes
+        to one LMDB bucket then share one commit. The answer, or the error raised."""
+        future = self.loop.create_future()
+        self._group_queue.append((request, future))
+        if self._group_task is None or self._group_task.done():
+            self._group_task = self.loop.create_task(self._run_groups())
+        return await future
+
+    async def _run_groups(self) -> None:
+        while self._group_queue:
+            batch, self._group_queue = self._group_queue[:GROUP_MAX], self._group_queue[GROUP_MAX:]
+            try:
+                results = await self.loop.run_in_executor(
+                    self._writes, self.engine.execute_group, [r for r, _ in batch])
+            except BaseException as exc:  # a bug: every write of the group hears of it
+                results = [exc] * len(batch)
+            for (_, future), result in zip(batch, results):
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
 
     def _bucket_type(self, request: dict) -> str | None:
         """The store type of the bucket a request names (None if there is none: the engine refuses it, quickly)."""

@@ -31,6 +31,8 @@ class KV:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._grow_lock = threading.Lock()
+        self._outer: lmdb.Transaction | None = None  # a group's outer transaction (begin_group)
+        self._outer_thread: int | None = None
         try:
             self.env = lmdb.open(
                 str(self.path), map_size=map_size, subdir=True, sync=True, metasync=sync,
@@ -44,7 +46,11 @@ class KV:
 
         If the map is full, the transaction is aborted, the map doubled and ``fn`` run
         again from the start, so ``fn`` must not keep effects outside the transaction.
+        Inside a group (:meth:`begin_group`, on the group's thread) the transaction is a
+        child of the group's: its commit costs no fsync, and its abort undoes only it.
         """
+        if self._outer is not None and self._outer_thread == threading.get_ident():
+            return self._write_in_group(fn)
         while True:
             try:
                 with self.env.begin(write=True) as txn:
@@ -53,6 +59,42 @@ class KV:
                 self._grow()
             except lmdb.DiskError as exc:
                 raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+
+    # -- groups: many writes, one commit ---------------------------------------------------
+    #
+    # A server runs the writes that arrive together as one group: each in a child transaction
+    # of one outer transaction, committed (with its fsync) once at the end. Only one thread
+    # writes to the environment meanwhile (LMDB's writer lock is held by the outer one).
+
+    def begin_group(self) -> None:
+        """Open the outer transaction of a group of writes on this thread."""
+        self._outer = self.env.begin(write=True)
+        self._outer_thread = threading.get_ident()
+
+    def end_group(self) -> None:
+        """Commit the group's writes: one commit (and fsync) for all of them."""
+        outer, self._outer, self._outer_thread = self._outer, None, None
+        if outer is not None:
+            try:
+                outer.commit()
+            except lmdb.Error as exc:
+                raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+
+    def _write_in_group(self, fn):
+        while True:
+            child = self.env.begin(write=True, parent=self._outer)
+            try:
+                result = fn(child)
+                child.commit()
+                return result
+            except lmdb.MapFullError:
+                child.abort()
+                self.end_group()  # what the group wrote so far is kept; grow, and go on
+                self._grow()
+                self.begin_group()
+            except BaseException:
+                child.abort()
+                raise
 
     def sync(self) -> None:
         """Make every commit so far durable (flush the meta page when ``sync`` is off)."""

@@ -208,9 +208,10 @@ class HeapStore(ClaimVerbs, KVStore):
             with self.kv.read() as txn:
                 docs = [decode(txn.get(self.DOC + k)) for k in again]
                 if len(docs) < n:
-                    if limit is None:
-                        docs += [decode(txn.get(self._heap[0]))] if self._heap else []
-                    else:
+                    top = txn.get(self._heap[0]) if self._heap else None
+                    if limit is None and (top is not None or not self._heap):
+                        docs += [decode(top)] if top is not None else []
+                    else:  # (also when the top push is not committed yet: a server's write group)
                         docs += self._ordered_in(txn, 0, n - len(docs))
             held = self._claims.held
         return Reply(docs if limit is not None else (docs[0] if docs else None), claimed=held)

@@ -9,8 +9,9 @@ from hoarddb.errors import DocumentTooLargeError, ProtocolError
 from hoarddb.values.codec import encode
 from hoarddb.wire.framing import FrameReader, decode_frame, encode_message
 
-docs = st.lists(st.dictionaries(st.text(st.characters(blacklist_characters="\x00"), max_size=5),
-                                st.one_of(st.integers(-2**63, 2**63 - 1), st.text(), st.binary(), st.none()),
+_TEXT = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))  # BSON strings are UTF-8
+docs = st.lists(st.dictionaries(st.text(_TEXT, max_size=5),
+                                st.one_of(st.integers(-2**63, 2**63 - 1), st.text(_TEXT), st.binary(), st.none()),
                                 max_size=4), min_size=1, max_size=6)
 
 
