@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator
 
 from . import operations
 from .chunks import chunks
-from .api import BucketsByName, Found
+from .api import BucketsByName, Found, StoreFieldsByName
 from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source
 from .client.options import ConnectOptions
 from .errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
@@ -428,20 +428,8 @@ class Bucket:
             f"unknown verb {name!r}; verbs: {', '.join(sorted({op.name for op in operations.VERBS.values()}))}")
 
 
-class Document:
+class Document(StoreFieldsByName):
     """Document is a document's address in a bucket; its attributes are its store fields."""
-
-    def __init__(self, bucket: Bucket, key: Any):
-        self._bucket = bucket
-        self.key = key
-
-    def __getattr__(self, field: str) -> "StoreField":
-        if field.startswith("_"):
-            raise AttributeError(field)
-        return StoreField(self, field)
-
-    def __getitem__(self, field: str) -> "StoreField":
-        return StoreField(self, field)
 
 
 class StoreField:
@@ -483,6 +471,7 @@ def _make_field_verb(op: operations.Operation, name: str):
 
 
 Database.bucket_class = Bucket
+Document.field_class = StoreField
 for _name, _op in operations.VERBS.items():
     setattr(Bucket, _name, _make_verb(_op, _name))
 for _name, _op in operations.FIELD_VERBS.items():

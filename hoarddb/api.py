@@ -170,24 +170,33 @@ class Bucket:
         return f"<hoarddb Bucket {self._database.name}.{self.name}>"
 
 
-class Document:
+class StoreFieldsByName:
+    """A document's store fields by name: ``doc.Expenses`` and ``doc["Expenses"]``, built as ``field_class``.
+
+    Shared by this module's Document and hoarddb.aio's, which differ in their StoreField.
+    """
+
+    field_class: type
+
+    def __init__(self, bucket, key: Any):
+        self._bucket = bucket
+        self.key = key
+
+    def __getattr__(self, field: str):
+        if field.startswith("_"):
+            raise AttributeError(field)
+        return self.field_class(self, field)
+
+    def __getitem__(self, field: str):
+        return self.field_class(self, field)
+
+
+class Document(StoreFieldsByName):
     """Document is a document's address in a bucket; its attributes are its store fields.
 
     ``db.Property["p1"].Expenses`` is the ``Expenses`` store of document ``p1``. The
     document's own fields are read with ``bucket.get(key)``.
     """
-
-    def __init__(self, bucket: Bucket, key: Any):
-        self._bucket = bucket
-        self.key = key
-
-    def __getattr__(self, field: str) -> "StoreField":
-        if field.startswith("_"):
-            raise AttributeError(field)
-        return StoreField(self, field)
-
-    def __getitem__(self, field: str) -> "StoreField":
-        return StoreField(self, field)
 
     def __repr__(self) -> str:
         return f"<hoarddb Document {self._bucket._database.name}.{self._bucket.name}[{self.key!r}]>"
@@ -265,5 +274,6 @@ def _make_verb(op: operations.Operation, name: str):
 
 
 Database.bucket_class = Bucket
+Document.field_class = StoreField
 for _name, _op in operations.VERBS.items():
     setattr(Bucket, _name, _make_verb(_op, _name))

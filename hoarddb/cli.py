@@ -136,10 +136,16 @@ def main():
 def shell(data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
           tls_ca, tls_fingerprint, timeout):
     """The HQL shell on an embedded database in DIR, or on a server."""
+    _shell_command("hoarddb shell", data, json_mode, script, statement, continue_on_error,
+                   (url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout))
+
+
+def _shell_command(prog: str, data, json_mode, script, statement, continue_on_error, remote_args) -> None:
+    """What `hoarddb shell` and `hoardDB` both do: check the connection options, run, exit."""
     try:
-        remote = remote_options(url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout)
+        remote = remote_options(*remote_args)
     except HoardError as e:
-        click.echo(f"hoarddb shell: {e.message}", err=True)
+        click.echo(f"{prog}: {e.message}", err=True)
         sys.exit(2)
     sys.exit(run_shell(data, json_mode, script, statement, continue_on_error, remote))
 
@@ -301,12 +307,8 @@ def tour(data):
 def shell_main(data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
                tls_ca, tls_fingerprint, timeout):
     """The hoardDB shell (the same as `hoarddb shell`): --data DIR, or a server (-insecure for a local one)."""
-    try:
-        remote = remote_options(url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout)
-    except HoardError as e:
-        click.echo(f"hoardDB: {e.message}", err=True)
-        sys.exit(2)
-    sys.exit(run_shell(data, json_mode, script, statement, continue_on_error, remote))
+    _shell_command("hoardDB", data, json_mode, script, statement, continue_on_error,
+                   (url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout))
 
 
 from .tools.commands import COMMANDS as _TOOL_COMMANDS  # noqa: E402 - hoarddb ingest|dump|restore (hoarddb/tools)

@@ -9,6 +9,8 @@ fits: a full scan. Either way every predicate is checked on every document fetch
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +93,4 @@ def not_ready(ix: Index) -> IndexNotReadyError:
 
 
 def _is_pattern(value: Any) -> bool:
-    import re
-
     return isinstance(value, (Regex, re.Pattern))

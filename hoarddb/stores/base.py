@@ -7,9 +7,10 @@ operation's name (``store.push(doc=...)``); argument kinds are already checked b
 is not a number, a document without its sort key). A store owns its own durability:
 when a write verb returns, the write is on disk (fsync) unless ``options.sync`` is off.
 
-Adding a store type: subclass :class:`Store`, set ``type_name``, ``verbs`` and
-``bucket_options``, register it in ``hoarddb/stores/__init__.py``, and add it to the
-contract suite in ``tests/stores/test_contract.py``.
+Adding a store type: subclass :class:`Store`, set ``type_name`` and ``bucket_options``,
+give it a method for each verb :mod:`hoarddb.operations` lists for the type, register it
+in ``hoarddb/stores/__init__.py``; ``tests/stores/test_contract.py`` then holds it to the
+contract every type keeps.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bson.errors import InvalidDocument
 from bson.raw_bson import RawBSONDocument
 
 from ..errors import BadValueError, DocumentTooLargeError, LimitExceededError, NotADocumentError
 from ..options import Options
-from ..values.codec import MAX_DOCUMENT_SIZE, encode
+from ..values.codec import MAX_DOCUMENT_SIZE, encode_checked
 
 
 class Store(ABC):
@@ -41,8 +41,6 @@ class Store(ABC):
 
     #: The name of the type in ``create_bucket(type=...)``.
     type_name: ClassVar[str] = ""
-    #: The operations this type serves (names in :mod:`hoarddb.operations`).
-    verbs: ClassVar[frozenset[str]] = frozenset()
     #: Bucket options this type accepts besides ``type``, with a one-line meaning each.
     bucket_options: ClassVar[dict[str, str]] = {}
 
@@ -101,12 +99,7 @@ def encode_document(doc: Any, what: str = "document") -> bytes:
         raise NotADocumentError(
             f"{what} must be a document (a mapping such as {{Name: \"x\"}}), got {type(doc).__name__}: {doc!r:.80}"
         )
-    try:
-        data = encode(doc)
-    except InvalidDocument as exc:
-        raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
-    except OverflowError as exc:
-        raise BadValueError(f"{what} holds an integer BSON cannot store (64-bit at most): {exc}") from None
+    data = encode_checked(doc, what)
     if len(data) > MAX_DOCUMENT_SIZE:
         raise DocumentTooLargeError(
             f"{what} is {len(data)} bytes of BSON; the limit is {MAX_DOCUMENT_SIZE} (16 MiB). "

@@ -61,7 +61,6 @@ class BlobStore(Store):
     """
 
     type_name = "blob"
-    verbs = frozenset({"put", "get", "info", "delete", "stream", "length", "list"})
     bucket_options: dict[str, str] = {}
 
     def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):

@@ -35,7 +35,6 @@ class BTreeStore(KVStore):
     """BTreeStore keeps documents sorted by their sort key; equal keys keep insertion order."""
 
     type_name = "btree"
-    verbs = frozenset({"insert", "batch_insert", "get", "range", "first", "last", "length", "delete", "list"})
     bucket_options = {"key": "the field whose value sorts the entries (default: _id_, else the first field)"}
 
     @classmethod

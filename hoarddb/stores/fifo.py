@@ -49,7 +49,6 @@ class SegmentStore(Store):
     first) for both types; ``pop`` and ``peek`` read in the subclass's order.
     """
 
-    verbs: ClassVar[frozenset[str]] = frozenset({"push", "batch_push", "pop", "peek", "length", "list"})
     bucket_options: ClassVar[dict[str, str]] = {"segment_size": "bytes per segment file (default 64 MiB)"}
 
     def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
@@ -208,7 +207,6 @@ class FifoStore(ClaimVerbs, SegmentStore):
     """
 
     type_name: ClassVar[str] = "fifo"
-    verbs: ClassVar[frozenset[str]] = SegmentStore.verbs | {"claim", "ack", "release", "extend"}
     bucket_options: ClassVar[dict[str, str]] = {**SegmentStore.bucket_options, **CLAIM_OPTIONS}
 
     def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):

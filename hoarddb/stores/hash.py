@@ -50,8 +50,6 @@ class HashStore(KVStore):
     """HashStore keeps whole documents by their ``_id_``; an insert never overwrites."""
 
     type_name = "hash"
-    verbs = frozenset({"insert", "batch_insert", "put", "batch_put", "export", "load", "get", "find", "search", "count", "update", "delete",
-                       "length", "list"})
     bucket_options: dict[str, str] = {}
 
     def __init__(self, directory, declaration, options):

@@ -49,7 +49,6 @@ class HeapStore(ClaimVerbs, KVStore):
     """HeapStore pops the element with the highest ``priority``; ties leave in push order. Workers may claim and ack."""
 
     type_name = "heap"
-    verbs = frozenset({"push", "batch_push", "pop", "peek", "length", "list", "claim", "ack", "release", "extend"})
     bucket_options: dict[str, str] = dict(CLAIM_OPTIONS)
 
     @classmethod

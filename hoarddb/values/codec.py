@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime
 
 import bson
+import bson.errors
 from bson.objectid import ObjectId
 from bson.codec_options import CodecOptions, UuidRepresentation
+
+from ..errors import BadValueError
 
 #: Dates come back timezone-aware in UTC; ``uuid.UUID`` is stored as binary subtype 4.
 CODEC_OPTIONS = CodecOptions(
@@ -23,6 +26,16 @@ MAX_DOCUMENT_SIZE = 16 * 1024 * 1024
 def encode(doc) -> bytes:
     """BSON bytes of a mapping (raises ``bson.errors.InvalidDocument`` on values BSON cannot hold)."""
     return _dict_to_bson(doc, False, CODEC_OPTIONS)
+
+
+def encode_checked(doc, what: str = "the document") -> bytes:
+    """:func:`encode`, refusing a value BSON cannot hold with BadValueError (saying which)."""
+    try:
+        return encode(doc)
+    except bson.errors.InvalidDocument as exc:
+        raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
+    except OverflowError as exc:
+        raise BadValueError(f"{what} holds an integer BSON cannot store (64-bit at most): {exc}") from None
 
 
 def decode(data) -> dict:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import struct
 
-from bson.errors import BSONError, InvalidDocument
+from bson.errors import BSONError
 
-from ..errors import BadValueError, DocumentTooLargeError, ProtocolError
-from ..values.codec import decode, encode
+from ..errors import DocumentTooLargeError, ProtocolError
+from ..values.codec import decode, encode_checked
 from .messages import MAX_MESSAGE_SIZE
 
 _LENGTH = struct.Struct("<i")
@@ -84,12 +84,7 @@ def decode_frame(frame: bytes) -> dict:
 
 def encode_message(doc: dict, max_size: int = MAX_MESSAGE_SIZE) -> bytes:
     """The BSON bytes of one message; DocumentTooLargeError over ``max_size``, BadValueError if unencodable."""
-    try:
-        data = encode(doc)
-    except InvalidDocument as exc:
-        raise BadValueError(f"a value cannot be stored as BSON: {exc}") from None
-    except OverflowError as exc:
-        raise BadValueError(f"a number does not fit in BSON's 64-bit integers: {exc}") from None
+    data = encode_checked(doc, "a message")
     if len(data) > max_size:
         raise DocumentTooLargeError(
             f"a message of {len(data)} bytes is over the {max_size}-byte limit of one message; "

@@ -63,13 +63,10 @@ def index_records(directory: Path) -> list[dict]:
 # -- the type -------------------------------------------------------------------------------
 
 
-def test_class_declares_its_type_and_verbs():
+def test_class_declares_its_type():
     assert issubclass(BlobStore, Store)
     assert BlobStore.type_name == "blob"
-    assert BlobStore.verbs == frozenset({"put", "get", "info", "delete", "stream", "length", "list"})
     assert BlobStore.bucket_options == {}
-    for verb in BlobStore.verbs:
-        assert callable(getattr(BlobStore, verb))
 
 
 def test_a_new_bucket_is_empty(store):
