@@ -3,9 +3,13 @@
 The protocol object turns bytes into events; this class does the I/O and the
 ordering around them:
 
-- requests of one connection run one after another, in the order they came (as they
-  would in an embedded client), while other connections run alongside; a write's
-  answer waits for its group fsync but the next request does not;
+- requests of one connection run in the order they came (as they would in an embedded
+  client), while other connections run alongside. Cheap requests are handled as soon as
+  they are read (:meth:`_pump`): one-key reads on the loop, writes handed to the group
+  commit; a write's answer waits for its group's fsync but the next request does not,
+  and a read waits only until this connection's earlier writes have run. Anything else
+  (scans, blobs, administration) runs in a thread pool, and the connection's later
+  requests wait for it;
 - backpressure both ways: past ``max_pipeline`` queued requests, or a blob upload
   that the engine has not caught up with, the connection stops reading from the
   socket; while its unsent answers pass ``write_buffer`` bytes, it stops running
@@ -30,6 +34,8 @@ from ..wire.protocol import Chunk, Close, Request, Send, ServerProtocol, State
 
 log = logging.getLogger("hoarddb.server")
 
+#: Bytes of answers held for one send (cork) before they are written anyway.
+CORK_MAX = 64 * 1024
 #: Upload chunks buffered per upload before the connection stops reading.
 UPLOAD_BUFFER_CHUNKS = 4
 
@@ -116,12 +122,14 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.draining = False  # stopping: read no more requests
         self.opened = self.last_activity = self.loop.time()
-        self._wakeup = asyncio.Event()
+        self.unexecuted = 0  # writes submitted to the group commit that have not run yet
         self.writable = asyncio.Event()
         self.writable.set()
         self._reading_paused = False
-        self._worker: asyncio.Task | None = None
+        self._worker: asyncio.Task | None = None  # the request running in a pool, if any
         self._pending_sends = 0
+        self._corked: list[bytes] | None = None  # answers held to leave in one send (cork)
+        self._corked_bytes = 0
 
     # -- asyncio.Protocol
 
@@ -133,9 +141,7 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not self.server.connection_opened(self):
-            return
-        self._worker = self.loop.create_task(self._work())
+        self.server.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
         self.server.metrics.received.inc(len(data))
@@ -146,8 +152,14 @@ class Connection(asyncio.Protocol):
             log.exception("connection %s: protocol failure", self.peer)
             self.abort_with(ProtocolError("the server could not read this connection's messages"))
             return
-        for event in events:
-            self._event(event)
+        corked = self.cork()  # the answers of what runs now leave in one send
+        try:
+            for event in events:
+                self._event(event)
+            self._pump()
+        finally:
+            if corked:
+                self.uncork()
 
     def eof_received(self):
         return False  # close our side too
@@ -157,8 +169,8 @@ class Connection(asyncio.Protocol):
         self.core.close()
         for upload in self.uploads.values():
             upload.fail(ConnectionError_("the connection closed during a blob upload; nothing was stored"))
+        self.busy -= len(self.queue)
         self.queue.clear()
-        self._wakeup.set()
         self.writable.set()
         self.server.connection_closed(self)
 
@@ -167,6 +179,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writable.set()
+        self._pump()
 
     # -- events from the protocol
 
@@ -182,7 +195,6 @@ class Connection(asyncio.Protocol):
                 self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
             self.queue.append((event, self.loop.time()))
             self.busy += 1
-            self._wakeup.set()
             self._maybe_pause()
         elif isinstance(event, Chunk):
             self._chunk(event)
@@ -237,26 +249,42 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self._reading_paused and not self.closed:
             self._reading_paused = True
             self.transport.pause_reading()
-        self._wakeup.set()
 
-    # -- the worker: this connection's requests, in order
+    # -- running requests, in order
 
-    async def _work(self) -> None:
-        while True:
-            while not self.queue:
-                if self.closed or self.draining:
-                    return
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            request, arrived = self.queue.popleft()
+    def _pump(self) -> None:
+        """Run the queued requests that can run now, in order; stop at one that must wait."""
+        while self.queue and self._worker is None and not self.closed:
+            if not self.writable.is_set():
+                return  # the client is not reading its answers: resume_writing pumps again
+            request, arrived = self.queue[0]
+            how = self.server.dispatch(self, request)
+            if how != "write" and self.unexecuted:
+                return  # after this connection's writes have run (write_ran pumps again)
+            self.queue.popleft()
             self._maybe_resume()
-            await self.writable.wait()
-            if self.closed:
-                return
-            try:
-                await self.server.run_request(self, request, arrived)
-            except Exception:
-                log.exception("connection %s: request %r failed", self.peer, request.id)
+            if how == "write":
+                self.unexecuted += 1
+                self.server.submit_write(self, request, arrived)
+            elif how == "inline":
+                self.server.run_inline(self, request, arrived)
+            else:
+                self._worker = self.loop.create_task(self._run(request, arrived))
+
+    async def _run(self, request: Request, arrived: float) -> None:
+        try:
+            await self.server.run_request(self, request, arrived)
+        except Exception:
+            log.exception("connection %s: request %r failed", self.peer, request.id)
+        finally:
+            self._worker = None
+        self._pump()
+
+    def write_ran(self) -> None:
+        """A write this connection submitted has run (its answer may still wait for the fsync)."""
+        self.unexecuted -= 1
+        if not self.unexecuted:
+            self._pump()
 
     # -- output
 
@@ -268,7 +296,26 @@ class Connection(asyncio.Protocol):
         self.last_activity = self.loop.time()
 
     def send(self, answer: dict) -> None:
-        self.write(self.core.encode(answer))
+        if self._corked is not None:
+            self._corked.append(self.core.encode(answer))
+            self._corked_bytes += len(self._corked[-1])
+            if self._corked_bytes > CORK_MAX:  # held enough: out it goes (and may pause us)
+                self.uncork()
+                self.cork()
+        else:
+            self.write(self.core.encode(answer))
+
+    def cork(self) -> bool:
+        """Hold answers until :meth:`uncork`, to write them with one send; False if already corked."""
+        if self._corked is not None:
+            return False
+        self._corked, self._corked_bytes = [], 0
+        return True
+
+    def uncork(self) -> None:
+        corked, self._corked = self._corked, None
+        if corked:
+            self.write(corked[0] if len(corked) == 1 else b"".join(corked))
 
     def done(self) -> None:
         """One request is fully answered."""

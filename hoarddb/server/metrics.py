@@ -60,15 +60,21 @@ class ServerMetrics:
                                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=r)
         self.fsync_seconds = Histogram("hoarddb_server_fsync_seconds", "Seconds per group commit fsync",
                                        buckets=_LATENCY, registry=r)
+        self._per_op: dict = {}
         for reason in ("max_connections", "handshake_timeout", "idle_timeout", "protocol_error"):
             self.rejected.labels(reason)
 
     def answered(self, op, seconds: float, error_code: str | None = None) -> None:
-        label = op_label(op)
-        self.requests.labels(label).inc()
-        self.latency.labels(label).observe(seconds)
+        children = self._per_op.get(op)
+        if children is None:  # resolving labels costs more than counting: once per operation name
+            label = op_label(op)
+            children = (self.requests.labels(label), self.latency.labels(label), label)
+            if isinstance(op, str) and op in _KNOWN_OPS:
+                self._per_op[op] = children
+        children[0].inc()
+        children[1].observe(seconds)
         if error_code is not None:
-            self.errors.labels(label, error_code).inc()
+            self.errors.labels(children[2], error_code).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

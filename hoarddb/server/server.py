@@ -3,9 +3,11 @@
     server = Server(ServerConfig(data="./data", port=0).check())
     asyncio.run(server.serve())          # until SIGTERM / Ctrl-C, or server.request_stop()
 
-Threads: the event loop owns every socket; the engine runs in two pools, one for
-reads and one for writes, and ``Engine.sync()`` in a third thread of its own, so a
-read never waits behind a write or an fsync. A stop (SIGTERM, Ctrl-C) closes the
+Threads: the event loop owns every socket and runs what costs microseconds itself
+(one-key reads); writes go to the group commit (:mod:`.commit`), which runs each turn's
+writes and their fsync on a thread of its own; scans, blobs and administration run in
+two pools, one for reads and one for writes. A read never waits behind a slow write or
+fsync. A stop (SIGTERM, Ctrl-C) closes the
 listener, stops reading new requests, lets those already received finish, makes
 them durable, answers them, then closes the connections and the engine.
 """
@@ -13,6 +15,7 @@ them durable, answers them, then closes the connections and the engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -52,12 +55,11 @@ def is_write(op: str) -> bool:
 # unique index answers whole...) run on the event loop itself: a request to a read-pool
 # thread and back costs ~100-200 µs of hand-offs, many times such a read. Anything that
 # may scan (find, search on a plain index, count with a filter, range, list, peek of many)
-# still goes to the read pool, so the loop is never held long.
-#: Queue writes run on the event loop too: under group commit a push or pop of a fifo or lifo
-#: is a write to the page cache (its fsync is the group's), tens of microseconds.
-INLINE_QUEUE_WRITES = frozenset({"push", "batch_push", "pop"})
-#: The most writes one group (Engine.execute_group) runs: the others wait for the next.
-GROUP_MAX = 256
+# goes to the read pool, so the loop is never held long. Writes of documents and elements
+# (every write verb, store fields' too) go to the group commit; catalog changes and blob
+# uploads to the write pool.
+#: Catalog reads as cheap as a point read.
+INLINE_CATALOG_READS = frozenset({"list_databases", "list_buckets"})
 
 
 class Server:
@@ -83,9 +85,8 @@ class Server:
         self._idle_event: asyncio.Event | None = None
         self._reads = ThreadPoolExecutor(config.read_threads, thread_name_prefix="hoarddb-read")
         self._writes = ThreadPoolExecutor(config.write_threads, thread_name_prefix="hoarddb-write")
-        self._group_queue: list = []  # writes waiting for the next group (_group_write)
-        self._group_task = None
-        self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-fsync")
+        self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-commit")
+        self._corking: list | None = None  # connections whose answers are held (_answers_together)
 
     # -- life cycle
 
@@ -100,7 +101,7 @@ class Server:
         self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(data, Options(sync=not group)))
         try:
             if group:
-                self.committer = GroupCommitter(self.engine.sync, self._syncs, self.metrics)
+                self.committer = GroupCommitter(self.engine, self._syncs, self.metrics, self._answers_together)
             if self.config.auth:
                 self._bootstrap_admin()
             context = None
@@ -262,8 +263,59 @@ class Server:
 
     # -- requests
 
+    def dispatch(self, conn: Connection, request: Request) -> str:
+        """How a request runs: "inline" (on the loop, now), "write" (in the next group commit)
+        or "pool" (in a thread). Remembered on the request."""
+        how = getattr(request, "how", None)
+        if how is None:
+            how = request.how = self._dispatch(conn, request.doc)
+        return how
+
+    def _dispatch(self, conn: Connection, doc: dict) -> str:
+        op = doc.get("op")
+        try:
+            authorize(conn.core.principal, doc)
+        except HoardError:
+            return "inline"  # answered at once with its refusal
+        if op in SERVER_OPS or doc.get("upload"):
+            return "pool"
+        verb = operations.VERBS.get(op)
+        if verb is not None and verb.write:
+            return "write" if self.committer is not None else "pool"
+        if op in INLINE_CATALOG_READS or ("field" not in doc and verb is not None and self.engine.is_point_read(doc)):
+            return "inline"
+        return "pool"
+
+    def run_inline(self, conn: Connection, request: Request, arrived: float) -> None:
+        """Run a one-key read (or answer a refusal) on the loop, and answer it."""
+        doc = request.doc
+        try:
+            authorize(conn.core.principal, doc)
+            answer = self._visible(conn, doc, self.engine.execute(doc))
+        except HoardError as e:
+            answer = e.to_answer()
+        except Exception as e:  # a bug: say so in the same shape, keep serving
+            answer = self._bug(conn, doc, e)
+        self._answer(conn, request.id, doc.get("op"), answer, arrived)
+
+    def submit_write(self, conn: Connection, request: Request, arrived: float) -> None:
+        """Hand a write to the group commit; it is answered once durable (or refused)."""
+        doc = request.doc
+
+        def done(result, rid=request.id, op=doc.get("op")):
+            conn.write_ran()
+            if isinstance(result, HoardError):
+                answer = result.to_answer()
+            elif isinstance(result, BaseException):
+                answer = self._bug(conn, doc, result)
+            else:
+                answer = result
+            self._answer(conn, rid, op, answer, arrived)
+
+        self.committer.submit(doc, done)
+
     async def run_request(self, conn: Connection, request: Request, arrived: float) -> None:
-        """Run one request of a connection and send its answer (a write's once it is durable)."""
+        """Run one request in a pool and send its answer (a write's once it is durable)."""
         doc, rid = request.doc, request.id
         op = doc.get("op")
         upload = conn.uploads.get(rid)
@@ -273,8 +325,7 @@ class Server:
         except HoardError as e:
             answer = e.to_answer()
         except Exception as e:  # a bug: say so in the same shape, keep serving
-            log.exception("request %s on %s failed", str(op)[:40], conn.peer)
-            answer = InternalError(f"{type(e).__name__}: {e} (please report this)").to_answer()
+            answer = self._bug(conn, doc, e)
         finally:
             if upload is not None:
                 conn.finish_upload(rid)
@@ -304,51 +355,18 @@ class Server:
             else:
                 args["doc"] = upload
             request["args"] = args
-        if "field" not in request and (
-                (not write and (op in ("list_databases", "list_buckets") or self.engine.is_point_read(request)))
-                or (write and self.committer is not None and op in INLINE_QUEUE_WRITES
-                    and self._bucket_type(request) in ("fifo", "lifo"))):
-            answer = self.engine.execute(request)  # microseconds: a hop to a thread would cost more
-        elif write and upload is None and self.committer is not None:
-            answer = await self._group_write(request)  # joins the writes that arrive together
-        else:
-            answer = await self.loop.run_in_executor(self._writes if write else self._reads, self.engine.execute,
-                                                     request)
-        if op == "list_databases" and not auth.is_admin(principal):
-            answer = {**answer, "result": auth.visible_databases(principal, answer.get("result") or [])}
+        answer = await self.loop.run_in_executor(self._writes if write else self._reads, self.engine.execute, request)
+        return self._visible(conn, doc, answer)
+
+    def _visible(self, conn: Connection, doc: dict, answer: dict) -> dict:
+        """list_databases shows a user only the databases they hold a role on."""
+        if doc.get("op") == "list_databases" and not auth.is_admin(conn.core.principal):
+            answer = {**answer, "result": auth.visible_databases(conn.core.principal, answer.get("result") or [])}
         return answer
 
-    async def _group_write(self, request: dict) -> dict:
-        """Run a write with the others waiting now, as one group (Engine.execute_group): writes
-        to one LMDB bucket then share one commit. The answer, or the error raised."""
-        future = self.loop.create_future()
-        self._group_queue.append((request, future))
-        if self._group_task is None or self._group_task.done():
-            self._group_task = self.loop.create_task(self._run_groups())
-        return await future
-
-    async def _run_groups(self) -> None:
-        while self._group_queue:
-            batch, self._group_queue = self._group_queue[:GROUP_MAX], self._group_queue[GROUP_MAX:]
-            try:
-                results = await self.loop.run_in_executor(
-                    self._writes, self.engine.execute_group, [r for r, _ in batch])
-            except BaseException as exc:  # a bug: every write of the group hears of it
-                results = [exc] * len(batch)
-            for (_, future), result in zip(batch, results):
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-
-    def _bucket_type(self, request: dict) -> str | None:
-        """The store type of the bucket a request names (None if there is none: the engine refuses it, quickly)."""
-        try:
-            return self.engine.catalog.bucket(request.get("db"), request.get("bucket"))["type"]
-        except HoardError:
-            return None
+    def _bug(self, conn: Connection, doc: dict, exc: BaseException) -> dict:
+        log.error("request %s on %s failed", str(doc.get("op"))[:40], conn.peer, exc_info=exc)
+        return InternalError(f"{type(exc).__name__}: {exc} (please report this)").to_answer()
 
     def _server_op(self, principal, doc: dict) -> Any:
         op = doc["op"]
@@ -365,7 +383,21 @@ class Server:
             return self.users.remove(doc.get("user"))
         raise InternalError(f"no server operation {op!r}")
 
+    @contextlib.contextmanager
+    def _answers_together(self):
+        """Inside, each connection's answers are held, then written with one send per connection."""
+        corked: list[Connection] = []
+        self._corking = corked
+        try:
+            yield
+        finally:
+            self._corking = None
+            for conn in corked:
+                conn.uncork()
+
     def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float) -> None:
+        if self._corking is not None and conn.cork():
+            self._corking.append(conn)
         conn.send({"id": rid, **answer})
         self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
         conn.done()
