@@ -130,7 +130,9 @@ class Bucket:
         self.name = name
 
     def _call(self, op: operations.Operation, args: tuple, kwargs: dict) -> Any:
-        bound = operations.bind(op, args, kwargs)
+        return self._call_bound(op, operations.bind(op, args, kwargs))
+
+    def _call_bound(self, op: operations.Operation, bound: dict) -> Any:
         client = self._database._client
         if client._call is not None:  # in process: the engine takes the bound arguments as they are
             answer = client._call(op, self._database.name, self.name, bound)
@@ -246,6 +248,9 @@ for _name, _op in operations.FIELD_VERBS.items():
     setattr(StoreField, _name, _make_field_verb(_op, _name))
 
 
+_list_init = list.__init__
+
+
 class Found(list):
     """Found is the list of documents find or search returns, with how they were found.
 
@@ -254,7 +259,7 @@ class Found(list):
     """
 
     def __init__(self, docs, index_used: str, explain: dict | None = None):
-        super().__init__(docs)
+        _list_init(self, docs)
         self.index_used = index_used
         self.explain = explain
 
@@ -264,8 +269,19 @@ class _UnknownVerb(UnknownVerbError, AttributeError):
 
 
 def _make_verb(op: operations.Operation, name: str):
-    def verb(self, *args, **kwargs):
-        return self._call(op, args, kwargs)
+    first = op.params[0] if op.params else None
+    if first is not None and first.kind == "filter" and not any(p.required for p in op.params[1:] + op.options):
+        # search(filter), find(filter), count(filter): one dict is what operations.bind
+        # would bind to the filter as it is, so the common call skips binding.
+        filter_name = first.name
+
+        def verb(self, *args, **kwargs):
+            if not kwargs and len(args) == 1 and type(args[0]) is dict:
+                return self._call_bound(op, {filter_name: args[0]})
+            return self._call(op, args, kwargs)
+    else:
+        def verb(self, *args, **kwargs):
+            return self._call(op, args, kwargs)
 
     verb.__name__ = name
     verb.__qualname__ = f"Bucket.{name}"

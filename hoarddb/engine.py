@@ -441,6 +441,9 @@ class Engine:
             if decl["type"] != "hash" or store is None or not isinstance(args, dict) \
                     or not isinstance(args.get("filter"), dict) or args.get("explain"):
                 return False
+            shape = store.shapes.of(args["filter"])  # a flat equality filter: planned once per shape
+            if shape is not None:
+                return shape.whole
             p = plan(args["filter"], store.indexes.indexes)
         except HoardError:
             return False  # refused: let the ordinary path say so

@@ -3,8 +3,13 @@
 An index serves a search when its first fields are fixed by equality in the filter (a
 prefix, in declaration order). Among those, the one covering more fields wins, then a
 unique one, then the one declared first — so the choice is the same every time. Nothing
-fits: a full scan. Either way every predicate is checked on every document fetched, so
-``search`` returns what ``find`` returns.
+fits: a full scan. Either way ``search`` returns what ``find`` returns: every predicate is
+checked on every document fetched, unless the entry read already proves it (``Shape.exact``).
+
+The choice depends on which fields the filter pins, never on their values, so the
+common filter, ``{Email: "a@b"}`` or ``{CustomerID: "c1", Status: "open"}``, a flat
+document of plain values, is planned once per *shape* (its field names, in order) and
+kept by :class:`Shapes`; each search then only encodes its values into the index key.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from bson.objectid import ObjectId
 from bson.regex import Regex
 
 from ..errors import IndexNotReadyError
@@ -23,6 +29,15 @@ from ..values.literal import literal
 from .maintenance import Index
 
 FULL_SCAN = "none — full scan"
+
+#: The value types of a flat filter a :class:`Shape` serves. For each, two values have
+#: one index key (hoarddb.values.keys) exactly when find's equality says they are equal,
+#: and an index entry is written for every value (and array element) find's equality
+#: looks at, a missing field as null: so an entry found for such a value is a match.
+#: Not here, and so planned and checked the general way: regexes (patterns), documents
+#: (operators, or literal documents), lists, and the other types (dates, Int64,
+#: Decimal128, binary...), rarer in lookups and with more cases to their equality.
+EXACT_TYPES = frozenset({str, int, float, bool, ObjectId, type(None)})
 
 
 @dataclass
@@ -45,8 +60,20 @@ def plan(filter: dict, indexes: list[Index]) -> Plan:
     if not indexes:
         return Plan(None)
     pinned = {k: v for k, v in equality_fields(filter, check=False).items() if not _is_pattern(v)}
+    best, covered, considered = choose(pinned, indexes)
+    if best is None:
+        return Plan(None, considered=considered)
+    if best.state != "ready":
+        raise not_ready(best)
+    prefix = best.prefix + b"".join(encode_key(pinned[f]) for f in best.fields[:covered])
+    return Plan(best, prefix=prefix, covered=covered, considered=considered)
+
+
+def choose(pinned, indexes: list[Index]) -> tuple[Index | None, int, list]:
+    """``(index, fields covered, considered)`` for the fields ``pinned`` fixes by equality (any
+    container of field names): the choice depends on the names alone, never on the values."""
     candidates = []
-    considered = []
+    considered: list = []
     for position, ix in enumerate(indexes):
         covered = 0
         while covered < len(ix.fields) and ix.fields[covered] in pinned:
@@ -57,7 +84,7 @@ def plan(filter: dict, indexes: list[Index]) -> Plan:
             continue
         candidates.append((covered, ix.unique, -position, ix))
     if not candidates:
-        return Plan(None, considered=considered)
+        return None, 0, considered
     candidates.sort(key=lambda c: c[:3], reverse=True)
     covered, _, _, best = candidates[0]
     for c_covered, c_unique, _, ix in candidates[1:]:
@@ -69,10 +96,7 @@ def plan(filter: dict, indexes: list[Index]) -> Plan:
             why = f"ties with {best.name!r}, which was declared first"
         considered.append({"index": ix.name, "covered": c_covered, "reason": why})
     considered.insert(0, {"index": best.name, "covered": covered, "reason": "chosen"})
-    if best.state != "ready":
-        raise not_ready(best)
-    prefix = best.prefix + b"".join(encode_key(pinned[f]) for f in best.fields[:covered])
-    return Plan(best, prefix=prefix, covered=covered, considered=considered)
+    return best, covered, considered
 
 
 def not_ready(ix: Index) -> IndexNotReadyError:
@@ -94,3 +118,79 @@ def not_ready(ix: Index) -> IndexNotReadyError:
 
 def _is_pattern(value: Any) -> bool:
     return isinstance(value, (Regex, re.Pattern))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Shape is the plan of every flat filter with these field names: the index, and how to read it.
+
+    ``fields`` are the covered fields in the index's order, whose values make the key
+    prefix. ``whole``: a unique index with every field covered, so at most one entry,
+    read by its key. ``in_order``: a plain index with every field covered, so the entries
+    after the prefix are document keys in key order, one per document. ``exact``: the
+    filter has no field but the covered ones, so every document an entry points to
+    matches it and is not checked again.
+    """
+
+    index: Index | None
+    fields: tuple = ()
+    considered: tuple = ()
+    whole: bool = False
+    in_order: bool = False
+    exact: bool = False
+
+    @property
+    def index_used(self) -> str:
+        return self.index.name if self.index else FULL_SCAN
+
+    def explained(self) -> list:
+        """``considered`` for explain, as a list the caller may keep (and change)."""
+        return [dict(c) for c in self.considered]
+
+
+class Shapes:
+    """Shapes keeps the :class:`Shape` of each flat filter shape seen on one bucket's indexes.
+
+    A bucket's indexes are fixed when it is created; only their states change, and a
+    search checks the chosen index's state every time. At most ``MAX`` shapes are kept
+    (a caller inventing field names empties the cache, and is planned each time).
+    """
+
+    MAX = 512
+
+    def __init__(self, indexes: list[Index]):
+        self.indexes = indexes
+        self._shapes: dict[tuple, Shape] = {}
+
+    def of(self, filter: Any) -> Shape | None:
+        """The shape of ``filter`` if it is a dict of top-level field names (no ``$``, no dots)
+        to values of :data:`EXACT_TYPES`, else None (plan it with :func:`plan`)."""
+        if type(filter) is not dict:
+            return None
+        for value in filter.values():
+            if type(value) not in EXACT_TYPES:
+                return None
+        names = tuple(filter)
+        shape = self._shapes.get(names)
+        if shape is None:
+            for name in names:
+                if type(name) is not str or not name or name[0] == "$" or "." in name:
+                    return None
+            shape = self._plan(names)
+            if len(self._shapes) >= self.MAX:
+                self._shapes.clear()
+            self._shapes[names] = shape
+        return shape
+
+    def _plan(self, names: tuple) -> Shape:
+        if not self.indexes:
+            return Shape(None)
+        best, covered, considered = choose(frozenset(names), self.indexes)
+        if best is None:
+            return Shape(None, considered=tuple(considered))
+        return Shape(
+            best, fields=tuple(best.fields[:covered]), considered=tuple(considered),
+            whole=best.unique and covered == len(best.fields),
+            in_order=not best.unique and covered == len(best.fields),
+            exact=covered == len(names),
+        )

@@ -28,7 +28,7 @@ from ..errors import DuplicateKeyError, HoardError, TooManyElementsError
 from ..ids import uuid7
 from ..indexes.declaration import FORMAT
 from ..indexes.maintenance import IndexSet
-from ..indexes.planner import FULL_SCAN, plan
+from ..indexes.planner import FULL_SCAN, Shapes, not_ready, plan
 from bson.raw_bson import RawBSONDocument
 
 from ..values.codec import decode, raw_get, raw_with
@@ -56,6 +56,7 @@ class HashStore(KVStore):
         super().__init__(directory, declaration, options)
         self.name = declaration["name"]
         self.indexes = IndexSet(declaration.get("indexes") or [], self.name)
+        self.shapes = Shapes(self.indexes.indexes)
         self.fields = FieldStores(self, declaration, options)
 
     # -- store fields ------------------------------------------------------------------
@@ -307,6 +308,73 @@ class HashStore(KVStore):
         were considered, why each lost, and how many keys and documents were examined.
         """
         filter = filter or {}
+        shape = self.shapes.of(filter)
+        if shape is None or shape.index is None:
+            return self._search(filter, limit, explain)
+        # A flat filter of plain values on an index: planned once for its field names
+        # (planner.Shapes); its values make the key prefix, and an exact shape's entries
+        # prove the match (no second check of the document).
+        ix = shape.index
+        if len(shape.fields) == 1:
+            prefix = ix.prefix + encode_key(filter[shape.fields[0]])
+        else:
+            prefix = ix.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+        matcher = None if shape.exact else compile_filter(filter)
+        if limit is not None:
+            check_limit(limit, 1 << 62, "search")
+        if explain is not False and explain is not True:
+            raise BadValueError(f"search's explain is true or false, got {explain!r}")
+        if ix.state != "ready":
+            raise not_ready(ix)
+        out: list = []
+        if shape.whole:  # unique, every field given: one entry at most, read by its key
+            txn = self.kv.env.begin(buffers=False)  # a read snapshot, as kv.read() gives
+            try:
+                dk = txn.get(prefix)
+                raw = txn.get(self.DOC + dk) if dk is not None else None
+            finally:
+                txn.abort()
+            keys_examined = 0 if dk is None else 1
+            docs_examined = 0
+            if raw is not None:
+                docs_examined = 1
+                doc = decode(raw)
+                if matcher is None or matcher(doc):
+                    out.append(doc)
+        else:
+            keys_examined = 0
+            with self.kv.read() as txn:
+                cursor = txn.cursor()
+                if shape.in_order:  # entries after the prefix are the document keys, in key order
+                    n = len(prefix)
+                    doc_keys = []
+                    if cursor.set_range(prefix):
+                        for key in cursor.iternext(values=False):
+                            if not key.startswith(prefix):
+                                break
+                            doc_keys.append(key[n:])
+                    keys_examined = len(doc_keys)
+                else:
+                    found = set()
+                    if cursor.set_range(prefix):
+                        for key, value in cursor:
+                            if not key.startswith(prefix):
+                                break
+                            keys_examined += 1
+                            found.add(ix.doc_key_of(key, value))
+                    doc_keys = sorted(found)  # in key order, as find answers
+                doc_ns = self.DOC
+                raws = (raw for raw in (txn.get(doc_ns + dk) for dk in doc_keys) if raw is not None)
+                docs_examined = _matching(raws, matcher, limit, out)
+        if explain:
+            return Reply(out, index_used=ix.name, explain={
+                "index_used": ix.name, "considered": shape.explained(),
+                "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
+            })
+        return Reply(out, index_used=ix.name)
+
+    def _search(self, filter: Mapping, limit: int | None, explain: Any) -> Reply:
+        """search for any filter: compiled and planned for this call, every document checked."""
         matcher = compile_filter(filter)
         if limit is not None:
             check_limit(limit, 1 << 62, "search")
@@ -512,12 +580,13 @@ def expires_at(value: Any, ttl: float) -> float | None:
 
 
 def _matching(raws, matcher, limit: int | None, out: list) -> int:
-    """Append to ``out`` the decoded documents of ``raws`` that match, up to ``limit``; how many were read."""
+    """Append to ``out`` the decoded documents of ``raws`` that match (all of them when
+    ``matcher`` is None), up to ``limit``; how many were read."""
     examined = 0
     for raw in raws:
         examined += 1
         doc = decode(raw)
-        if matcher(doc):
+        if matcher is None or matcher(doc):
             out.append(doc)
             if limit is not None and len(out) >= limit:
                 break
