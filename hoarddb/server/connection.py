@@ -268,17 +268,23 @@ class Connection(asyncio.Protocol):
                 self.server.submit_write(self, request, arrived)
             elif how == "inline":
                 self.server.run_inline(self, request, arrived)
+            elif how == "read":
+                self._worker = self.server.run_read(self, request, arrived)  # None if already answered
             else:
                 self._worker = self.loop.create_task(self._run(request, arrived))
 
-    async def _run(self, request: Request, arrived: float) -> None:
+    async def _run(self, request: Request, arrived: float, work=None) -> None:
         try:
-            await self.server.run_request(self, request, arrived)
+            await (work if work is not None else self.server.run_request(self, request, arrived))
         except Exception:
             log.exception("connection %s: request %r failed", self.peer, request.id)
         finally:
             self._worker = None
         self._pump()
+
+    def finish_later(self, request: Request, arrived: float, work) -> asyncio.Task:
+        """The task that awaits ``work`` (a request's remaining part), then runs the requests after it."""
+        return self.loop.create_task(self._run(request, arrived, work))
 
     def write_ran(self) -> None:
         """A write this connection submitted has run (its answer may still wait for the fsync)."""

@@ -15,6 +15,7 @@ them durable, answers them, then closes the connections and the engine.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -58,6 +59,9 @@ def is_write(op: str) -> bool:
 # goes to the read pool, so the loop is never held long. Writes of documents and elements
 # (every write verb, store fields' too) go to the group commit; catalog changes and blob
 # uploads to the write pool.
+#: Seconds the loop waits for a read it handed to the read pool before it serves others
+#: meanwhile: most scans finish within it, and are answered without a hop back to the loop.
+READ_WAIT = 0.002
 #: Catalog reads as cheap as a point read.
 INLINE_CATALOG_READS = frozenset({"list_databases", "list_buckets"})
 
@@ -264,8 +268,9 @@ class Server:
     # -- requests
 
     def dispatch(self, conn: Connection, request: Request) -> str:
-        """How a request runs: "inline" (on the loop, now), "write" (in the next group commit)
-        or "pool" (in a thread). Remembered on the request."""
+        """How a request runs: "inline" (on the loop, now), "write" (in the next group commit),
+        "read" (on a read-pool thread, waited for a moment) or "pool" (in a thread, the loop
+        not waiting). Remembered on the request."""
         how = getattr(request, "how", None)
         if how is None:
             how = request.how = self._dispatch(conn, request.doc)
@@ -284,7 +289,7 @@ class Server:
             return "write" if self.committer is not None else "pool"
         if op in INLINE_CATALOG_READS or ("field" not in doc and verb is not None and self.engine.is_point_read(doc)):
             return "inline"
-        return "pool"
+        return "read" if op != "stream" and not is_write(op) else "pool"
 
     def run_inline(self, conn: Connection, request: Request, arrived: float) -> None:
         """Run a one-key read (or answer a refusal) on the loop, and answer it."""
@@ -297,6 +302,31 @@ class Server:
         except Exception as e:  # a bug: say so in the same shape, keep serving
             answer = self._bug(conn, doc, e)
         self._answer(conn, request.id, doc.get("op"), answer, arrived)
+
+    def run_read(self, conn: Connection, request: Request, arrived: float):
+        """Run a read that may scan on a read-pool thread; the loop waits for it a moment
+        (READ_WAIT) and answers at once if it is done: None. A longer one finishes in the
+        background while the loop serves others: the task that answers it."""
+        doc = request.doc
+        future = self._reads.submit(self._read, conn, doc)
+        try:
+            answer = future.result(READ_WAIT)
+        except concurrent.futures.TimeoutError:
+            async def rest():
+                self._answer(conn, request.id, doc.get("op"), await asyncio.wrap_future(future), arrived)
+            return conn.finish_later(request, arrived, rest())
+        self._answer(conn, request.id, doc.get("op"), answer, arrived)
+        return None
+
+    def _read(self, conn: Connection, doc: dict) -> dict:
+        """On a read-pool thread: a read's answer, refusals included."""
+        try:
+            authorize(conn.core.principal, doc)
+            return self._visible(conn, doc, self.engine.execute(doc))
+        except HoardError as e:
+            return e.to_answer()
+        except Exception as e:  # a bug: say so in the same shape, keep serving
+            return self._bug(conn, doc, e)
 
     def submit_write(self, conn: Connection, request: Request, arrived: float) -> None:
         """Hand a write to the group commit; it is answered once durable (or refused)."""
