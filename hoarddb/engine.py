@@ -382,7 +382,15 @@ class Engine:
         grouped: list[Store] = []
         with self._group_lock:
             try:
-                for request in requests:
+                i = 0
+                while i < len(requests):
+                    run = self._queue_run(requests, i)
+                    if run:  # pushes or pops of one queue in a row: one append, or one take
+                        out += run
+                        i += len(run)
+                        continue
+                    request = requests[i]
+                    i += 1
                     try:
                         store = self._group_store(request)
                         if store is not None and store not in grouped:
@@ -408,6 +416,49 @@ class Engine:
                 if failure is not None:  # the group's writes are not known to be on disk
                     out = [failure if not isinstance(a, HoardError) else a for a in out]
         return out
+
+    def _queue_run(self, requests: list, start: int) -> list:
+        """The answers of the plain pushes, or plain pops, to one fifo or lifo bucket that
+        begin at ``start`` (two or more in a row), run together: the same answers as one
+        by one, each push refused alone, with one segment append or one state write for
+        them all. [] when there is no such run."""
+        first = requests[start]
+        op = first.get("op") if type(first) is dict else None
+        if op not in ("push", "pop") or start + 1 >= len(requests) or "field" in first or "key" in first \
+                or self._closed:
+            return []
+        db, bucket = first.get("db"), first.get("bucket")
+        end = start
+        while end < len(requests):
+            r = requests[end]
+            args = r.get("args") if type(r) is dict else None
+            if (r.get("op") != op or r.get("db") != db or r.get("bucket") != bucket or "field" in r or "key" in r
+                    or type(args) is not dict or (op == "push" and (len(args) != 1 or type(args.get("doc")) is not dict))
+                    or (op == "pop" and any(v is not None for v in args.values()))):
+                break
+            end += 1
+        if end - start < 2:
+            return []
+        try:
+            hot = self._hot.get((db, bucket))
+            decl, store = hot if hot is not None else (self.catalog.bucket(db, bucket), None)
+            if decl["type"] not in ("fifo", "lifo"):
+                return []
+            if store is None:
+                store = self._store(db, bucket, decl)
+        except HoardError:
+            return []  # let each one be refused as it would be alone
+        try:
+            if op == "push":
+                outcomes = store.push_each([r["args"]["doc"] for r in requests[start:end]])
+                answers = [e if e is not None else {"ok": 1, "result": None} for e in outcomes]
+            else:
+                answers = [{"ok": 1, "result": doc} for doc in store.pop_each(end - start)]
+        except HoardError as exc:  # the disk refused the append (nothing of it stays): each one hears why
+            return [exc] * (end - start)
+        if not self.options.sync:
+            self._mark_dirty(store)
+        return answers
 
     def _group_store(self, request: dict):
         """The LMDB store a write request goes to, if it is one a group can share."""

@@ -233,3 +233,55 @@ def test_execute_group_shares_a_transaction_and_a_refusal_undoes_only_itself(tmp
     client.close()
     with hoarddb.open(tmp_path) as c:  # committed and durable
         assert c["a"].U.count() == 5 and c["a"].H.length() == 3 and c["a"].Q.length() == 1
+
+
+def _group_engine(tmp_path):
+    from hoarddb.engine import Engine
+    from hoarddb.options import Options
+    engine = Engine(tmp_path, Options(sync=False))
+    return engine, hoarddb.Client(engine)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "lifo"])
+def test_execute_group_runs_pushes_in_a_row_as_one_append_each_refused_alone(tmp_path, kind):
+    engine, client = _group_engine(tmp_path)
+    q = client["a"].create_bucket("Q", type=kind)
+    push = lambda doc: {"op": "push", "db": "a", "bucket": "Q", "args": {"doc": doc}}  # noqa: E731
+    too_big = {"pad": "x" * (17 * 1024 * 1024)}
+    answers = engine.execute_group([push({"n": 0}), push({"n": 1}), push(too_big), push({"n": 2}),
+                                    {"op": "length", "db": "a", "bucket": "Q", "args": {}}, push({"n": 3})])
+    assert [a if isinstance(a, Exception) else a["result"] for a in answers[:2]] == [None, None]
+    assert isinstance(answers[2], errors.DocumentTooLargeError)  # refused alone
+    assert answers[3] == {"ok": 1, "result": None}
+    assert answers[4]["result"] == 3  # a read inside the group sees the pushes before it
+    assert answers[5] == {"ok": 1, "result": None}
+    order = [d["n"] for d in q.list()]
+    assert order == [0, 1, 2, 3]
+    engine.sync()
+    client.close()
+    with hoarddb.open(tmp_path) as c:
+        assert [d["n"] for d in c["a"].Q.list()] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "lifo"])
+def test_execute_group_runs_pops_in_a_row_as_pops_one_by_one_would(tmp_path, kind):
+    engine, client = _group_engine(tmp_path)
+    q = client["a"].create_bucket("Q", type=kind)
+    q.batch_push([{"n": i} for i in range(150)])  # more than max_pop (100): taken in two
+    pop = {"op": "pop", "db": "a", "bucket": "Q", "args": {}}
+    answers = engine.execute_group([pop] * 152 + [{"op": "pop", "db": "a", "bucket": "Q", "args": {"limit": 2}}])
+    got = [a["result"] for a in answers[:152]]
+    expected = list(range(150)) if kind == "fifo" else list(range(149, -1, -1))
+    assert [d["n"] for d in got[:150]] == expected
+    assert got[150:] == [None, None] and answers[152]["result"] == []
+    assert q.length() == 0
+
+
+def test_execute_group_pops_in_a_row_leave_claimed_elements(tmp_path):
+    engine, client = _group_engine(tmp_path)
+    q = client["a"].create_bucket("Q", type="fifo")
+    q.batch_push([{"n": i} for i in range(4)])
+    assert [c["element"]["n"] for c in q.claim()] == [0]
+    pop = {"op": "pop", "db": "a", "bucket": "Q", "args": {}}
+    answers = engine.execute_group([pop] * 4)
+    assert [a["result"] and a["result"]["n"] for a in answers] == [1, 2, 3, None]

@@ -35,7 +35,7 @@ USER_OPS = frozenset({"create_user", "drop_user", "update_user", "list_users"})
 
 
 def is_admin(principal: Principal) -> bool:
-    return any(r.get("role") == "admin" for r in principal.roles)
+    return principal.admin
 
 
 def roles_on(principal: Principal, db: Any) -> set[str]:

@@ -135,9 +135,7 @@ class GroupCommitter:
             self.fsyncs += 1
             self.operations += durable
             if self._metrics is not None:
-                self._metrics.fsyncs.inc()
-                self._metrics.ops_per_fsync.observe(durable)
-                self._metrics.fsync_seconds.observe(seconds)
+                self._metrics.committed(durable, seconds)
         with self._answering():
             for (_, callback), result in zip(writes, results):
                 try:

@@ -144,7 +144,7 @@ class Connection(asyncio.Protocol):
         self.server.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
-        self.server.metrics.received.inc(len(data))
+        self.server.metrics.received += len(data)
         self.last_activity = self.loop.time()
         try:
             events = self.core.receive_data(data)
@@ -232,14 +232,14 @@ class Connection(asyncio.Protocol):
     def _maybe_pause(self) -> None:
         if self._reading_paused or self.transport is None:
             return
-        if len(self.queue) >= self.config.max_pipeline or any(u.full for u in self.uploads.values()):
+        if len(self.queue) >= self.config.max_pipeline or (self.uploads and any(u.full for u in self.uploads.values())):
             self._reading_paused = True
             self.transport.pause_reading()
 
     def _maybe_resume(self) -> None:
         if not self._reading_paused or self.closed or self.draining:
             return
-        if len(self.queue) < self.config.max_pipeline and not any(u.full for u in self.uploads.values()):
+        if len(self.queue) < self.config.max_pipeline and not (self.uploads and any(u.full for u in self.uploads.values())):
             self._reading_paused = False
             self.transport.resume_reading()
 
@@ -298,7 +298,7 @@ class Connection(asyncio.Protocol):
         if self.closed or self.transport is None or self.transport.is_closing():
             return
         self.transport.write(data)
-        self.server.metrics.sent.inc(len(data))
+        self.server.metrics.sent += len(data)
         self.last_activity = self.loop.time()
 
     def send(self, answer: dict) -> None:

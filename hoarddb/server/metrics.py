@@ -18,9 +18,11 @@ Names (all ``hoarddb_server_*``; the engine adds ``hoarddb_ttl_*`` and ``hoarddb
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from .. import operations
 
@@ -33,51 +35,110 @@ _KNOWN_OPS = frozenset(operations.VERBS) | {
     "update_user", "list_users", "hello", "auth_start", "auth_continue", "chunk"}
 
 
-def op_label(op) -> str:
-    """The ``op`` label: a known operation's name, else "unknown" (labels must not grow without bound)."""
-    return op if isinstance(op, str) and op in _KNOWN_OPS else "unknown"
-
-
 class ServerMetrics:
-    """ServerMetrics holds the server's counters in a registry of its own."""
+    """ServerMetrics holds the server's counters in a registry of its own.
+
+    What every request touches (requests, errors, latency, bytes, group commits) is kept
+    in plain Python numbers, updated on the event loop's thread only, and turned into
+    Prometheus families when /metrics is read (:class:`_Hot`): a prometheus_client
+    counter takes a lock per increment, several per request. The rest are ordinary
+    prometheus_client metrics.
+    """
 
     def __init__(self):
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("hoarddb_server_requests_total", "Requests answered, by operation", ["op"], registry=r)
-        self.errors = Counter("hoarddb_server_errors_total", "Requests refused, by operation and codeName",
-                              ["op", "code"], registry=r)
-        self.latency = Histogram("hoarddb_server_request_seconds", "Seconds from a request's arrival to its answer",
-                                 ["op"], buckets=_LATENCY, registry=r)
         self.connections = Gauge("hoarddb_server_open_connections", "Open connections", registry=r)
         self.connections_total = Counter("hoarddb_server_accepted_connections_total", "Connections accepted", registry=r)
         self.rejected = Counter("hoarddb_server_connections_rejected_total",
                                 "Connections closed by the server, by reason", ["reason"], registry=r)
         self.auth_failures = Counter("hoarddb_server_auth_failures_total", "Failed logins", registry=r)
-        self.received = Counter("hoarddb_server_received_bytes_total", "Bytes received from clients", registry=r)
-        self.sent = Counter("hoarddb_server_sent_bytes_total", "Bytes sent to clients", registry=r)
-        self.fsyncs = Counter("hoarddb_server_fsyncs_total", "Group commits: Engine.sync calls", registry=r)
-        self.ops_per_fsync = Histogram("hoarddb_server_ops_per_fsync", "Write operations made durable by one fsync",
-                                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=r)
-        self.fsync_seconds = Histogram("hoarddb_server_fsync_seconds", "Seconds per group commit fsync",
-                                       buckets=_LATENCY, registry=r)
-        self._per_op: dict = {}
         for reason in ("max_connections", "handshake_timeout", "idle_timeout", "protocol_error"):
             self.rejected.labels(reason)
+        self.received = 0  # bytes from clients
+        self.sent = 0  # bytes to clients
+        self.requests: dict[str, list] = {}  # op label -> [count, seconds, bucket counts...]
+        self.errors: dict[tuple[str, str], int] = {}  # (op label, codeName) -> count
+        self.fsyncs = _Histogram(_OPS_PER_FSYNC)  # observations: operations made durable by one sync
+        self.fsync_seconds = _Histogram(_LATENCY)
+        r.register(_Hot(self))
 
     def answered(self, op, seconds: float, error_code: str | None = None) -> None:
-        children = self._per_op.get(op)
-        if children is None:  # resolving labels costs more than counting: once per operation name
-            label = op_label(op)
-            children = (self.requests.labels(label), self.latency.labels(label), label)
-            if isinstance(op, str) and op in _KNOWN_OPS:
-                self._per_op[op] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        """Count one answered request (on the event loop's thread)."""
+        label = op if type(op) is str and op in _KNOWN_OPS else "unknown"  # labels must not grow without bound
+        row = self.requests.get(label)
+        if row is None:
+            row = self.requests[label] = _Histogram(_LATENCY)
+        row.observe(seconds)
         if error_code is not None:
-            self.errors.labels(children[2], error_code).inc()
+            key = (label, error_code)
+            self.errors[key] = self.errors.get(key, 0) + 1
+
+    def committed(self, operations: int, seconds: float) -> None:
+        """Count one group commit: how many writes its sync made durable, and how long it took."""
+        self.fsyncs.observe(operations)
+        self.fsync_seconds.observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+_OPS_PER_FSYNC = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class _Histogram:
+    """_Histogram is a count, a sum and cumulative-later bucket counts, without locks (one thread writes)."""
+
+    __slots__ = ("bounds", "buckets", "count", "sum")
+
+    def __init__(self, bounds: tuple):
+        self.bounds = bounds
+        self.buckets = [0] * (len(bounds) + 1)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.sum += value
+
+    def family_buckets(self) -> list:
+        out, running = [], 0
+        for bound, n in zip(self.bounds + (float("inf"),), self.buckets):
+            running += n
+            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
+        return out
+
+
+class _Hot:
+    """_Hot turns ServerMetrics' plain numbers into Prometheus families when they are collected."""
+
+    def __init__(self, metrics: ServerMetrics):
+        self.m = metrics
+
+    def collect(self):
+        m = self.m
+        requests = CounterMetricFamily("hoarddb_server_requests", "Requests answered, by operation", labels=["op"])
+        latency = HistogramMetricFamily("hoarddb_server_request_seconds", "Seconds from a request's arrival to its answer",
+                                        labels=["op"])
+        for label, h in sorted(m.requests.items()):
+            requests.add_metric([label], h.count)
+            latency.add_metric([label], h.family_buckets(), h.sum)
+        errors = CounterMetricFamily("hoarddb_server_errors", "Requests refused, by operation and codeName",
+                                     labels=["op", "code"])
+        for (label, code), n in sorted(m.errors.items()):
+            errors.add_metric([label, code], n)
+        yield requests
+        yield errors
+        yield latency
+        yield CounterMetricFamily("hoarddb_server_received_bytes", "Bytes received from clients", value=m.received)
+        yield CounterMetricFamily("hoarddb_server_sent_bytes", "Bytes sent to clients", value=m.sent)
+        yield CounterMetricFamily("hoarddb_server_fsyncs", "Group commits: Engine.sync calls", value=m.fsyncs.count)
+        per = HistogramMetricFamily("hoarddb_server_ops_per_fsync", "Write operations made durable by one fsync")
+        per.add_metric([], m.fsyncs.family_buckets(), m.fsyncs.sum)
+        yield per
+        seconds = HistogramMetricFamily("hoarddb_server_fsync_seconds", "Seconds per group commit fsync")
+        seconds.add_metric([], m.fsync_seconds.family_buckets(), m.fsync_seconds.sum)
+        yield seconds
 
 
 class MetricsEndpoint:

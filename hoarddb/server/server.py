@@ -271,17 +271,21 @@ class Server:
         """How a request runs: "inline" (on the loop, now), "write" (in the next group commit),
         "read" (on a read-pool thread, waited for a moment) or "pool" (in a thread, the loop
         not waiting). Remembered on the request."""
-        how = getattr(request, "how", None)
+        how = request.how
         if how is None:
-            how = request.how = self._dispatch(conn, request.doc)
+            how = request.how = self._dispatch(conn, request)
         return how
 
-    def _dispatch(self, conn: Connection, doc: dict) -> str:
+    def _dispatch(self, conn: Connection, request: Request) -> str:
+        doc = request.doc
         op = doc.get("op")
-        try:
-            authorize(conn.core.principal, doc)
-        except HoardError:
-            return "inline"  # answered at once with its refusal
+        principal = conn.core.principal
+        if not principal.admin:
+            try:
+                authorize(principal, doc)
+            except HoardError as e:
+                request.refusal = e
+                return "inline"  # answered at once with its refusal
         if op in SERVER_OPS or doc.get("upload"):
             return "pool"
         verb = operations.VERBS.get(op)
@@ -295,7 +299,8 @@ class Server:
         """Run a one-key read (or answer a refusal) on the loop, and answer it."""
         doc = request.doc
         try:
-            authorize(conn.core.principal, doc)
+            if request.refusal is not None:  # dispatch authorized it, or kept why not
+                raise request.refusal
             answer = self._visible(conn, doc, self.engine.execute(doc))
         except HoardError as e:
             answer = e.to_answer()
@@ -319,9 +324,8 @@ class Server:
         return None
 
     def _read(self, conn: Connection, doc: dict) -> dict:
-        """On a read-pool thread: a read's answer, refusals included."""
+        """On a read-pool thread: a read's answer, refusals included (dispatch authorized it)."""
         try:
-            authorize(conn.core.principal, doc)
             return self._visible(conn, doc, self.engine.execute(doc))
         except HoardError as e:
             return e.to_answer()

@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from ..errors import BadValueError, ClosedError, InvalidArgumentError
+from ..errors import BadValueError, ClosedError, HoardError, InvalidArgumentError
 from ..options import Options
 from ..storage.segment import SegmentLog
 from ..values.codec import decode
@@ -98,6 +98,31 @@ class SegmentStore(Store):
         payloads = [encode_document(d, f"document at position {i} of the batch") for i, d in enumerate(docs)]
         self.log.append(payloads)
         return len(payloads)
+
+    def push_each(self, docs: list) -> list:
+        """Push each document as ``push`` would, in one append: per document None (pushed)
+        or the error that refused it alone. A server's group of pushes to one queue."""
+        outcomes: list = []
+        payloads = []
+        for doc in docs:
+            try:
+                payloads.append(encode_document(doc))
+                outcomes.append(None)
+            except HoardError as exc:
+                outcomes.append(exc)
+        self.log.append(payloads)
+        return outcomes
+
+    def pop_each(self, n: int) -> list:
+        """What ``n`` pops in a row would return (a document or None each), taken
+        ``max_pop`` at a time. A server's group of pops of one queue."""
+        out: list = []
+        while len(out) < n:
+            docs = self.pop(min(n - len(out), self.options.max_pop))
+            out += docs
+            if not docs:
+                break
+        return out + [None] * (n - len(out))
 
     def pop(self, limit: int | None = None):
         """Remove and return the next element, or None when empty.

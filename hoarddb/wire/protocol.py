@@ -58,6 +58,9 @@ class Request:
 
     id: Any
     doc: dict
+    #: The server's notes: how it runs the request, and why it is refused (if it is).
+    how: str | None = None
+    refusal: Exception | None = None
 
 
 @dataclass
@@ -83,6 +86,14 @@ class Principal:
 
     user: str | None
     roles: list = field(default_factory=list)
+
+    @property
+    def admin(self) -> bool:
+        """Whether one of the roles is the cluster-wide admin (looked up once: every request asks)."""
+        admin = self.__dict__.get("_admin")
+        if admin is None:
+            admin = self.__dict__["_admin"] = any(r.get("role") == "admin" for r in self.roles)
+        return admin
 
 
 class ServerProtocol:
@@ -146,7 +157,10 @@ class ServerProtocol:
             if self.state is State.HANDSHAKE:
                 self._close(events, "no op in the first message")
             return
-        getattr(self, "_in_" + self.state.value)(request_id, op, doc, events)
+        if self.state is State.READY:
+            self._in_ready(request_id, op, doc, events)
+        else:
+            getattr(self, "_in_" + self.state.value)(request_id, op, doc, events)
 
     def _in_handshake(self, request_id, op, doc, events) -> None:
         if op != HELLO:
