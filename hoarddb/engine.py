@@ -53,6 +53,9 @@ CATALOG_CHANGES = frozenset({"create_database", "drop_database", "create_bucket"
 KEYED_TYPES = ("hash", "btree")
 #: Reads that may touch only one key (see Engine.is_point_read).
 POINT_READS = frozenset({"get", "info", "length", "first", "last", "search"})
+#: Reads that may be quick, and the most elements a quick one touches (Engine.is_quick_read).
+QUICK_READS = frozenset({"peek", "list", "search", "length", "get"})
+QUICK_READ = 100
 
 
 class Engine:
@@ -472,6 +475,43 @@ class Engine:
         if decl["type"] not in ("hash", "btree", "heap"):
             return None
         return self._store(decl["db"], decl["name"], decl)
+
+    def is_quick_read(self, request: dict) -> bool:
+        """Whether a read is known to touch few keys, none of them a file: a point read, a
+        peek or list of at most QUICK_READ elements (a bucket's or a store field's), or a
+        search whose index holds at most QUICK_READ entries for its values.
+
+        The server runs such reads on its event loop (see is_point_read); the rest may
+        scan, and go to a thread.
+        """
+        if self.is_point_read(request):
+            return True
+        op = request.get("op")
+        if op not in QUICK_READS:
+            return False
+        args = request.get("args") or {}
+        if not isinstance(args, dict):
+            return False
+        try:
+            decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
+            if "field" in request:
+                kind = {f["name"]: f["type"] for f in decl.get("store_fields") or []}.get(request["field"])
+                if kind is None or kind == "blob" or op == "search":
+                    return False
+            else:
+                kind = decl["type"]
+                if kind == "blob":
+                    return False
+            if op == "search":
+                store = self._stores.get((decl["db"], decl["name"]))
+                return (kind == "hash" and store is not None and not args.get("explain")
+                        and store.matches_at_most(args.get("filter"), QUICK_READ))
+            limit = args.get("limit")
+            if op in ("length", "get") or (op == "peek" and limit is None):
+                return True
+            return type(limit) is int and 0 < limit <= QUICK_READ
+        except (HoardError, KeyError, TypeError):
+            return False
 
     def is_point_read(self, request: dict) -> bool:
         """Whether a request reads at most one key, never a file or a scan: a get or info

@@ -285,3 +285,28 @@ def test_execute_group_pops_in_a_row_leave_claimed_elements(tmp_path):
     pop = {"op": "pop", "db": "a", "bucket": "Q", "args": {}}
     answers = engine.execute_group([pop] * 4)
     assert [a["result"] and a["result"]["n"] for a in answers] == [1, 2, 3, None]
+
+
+def test_is_quick_read_runs_few_keys_on_the_loop_and_sends_scans_away(client):
+    db = client["a"]
+    db.create_bucket("U", type="hash", indices=[{"field": "Email", "unique": True}, "Co"],
+                     store_fields=[{"name": "Notes", "type": "fifo"}, {"name": "Files", "type": "blob"}])
+    db.create_bucket("Q", type="fifo")
+    db.U.batch_insert([{"_id_": i, "Email": f"{i}@x", "Co": "big" if i < 150 else f"c{i}"} for i in range(160)])
+    engine = client._executor
+
+    def req(op, bucket="U", **args):
+        return {"op": op, "db": "a", "bucket": bucket, "args": args}
+
+    quick = engine.is_quick_read
+    assert quick(req("search", filter={"Email": "3@x"})) and quick(req("get", key=1))
+    assert quick(req("search", filter={"Co": "c151"}))  # one entry under the value
+    assert not quick(req("search", filter={"Co": "big"}))  # 150 entries: may be long
+    assert not quick(req("search", filter={"Co": "c151"}, explain=True))
+    assert not quick(req("find", filter={"Co": "c151"})) and not quick(req("count", filter={}))
+    assert quick(req("peek", "Q")) and quick(req("peek", "Q", limit=100)) and not quick(req("peek", "Q", limit=101))
+    assert quick(req("list", "Q", limit=20)) and not quick(req("list", "Q"))  # list's default is not known small
+    field = lambda op, name, **args: {**req(op, **args), "key": 1, "field": name}  # noqa: E731
+    assert quick(field("peek", "Notes", limit=10)) and quick(field("length", "Notes"))
+    assert not quick(field("get", "Files", key="x"))  # a blob reads a file
+    assert not quick(field("peek", "Nope")) and not quick(req("peek", "Nope"))

@@ -52,13 +52,13 @@ def is_write(op: str) -> bool:
     return verb.write if verb is not None else op in WRITE_OPS
 
 
-# Reads that touch one key and never scan (Engine.is_point_read: get, length, a search a
-# unique index answers whole...) run on the event loop itself: a request to a read-pool
-# thread and back costs ~100-200 µs of hand-offs, many times such a read. Anything that
-# may scan (find, search on a plain index, count with a filter, range, list, peek of many)
-# goes to the read pool, so the loop is never held long. Writes of documents and elements
-# (every write verb, store fields' too) go to the group commit; catalog changes and blob
-# uploads to the write pool.
+# Reads known to touch few keys and no file (Engine.is_quick_read: get, length, peek or
+# list of at most 100, a search a unique index answers or whose index holds few entries
+# for its values) run on the event loop itself: a request to a read-pool thread and back
+# costs more than such a read. Anything that may scan (find, count, range, a search on
+# many entries, long lists, blobs) goes to the read pool, so the loop is never held long.
+# Writes of documents and elements (every write verb, store fields' too) go to the group
+# commit; catalog changes and blob uploads to the write pool.
 #: Seconds the loop waits for a read it handed to the read pool before it serves others
 #: meanwhile: most scans finish within it, and are answered without a hop back to the loop.
 READ_WAIT = 0.002
@@ -291,7 +291,7 @@ class Server:
         verb = operations.VERBS.get(op)
         if verb is not None and verb.write:
             return "write" if self.committer is not None else "pool"
-        if op in INLINE_CATALOG_READS or ("field" not in doc and verb is not None and self.engine.is_point_read(doc)):
+        if op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)):
             return "inline"
         return "read" if op != "stream" and not is_write(op) else "pool"
 

@@ -300,6 +300,27 @@ class HashStore(KVStore):
             _matching((raw for _key, raw in self._candidates(txn, filter)), matcher, limit, out)
         return Reply(out, index_used=FULL_SCAN)
 
+    def matches_at_most(self, filter: Any, n: int) -> bool:
+        """Whether ``search(filter)`` reads at most ``n`` documents, known cheaply: a flat
+        equality filter on a ready index with at most ``n`` entries under its values
+        (counted on keys alone). False when it cannot tell."""
+        shape = self.shapes.of(filter)
+        if shape is None or shape.index is None or shape.index.state != "ready":
+            return False
+        if shape.whole:
+            return True
+        prefix = shape.index.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(prefix):
+                return True
+            for seen, key in enumerate(cursor.iternext(values=False)):
+                if not key.startswith(prefix):
+                    return True
+                if seen >= n:
+                    return False
+        return True
+
     def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False) -> Reply:
         """Like find, through the index that fits the filter best (see hoarddb.indexes.planner).
 
