@@ -31,7 +31,8 @@ from typing import Any, ClassVar, Mapping
 from ..errors import BadValueError, ClosedError, HoardError, InvalidArgumentError
 from ..options import Options
 from ..storage.segment import SegmentLog
-from ..values.codec import decode
+from ..values.codec import RAW_CODEC_OPTIONS, decode
+from bson.raw_bson import RawBSONDocument
 from . import claims
 from .base import Reply, Store, check_limit, directory_bytes, encode_document
 from .claims import CLAIM, CLAIM_OPTIONS, ClaimTable, ClaimVerbs, load_records, validate_claim_options
@@ -115,12 +116,14 @@ class SegmentStore(Store):
 
     def pop_each(self, n: int) -> list:
         """What ``n`` pops in a row would return (a document or None each), taken
-        ``max_pop`` at a time. A server's group of pops of one queue."""
+        ``max_pop`` at a time. A server's group of pops of one queue: the documents are
+        read-only ``RawBSONDocument`` views of the stored bytes, which go into the answers
+        on the wire as they are, never decoded."""
         out: list = []
         while len(out) < n:
-            docs = self.pop(min(n - len(out), self.options.max_pop))
-            out += docs
-            if not docs:
+            payloads = self._pop_payloads(min(n - len(out), self.options.max_pop))
+            out += [RawBSONDocument(p, RAW_CODEC_OPTIONS) for p in payloads]
+            if not payloads:
                 break
         return out + [None] * (n - len(out))
 
@@ -131,10 +134,14 @@ class SegmentStore(Store):
         durable write and return them as a list in pop order (empty when there are none).
         """
         n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")
-        docs = [decode(p) for p in self._take(n)]
+        docs = [decode(p) for p in self._pop_payloads(n)]
         if limit is None:
             return docs[0] if docs else None
         return docs
+
+    def _pop_payloads(self, n: int) -> list[bytes]:
+        """What a pop of ``n`` removes, as stored (BSON)."""
+        return self._take(n)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -334,14 +341,9 @@ class FifoStore(ClaimVerbs, SegmentStore):
 
     # -- verbs that see the claim table -------------------------------------------------------------
 
-    def pop(self, limit: int | None = None):
-        """Remove and return the next ready element, or None when none is ready.
-
-        Elements whose lease ran out come first (in push order), then the log's head;
-        claimed elements are never popped. With a ``limit`` (1 to ``max_pop``), up to
-        that many in one durable write, as a list.
-        """
-        n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")
+    def _pop_payloads(self, n: int) -> list[bytes]:
+        """What a pop takes: the next *ready* elements. Elements whose lease ran out come
+        first (in push order), then the log's head; claimed elements are never popped."""
         with self._claim_lock:
             table = self._claims_table(create=False)
             if table is not None:
@@ -366,10 +368,7 @@ class FifoStore(ClaimVerbs, SegmentStore):
                     table.drop(key)
                 self._took_fresh(fresh)
                 payloads += [p for _, p in fresh]
-        docs = [decode(p) for p in payloads]
-        if limit is None:
-            return docs[0] if docs else None
-        return docs
+        return payloads
 
     def peek(self, limit: int | None = None):
         """The element pop would return, without removing it (None when none is ready).

@@ -8,6 +8,7 @@ import bson
 import bson.errors
 from bson.objectid import ObjectId
 from bson.codec_options import CodecOptions, UuidRepresentation
+from bson.raw_bson import RawBSONDocument
 
 from ..errors import BadValueError
 
@@ -18,6 +19,9 @@ CODEC_OPTIONS = CodecOptions(
     tzinfo=datetime.timezone.utc,
     uuid_representation=UuidRepresentation.STANDARD,
 )
+
+#: The same, for read-only RawBSONDocument views of stored bytes (nested documents stay raw).
+RAW_CODEC_OPTIONS = CODEC_OPTIONS.with_options(document_class=RawBSONDocument)
 
 #: The largest document hoardDB stores, as MongoDB: 16 MiB of BSON.
 MAX_DOCUMENT_SIZE = 16 * 1024 * 1024
