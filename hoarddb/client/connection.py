@@ -416,16 +416,13 @@ class RemoteExecutor:
         as its exception object, not raised). One round trip for the lot."""
         with self._lock:
             conn = self._connection()
-            ids, data = [], []
-            for r in requests:
-                request_id, message = conn.core.request(dict(r))
-                ids.append(request_id)
-                data.append(message)
-            conn._send(b"".join(data))  # one send: the server reads them together, runs them as one group
+            ids, data = conn.core.requests(requests)
+            conn._send(data)  # one send: the server reads them together and runs them as one group
             out = []
+            receive = conn.receive
             for request_id in ids:
-                answer = conn.receive(request_id)
-                answer.pop("id", None)
+                answer = receive(request_id)
+                del answer["id"]
                 out.append(answer if answer.get("ok") == 1 else error_from_answer(answer))
             return out
 

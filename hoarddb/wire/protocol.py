@@ -307,6 +307,18 @@ class ClientProtocol:
         request_id = self._id()
         return request_id, encode_message({"id": request_id, **doc}, self.max_message_size)
 
+    def requests(self, docs) -> tuple[range, bytes]:
+        """New ids for many requests, and the bytes of them all, in order (a pipeline)."""
+        if self.state is not State.READY:
+            raise ConnectionError_(f"the connection is {self.state.value}, not ready for requests")
+        first = self._next_id + 1
+        limit = self.max_message_size
+        out = []
+        for request_id, doc in enumerate(docs, first):
+            out.append(encode_message({"id": request_id, **doc}, limit))
+        self._next_id = first + len(out) - 1
+        return range(first, first + len(out)), b"".join(out)
+
     def chunk(self, request_id: int, data: bytes, *, end: bool = False, abort: bool = False) -> bytes:
         """The bytes of one upload chunk for the put sent as ``request_id``."""
         doc: dict = {"id": request_id, "op": CHUNK, "data": bytes(data)}
