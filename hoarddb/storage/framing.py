@@ -17,7 +17,9 @@ whose last entry never made it to disk: a crash halfway through a batch leaves n
 ``crc32`` covers the four length bytes and the payload, so a torn header, a torn
 payload, zeros left by a crash in the middle of an append, and a flipped bit are all
 found: :func:`scan` stops at the first entry that does not check, and everything from
-there on is the torn tail that the opener cuts off (``os.truncate``) and logs.
+there on is the torn tail that the opener cuts off (``os.truncate``) and logs. (A
+segment's opener keeps a remainder that is only zeros: a fifo log preallocates its last
+segment with zeros, see hoarddb/storage/segment.py.)
 """
 
 from __future__ import annotations

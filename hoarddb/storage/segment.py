@@ -24,8 +24,10 @@ until :meth:`SegmentLog.flush` fsyncs what was left unsynced):
   lands in (nearly always one), one fdatasync of each such segment, and one fsync of
   the directory when a segment file was created. A kill inside the write leaves a torn
   tail: the opener cuts the last segment back to its last whole entry and logs a
-  warning naming the file and the bytes cut. A torn batch may leave a prefix of its
-  entries (whole, in order): the framing has no batch marker.
+  warning naming the file and the bytes cut. A torn batch leaves none of its entries:
+  all but its last carry the MORE bit, and the opener cuts a batch whose last entry is
+  missing. With preallocation (a fifo's log) the last segment also ends in zeros the
+  appends write over, see *Preallocation* below.
 * **take_head** (fifo pop): one write of ``state.bson`` (pwrite + fdatasync) moves the head
   over every popped entry; this is the commit. Segments the head has left are unlinked
   after it; a crash in between leaves them, and the opener unlinks every segment
@@ -57,6 +59,42 @@ happens to this one::
 The opener reads both slots and keeps the one that checks with the higher ``seq``; a torn
 or corrupt slot is the update that did not finish (or a damaged sector), and the other
 slot is the state before it. ``popped`` counts entries ever taken from the head.
+
+**Preallocation** (``preallocate`` > 0; a fifo's log, not a lifo's, whose pops truncate
+the tail and would throw the zeros away each time). An fdatasync after an append that
+grows the file must also commit the new size through the file system's journal; one
+after overwriting blocks the file already has flushes only the data (on ext4 about 30%
+less time for a small entry, half for a 4 KiB one). So the last segment is kept longer
+than its entries: an append that would run past the file's end writes, after its
+frames, ``preallocate`` bytes of zeros (1 MiB for a fifo; never past ``segment_size``),
+and the appends that follow land on those zeros::
+
+    0                                        data end                 file size
+    +---------+---------+-----+---------+------------------------------------+
+    | entry   | entry   | ... | entry   | 00 00 00 ... zeros (preallocated)  |
+    +---------+---------+-----+---------+------------------------------------+
+    (file size <= segment_size, or the size of the one entry bigger than a segment)
+
+An entry header of zeros gives length 0, which no entry has, so the data ends at the
+first header that does not check, as before. Only the last segment has zeros: before an
+append starts a new segment it truncates the old last one to its data end (and fsyncs
+that, before the new file exists), so a segment before the last still ends with its
+last entry, and its damage is still told from a crash. The opener scans the last
+segment as ever, then looks at what follows its last whole entry (or whole batch):
+
+* nothing (a file written before preallocation, or trimmed): nothing to do;
+* only zeros: preallocated space, kept without a warning; appends go on over it. A
+  crash halfway through an append leaves this when none of its bytes reached the disk
+  (the zeros after the frames, or the file's new size, may have), which is the same as
+  no append;
+* anything else: a torn append (part of a frame, or the whole entries of a batch whose
+  last one is missing, then zeros or not), cut as before: the file is truncated at the
+  data end, zeros and all, with the warning; the next append preallocates again.
+
+So nothing but zeros ever lies past the data end of an open log: an append's frames and
+zeros land on zeros or past the end, and every cut (a repair, a lifo pop, an append
+taken back) truncates. A version of hoardDB from before preallocation reads a file with
+zeros as a torn tail and cuts them with a warning, losing no entry.
 
 Damage that no crash explains is refused, never returned: an entry failing its checksum
 while being read, or in a segment before the last when opening with ``sync`` on, raises
@@ -92,6 +130,8 @@ _READ_GUESS = 512
 _WALK_CHUNK = 1 << 20
 #: An emptied fifo drops its last segment when it holds this much (or half a segment).
 _RESET_BYTES = 1 << 20
+#: Zeros a fifo log's append writes after its entries when it grows the last segment.
+PREALLOCATE = 1 << 20
 #: Segment files whose descriptors stay open besides the head and the tail.
 _OPEN_FDS = 4
 #: How many segments' entry offsets stay in memory besides the tail's.
@@ -112,16 +152,23 @@ class SegmentLog:
 
     ``directory`` exists; ``suffix`` names the segment files (``fifo`` or ``lifo``);
     ``segment_size`` is the most bytes one segment holds; with ``sync`` every method that
-    changes the log has made its change durable (fsync) before it returns. Opening
+    changes the log has made its change durable (fsync) before it returns;
+    ``preallocate`` is how many bytes of zeros an append that grows the last segment
+    writes after its entries (0: none; the default is :data:`PREALLOCATE` for a fifo
+    log and none for a lifo log; see the module's docstring). Opening
     repairs what a crash left (torn tail, unfinished cut, consumed segments not yet
     unlinked). Every method is safe to call from several threads.
     """
 
-    def __init__(self, directory: Path, suffix: str, segment_size: int, sync: bool = True):
+    def __init__(self, directory: Path, suffix: str, segment_size: int, sync: bool = True,
+                 preallocate: int | None = None):
         self.directory = Path(directory)
         self.suffix = suffix
         self.segment_size = segment_size
         self.sync = sync
+        if preallocate is None:  # a fifo's tail only grows; a lifo's pops truncate it
+            preallocate = PREALLOCATE if suffix == "fifo" else 0
+        self.preallocate = preallocate
         self._lock = threading.Lock()
         self._closed = False
         self._failed: str | None = None  # set when a write failed halfway: see _fail
@@ -133,6 +180,7 @@ class SegmentLog:
         self._fds: dict[int, int] = {}
         self._segs: list[int] = []  # segment numbers on disk, ascending; [0] is the head segment
         self._sizes: dict[int, int] = {}  # bytes of whole entries in each segment
+        self._padded: dict[int, int] = {}  # file size of the last segment when zeros follow its entries
         self._counts: dict[int, int] = {}  # entries not yet taken in each segment
         self._offsets: dict[int, array] = {}  # entry offsets of a few segments (always the tail's when known)
         self._length = 0
@@ -205,7 +253,9 @@ class SegmentLog:
                 for off, payload in framing.scan(f, start, whole_batches=last):
                     offsets.append(off)
                     end = off + HEADER_SIZE + len(payload)
-            if end < size and not last and self.sync:
+            if last and end < size and _zeros_from(path, end, size):
+                self._padded[n] = size  # preallocated (see the module's docstring), or a write that left no byte
+            elif end < size and not last and self.sync:
                 # Only the last segment is ever being appended to; with sync on, an earlier
                 # one was fsynced whole before the next began, so this is damage, not a crash.
                 raise CorruptDataError(
@@ -213,7 +263,7 @@ class SegmentLog:
                     "do not check) in a segment that is not the last; the bucket's data is damaged there. "
                     "Restore the bucket from a backup"
                 )
-            if end < size:
+            if end < size and n not in self._padded:
                 why = "an append that did not finish" if last else "writes lost before a later segment, sync off"
                 log.warning(
                     "%s: cut %d bytes of torn tail from %s at byte %d (%s); %d whole entries kept",
@@ -356,6 +406,7 @@ class SegmentLog:
         self._segs.remove(number)
         self._length -= self._counts.pop(number)
         del self._sizes[number]
+        self._padded.pop(number, None)
         self._offsets.pop(number, None)
 
     def _truncate_path(self, path: Path, size: int) -> None:
@@ -534,12 +585,30 @@ class SegmentLog:
                 groups[-1][2].append(fr)
                 size += len(fr)
             written: list[list] = []
+            # A last segment with zeros after its entries that stops being the last is cut to
+            # its entries before the next segment exists (the opener checks only the last for zeros).
+            old_tail = self._segs[-1] if self._segs else None
+            trim = old_tail if old_tail in self._padded and groups[-1][0] != old_tail else None
+            pad_end = 0
+            last_number, last_start, last_parts, _ = groups[-1]
+            if self.preallocate:
+                end = last_start + sum(len(fr) for fr in last_parts)
+                if end > self._padded.get(last_number, last_start):  # the write runs past the file's end
+                    pad_end = max(end, min(end + self.preallocate, self.segment_size))
             try:
+                if trim is not None and groups[0][0] != trim:
+                    self._trim(trim, self._sizes[trim])
                 for group in groups:
                     number, start, parts, created = group
                     fd = self._fd(number, create=created)
                     written.append(group)
-                    _pwrite_all(fd, b"".join(parts), start)
+                    data = b"".join(parts)
+                    _pwrite_all(fd, data, start)
+                    if number == trim:
+                        os.ftruncate(fd, start + len(data))
+                        self._padded.pop(number)
+                    elif number == last_number and pad_end > start + len(data):
+                        pad_end = self._pad(fd, start + len(data), pad_end)
                     if self.sync:
                         _datasync(fd)
                     else:
@@ -568,7 +637,34 @@ class SegmentLog:
                     pos += len(fr)
                 self._sizes[number] = pos
                 self._counts[number] += len(parts)
+            if pad_end > self._sizes[last_number]:
+                self._padded[last_number] = pad_end
             self._length += len(frames)
+
+    def _trim(self, number: int, end: int) -> None:
+        """Cut the zeros after segment ``number``'s entries (it is no longer the last), durably."""
+        fd = self._fd(number)
+        os.ftruncate(fd, end)
+        self._padded.pop(number)
+        if self.sync:
+            _datasync(fd)
+        else:
+            self._dirty.add(number)
+
+    def _pad(self, fd: int, end: int, pad_end: int) -> int:
+        """Write zeros in ``[end, pad_end)`` after an append's frames, and answer where the file ends.
+
+        A disk too full for the zeros is no error: the ones that landed go again (they are
+        all past the file's old end) and the entries stand without them.
+        """
+        try:
+            _pwrite_all(fd, bytes(pad_end - end), end)
+            return pad_end
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            os.ftruncate(fd, end)
+            return end
 
     def _undo_append(self, written: list[list]) -> bool:
         """Take back the bytes of an append that failed; False when that failed too."""
@@ -582,6 +678,7 @@ class SegmentLog:
                 else:
                     fd = self._fd(number)
                     os.ftruncate(fd, start)
+                    self._padded.pop(number, None)
                     if self.sync:
                         _datasync(fd)
             return True
@@ -706,6 +803,8 @@ class SegmentLog:
                 raise self._fail(exc, self._path(keep)) from None
             for seg in doomed:
                 self._forget_segment(seg)
+            if shorter:
+                self._padded.pop(keep, None)
             self._counts[keep] -= remaining
             self._length -= remaining
             self._sizes[keep] = new_end
@@ -828,6 +927,18 @@ def _end_batch_in_file(path: Path, end: int) -> None:
             _datasync(fd)
     finally:
         os.close(fd)
+
+
+def _zeros_from(path: Path, start: int, end: int) -> bool:
+    """Whether bytes ``[start, end)`` of the file are all zeros."""
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        while start < end:
+            chunk = f.read(min(_WALK_CHUNK, end - start))
+            if not chunk or chunk.count(0) != len(chunk):
+                return False
+            start += len(chunk)
+    return True
 
 
 def _parse_slot(raw: bytes) -> dict | None:

@@ -44,8 +44,15 @@ def bucket(tmp_path: Path) -> Path:
     return directory
 
 
-def open_log(directory: Path, suffix: str = "fifo", size: int = SMALL, sync: bool = True) -> SegmentLog:
-    return SegmentLog(directory, suffix, size, sync=sync)
+def open_log(directory: Path, suffix: str = "fifo", size: int = SMALL, sync: bool = True,
+             preallocate: int | None = None) -> SegmentLog:
+    return SegmentLog(directory, suffix, size, sync=sync, preallocate=preallocate)
+
+
+def data_end(path: Path) -> int:
+    """Where the whole entries of a segment file end (zeros may follow: preallocation)."""
+    with open(path, "rb") as f:
+        return framing.valid_end(f)
 
 
 # -- layout --------------------------------------------------------------------------------
@@ -82,7 +89,8 @@ def test_a_segment_never_crosses_its_size_and_a_big_entry_goes_alone(bucket):
     log.append([payload(10, 10_000), payload(11)])
     names = seg_files(bucket)
     assert (bucket / names[-2]).stat().st_size == len(framing.frame(payload(10, 10_000)))
-    assert (bucket / names[-1]).stat().st_size == len(framing.frame(payload(11)))
+    assert data_end(bucket / names[-1]) == len(framing.frame(payload(11)))
+    assert (bucket / names[-1]).stat().st_size == SMALL  # zeros up to the segment's size (preallocation)
     assert everything(log) == list(range(12))
     log.close()
     log = open_log(bucket)
@@ -230,38 +238,67 @@ def test_a_state_file_torn_while_being_created_is_made_again(bucket):
 # -- torn tails -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("damage", ["cut inside an entry", "zeros appended", "garbage appended", "torn header"])
-def test_a_torn_tail_is_cut_back_to_the_last_whole_entry(bucket, caplog, damage):
-    log = open_log(bucket, size=1 << 20)
+@pytest.mark.parametrize("preallocate", [0, None], ids=["file without zeros", "preallocated file"])
+@pytest.mark.parametrize("damage", ["cut inside an entry", "garbage appended", "torn header"])
+def test_a_torn_tail_is_cut_back_to_the_last_whole_entry(bucket, caplog, damage, preallocate):
+    log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     for i in range(5):  # five appends: five batches of one
         log.append([payload(i, 50)])
     log.close()
     path = bucket / "seg_00001.fifo"
-    whole = path.stat().st_size
+    whole = data_end(path)
+    assert (path.stat().st_size > whole) == (preallocate is None)
     entry = len(framing.frame(payload(0, 50)))
+    # Without zeros the damage is where the file ends; with them, where the data ends (an
+    # append that lands on the zeros and is torn).
     if damage == "cut inside an entry":
-        os.truncate(path, whole - entry // 2)
-        kept, cut = 4, entry - entry // 2
-    elif damage == "zeros appended":
-        with open(path, "ab") as f:
-            f.write(b"\0" * 4096)
-        kept, cut = 5, 4096
+        if preallocate == 0:
+            os.truncate(path, whole - entry // 2)
+        else:  # the last entry's second half never reached the disk: zeros there
+            with open(path, "r+b") as f:
+                f.seek(whole - entry // 2)
+                f.write(bytes(entry // 2))
+        kept = 4
     elif damage == "garbage appended":
-        with open(path, "ab") as f:
+        with open(path, "r+b") as f:
+            f.seek(whole)
             f.write(framing.frame(payload(5, 50))[:-3] + b"\xde\xad\xbe")
-        kept, cut = 5, entry
+        kept = 5
     else:
-        with open(path, "ab") as f:
+        with open(path, "r+b") as f:
+            f.seek(whole)
             f.write(framing.frame(payload(5, 50))[:5])
-        kept, cut = 5, 5
+        kept = 5
+    cut = path.stat().st_size - kept * entry  # the zeros after a torn append go with it
     with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
-        log = open_log(bucket, size=1 << 20)
+        log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     assert everything(log) == list(range(kept))
     assert path.stat().st_size == kept * entry
     assert f"cut {cut} bytes of torn tail from seg_00001.fifo" in caplog.text
     log.append([payload(99)])  # appends go after the last whole entry
     log.close()
     assert everything(open_log(bucket, size=1 << 20)) == [*range(kept), 99]
+
+
+def test_zeros_after_the_last_entry_are_kept_as_preallocated_space(bucket, caplog):
+    log = open_log(bucket, size=1 << 20, preallocate=0)  # a file as hoardDB wrote them before preallocation
+    for i in range(5):
+        log.append([payload(i, 50)])
+    log.close()
+    path = bucket / "seg_00001.fifo"
+    whole = path.stat().st_size
+    with open(path, "ab") as f:  # zeros after the entries: preallocation, or an append of which no byte landed
+        f.write(b"\0" * 4096)
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket, size=1 << 20)
+    assert caplog.text == ""
+    assert everything(log) == list(range(5))
+    assert path.stat().st_size == whole + 4096
+    log.append([payload(99)])  # lands on the zeros: the file does not grow
+    assert path.stat().st_size == whole + 4096
+    assert data_end(path) == whole + len(framing.frame(payload(99)))
+    log.close()
+    assert everything(open_log(bucket, size=1 << 20)) == [*range(5), 99]
 
 
 def test_a_damaged_segment_before_the_last_is_refused_not_cut(bucket):
@@ -399,15 +436,21 @@ def test_a_write_the_disk_refuses_leaves_nothing_and_the_log_goes_on(bucket):
 # -- batches are all or nothing ----------------------------------------------------------------
 
 
-def test_a_batch_torn_by_a_crash_leaves_none_of_it(bucket):
-    log = open_log(bucket, size=1 << 20)
+@pytest.mark.parametrize("preallocate", [0, None], ids=["file without zeros", "preallocated file"])
+def test_a_batch_torn_by_a_crash_leaves_none_of_it(bucket, preallocate):
+    log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     log.append([payload(0, 50)])
     log.append([payload(i, 50) for i in range(1, 6)])
     log.close()
     path = bucket / "seg_00001.fifo"
     entry = len(framing.frame(payload(0, 50)))
-    os.truncate(path, path.stat().st_size - entry // 2)  # the batch's last entry never made it
-    log = open_log(bucket, size=1 << 20)
+    end = data_end(path)
+    with open(path, "r+b") as f:  # the batch's last entry never made it (zeros where it was to be)
+        f.seek(end - entry // 2)
+        f.write(bytes(entry // 2))
+    if preallocate == 0:
+        os.truncate(path, end - entry // 2)
+    log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     assert everything(log) == [0]
     assert path.stat().st_size == entry
     log.close()
@@ -454,3 +497,243 @@ def test_a_lifo_pop_emptying_the_last_segment_of_a_spanning_batch_keeps_the_rest
     log = open_log(bucket, "lifo", size=size)
     assert everything(log) == left and left
     log.close()
+
+
+# -- preallocation: zeros after the last segment's entries ---------------------------------------
+
+
+def zeros_after_data(path: Path) -> bool:
+    raw = path.read_bytes()
+    return raw[data_end(path):].count(0) == len(raw) - data_end(path)
+
+
+def test_a_fifo_append_preallocates_zeros_and_the_next_appends_land_on_them(bucket, caplog):
+    log = open_log(bucket, size=64 * 1024, preallocate=8192)
+    log.append([payload(0, 100)])
+    path = bucket / "seg_00001.fifo"
+    entry = len(framing.frame(payload(0, 100)))
+    assert path.stat().st_size == entry + 8192 and data_end(path) == entry and zeros_after_data(path)
+    for i in range(1, 8192 // entry + 1):  # these fit in the zeros: the file keeps its size
+        log.append([payload(i, 100)])
+        assert path.stat().st_size == entry + 8192
+    log.append([payload(99, 100)])  # this one runs past the end: zeros again after it
+    assert path.stat().st_size == data_end(path) + 8192 and zeros_after_data(path)
+    count = len(log)
+    log.close()
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket, size=64 * 1024, preallocate=8192)
+    assert caplog.text == ""  # the zeros are no torn tail
+    assert len(log) == count and path.stat().st_size == data_end(path) + 8192
+    log.close()
+
+
+def test_preallocation_never_runs_past_the_segment_size(bucket):
+    log = open_log(bucket, size=SMALL)  # the default, 1 MiB, is more than a segment
+    log.append([payload(0)])
+    assert (bucket / "seg_00001.fifo").stat().st_size == SMALL
+    log.append([payload(1, 3 * SMALL)])  # bigger than a segment: alone, no zeros
+    assert (bucket / "seg_00002.fifo").stat().st_size == len(framing.frame(payload(1, 3 * SMALL)))
+    log.close()
+
+
+def test_a_segment_followed_by_another_keeps_no_zeros(bucket):
+    size = 16 * 1024
+    log = open_log(bucket, size=size, preallocate=4096)
+    for i in range(40):
+        log.append([payload(i, 700)])
+    log.append([payload(i, 700) for i in range(40, 80)])  # a batch over several segments
+    names = seg_files(bucket)
+    assert len(names) >= 4
+    for name in names[:-1]:  # the zeros went before the next segment was created
+        assert (bucket / name).stat().st_size == data_end(bucket / name) <= size
+    assert (bucket / names[-1]).stat().st_size > data_end(bucket / names[-1])
+    log.close()
+    log = open_log(bucket, size=size, preallocate=4096)
+    assert everything(log) == list(range(80))
+    log.close()
+
+
+def test_zeros_in_a_segment_before_the_last_are_damage(bucket):
+    log = open_log(bucket, size=16 * 1024, preallocate=4096)
+    log.append([payload(i, 700) for i in range(40)])
+    log.close()
+    with open(bucket / "seg_00001.fifo", "ab") as f:
+        f.write(bytes(4096))
+    with pytest.raises(CorruptDataError, match="seg_00001.fifo"):
+        open_log(bucket, size=16 * 1024)
+
+
+def test_a_lifo_log_does_not_preallocate(bucket):
+    log = open_log(bucket, "lifo", size=1 << 20)
+    log.append([payload(i) for i in range(3)])
+    path = bucket / "seg_00001.lifo"
+    assert path.stat().st_size == data_end(path)
+    log.close()
+
+
+def test_a_log_written_before_preallocation_opens_and_preallocates_from_then_on(bucket, caplog):
+    log = open_log(bucket, size=1 << 20, preallocate=0)  # the old layout: the file ends with its data
+    log.append([payload(i, 50) for i in range(5)])
+    log.close()
+    path = bucket / "seg_00001.fifo"
+    old = path.stat().st_size
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket, size=1 << 20, preallocate=4096)
+    assert caplog.text == "" and path.stat().st_size == old
+    log.append([payload(5, 50)])
+    assert data_end(path) == old + len(framing.frame(payload(5, 50)))
+    assert path.stat().st_size == data_end(path) + 4096
+    log.close()
+    assert everything(open_log(bucket, size=1 << 20)) == list(range(6))
+
+
+def test_a_fifo_pop_and_a_lifo_pop_of_a_preallocated_segment(bucket):
+    log = open_log(bucket, size=1 << 20, preallocate=4096)
+    log.append([payload(i, 50) for i in range(6)])
+    assert ids(log.take_head(2)) == [0, 1]
+    log.close()
+    assert everything(open_log(bucket, size=1 << 20)) == [2, 3, 4, 5]
+    # A lifo log opening a file with zeros keeps them until its pop truncates.
+    lifo = bucket.parent / "Stack"
+    lifo.mkdir()
+    log = open_log(lifo, "lifo", size=1 << 20, preallocate=4096)
+    log.append([payload(i, 50) for i in range(6)])
+    path = lifo / "seg_00001.lifo"
+    assert path.stat().st_size > data_end(path)
+    log.close()
+    log = open_log(lifo, "lifo", size=1 << 20)
+    assert ids(log.take_tail(2)) == [5, 4]
+    assert path.stat().st_size == data_end(path)
+    log.append([payload(9, 50)])  # no preallocation by a lifo log
+    assert path.stat().st_size == data_end(path)
+    log.close()
+    assert everything(open_log(lifo, "lifo", size=1 << 20)) == [0, 1, 2, 3, 9]
+
+
+PAD_REFUSED = r"""
+import resource, signal, sys
+from pathlib import Path
+from hoarddb.storage.segment import SegmentLog
+from hoarddb.values.codec import encode
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))  # room for entries, not for the zeros
+log = SegmentLog(Path(sys.argv[1]), "fifo", 1 << 20, preallocate=1 << 20)
+log.append([encode({"i": 0})])
+log.append([encode({"i": 1})])
+print("length", len(log))
+"""
+
+
+def test_zeros_the_disk_refuses_leave_the_entries_standing(bucket):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", PAD_REFUSED, str(bucket)], cwd=repo, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "length 2" in result.stdout
+    path = bucket / "seg_00001.fifo"
+    assert path.stat().st_size == data_end(path)
+    assert everything(open_log(bucket, size=1 << 20)) == [0, 1]
+
+
+#: A child appending to a preallocated log (and popping its head) until it is killed; it
+#: says "B ..." before each call and "A ..." once the call returned.
+KILLED_APPENDER = r"""
+import random, sys
+from pathlib import Path
+from hoarddb.storage.segment import SegmentLog
+from hoarddb.values.codec import encode
+
+directory, start, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+log = SegmentLog(directory, "fifo", 64 * 1024, preallocate=8192)
+rng = random.Random(seed)
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+say("ready")
+i = start
+while True:
+    r = rng.random()
+    if r < 0.9:
+        batch = list(range(i, i + (1 if r < 0.6 else rng.randrange(2, 20))))
+        say("B append " + " ".join(map(str, batch)))
+        log.append([encode({"i": j, "pad": "x" * rng.randrange(0, 3000)}) for j in batch])
+        say("A")
+        i += len(batch)
+    else:
+        n = rng.randrange(1, 30)
+        say(f"B take {n}")
+        got = log.take_head(n)
+        say("A " + str(len(got)))
+"""
+
+
+@pytest.mark.parametrize("rounds", [8 if os.environ.get("HOARDDB_SLOW") != "1" else 80])
+def test_a_preallocated_log_killed_mid_append_reopens_with_every_acknowledged_entry(tmp_path, rounds):
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    directory = tmp_path / "Queue"
+    directory.mkdir()
+    rng = random.Random(7)
+    model: list[int] = []
+    next_id = 0
+    for round_ in range(rounds):
+        out_path = tmp_path / f"round{round_}.out"
+        with open(out_path, "wb") as out:
+            child = subprocess.Popen([sys.executable, "-c", KILLED_APPENDER, str(directory), str(next_id),
+                                      str(rng.randrange(2**32))], stdout=out, stderr=subprocess.PIPE, cwd=repo, env=env)
+        deadline = time.monotonic() + 30
+        while b"ready" not in out_path.read_bytes():
+            assert child.poll() is None, child.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.02, 0.3))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stderr.close()
+        in_flight = None
+        for line in out_path.read_text().split("\n")[1:-1]:  # only whole lines were said
+            words = line.split()
+            if words[0] == "B":
+                in_flight = words[1:]
+                if in_flight[0] == "append":
+                    next_id = int(in_flight[-1]) + 1
+                continue
+            if in_flight[0] == "append":
+                model.extend(int(w) for w in in_flight[1:])
+            else:
+                del model[:int(words[1])]
+            in_flight = None
+
+        log = open_log(directory, size=64 * 1024, preallocate=8192)
+        try:
+            actual = everything(log)
+            assert len(log) == len(actual)
+        finally:
+            log.close()
+        allowed = [model]
+        if in_flight and in_flight[0] == "append":  # all of it or none
+            allowed.append(model + [int(w) for w in in_flight[1:]])
+        elif in_flight:  # one state write takes them all, or none
+            allowed.append(model[int(in_flight[1]):])
+        assert actual in allowed, f"round {round_}: {actual[-10:]} (of {len(actual)}), in flight {in_flight}"
+        names = seg_files(directory)
+        for name in names[:-1]:
+            assert (directory / name).stat().st_size == data_end(directory / name), name
+        if names:
+            assert zeros_after_data(directory / names[-1])
+        model = actual
+    assert next_id > 50, "the child appended too little to test anything"
