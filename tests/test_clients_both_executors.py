@@ -307,3 +307,19 @@ def test_metrics_and_closed(client):
     client.close()
     with pytest.raises(errors.ClosedError):
         client.databases()
+
+
+def test_pipeline_reads_see_the_writes_sent_before_them(client, db):
+    db.create_bucket("H", type="hash")
+    db.create_bucket("Q", type="lifo")
+    h = lambda op, **args: {"op": op, "db": db.name, "bucket": "H", "args": args}  # noqa: E731
+    q = lambda op, **args: {"op": op, "db": db.name, "bucket": "Q", "args": args}  # noqa: E731
+    answers = pipeline(client, [
+        h("insert", doc={"_id_": "k", "v": 1}), h("get", key="k"), h("update", filter={"_id_": "k"}, update={"$set": {"v": 2}}),
+        h("get", key="k"), q("push", doc={"n": 1}), q("push", doc={"n": 2}), q("length"), q("pop"), q("peek"),
+        h("delete", target="k"), h("get", key="k"), h("count"),
+    ])
+    results = [a["result"] for a in answers]
+    assert results[1] == {"_id_": "k", "v": 1} and results[3] == {"_id_": "k", "v": 2}
+    assert results[6] == 2 and results[7] == {"n": 2} and results[8] == {"n": 1}
+    assert results[10] is None and results[11] == 0

@@ -86,3 +86,38 @@ def test_answers_wait_for_the_fsync_and_reads_do_not(server):
         committer._sync = real_sync
     assert read_time < 0.5, f"a read waited {read_time:.2f} s behind an fsync"
     assert done["write"] >= 0.9, "a write was answered before its fsync"
+
+
+def test_a_long_scan_does_not_hold_other_connections(server):
+    with hoarddb.connect(server.url()) as c:
+        c["app"].create_bucket("H", type="hash").insert({"_id_": "k"})
+    engine = server.server.engine
+    store = server.call(lambda: engine._store("app", "H", engine.catalog.bucket("app", "H")))
+    real_find, gate = store.find, threading.Event()
+
+    def slow_find(*args, **kwargs):
+        gate.set()
+        time.sleep(1.0)
+        return real_find(*args, **kwargs)
+
+    store.find = slow_find
+    try:
+        done = {}
+
+        def scan():
+            with hoarddb.connect(server.url()) as c:
+                done["found"] = c["app"].H.find({})
+
+        t = threading.Thread(target=scan)
+        t.start()
+        assert gate.wait(10)
+        with hoarddb.connect(server.url()) as other:
+            started = time.monotonic()
+            assert other["app"].H.get("k") == {"_id_": "k"}
+            other["app"].H.insert({"_id_": "k2"})
+            elapsed = time.monotonic() - started
+        t.join(10)
+    finally:
+        del store.find
+    assert elapsed < 0.5, f"a get and an insert waited {elapsed:.2f} s behind another connection's scan"
+    assert {"_id_": "k"} in done["found"]  # (k2 too: the scan reads after its sleep)
