@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +11,8 @@ import pytest
 from hoarddb.storage import kv as kv_module
 from hoarddb.storage.kv import KV, PREALLOC_MIN
 
-REPO = Path(__file__).resolve().parents[2]
+from ..killing import kill_midway
+
 SLOW = os.environ.get("HOARDDB_SLOW") == "1"
 
 
@@ -145,25 +142,13 @@ while True:
 
 @pytest.mark.parametrize("rounds", [6 if not SLOW else 60])
 def test_a_killed_writer_loses_no_acknowledged_commit(tmp_path, rounds):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     path = tmp_path / "kv"
     rng = random.Random(3)
     acked = -1
     for round_ in range(rounds):
-        out_path = tmp_path / f"round{round_}.out"
-        with open(out_path, "wb") as out:
-            child = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(acked + 1), str(rng.randrange(2**32))],
-                                     stdout=out, stderr=subprocess.PIPE, cwd=REPO, env=env)
-        deadline = time.monotonic() + 30
-        while b"ready" not in out_path.read_bytes():
-            assert child.poll() is None, child.stderr.read().decode()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0.05, 0.4))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stderr.close()
-        lines = [line.split() for line in out_path.read_text().split("\n")[1:-1]]
+        said = kill_midway(WRITER, [path, acked + 1, rng.randrange(2**32)], tmp_path / f"round{round_}.out",
+                           rng.uniform(0.05, 0.4))
+        lines = [line.split() for line in said]
         if lines:
             acked = int(lines[-1][1])
         got = records(path)

@@ -13,6 +13,8 @@ from hoarddb.storage import framing
 from hoarddb.storage.segment import SLOT_SIZE, STATE_FILE, SegmentLog, _parse_slot, segment_name
 from hoarddb.values.codec import decode, encode
 
+from ..killing import kill_midway
+
 SMALL = 4096
 
 
@@ -678,34 +680,17 @@ while True:
 @pytest.mark.parametrize("rounds", [8 if os.environ.get("HOARDDB_SLOW") != "1" else 80])
 def test_a_preallocated_log_killed_mid_append_reopens_with_every_acknowledged_entry(tmp_path, rounds):
     import random
-    import signal
-    import subprocess
-    import sys
-    import time
 
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(repo)}
     directory = tmp_path / "Queue"
     directory.mkdir()
     rng = random.Random(7)
     model: list[int] = []
     next_id = 0
     for round_ in range(rounds):
-        out_path = tmp_path / f"round{round_}.out"
-        with open(out_path, "wb") as out:
-            child = subprocess.Popen([sys.executable, "-c", KILLED_APPENDER, str(directory), str(next_id),
-                                      str(rng.randrange(2**32))], stdout=out, stderr=subprocess.PIPE, cwd=repo, env=env)
-        deadline = time.monotonic() + 30
-        while b"ready" not in out_path.read_bytes():
-            assert child.poll() is None, child.stderr.read().decode()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0.02, 0.3))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stderr.close()
+        said = kill_midway(KILLED_APPENDER, [directory, next_id, rng.randrange(2**32)],
+                           tmp_path / f"round{round_}.out", rng.uniform(0.02, 0.3))
         in_flight = None
-        for line in out_path.read_text().split("\n")[1:-1]:  # only whole lines were said
+        for line in said:  # only whole lines were said
             words = line.split()
             if words[0] == "B":
                 in_flight = words[1:]

@@ -34,7 +34,8 @@ from hoarddb.options import Options
 from hoarddb.stores import claims
 from hoarddb.stores.fifo import FifoStore
 
-REPO = Path(__file__).resolve().parents[2]
+from ..killing import REPO, child_env, kill_midway
+
 SLOW = os.environ.get("HOARDDB_SLOW") == "1"
 KINDS = ("fifo", "heap")
 
@@ -541,10 +542,6 @@ def test_sync_off_then_sync_is_durable(tmp_path, kind, clock):
 
 # -- a killed worker -------------------------------------------------------------------------------------
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def _wait_for_line(path: Path, child, what: str, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while True:
@@ -572,7 +569,7 @@ def _kill_a_worker(data: str, kind: str, tmp_path: Path, lease: float) -> list[i
     out_path = tmp_path / "worker.out"
     with open(out_path, "wb") as out:
         child = subprocess.Popen([sys.executable, "-c", WORKER, data, kind, str(lease)],
-                                 stdout=out, stderr=subprocess.PIPE, cwd=REPO, env=_env())
+                                 stdout=out, stderr=subprocess.PIPE, cwd=REPO, env=child_env())
     try:
         line = _wait_for_line(out_path, child, "claimed")
     finally:
@@ -691,21 +688,12 @@ def run_kill_test(kind: str, tmp_path: Path, rounds: int, seed: int, monkeypatch
     next_id = 0
     far = Clock(time.time() + 10_000_000)
     for round_ in range(rounds):
-        out_path = tmp_path / f"round{round_}.out"
-        with open(out_path, "wb") as out:
-            child = subprocess.Popen(
-                [sys.executable, "-c", CHILD, str(data), kind, str(next_id), str(rng.randrange(2**32))],
-                stdout=out, stderr=subprocess.PIPE, cwd=REPO, env=_env(),
-            )
-        _wait_for_line(out_path, child, "ready")
-        time.sleep(rng.uniform(0.05, 0.4))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stderr.close()
+        said = kill_midway(CHILD, [data, kind, next_id, rng.randrange(2**32)], tmp_path / f"round{round_}.out",
+                           rng.uniform(0.05, 0.4))
 
         # Replay what was acknowledged; only whole lines count.
         in_flight = None
-        for line in out_path.read_text().split("\n")[:-1][1:]:
+        for line in said:
             words = line.split()
             if words[0] == "B":
                 in_flight = words[1:]

@@ -9,12 +9,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
-import time
 from collections import deque
 from pathlib import Path
 
@@ -34,7 +30,8 @@ from hoarddb.errors import (
 from hoarddb.options import Options
 from hoarddb.stores.fifo import FifoStore
 
-REPO = Path(__file__).resolve().parents[2]
+from ..killing import kill_midway
+
 SLOW = os.environ.get("HOARDDB_SLOW") == "1"
 SMALL = 4096
 
@@ -515,28 +512,12 @@ def run_kill_test(kind: str, tmp_path: Path, rounds: int, seed: int) -> None:
     rng = random.Random(seed)
     model: list[int] = []
     next_id = 0
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for round_ in range(rounds):
-        out_path = tmp_path / f"round{round_}.out"
-        with open(out_path, "wb") as out:
-            child = subprocess.Popen(
-                [sys.executable, "-c", CHILD, kind, str(directory), str(next_id), str(rng.randrange(2**32))],
-                stdout=out, stderr=subprocess.PIPE, cwd=REPO, env=env,
-            )
-        deadline = time.monotonic() + 30
-        while b"ready" not in out_path.read_bytes():
-            assert child.poll() is None, child.stderr.read().decode()
-            assert time.monotonic() < deadline, "the child did not start"
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0.02, 0.35))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stderr.close()
-
         # Only whole lines count: a line the kill cut short was never said.
-        lines = out_path.read_text().split("\n")[:-1]
+        lines = kill_midway(CHILD, [kind, directory, next_id, rng.randrange(2**32)], tmp_path / f"round{round_}.out",
+                            rng.uniform(0.02, 0.35))
         in_flight = None
-        for line in lines[1:]:
+        for line in lines:
             words = line.split()
             if words[0] == "B":
                 in_flight = words[1:]
