@@ -49,6 +49,8 @@ log = logging.getLogger("hoarddb.kv")
 #: size, within these bounds, and refilled when less than half of that is left.
 PREALLOC_MIN = 1 << 20
 PREALLOC_MAX = 64 << 20
+#: A write transaction after one that grew the data this much is taken for a bulk load: no fill.
+BULK_GROWTH = 256 << 10
 _ZEROS = bytes(1 << 20)
 _datasync = getattr(os, "fdatasync", os.fsync)
 
@@ -85,6 +87,7 @@ class KV:
         self._psize = self.env.stat()["psize"]
         # Our own descriptor of data.mdb, for the zeros written ahead of LMDB's pages.
         try:
+            self._last_used = 0  # LMDB's used size at the last write transaction's start
             self._data_fd: int | None = os.open(self.path / "data.mdb", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
             self._alloc_end = os.fstat(self._data_fd).st_size  # the file's size, as far as we know
         except OSError:
@@ -170,8 +173,11 @@ class KV:
             return
         info = self.env.info()
         used = (info["last_pgno"] + 1) * self._psize
+        grew, self._last_used = used - self._last_used, used
         step = min(max(used // 8, PREALLOC_MIN), PREALLOC_MAX)
-        if self._alloc_end - used >= step // 2:
+        if self._alloc_end - used >= step // 2 or grew > BULK_GROWTH:
+            # Enough ahead; or a bulk load, whose big commits gain nothing from the zeros
+            # (the journal commit is one per many pages) and would write every byte twice.
             return
         fd = self._data_fd
         size = os.fstat(fd).st_size  # LMDB may have grown the file past what we wrote
