@@ -18,7 +18,9 @@ flushes only its pages. Measured on ext4: an LMDB commit of one 1 KB record at a
 key about 20% faster, a hash ``insert`` of a 1 KB document about 14%, of a 200-byte one a
 few percent (small records grow the file less often). Blocks that ``fallocate`` reserves
 do not do as well (about 10%): writing into them still converts the extent in the
-journal, so the zeros are written.
+journal, so the zeros are written. Bulk loads are left alone: after a transaction that grew
+the data by more than ``BULK_GROWTH`` no fill is made (big commits pay the journal once
+for many pages, and the zeros would have them write every byte twice).
 
 Safety: LMDB (without ``MDB_WRITEMAP``, which we never use) never reads a page past its
 last one before a commit has written it, and accepts a file longer than its pages and
