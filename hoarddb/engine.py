@@ -524,7 +524,8 @@ class Engine:
         if "field" in request or op not in POINT_READS:
             return False
         try:
-            decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
+            hot = self._hot.get((request.get("db"), request.get("bucket")))
+            decl = hot[0] if hot is not None else self.catalog.bucket(request.get("db"), request.get("bucket"))
             if op != "search":
                 return decl["type"] != "blob"
             store = self._stores.get((request["db"], request["bucket"]))

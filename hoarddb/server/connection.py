@@ -145,7 +145,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.server.metrics.received += len(data)
-        self.last_activity = self.loop.time()
+        self.last_activity = now = self.loop.time()
         try:
             events = self.core.receive_data(data)
         except Exception:  # the state machine must never take the server down
@@ -155,7 +155,7 @@ class Connection(asyncio.Protocol):
         corked = self.cork()  # the answers of what runs now leave in one send
         try:
             for event in events:
-                self._event(event)
+                self._event(event, now)
             self._pump()
         finally:
             if corked:
@@ -183,19 +183,19 @@ class Connection(asyncio.Protocol):
 
     # -- events from the protocol
 
-    def _event(self, event) -> None:
-        if isinstance(event, Send):
+    def _event(self, event, now: float) -> None:
+        if type(event) is Request:
+            if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
+                self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
+            self.queue.append((event, now))
+            self.busy += 1
+            self._maybe_pause()
+        elif isinstance(event, Send):
             if event.delay > 0:
                 self._pending_sends += 1
                 self.loop.call_later(event.delay, self._delayed_send, event.data)
             else:
                 self.write(event.data)
-        elif isinstance(event, Request):
-            if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
-                self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
-            self.queue.append((event, self.loop.time()))
-            self.busy += 1
-            self._maybe_pause()
         elif isinstance(event, Chunk):
             self._chunk(event)
         elif isinstance(event, Close):

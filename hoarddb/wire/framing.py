@@ -58,20 +58,20 @@ class FrameReader:
 
     def next_frame(self) -> bytes | None:
         """The next whole document's bytes, or None until more arrive; ProtocolError on a bad length."""
-        length = self.pending_length()
-        if length is None:
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
             return None
+        length = _LENGTH.unpack_from(buf, pos)[0]
         if length < MIN_DOCUMENT or length > self.max_size:
             raise ProtocolError(_bad_length(length, self.max_size, bytes(self._buf[self._pos:self._pos + 8])),
                                 length=length)
-        if self.buffered < length:
+        end = pos + length
+        if len(buf) < end:
             return None
-        end = self._pos + length
-        if self._buf[end - 1] != 0:
+        if buf[end - 1] != 0:
             raise ProtocolError(f"a message of {length} bytes does not end with 0x00: not a BSON document")
-        frame = bytes(self._buf[self._pos:end])
         self._pos = end
-        return frame
+        return bytes(buf[pos:end])
 
 
 def decode_frame(frame: bytes) -> dict:
