@@ -270,10 +270,13 @@ class Server:
     def dispatch(self, conn: Connection, request: Request) -> str:
         """How a request runs: "inline" (on the loop, now), "write" (in the next group commit),
         "read" (on a read-pool thread, waited for a moment) or "pool" (in a thread, the loop
-        not waiting). Remembered on the request."""
+        not waiting). Remembered on the request once it is final: a read behind this
+        connection's writes is judged again after they ran (they may make it longer)."""
         how = request.how
         if how is None:
-            how = request.how = self._dispatch(conn, request)
+            how = self._dispatch(conn, request)
+            if how == "write" or not conn.unexecuted:
+                request.how = how
         return how
 
     def _dispatch(self, conn: Connection, request: Request) -> str:
