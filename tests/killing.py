@@ -1,4 +1,5 @@
-"""The crash tests' one move: run a script in a child process, let it work, SIGKILL it, read what it said.
+"""The crash tests' one move: run a script in a child process, let it work, SIGKILL it, read what it said
+(and :func:`run_script`, a child run to its end, for limits a test cannot set on itself).
 
 The child prints ``ready`` once it has opened what it works on, then a line before and
 after each step it takes; only whole lines count (a line the kill cut short was never
@@ -40,3 +41,9 @@ def kill_midway(script: str, args: list, out_path: Path, pause: float, timeout: 
         child.wait()
         child.stderr.close()
     return out_path.read_text().split("\n")[:-1][1:]
+
+
+def run_script(script: str, *args) -> subprocess.CompletedProcess:
+    """Run ``python -c script *args`` to its end (60 s at most); its exit status and output."""
+    return subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=child_env())

@@ -13,7 +13,7 @@ from hoarddb.storage import framing
 from hoarddb.storage.segment import SLOT_SIZE, STATE_FILE, SegmentLog, _parse_slot, segment_name
 from hoarddb.values.codec import decode, encode
 
-from ..killing import kill_midway
+from ..killing import kill_midway, run_script
 
 SMALL = 4096
 
@@ -419,14 +419,7 @@ print("length", len(log))
 
 
 def test_a_write_the_disk_refuses_leaves_nothing_and_the_log_goes_on(bucket):
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-c", FULL_DISK, str(bucket)], cwd=repo, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(repo)},
-    )
+    result = run_script(FULL_DISK, bucket)
     assert result.returncode == 0, result.stderr
     assert "refused: writing" in result.stdout and "nothing of this write was kept" in result.stdout
     assert "length 2" in result.stdout
@@ -628,14 +621,7 @@ print("length", len(log))
 
 
 def test_zeros_the_disk_refuses_leave_the_entries_standing(bucket):
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-c", PAD_REFUSED, str(bucket)], cwd=repo, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(repo)},
-    )
+    result = run_script(PAD_REFUSED, bucket)
     assert result.returncode == 0, result.stderr
     assert "length 2" in result.stdout
     path = bucket / "seg_00001.fifo"
