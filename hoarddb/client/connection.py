@@ -30,7 +30,7 @@ from .. import operations
 from ..chunks import chunks
 from ..errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
                       error_from_answer)
-from ..wire.framing import FrameReader, decode_frame
+from ..wire.framing import FrameReader, decode_frame, decode_frames, split_frames
 from ..wire.messages import CHUNK_SIZE, INLINE_BLOB_MAX
 from ..wire.protocol import ClientProtocol, State
 from .options import ConnectOptions
@@ -210,13 +210,23 @@ class Connection:
         self._reader.feed(data)
         while True:
             try:
-                frame = self._reader.next_frame()
+                frames = self._reader.next_frames()
             except ProtocolError as exc:
                 self.close()
                 raise ConnectionError_(f"the server sent bytes that are not a hoardDB message: {exc.message}") from None
-            if frame is None:
+            if not frames:
                 return
-            self._route(frame)
+            if self._spools or self._discard:  # a stream's chunks may be among them: one by one
+                for frame in split_frames(frames):
+                    self._route(frame)
+                continue
+            for doc in decode_frames(frames):  # answers: all of them in one call
+                if doc.get("id") is None:  # the server closes the connection, and says why
+                    self.close()
+                    error = error_from_answer(doc)
+                    error.server_closed = True
+                    raise error
+                self._file(doc)
 
     def _route(self, frame: bytes) -> None:
         # Peek at the id without decoding a whole chunk twice: spooled frames stay raw.

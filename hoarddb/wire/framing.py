@@ -19,7 +19,7 @@ import struct
 from bson.errors import BSONError
 
 from ..errors import DocumentTooLargeError, ProtocolError
-from ..values.codec import decode, encode_checked
+from ..values.codec import decode, decode_all, encode_checked
 from .messages import MAX_MESSAGE_SIZE
 
 _LENGTH = struct.Struct("<i")
@@ -72,6 +72,43 @@ class FrameReader:
             raise ProtocolError(f"a message of {length} bytes does not end with 0x00: not a BSON document")
         self._pos = end
         return bytes(buf[pos:end])
+
+
+    def next_frames(self) -> bytes:
+        """Every whole document buffered, as one byte string (b"" until one is in): many
+        documents decode in one call (``decode_all``). A bad length after good documents
+        is raised by the next call."""
+        buf, start = self._buf, self._pos
+        pos, size = start, len(buf)
+        while size - pos >= 4:
+            length = _LENGTH.unpack_from(buf, pos)[0]
+            if length < MIN_DOCUMENT or length > self.max_size or (pos + length <= size and buf[pos + length - 1] != 0):
+                if pos == start:
+                    self.next_frame()  # raises the ProtocolError that says what is wrong
+                break
+            if pos + length > size:
+                break
+            pos += length
+        self._pos = pos
+        return bytes(buf[start:pos])
+
+
+def split_frames(data: bytes) -> list[bytes]:
+    """The documents of concatenated whole frames (as :meth:`FrameReader.next_frames` gives)."""
+    out, pos = [], 0
+    while pos < len(data):
+        end = pos + _LENGTH.unpack_from(data, pos)[0]
+        out.append(data[pos:end])
+        pos = end
+    return out
+
+
+def decode_frames(data: bytes) -> list[dict]:
+    """The documents of concatenated whole frames, in one call; ProtocolError if one is not BSON."""
+    try:
+        return decode_all(data)
+    except (BSONError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{len(data)} bytes of messages are not valid BSON: {exc}") from None
 
 
 def decode_frame(frame: bytes) -> dict:
