@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 
 from hoarddb.errors import DocumentTooLargeError, ProtocolError
 from hoarddb.values.codec import encode
-from hoarddb.wire.framing import FrameReader, decode_frame, encode_message
+from hoarddb.wire.framing import FrameReader, decode_frame, decode_frames, encode_message, split_frames
 
 _TEXT = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))  # BSON strings are UTF-8
 docs = st.lists(st.dictionaries(st.text(_TEXT, max_size=5),
@@ -69,3 +69,31 @@ def test_invalid_bson_inside_a_good_frame():
 def test_encode_limit():
     with pytest.raises(DocumentTooLargeError):
         encode_message({"data": b"x" * 200}, max_size=100)
+
+
+def test_next_frames_gives_every_whole_document_at_once():
+    docs = [{"id": i, "ok": 1, "result": "x" * i} for i in range(5)]
+    data = b"".join(encode(d) for d in docs)
+    reader = FrameReader()
+    reader.feed(data[:-3])  # the last one is not whole yet
+    first = reader.next_frames()
+    assert decode_frames(first) == docs[:4] and [decode_frame(f) for f in split_frames(first)] == docs[:4]
+    assert reader.next_frames() == b""
+    reader.feed(data[-3:])
+    assert decode_frames(reader.next_frames()) == docs[4:]
+
+
+def test_next_frames_stops_before_a_bad_length_and_raises_it_next():
+    good = encode({"id": 1})
+    reader = FrameReader()
+    reader.feed(good + (3).to_bytes(4, "little") + b"\x00" * 8)
+    assert reader.next_frames() == good
+    with pytest.raises(ProtocolError):
+        reader.next_frames()
+
+
+def test_decode_frames_refuses_what_is_not_bson():
+    bad = bytearray(encode({"id": 1, "s": "abc"}))
+    bad[4] = 0x7F  # an element type BSON does not have
+    with pytest.raises(ProtocolError):
+        decode_frames(encode({"id": 0}) + bytes(bad))
