@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import threading
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -42,6 +43,7 @@ from typing import Callable, TypeVar
 import lmdb
 
 from ..errors import StorageError
+from .wal import PUT, WAL_NAME, Recording, WriteAheadLog, encode_ops
 
 T = TypeVar("T")
 
@@ -53,47 +55,159 @@ PREALLOC_MIN = 1 << 20
 PREALLOC_MAX = 64 << 20
 #: A write transaction after one that grew the data this much is taken for a bulk load: no fill.
 BULK_GROWTH = 256 << 10
+#: A checkpoint is made when LMDB's used pages grew this much since the last one (the
+#: pinned snapshot keeps LMDB from reusing pages, so every commit takes new ones) ...
+CHECKPOINT_GROWTH = 32 << 20
+#: ... or the log's records reach this size.
+CHECKPOINT_LOG = 64 << 20
+#: A transaction of more puts and deletes than this is not logged: it is committed and
+#: checkpointed at once (one flush of its pages instead of writing them twice, and no
+#: copy of it all in memory) ...
+BIG_OPS = 20_000
+#: ... nor, when each write is synced, one whose record would be bigger than this: a
+#: checkpoint's two flushes then cost less than writing and flushing the record.
+BIG_RECORD = 256 << 10
 _ZEROS = bytes(1 << 20)
 _datasync = getattr(os, "fdatasync", os.fsync)
 
 
 class KV:
-    """KV is one LMDB environment (a ``kv/`` folder): ACID, crash-safe without recovery.
+    """KV is one LMDB environment (a ``kv/`` folder) and its write-ahead log: ACID, and
+    recovered on open after a crash.
 
-    With ``sync`` every commit is fsynced, data and meta page both, before ``write``
-    returns: an acknowledged write survives a killed process and a power cut. Without
-    it (group commit, or ``hoarddb.open(path, sync=False)``) a commit still fsyncs its
-    data pages but not the meta page that points to them (LMDB's ``metasync=False``):
-    a power cut may undo the last commits, but never corrupts the database — LMDB's
-    ``sync=False`` would skip the data fsync too, and then a power cut can leave a meta
-    page pointing at pages that never reached the disk. :meth:`sync` flushes the meta
-    page, making every commit so far durable. The map starts at ``map_size`` and doubles
-    whenever a write finds it full, so no one has to guess a database's size up front.
-    ``data.mdb`` is kept longer than its pages (zeros past them, the module's docstring
-    says why), so that a commit overwrites blocks the file has instead of appending.
+    LMDB runs without its own syncs (``MDB_NOSYNC``); the log (:mod:`.wal`) makes commits
+    durable with one append and one fdatasync, and a checkpoint (:meth:`checkpoint`)
+    flushes LMDB's file now and then so that the log can start over. With ``sync`` every
+    write's record is flushed before ``write`` returns: an acknowledged write survives a
+    killed process and a power cut. Without it (group commit, or ``hoarddb.open(path,
+    sync=False)``) records are flushed by :meth:`sync`, a checkpoint or :meth:`close`: a
+    power cut may undo the last commits, never corrupt the database. The map starts at
+    ``map_size`` and doubles whenever a write finds it full, so no one has to guess a
+    database's size up front. ``data.mdb`` is kept longer than its pages (zeros past
+    them, the module's docstring says why).
     """
 
     def __init__(self, path: Path, map_size: int, sync: bool = True):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._grow_lock = threading.Lock()
+        self.sync_each = sync
+        # Held from a write transaction's start to its commit and log record (and through a
+        # checkpoint): records go to the log in commit order, and a checkpoint sees no commit.
+        self._commit_lock = threading.Lock()
         self._outer: lmdb.Transaction | None = None  # a group's outer transaction (begin_group)
+        self._outer_ops: list = []
         self._outer_thread: int | None = None
+        self._pin: lmdb.Transaction | None = None
+        self.wal: WriteAheadLog | None = None
+        self._psize = resource.getpagesize()
+        restored = self._restore_checkpoint()
+        if restored is not None:  # the map must hold the file, whatever the meta pages say
+            map_size = max(map_size, (self.path / "data.mdb").stat().st_size)
+        while True:
+            self.env = self._open(map_size)
+            # The pin: a snapshot held until the next checkpoint, so that LMDB reuses none
+            # of its pages (the module's docstring of .wal says why).
+            self._pin = self.env.begin(write=False)
+            try:
+                replayed = self._replay() if restored is not None else 0
+                break
+            except lmdb.MapFullError:  # start again from the checkpoint with a bigger map
+                self._pin.abort()
+                self.env.close()
+                map_size *= 2
+                self._restore_checkpoint()
+        self._psize = self.env.stat()["psize"]
         try:
-            self.env = lmdb.open(
-                str(self.path), map_size=map_size, subdir=True, sync=True, metasync=sync,
+            self._last_used = 0  # LMDB's used size at the last write transaction's start
+            self._data_fd = os.open(self.path / "data.mdb", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            self._alloc_end = os.fstat(self._data_fd).st_size  # the file's size, as far as we know
+        except OSError as exc:
+            self._pin.abort()
+            self.env.close()
+            raise StorageError(f"cannot open {self.path / 'data.mdb'}: {exc.strerror or exc}") from None
+        if self.wal is None or self.wal.psize != self._psize:
+            if self.wal is not None:
+                self.wal.close()
+            self.wal = WriteAheadLog(self.path / WAL_NAME, self._psize)
+        self._used_at_checkpoint = self._used()
+        if replayed or restored or restored is None:
+            self._checkpoint()  # a fresh log whose header is the state on disk now
+
+    def _open(self, map_size: int) -> lmdb.Environment:
+        try:
+            return lmdb.open(
+                str(self.path), map_size=map_size, subdir=True, sync=False, metasync=False,
                 max_dbs=0, max_readers=254, readahead=False, lock=True,
             )
         except lmdb.Error as exc:
+            if self.wal is not None:
+                self.wal.close()
             raise StorageError(f"cannot open {self.path}: {exc}") from None
-        self._psize = self.env.stat()["psize"]
-        # Our own descriptor of data.mdb, for the zeros written ahead of LMDB's pages.
+
+    # -- opening: the checkpoint's meta pages back, then the log's records ---------------------
+
+    def _restore_checkpoint(self) -> bool | None:
+        """Before LMDB opens: put the last checkpoint's meta pages back into ``data.mdb``.
+
+        None when there is nothing to recover: no log header (a new environment, or one
+        last written by a hoardDB without the log, whose commits LMDB synced itself), or
+        one a clean close wrote (LMDB's file was flushed then, and is taken as found: LMDB's
+        own tools may have changed it since). Otherwise whether the meta pages on disk
+        differed from the checkpoint's (commits since it, to be replayed from the log).
+        """
+        data, path = self.path / "data.mdb", self.path / WAL_NAME
+        if not path.exists() or not data.exists():
+            return None
+        if self.wal is not None:  # a second try, with a bigger map
+            self.wal.close()
+        self.wal = wal = WriteAheadLog.open_existing(path, self._psize)
+        if wal is None:
+            return None
+        if wal.closed:
+            return None
         try:
-            self._last_used = 0  # LMDB's used size at the last write transaction's start
-            self._data_fd: int | None = os.open(self.path / "data.mdb", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-            self._alloc_end = os.fstat(self._data_fd).st_size  # the file's size, as far as we know
-        except OSError:
-            self._data_fd, self._alloc_end = None, 0  # no preallocation, LMDB works as ever
+            fd = os.open(data, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            try:
+                if os.pread(fd, len(wal.metas), 0) == wal.metas:
+                    return False
+                os.pwrite(fd, wal.metas, 0)
+                _datasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            wal.close()
+            raise StorageError(f"cannot recover {data}: {exc.strerror or exc}") from None
+        log.info("%s: recovering from the checkpoint of generation %d", self.path, wal.generation)
+        return True
+
+    def _replay(self) -> int:
+        """Apply the log's records since the checkpoint, in order; how many there were."""
+        count, batch = 0, []
+        for ops in self.wal.records():
+            batch.append(ops)
+            count += 1
+            if len(batch) >= 1000:
+                self._apply(batch)
+                batch = []
+        if batch:
+            self._apply(batch)
+        if count:
+            log.info("%s: replayed %d records of the write-ahead log", self.path, count)
+        return count
+
+    def _apply(self, batch: list) -> None:
+        # No growing here: a new map size ends the pin (py-lmdb ends every transaction),
+        # and until the replay's checkpoint the pinned pages are the only durable ones. A
+        # full map ends the replay, and the caller starts over with a bigger one.
+        with self.env.begin(write=True) as txn:
+            for ops in batch:
+                for op in ops:
+                    if op[0] == PUT:
+                        txn.put(op[1], op[2])
+                    else:
+                        txn.delete(op[1])
+
+    # -- writing ---------------------------------------------------------------------------
 
     def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; all of it or none.
@@ -106,55 +220,151 @@ class KV:
         if self._outer is not None and self._outer_thread == threading.get_ident():
             return self._write_in_group(fn)
         while True:
-            try:
-                with self.env.begin(write=True) as txn:
+            with self._commit_lock:
+                try:
+                    txn = self.env.begin(write=True)
+                except lmdb.Error as exc:
+                    raise StorageError(f"write to {self.path} failed: {exc}") from None
+                try:
                     self._preallocate()
-                    return fn(txn)
-            except lmdb.MapFullError:
-                self._grow()
-            except lmdb.DiskError as exc:
-                raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+                    recording = Recording(txn)
+                    result = fn(recording)
+                except lmdb.MapFullError:
+                    txn.abort()
+                    self._grow()
+                    continue
+                except BaseException:
+                    txn.abort()
+                    raise
+                try:
+                    self._commit(txn, recording.ops)
+                except lmdb.MapFullError:  # the commit's own pages did not fit
+                    self._grow()
+                    continue
+            if self.sync_each:
+                self.wal.flush()
+            return result
+
+    def _commit(self, txn: lmdb.Transaction, ops: list) -> None:
+        """Log and commit a write transaction (holding the commit lock); checkpoint if due.
+
+        The record goes to the log before LMDB commits, so that the log's order is the
+        commit order; a commit that fails takes its record back. A transaction too big to
+        be worth logging is committed and checkpointed at once instead.
+        """
+        if not ops:
+            txn.abort()
+            return
+        body = None if len(ops) > BIG_OPS else encode_ops(ops)
+        big = body is None or (self.sync_each and len(body) > BIG_RECORD)
+        at = None if big else self.wal.append(body)
+        try:
+            txn.commit()
+        except lmdb.Error as exc:
+            if at is not None:
+                self.wal.take_back(at)
+            if isinstance(exc, lmdb.MapFullError):
+                raise
+            raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+        if big or self._checkpoint_due():
+            self._checkpoint()
+
+    def _checkpoint_due(self) -> bool:
+        return (self._last_used - self._used_at_checkpoint > CHECKPOINT_GROWTH
+                or self.wal.end - self.wal.records_at > CHECKPOINT_LOG)
 
     # -- groups: many writes, one commit ---------------------------------------------------
     #
     # A server runs the writes that arrive together as one group: each in a child transaction
-    # of one outer transaction, committed (with its fsync) once at the end. Only one thread
-    # writes to the environment meanwhile (LMDB's writer lock is held by the outer one).
+    # of one outer transaction, committed once at the end and flushed by sync(). Only one
+    # thread writes to the environment meanwhile (the commit lock is held by the group).
 
     def begin_group(self) -> None:
         """Open the outer transaction of a group of writes on this thread."""
-        self._outer = self.env.begin(write=True)
-        self._outer_thread = threading.get_ident()
-        self._preallocate()
+        self._commit_lock.acquire()
+        try:
+            self._outer = self.env.begin(write=True)
+            self._outer_ops = []
+            self._outer_thread = threading.get_ident()
+            self._preallocate()
+        except BaseException:
+            outer, self._outer, self._outer_thread = self._outer, None, None
+            if outer is not None:
+                outer.abort()
+            self._commit_lock.release()
+            raise
 
     def end_group(self) -> None:
-        """Commit the group's writes: one commit (and fsync) for all of them."""
+        """Commit the group's writes: one commit (and one log record) for all of them."""
         outer, self._outer, self._outer_thread = self._outer, None, None
-        if outer is not None:
-            try:
-                outer.commit()
-            except lmdb.Error as exc:
-                raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+        if outer is None:
+            return
+        try:
+            self._commit(outer, self._outer_ops)
+        except lmdb.MapFullError as exc:
+            raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+        finally:
+            self._outer_ops = []
+            self._commit_lock.release()
 
     def _write_in_group(self, fn):
         while True:
             child = self.env.begin(write=True, parent=self._outer)
+            recording = Recording(child)
             try:
-                result = fn(child)
+                result = fn(recording)
                 child.commit()
+                self._outer_ops += recording.ops
                 return result
             except lmdb.MapFullError:
                 child.abort()
-                self.end_group()  # what the group wrote so far is kept; grow, and go on
+                # What the group wrote so far is committed; grow, and go on in a new outer
+                # transaction (the commit lock is held throughout).
+                outer, self._outer = self._outer, None
+                try:
+                    self._commit(outer, self._outer_ops)
+                except lmdb.MapFullError as exc:
+                    raise StorageError(f"write to {self.path} failed: {exc}") from None
+                finally:
+                    self._outer_ops = []
                 self._grow()
-                self.begin_group()
+                self._outer = self.env.begin(write=True)
+                self._preallocate()
             except BaseException:
                 child.abort()
                 raise
 
     def sync(self) -> None:
-        """Make every commit so far durable (flush the meta page when ``sync`` is off)."""
-        self.env.sync(True)
+        """Make every commit so far durable: flush the log (nothing to do if it is)."""
+        self.wal.flush()
+
+    def checkpoint(self) -> None:
+        """Flush LMDB's file and start the log over (it is then empty)."""
+        with self._commit_lock:
+            self._checkpoint()
+
+    def _checkpoint(self, closed: bool = False) -> None:
+        """The checkpoint, holding the commit lock: no commit happens meanwhile.
+
+        1. fdatasync ``data.mdb``: every commit's pages and meta pages are on disk.
+        2. Write the log's next header with a copy of the meta pages, and flush it: from
+           now on a recovery starts here. (A crash before this is done recovers from the
+           previous header, whose pages the pin still protects.)
+        3. Move the pin to the current snapshot: the pages of the previous one may be reused.
+        """
+        try:
+            self.env.sync(True)
+            metas = os.pread(self._data_fd, 2 * self._psize, 0)
+        except (lmdb.Error, OSError) as exc:
+            raise StorageError(f"cannot flush {self.path}: {exc}; check free disk space") from None
+        self.wal.begin_generation(metas, closed)
+        pin, self._pin = self._pin, self.env.begin(write=False)
+        if pin is not None:
+            pin.abort()
+        self._used_at_checkpoint = self._used()
+
+    def _used(self) -> int:
+        return (self.env.info()["last_pgno"] + 1) * self._psize
 
     def read(self) -> lmdb.Transaction:
         """A read transaction (a snapshot); use as a context manager."""
@@ -204,12 +414,28 @@ class KV:
             self._alloc_end = used + step  # next try when LMDB used half a step more
 
     def _grow(self) -> None:
-        with self._grow_lock:
-            size = self.env.info()["map_size"]
-            self.env.set_mapsize(size * 2)
+        """Double the map (holding the commit lock, no write transaction open).
+
+        py-lmdb ends every transaction of the environment on a new map size, the pin too;
+        a checkpoint pins again before any commit could reuse the pinned pages.
+        """
+        size = self.env.info()["map_size"]
+        self.env.set_mapsize(size * 2)
+        self._pin = None
+        self._checkpoint()
 
     def close(self) -> None:
-        self.env.close()
-        if self._data_fd is not None:
+        """Checkpoint (so the next open replays nothing), then close the files."""
+        if self._data_fd is None:
+            return
+        try:
+            with self._commit_lock:
+                self._checkpoint(closed=True)
+        finally:
+            if self._pin is not None:
+                self._pin.abort()
+                self._pin = None
+            self.env.close()
+            self.wal.close()
             os.close(self._data_fd)
             self._data_fd = None

@@ -197,7 +197,7 @@ class KVStore(Store):
 
     def sync(self) -> None:
         """Make every committed write durable (what each commit does itself when ``options.sync`` is on)."""
-        self.kv.env.sync(True)
+        self.kv.sync()
 
     def close(self) -> None:
         self.kv.close()

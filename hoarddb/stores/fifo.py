@@ -336,7 +336,7 @@ class FifoStore(ClaimVerbs, SegmentStore):
             if not self.options.sync:
                 # With sync off the kernel may write state.bson before the claim's commit; a
                 # power cut between would lose the claimed elements. So the claims go first.
-                self._claims_kv.env.sync(True)
+                self._claims_kv.sync()
             self.log.take_head(len(fresh), durable=False)
 
     # -- verbs that see the claim table -------------------------------------------------------------
@@ -440,7 +440,7 @@ class FifoStore(ClaimVerbs, SegmentStore):
         """Make every write so far durable: the claim table first, then the log (as the claim order)."""
         if not self.options.sync:
             if self._claims_kv is not None:
-                self._claims_kv.env.sync(True)
+                self._claims_kv.sync()
             self.log.flush()
 
     def close(self) -> None:

@@ -49,7 +49,8 @@ def test_the_data_file_is_written_ahead_with_zeros(tmp_path):
     assert ahead.count(0) == len(ahead) == size - used
     for i in range(1, 2000):  # about 2 MiB of data: the file stays ahead, in steps
         put(kv, i)
-        assert data_file(kv).stat().st_size - used_bytes(kv) >= PREALLOC_MIN // 2 - 2 * 4096
+        # a commit may take a few pages past the check made at its start
+        assert data_file(kv).stat().st_size - used_bytes(kv) >= PREALLOC_MIN // 2 - 4 * 4096
     kv.close()
     got = records(tmp_path / "kv")
     assert len(got) == 2000 and got[b"k%08d" % 1999] == bytes([1999 % 251]) * 1000

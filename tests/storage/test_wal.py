@@ -1,0 +1,343 @@
+"""The write-ahead log in front of LMDB: its records, its headers, checkpoints, and what
+an environment holds after a killed process or a (simulated) power cut."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from hoarddb.errors import StorageError
+from hoarddb.storage import kv as kv_module
+from hoarddb.storage.kv import KV
+from hoarddb.storage.wal import DELETE, PUT, WriteAheadLog, decode_ops, encode_ops
+
+from ..killing import kill_midway
+
+SLOW = os.environ.get("HOARDDB_SLOW") == "1"
+PSIZE = 4096
+
+
+def contents(path: Path, map_size: int = 1 << 20) -> dict[bytes, bytes]:
+    kv = KV(path, map_size=map_size)
+    try:
+        with kv.read() as txn:
+            return dict(txn.cursor())
+    finally:
+        kv.close()
+
+
+def crash(kv: KV) -> None:
+    """Leave ``kv`` as a killed process would: no checkpoint, no clean-close header."""
+    kv._pin.abort()
+    kv.env.close()
+    kv.wal.close()
+    os.close(kv._data_fd)
+    kv._data_fd = None
+
+
+# -- the format ---------------------------------------------------------------------------
+
+
+def test_ops_encode_and_decode_back():
+    ops = [(PUT, b"k1", b"v" * 300), (DELETE, b"k2"), (PUT, b"", b""), (PUT, b"\x00" * 511, b"x")]
+    got = [(op[0], op[1], bytes(op[2])) if op[0] == PUT else op for op in decode_ops(memoryview(encode_ops(ops)))]
+    assert got == ops
+
+
+def test_records_replay_in_order_and_stop_at_a_torn_one(tmp_path):
+    wal = WriteAheadLog(tmp_path / "wal", PSIZE)
+    wal.begin_generation(bytes(2 * PSIZE))
+    wal.append(encode_ops([(PUT, b"a", b"1")]))
+    second = wal.append(encode_ops([(PUT, b"b", b"2"), (DELETE, b"a")]))
+    wal.append(encode_ops([(PUT, b"c", b"3")]))
+    wal.flush()
+    with open(tmp_path / "wal", "r+b") as f:  # a crash tore the last record
+        f.seek(wal.end - 2)
+        f.write(b"\xff\xff")
+    wal.close()
+    again = WriteAheadLog.open_existing(tmp_path / "wal", PSIZE)
+    assert [[op[:2] for op in ops] for ops in again.records()] == [[(PUT, b"a")], [(PUT, b"b"), (DELETE, b"a")]]
+    assert again.end > second  # the next record goes where the torn one was
+    again.close()
+
+
+def test_a_new_generation_ignores_the_older_records_it_has_not_overwritten(tmp_path):
+    wal = WriteAheadLog(tmp_path / "wal", PSIZE)
+    wal.begin_generation(bytes(2 * PSIZE))
+    for i in range(5):
+        wal.append(encode_ops([(PUT, b"old%d" % i, b"x" * 10)]))
+    wal.begin_generation(b"\x01" * 2 * PSIZE)
+    wal.append(encode_ops([(PUT, b"new", b"y")]))  # shorter than what it overwrites: old bytes follow it
+    wal.flush()
+    wal.close()
+    again = WriteAheadLog.open_existing(tmp_path / "wal", PSIZE)
+    assert again.generation == 2 and again.metas == b"\x01" * 2 * PSIZE
+    assert [[op[1] for op in ops] for ops in again.records()] == [[b"new"]]
+    again.close()
+
+
+def test_a_torn_header_falls_back_to_the_previous_generation(tmp_path):
+    wal = WriteAheadLog(tmp_path / "wal", PSIZE)
+    wal.begin_generation(b"\x01" * 2 * PSIZE)  # generation 1, slot B
+    wal.append(encode_ops([(PUT, b"a", b"1")]))
+    wal.flush()
+    header_a = wal.header_size * 0
+    wal.close()
+    with open(tmp_path / "wal", "r+b") as f:  # generation 2's header, torn halfway through
+        f.seek(header_a)
+        f.write(b"HDBWAL01" + (2).to_bytes(8, "little") + b"\x00" * 100)
+    again = WriteAheadLog.open_existing(tmp_path / "wal", PSIZE)
+    assert again.generation == 1 and again.metas == b"\x01" * 2 * PSIZE
+    assert [[op[1] for op in ops] for ops in again.records()] == [[b"a"]]
+    again.close()
+
+
+def test_a_file_without_a_whole_header_is_no_log(tmp_path):
+    (tmp_path / "wal").write_bytes(b"HDBWAL01" + bytes(50))
+    assert WriteAheadLog.open_existing(tmp_path / "wal", PSIZE) is None
+
+
+# -- the environment ------------------------------------------------------------------------
+
+
+def test_a_clean_close_leaves_nothing_to_replay(tmp_path, caplog):
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    kv.write(lambda txn: txn.put(b"a", b"1"))
+    kv.close()
+    wal = WriteAheadLog.open_existing(tmp_path / "kv" / "wal", PSIZE)
+    assert wal.closed and list(wal.records()) == []
+    wal.close()
+    assert contents(tmp_path / "kv") == {b"a": b"1"}
+    assert "replayed" not in caplog.text
+
+
+def test_a_killed_process_is_replayed_from_the_log(tmp_path, caplog):
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    for i in range(50):
+        kv.write(lambda txn: txn.put(b"k%02d" % i, b"v%d" % i))
+    kv.write(lambda txn: txn.delete(b"k07"))
+    kv.write(lambda txn: txn.replace(b"k08", b"new"))
+    crash(kv)
+    with caplog.at_level("INFO", logger="hoarddb.kv"):
+        got = contents(tmp_path / "kv")
+    assert "replayed 52 records" in caplog.text
+    want = {b"k%02d" % i: b"v%d" % i for i in range(50) if i != 7}
+    assert got == {**want, b"k08": b"new"}
+
+
+def test_an_environment_edited_by_lmdb_itself_after_a_clean_close_is_taken_as_found(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    kv.write(lambda txn: txn.put(b"a", b"1"))
+    kv.close()
+    env = lmdb.open(str(tmp_path / "kv"), map_size=1 << 20)  # mdb_load, a repair, a test
+    with env.begin(write=True) as txn:
+        txn.put(b"b", b"2")
+    env.close()
+    assert contents(tmp_path / "kv") == {b"a": b"1", b"b": b"2"}
+
+
+def test_an_environment_without_a_log_opens_as_it_is_and_gets_one(tmp_path):
+    env = lmdb.open(str(tmp_path / "kv"), map_size=1 << 20)  # as hoardDB before the log left it
+    with env.begin(write=True) as txn:
+        txn.put(b"a", b"1")
+    env.close()
+    assert contents(tmp_path / "kv") == {b"a": b"1"}
+    assert (tmp_path / "kv" / "wal").exists()
+
+
+def test_a_commit_that_fails_takes_its_record_back(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    kv.write(lambda txn: txn.put(b"a", b"1"))
+    real = kv.env
+
+    class Failing:  # a write transaction whose commit fails, as on an I/O error
+        def __init__(self, txn):
+            self.txn = txn
+
+        def commit(self):
+            self.txn.abort()
+            raise lmdb.DiskError("Input/output error")
+
+        def __getattr__(self, name):
+            return getattr(self.txn, name)
+
+    class Env:
+        def begin(self, **kw):
+            txn = real.begin(**kw)
+            return Failing(txn) if kw.get("write") else txn
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    kv.env = Env()
+    with pytest.raises(StorageError, match="write to .* failed"):
+        kv.write(lambda txn: txn.put(b"b", b"2"))
+    kv.env = real
+    kv.write(lambda txn: txn.put(b"c", b"3"))
+    crash(kv)
+    assert contents(tmp_path / "kv") == {b"a": b"1", b"c": b"3"}
+
+
+def test_a_big_transaction_is_checkpointed_instead_of_logged(tmp_path, monkeypatch):
+    monkeypatch.setattr(kv_module, "BIG_OPS", 100)
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    generation = kv.wal.generation
+    kv.write(lambda txn: [txn.put(b"k%04d" % i, b"v") for i in range(500)])
+    assert kv.wal.generation == generation + 1 and kv.wal.end == kv.wal.records_at
+    kv.write(lambda txn: txn.put(b"small", b"v"))
+    assert kv.wal.end > kv.wal.records_at
+    crash(kv)
+    got = contents(tmp_path / "kv")
+    assert len(got) == 501 and got[b"small"] == b"v"
+
+
+def test_checkpoints_come_as_the_pages_grow_and_the_file_stops_growing(tmp_path, monkeypatch):
+    monkeypatch.setattr(kv_module, "CHECKPOINT_GROWTH", 512 << 10)
+    kv = KV(tmp_path / "kv", map_size=64 << 20)
+    generation = kv.wal.generation
+    rng = random.Random(1)
+    for i in range(3000):  # rewrites of 200 keys: LMDB reuses pages once the pin moves on
+        kv.write(lambda txn: txn.put(b"k%03d" % rng.randrange(200), bytes(rng.randrange(50, 500))))
+    assert kv.wal.generation > generation + 3
+    used = kv._used()
+    for i in range(3000):
+        kv.write(lambda txn: txn.put(b"k%03d" % rng.randrange(200), bytes(rng.randrange(50, 500))))
+    assert kv._used() < used * 1.5
+    kv.close()
+
+
+# -- crashes ----------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Keeps a copy of ``data.mdb`` as each checkpoint left it: what a disk holds for sure."""
+
+    def __init__(self, monkeypatch):
+        self.image = b""
+        real = KV._checkpoint
+
+        def checkpoint(kv, closed=False):
+            real(kv, closed)
+            self.image = (kv.path / "data.mdb").read_bytes()
+
+        monkeypatch.setattr(KV, "_checkpoint", checkpoint)
+
+
+def power_cut(path: Path, durable: bytes, rng: random.Random) -> None:
+    """What a power cut may leave of ``data.mdb``: each page as the last checkpoint had it,
+    or as the process last wrote it (the kernel wrote back some pages and not others)."""
+    data = path / "data.mdb"
+    now = data.read_bytes()
+    pages = []
+    for at in range(0, len(now), PSIZE):
+        old = durable[at:at + PSIZE].ljust(PSIZE, b"\x00")
+        pages.append(now[at:at + PSIZE] if rng.random() < 0.5 else old[:len(now[at:at + PSIZE])])
+    data.write_bytes(b"".join(pages))
+
+
+def random_writes(kv: KV, rng: random.Random, n: int, model: dict, history: list | None = None) -> None:
+    for _ in range(n):
+        roll = rng.random()
+        if roll < 0.6 or not model:
+            ops = [(b"k%05d" % rng.randrange(3000), bytes([rng.randrange(256)]) * rng.randrange(1, 2500))]
+        elif roll < 0.8:
+            ops = [(rng.choice(list(model)), None)]
+        else:  # a transaction of many
+            ops = [(b"k%05d" % rng.randrange(3000), bytes([rng.randrange(256)]) * rng.randrange(1, 300))
+                   for _ in range(rng.randrange(2, 60))]
+
+        def fn(txn):
+            for key, value in ops:
+                if value is None:
+                    txn.delete(key)
+                else:
+                    txn.put(key, value)
+        kv.write(fn)
+        for key, value in ops:
+            if value is None:
+                model.pop(key, None)
+            else:
+                model[key] = value
+        if history is not None:
+            history.append(dict(model))
+
+
+@pytest.mark.parametrize("seed", range(12 if not SLOW else 200))
+def test_a_power_cut_keeps_every_acknowledged_write(tmp_path, monkeypatch, seed):
+    """Durable writes, checkpoints now and then, the map growing; then each page of
+    ``data.mdb`` as the last checkpoint left it or as the process last wrote it."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(kv_module, "CHECKPOINT_GROWTH", rng.choice([128 << 10, 1 << 20, 64 << 20]))
+    recorder = Recorder(monkeypatch)
+    path, model = tmp_path / "kv", {}
+    for _round in range(3):
+        kv = KV(path, map_size=256 << 10)  # small: the map doubles during the run
+        random_writes(kv, rng, rng.randrange(50, 400), model)
+        durable = recorder.image
+        crash(kv)
+        power_cut(path, durable, rng)
+        assert contents(path) == model, f"seed {seed}, round {_round}"
+
+
+@pytest.mark.parametrize("seed", range(6 if not SLOW else 100))
+def test_a_power_cut_with_sync_off_leaves_some_earlier_state_whole(tmp_path, monkeypatch, seed):
+    """With ``sync=False`` nothing since the last checkpoint is sure to be on disk: the log
+    keeps some prefix of its records. What opens must be the state after some write."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(kv_module, "CHECKPOINT_GROWTH", rng.choice([128 << 10, 1 << 20]))
+    recorder = Recorder(monkeypatch)
+    path, model, history = tmp_path / "kv", {}, [{}]
+    kv = KV(path, map_size=256 << 10, sync=False)
+    random_writes(kv, rng, rng.randrange(100, 400), model, history)
+    durable, records_at, end = recorder.image, kv.wal.records_at, kv.wal.end
+    crash(kv)
+    power_cut(path, durable, rng)
+    cut = rng.randrange(records_at, end + 1)  # the log's pages reached the disk up to here
+    with open(path / "wal", "r+b") as f:
+        f.seek(cut)
+        f.write(bytes(end - cut))
+    got = contents(path)
+    assert got in history, f"seed {seed}"
+
+
+WRITER = r"""
+import random, sys
+from pathlib import Path
+from hoarddb.errors import StorageError
+from hoarddb.storage import kv as kv_module
+from hoarddb.storage.kv import KV
+
+path, start, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+kv_module.CHECKPOINT_GROWTH = 256 << 10  # checkpoints often, so kills land in them too
+rng = random.Random(seed)
+kv = KV(path, map_size=256 << 10)
+print("ready", flush=True)
+i = start
+while True:
+    n = rng.choice([1, 1, 1, 30])
+    keys = list(range(i, i + n))
+    kv.write(lambda txn: [txn.put(b"k%08d" % j, bytes([j % 251]) * rng.randrange(10, 2000)) for j in keys])
+    print("A", keys[-1], flush=True)
+    i += n
+"""
+
+
+@pytest.mark.parametrize("rounds", [5 if not SLOW else 50])
+def test_a_writer_killed_at_any_moment_loses_no_acknowledged_commit(tmp_path, rounds):
+    path = tmp_path / "kv"
+    rng = random.Random(8)
+    acked = -1
+    for round_ in range(rounds):
+        said = kill_midway(WRITER, [path, acked + 1, rng.randrange(2**32)], tmp_path / f"round{round_}.out",
+                           rng.uniform(0.05, 0.4))
+        lines = [line.split() for line in said]
+        if lines:
+            acked = int(lines[-1][1])
+        keys = sorted(contents(path))
+        assert keys[:acked + 1] == [b"k%08d" % j for j in range(acked + 1)], f"round {round_}"
+        acked = len(keys) - 1
+    assert acked > 200, "the child wrote too little to test anything"
