@@ -1,34 +1,13 @@
-"""The KV engine: one LMDB environment, its write transactions, growing its map, and
-keeping its data file written ahead of the pages LMDB uses.
+"""The KV engine: one LMDB environment, its write transactions and write-ahead log,
+checkpoints, and growing its map.
 
-On disk a ``kv/`` folder is LMDB's ``data.mdb`` and ``lock.mdb``. ``data.mdb`` is kept
-*longer* than the pages LMDB uses: written zeros run from LMDB's last page to some way
-past it (:meth:`KV._preallocate`), so the file's size, and the disk it takes, exceed the
-data by up to an eighth of the data (at least 1 MiB, at most 64 MiB, never past the map)::
+On disk a ``kv/`` folder is LMDB's ``data.mdb`` and ``lock.mdb`` and the log ``wal``
+(its format, and why LMDB can run without its own syncs, in :mod:`.wal`).
 
-    0                          (last_pgno + 1) * psize                 file size
-    +--------+--------+---------+-----------------------------------------+
-    | meta 0 | meta 1 | pages LMDB uses          | zeros, written and fsynced |
-    +--------+--------+---------+-----------------------------------------+
-
-Why: a durable commit fdatasyncs the data file. A commit whose new pages lie past the end
-of the file grows it, and that fdatasync must also commit the new size and block
-allocation through the ext4 journal; a commit that overwrites blocks already written
-flushes only its pages. Measured on ext4: an LMDB commit of one 1 KB record at a random
-key about 20% faster, a hash ``insert`` of a 1 KB document about 14%, of a 200-byte one a
-few percent (small records grow the file less often). Blocks that ``fallocate`` reserves
-do not do as well (about 10%): writing into them still converts the extent in the
-journal, so the zeros are written. Bulk loads are left alone: after a transaction that grew
-the data by more than ``BULK_GROWTH`` no fill is made (big commits pay the journal once
-for many pages, and the zeros would have them write every byte twice).
-
-Safety: LMDB (without ``MDB_WRITEMAP``, which we never use) never reads a page past its
-last one before a commit has written it, and accepts a file longer than its pages and
-than its map; zeros are written only past the file's current end and only while this
-process holds LMDB's writer lock (inside a write transaction), so they never meet a page
-LMDB writes. A crash in the middle of a fill leaves a shorter run of zeros (or a size
-with no zeros behind it yet): nothing LMDB reads. Older hoardDB versions and LMDB's own
-tools read such a file unchanged; ``mdb_copy`` copies the used pages only.
+Before the log, ``data.mdb`` was kept written ahead with zeros so that each durable
+commit's fdatasync overwrote blocks instead of growing the file; with one fdatasync of
+``data.mdb`` per checkpoint instead of one per commit that no longer paid (it cost a
+relaxed insert a quarter of its time), and files written that way open unchanged.
 """
 
 from __future__ import annotations
@@ -49,12 +28,6 @@ T = TypeVar("T")
 
 log = logging.getLogger("hoarddb.kv")
 
-#: ``data.mdb`` is kept written this far ahead of LMDB's last page: an eighth of the used
-#: size, within these bounds, and refilled when less than half of that is left.
-PREALLOC_MIN = 1 << 20
-PREALLOC_MAX = 64 << 20
-#: A write transaction after one that grew the data this much is taken for a bulk load: no fill.
-BULK_GROWTH = 256 << 10
 #: A checkpoint is made when LMDB's used pages grew this much since the last one (the
 #: pinned snapshot keeps LMDB from reusing pages, so every commit takes new ones) ...
 CHECKPOINT_GROWTH = 32 << 20
@@ -67,7 +40,6 @@ BIG_OPS = 20_000
 #: ... nor, when each write is synced, one whose record would be bigger than this: a
 #: checkpoint's two flushes then cost less than writing and flushing the record.
 BIG_RECORD = 256 << 10
-_ZEROS = bytes(1 << 20)
 _datasync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -83,8 +55,7 @@ class KV:
     sync=False)``) records are flushed by :meth:`sync`, a checkpoint or :meth:`close`: a
     power cut may undo the last commits, never corrupt the database. The map starts at
     ``map_size`` and doubles whenever a write finds it full, so no one has to guess a
-    database's size up front. ``data.mdb`` is kept longer than its pages (zeros past
-    them, the module's docstring says why).
+    database's size up front.
     """
 
     def __init__(self, path: Path, map_size: int, sync: bool = True):
@@ -118,9 +89,7 @@ class KV:
                 self._restore_checkpoint()
         self._psize = self.env.stat()["psize"]
         try:
-            self._last_used = 0  # LMDB's used size at the last write transaction's start
             self._data_fd = os.open(self.path / "data.mdb", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-            self._alloc_end = os.fstat(self._data_fd).st_size  # the file's size, as far as we know
         except OSError as exc:
             self._pin.abort()
             self.env.close()
@@ -129,7 +98,7 @@ class KV:
             if self.wal is not None:
                 self.wal.close()
             self.wal = WriteAheadLog(self.path / WAL_NAME, self._psize)
-        self._used_at_checkpoint = self._used()
+        self._last_used = self._used_at_checkpoint = self._used()
         if replayed or restored or restored is None:
             self._checkpoint()  # a fresh log whose header is the state on disk now
 
@@ -226,7 +195,7 @@ class KV:
                 except lmdb.Error as exc:
                     raise StorageError(f"write to {self.path} failed: {exc}") from None
                 try:
-                    self._preallocate()
+                    self._note_used()
                     recording = Recording(txn)
                     result = fn(recording)
                 except lmdb.MapFullError:
@@ -286,7 +255,7 @@ class KV:
             self._outer = self.env.begin(write=True)
             self._outer_ops = []
             self._outer_thread = threading.get_ident()
-            self._preallocate()
+            self._note_used()
         except BaseException:
             outer, self._outer, self._outer_thread = self._outer, None, None
             if outer is not None:
@@ -329,7 +298,7 @@ class KV:
                     self._outer_ops = []
                 self._grow()
                 self._outer = self.env.begin(write=True)
-                self._preallocate()
+                self._note_used()
             except BaseException:
                 child.abort()
                 raise
@@ -370,48 +339,9 @@ class KV:
         """A read transaction (a snapshot); use as a context manager."""
         return self.env.begin(write=False, buffers=False)
 
-    def _preallocate(self) -> None:
-        """Keep ``data.mdb`` written ahead of LMDB's last page (see the module's docstring).
-
-        Called at the start of every write transaction, holding LMDB's writer lock, before
-        the transaction has written anything: no commit is in flight, and none can start
-        until this returns, so the zeros written past the file's end meet no page of LMDB.
-        Nearly always one ``env.info()`` and a comparison; about once per half a step of
-        growth (512 KiB for a small database), a fill of about 1-5 ms per MiB on an SSD.
-        A fill that fails (a full disk) is taken back and not tried again until the data
-        grew by another half step: LMDB then appends as it would without this.
-        """
-        if self._data_fd is None:
-            return
-        info = self.env.info()
-        used = (info["last_pgno"] + 1) * self._psize
-        grew, self._last_used = used - self._last_used, used
-        step = min(max(used // 8, PREALLOC_MIN), PREALLOC_MAX)
-        if self._alloc_end - used >= step // 2 or grew > BULK_GROWTH:
-            # Enough ahead; or a bulk load, whose big commits gain nothing from the zeros
-            # (the journal commit is one per many pages) and would write every byte twice.
-            return
-        fd = self._data_fd
-        size = os.fstat(fd).st_size  # LMDB may have grown the file past what we wrote
-        target = min(used + step, info["map_size"])
-        target -= target % self._psize
-        if target <= size:
-            self._alloc_end = max(size, used + step)
-            return
-        try:
-            offset = size
-            while offset < target:
-                offset += os.pwrite(fd, memoryview(_ZEROS)[:min(len(_ZEROS), target - offset)], offset)
-            _datasync(fd)
-            self._alloc_end = target
-        except OSError as exc:
-            log.warning("%s: could not write %d bytes ahead in data.mdb (%s); LMDB appends instead",
-                        self.path, target - size, exc.strerror or exc)
-            try:
-                os.ftruncate(fd, size)  # only bytes this fill added: LMDB has written none of them
-            except OSError:
-                pass
-            self._alloc_end = used + step  # next try when LMDB used half a step more
+    def _note_used(self) -> None:
+        """Remember LMDB's used size (at a write transaction's start): checkpoints follow it."""
+        self._last_used = (self.env.info()["last_pgno"] + 1) * self._psize
 
     def _grow(self) -> None:
         """Double the map (holding the commit lock, no write transaction open).

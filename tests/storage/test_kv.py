@@ -1,4 +1,4 @@
-"""The KV engine's data file kept written ahead of LMDB's pages: layout, reopening, a kill."""
+"""The KV engine: reopening with a smaller map, copies, groups, a killed writer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hoarddb.storage import kv as kv_module
-from hoarddb.storage.kv import KV, PREALLOC_MIN
+from hoarddb.storage.kv import KV
 
 from ..killing import kill_midway
 
@@ -18,10 +17,6 @@ SLOW = os.environ.get("HOARDDB_SLOW") == "1"
 
 def used_bytes(kv: KV) -> int:
     return (kv.env.info()["last_pgno"] + 1) * kv.env.stat()["psize"]
-
-
-def data_file(kv: KV) -> Path:
-    return kv.path / "data.mdb"
 
 
 def put(kv: KV, i: int, size: int = 1000) -> None:
@@ -37,31 +32,11 @@ def records(path: Path) -> dict[bytes, bytes]:
         kv.close()
 
 
-def test_the_data_file_is_written_ahead_with_zeros(tmp_path):
-    kv = KV(tmp_path / "kv", map_size=64 << 20)
-    put(kv, 0)
-    size = data_file(kv).stat().st_size
-    used = used_bytes(kv)
-    assert size >= used + PREALLOC_MIN // 2
-    with open(data_file(kv), "rb") as f:
-        f.seek(used)
-        ahead = f.read()
-    assert ahead.count(0) == len(ahead) == size - used
-    for i in range(1, 2000):  # about 2 MiB of data: the file stays ahead, in steps
-        put(kv, i)
-        # a commit may take a few pages past the check made at its start
-        assert data_file(kv).stat().st_size - used_bytes(kv) >= PREALLOC_MIN // 2 - 4 * 4096
-    kv.close()
-    got = records(tmp_path / "kv")
-    assert len(got) == 2000 and got[b"k%08d" % 1999] == bytes([1999 % 251]) * 1000
-
-
-def test_an_environment_grown_ahead_reopens_with_every_record_even_with_a_smaller_map(tmp_path):
-    kv = KV(tmp_path / "kv", map_size=2 << 20)  # the map doubles as it fills; the zeros follow it
+def test_an_environment_grown_reopens_with_every_record_even_with_a_smaller_map(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=2 << 20)  # the map doubles as it fills
     for i in range(5000):
         put(kv, i)
     assert kv.env.info()["map_size"] > 2 << 20
-    assert data_file(kv).stat().st_size > used_bytes(kv)
     kv.close()
     kv = KV(tmp_path / "kv", map_size=1 << 20)  # smaller than the file: LMDB takes the used size
     with kv.read() as txn:
@@ -71,11 +46,18 @@ def test_an_environment_grown_ahead_reopens_with_every_record_even_with_a_smalle
     assert len(records(tmp_path / "kv")) == 5001
 
 
-def test_zeros_never_run_past_the_map(tmp_path):
-    kv = KV(tmp_path / "kv", map_size=1 << 20)
-    put(kv, 0)
-    assert data_file(kv).stat().st_size <= kv.env.info()["map_size"]
+def test_a_group_is_one_commit_and_one_record(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=64 << 20)
+    kv.begin_group()
+    for i in range(50):
+        put(kv, i)
+    with pytest.raises(ZeroDivisionError):  # a write of the group that fails is undone alone
+        kv.write(lambda txn: (txn.put(b"gone", b"x"), 1 / 0))
+    kv.end_group()
+    assert [len(ops) for ops in kv.wal.records()] == [50]
     kv.close()
+    got = records(tmp_path / "kv")
+    assert len(got) == 50 and b"gone" not in got
 
 
 def test_a_copy_holds_the_used_pages_only(tmp_path):
@@ -89,38 +71,6 @@ def test_a_copy_holds_the_used_pages_only(tmp_path):
     assert len(records(tmp_path / "copy")) == 100
 
 
-def test_a_group_of_writes_keeps_the_file_ahead_too(tmp_path):
-    kv = KV(tmp_path / "kv", map_size=64 << 20)
-    kv.begin_group()
-    for i in range(50):
-        put(kv, i)
-    kv.end_group()
-    assert data_file(kv).stat().st_size >= used_bytes(kv) + PREALLOC_MIN // 2
-    kv.close()
-    assert len(records(tmp_path / "kv")) == 50
-
-
-def test_a_fill_the_disk_refuses_is_taken_back_and_the_write_goes_on(tmp_path, monkeypatch, caplog):
-    kv = KV(tmp_path / "kv", map_size=64 << 20)
-    size = data_file(kv).stat().st_size
-    real_pwrite = os.pwrite
-
-    def full(fd, data, offset):
-        if fd == kv._data_fd:
-            real_pwrite(fd, bytes(4096), offset)  # some zeros land, then the disk is full
-            raise OSError(28, "No space left on device")
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(kv_module.os, "pwrite", full)
-    put(kv, 0)
-    assert "could not write" in caplog.text
-    monkeypatch.setattr(kv_module.os, "pwrite", real_pwrite)
-    put(kv, 1)  # no new try until the data grew by half a step
-    assert data_file(kv).stat().st_size == used_bytes(kv) > size  # LMDB appended, as without zeros
-    kv.close()
-    assert len(records(tmp_path / "kv")) == 2
-
-
 #: A child writing one record per durable commit until it is killed; "A i" once commit i returned.
 WRITER = r"""
 import random, sys
@@ -129,7 +79,7 @@ from hoarddb.storage.kv import KV
 
 path, start, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(seed)
-kv = KV(path, map_size=4 << 20)  # small, so the map grows while the zeros run ahead
+kv = KV(path, map_size=4 << 20)  # small, so the map grows (and checkpoints) as it goes
 print("ready", flush=True)
 i = start
 while True:
