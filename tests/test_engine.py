@@ -310,3 +310,23 @@ def test_is_quick_read_runs_few_keys_on_the_loop_and_sends_scans_away(client):
     assert quick(field("peek", "Notes", limit=10)) and quick(field("length", "Notes"))
     assert not quick(field("get", "Files", key="x"))  # a blob reads a file
     assert not quick(field("peek", "Nope")) and not quick(req("peek", "Nope"))
+
+
+def test_engine_sync_flushes_every_log_written_since_the_last(tmp_path):
+    """With sync off (a server's group commit) a write leaves its log record unflushed;
+    Engine.sync() is what makes it durable, for every store and the catalog."""
+    from hoarddb.engine import Engine
+    from hoarddb.options import Options
+
+    engine = Engine(tmp_path, Options(sync=False))
+    try:
+        engine.execute({"op": "create_bucket", "db": "app", "bucket": "H", "options": {"type": "hash"}})
+        engine.execute({"op": "create_bucket", "db": "app", "bucket": "P", "options": {"type": "heap"}})
+        engine.execute({"op": "insert", "db": "app", "bucket": "H", "args": {"doc": {"_id_": "a"}}})
+        engine.execute({"op": "push", "db": "app", "bucket": "P", "args": {"doc": {"priority": 1}}})
+        logs = [engine.catalog.kv.wal] + [store.kv.wal for store in engine._stores.values()]
+        assert len(logs) == 3 and any(wal._written > wal._flushed for wal in logs)
+        engine.sync()
+        assert all(wal._written == wal._flushed for wal in logs)
+    finally:
+        engine.close()

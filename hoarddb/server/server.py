@@ -105,7 +105,8 @@ class Server:
         self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(data, Options(sync=not group)))
         try:
             if group:
-                self.committer = GroupCommitter(self.engine, self._syncs, self.metrics, self._answers_together)
+                self.committer = GroupCommitter(self.engine, self._syncs, self.metrics, self._answers_together,
+                                                alone=lambda: len(self.connections) <= 1)
             if self.config.auth:
                 self._bootstrap_admin()
             context = None

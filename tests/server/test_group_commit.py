@@ -64,6 +64,7 @@ def test_answers_wait_for_the_fsync_and_reads_do_not(server):
         real_sync()
 
     committer._sync = slow_sync
+    reader = hoarddb.connect(server.url())  # connected before the write: not left alone with the loop
     try:
         done = {}
 
@@ -76,7 +77,7 @@ def test_answers_wait_for_the_fsync_and_reads_do_not(server):
         t = threading.Thread(target=write)
         t.start()
         assert gate.wait(10)
-        with hoarddb.connect(server.url()) as reader:
+        with reader:
             started = time.monotonic()
             assert reader["app"].H.get("old") == {"_id_": "old"}
             assert reader["app"].H.count() == 2  # applied, not yet acknowledged: reads see it
@@ -86,6 +87,41 @@ def test_answers_wait_for_the_fsync_and_reads_do_not(server):
         committer._sync = real_sync
     assert read_time < 0.5, f"a read waited {read_time:.2f} s behind an fsync"
     assert done["write"] >= 0.9, "a write was answered before its fsync"
+
+
+def wait_for_connections(server, n):
+    deadline = time.monotonic() + 10
+    while len(server.server.connections) != n:
+        assert time.monotonic() < deadline, f"{len(server.server.connections)} connections, not {n}"
+        time.sleep(0.01)
+
+
+def test_a_lone_connection_flushes_on_the_event_loop_and_two_do_not(server):
+    if server.server.committer is None:
+        pytest.skip("this engine has no Engine.sync()")
+    committer = server.server.committer
+    real_sync, threads = committer._sync, []
+
+    def noting_sync():
+        threads.append(threading.get_ident())
+        real_sync()
+
+    committer._sync = noting_sync
+    try:
+        with hoarddb.connect(server.url()) as c:
+            q = c["app"].create_bucket("Q", type="fifo")
+            wait_for_connections(server, 1)
+            inline = committer.inline
+            q.push({"n": 1})
+            assert committer.inline == inline + 1 and threads[-1] == server._thread.ident
+            with hoarddb.connect(server.url()) as other:
+                other["app"].Q.length()
+                wait_for_connections(server, 2)
+                q.push({"n": 2})
+                assert committer.inline == inline + 1 and threads[-1] != server._thread.ident
+            assert q.length() == 2
+    finally:
+        committer._sync = real_sync
 
 
 def test_a_long_scan_does_not_hold_other_connections(server):
