@@ -37,8 +37,9 @@ CHECKPOINT_LOG = 64 << 20
 #: checkpointed at once (one flush of its pages instead of writing them twice, and no
 #: copy of it all in memory) ...
 BIG_OPS = 20_000
-#: ... nor, when each write is synced, one whose record would be bigger than this: a
-#: checkpoint's two flushes then cost less than writing and flushing the record.
+#: ... nor, when it is to be durable at once (a synced write, a server's group), one whose
+#: record would be bigger than this: a checkpoint's flushes then cost less than writing
+#: and flushing the record (and flushing its pages again at the next checkpoint).
 BIG_RECORD = 256 << 10
 _datasync = getattr(os, "fdatasync", os.fsync)
 
@@ -206,7 +207,7 @@ class KV:
                     txn.abort()
                     raise
                 try:
-                    self._commit(txn, recording.ops)
+                    self._commit(txn, recording.ops, self.sync_each)
                 except lmdb.MapFullError:  # the commit's own pages did not fit
                     self._grow()
                     continue
@@ -214,18 +215,21 @@ class KV:
                 self.wal.flush()
             return result
 
-    def _commit(self, txn: lmdb.Transaction, ops: list) -> None:
+    def _commit(self, txn: lmdb.Transaction, ops: list, durable: bool) -> None:
         """Log and commit a write transaction (holding the commit lock); checkpoint if due.
 
         The record goes to the log before LMDB commits, so that the log's order is the
         commit order; a commit that fails takes its record back. A transaction too big to
-        be worth logging is committed and checkpointed at once instead.
+        be worth logging is committed and checkpointed at once instead — when it is to be
+        made ``durable`` now (a synced write, a group): a checkpoint flushes its pages once,
+        where a record would be written and flushed and its pages flushed again later.
+        Unsynced, a big record costs one write to the page cache and is kept.
         """
         if not ops:
             txn.abort()
             return
         body = None if len(ops) > BIG_OPS else encode_ops(ops)
-        big = body is None or (self.sync_each and len(body) > BIG_RECORD)
+        big = body is None or (durable and len(body) > BIG_RECORD)
         at = None if big else self.wal.append(body)
         try:
             txn.commit()
@@ -249,7 +253,8 @@ class KV:
     # thread writes to the environment meanwhile (the commit lock is held by the group).
 
     def begin_group(self) -> None:
-        """Open the outer transaction of a group of writes on this thread."""
+        """Open the outer transaction of a group of writes on this thread (a group is
+        made durable right after it ends: a server syncs each one)."""
         self._commit_lock.acquire()
         try:
             self._outer = self.env.begin(write=True)
@@ -269,7 +274,7 @@ class KV:
         if outer is None:
             return
         try:
-            self._commit(outer, self._outer_ops)
+            self._commit(outer, self._outer_ops, True)
         except lmdb.MapFullError as exc:
             raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
         finally:
@@ -291,7 +296,7 @@ class KV:
                 # transaction (the commit lock is held throughout).
                 outer, self._outer = self._outer, None
                 try:
-                    self._commit(outer, self._outer_ops)
+                    self._commit(outer, self._outer_ops, True)
                 except lmdb.MapFullError as exc:
                     raise StorageError(f"write to {self.path} failed: {exc}") from None
                 finally:
