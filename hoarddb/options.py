@@ -16,11 +16,12 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Options:
-    #: fsync every acknowledged write before returning (LMDB commit with sync, fsync of
+    #: fsync every acknowledged write before returning (the LMDB bucket's log record, the
     #: segment and blob files). False is faster and can lose the last writes in a power
-    #: cut or kernel crash, never corrupting anything (LMDB still fsyncs each commit's
-    #: data, not its meta page; queues and blobs skip their fsyncs); a killed process
-    #: still loses nothing the kernel was handed. Engine.sync() makes it all durable.
+    #: cut or kernel crash, never corrupting anything (LMDB buckets write their log
+    #: records unflushed and come back as of some earlier write; queues and blobs skip
+    #: their fsyncs); a killed process still loses nothing the kernel was handed.
+    #: Engine.sync() makes it all durable.
     sync: bool = True
     #: Size of one fifo/lifo segment file; a bucket may override it with ``segment_size``.
     segment_size: int = 64 * MiB

@@ -28,11 +28,22 @@ T = TypeVar("T")
 
 log = logging.getLogger("hoarddb.kv")
 
-#: A checkpoint is made when LMDB's used pages grew this much since the last one (the
-#: pinned snapshot keeps LMDB from reusing pages, so every commit takes new ones) ...
+#: A checkpoint is made after this many commits since the last one ... (the pinned
+#: snapshot keeps LMDB from reusing the pages freed meanwhile, so every commit takes new
+#: ones; a count of commits, unlike a size the file grew by, bounds that: each checkpoint
+#: frees the previous interval's pages for the next, and the file settles at its data
+#: plus about two intervals' worth of copied pages)
+CHECKPOINT_COMMITS = 1000
+#: ... or LMDB's used pages grew this much since it (a few big commits) ...
 CHECKPOINT_GROWTH = 32 << 20
 #: ... or the log's records reach this size.
 CHECKPOINT_LOG = 64 << 20
+#: The map is doubled before a write transaction begins once LMDB uses this share of it,
+#: so that a group of writes seldom finds it full midway (see _write_in_group).
+GROW_AT = 0.75
+#: A group's write is counted as taking this many pages of the map, plus its bytes twice
+#: (see KV._write_in_group): generous, so that a group is committed before the map fills.
+GROUP_WRITE_PAGES = 8
 #: A transaction of more puts and deletes than this is not logged: it is committed and
 #: checkpointed at once (one flush of its pages instead of writing them twice, and no
 #: copy of it all in memory) ...
@@ -69,6 +80,8 @@ class KV:
         self._outer: lmdb.Transaction | None = None  # a group's outer transaction (begin_group)
         self._outer_ops: list = []
         self._outer_thread: int | None = None
+        self._group_error: StorageError | None = None  # a group whose earlier writes were lost
+        self._commits = 0  # commits since the last checkpoint
         self._pin: lmdb.Transaction | None = None
         self.wal: WriteAheadLog | None = None
         self._psize = resource.getpagesize()
@@ -187,16 +200,16 @@ class KV:
         Inside a group (:meth:`begin_group`, on the group's thread) the transaction is a
         child of the group's: its commit costs no fsync, and its abort undoes only it.
         """
-        if self._outer is not None and self._outer_thread == threading.get_ident():
+        if self._outer_thread == threading.get_ident():  # (even if the group has failed)
             return self._write_in_group(fn)
         while True:
             with self._commit_lock:
+                self._note_used()
                 try:
                     txn = self.env.begin(write=True)
                 except lmdb.Error as exc:
                     raise StorageError(f"write to {self.path} failed: {exc}") from None
                 try:
-                    self._note_used()
                     recording = Recording(txn)
                     result = fn(recording)
                 except lmdb.MapFullError:
@@ -239,11 +252,13 @@ class KV:
             if isinstance(exc, lmdb.MapFullError):
                 raise
             raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+        self._commits += 1
         if big or self._checkpoint_due():
             self._checkpoint()
 
     def _checkpoint_due(self) -> bool:
-        return (self._last_used - self._used_at_checkpoint > CHECKPOINT_GROWTH
+        return (self._commits >= CHECKPOINT_COMMITS
+                or self._last_used - self._used_at_checkpoint > CHECKPOINT_GROWTH
                 or self.wal.end - self.wal.records_at > CHECKPOINT_LOG)
 
     # -- groups: many writes, one commit ---------------------------------------------------
@@ -257,56 +272,98 @@ class KV:
         made durable right after it ends: a server syncs each one)."""
         self._commit_lock.acquire()
         try:
+            self._note_used()
             self._outer = self.env.begin(write=True)
             self._outer_ops = []
             self._outer_thread = threading.get_ident()
-            self._note_used()
+            self._group_error = None
+            self._budget_group()
         except BaseException:
-            outer, self._outer, self._outer_thread = self._outer, None, None
-            if outer is not None:
-                outer.abort()
+            self._outer, self._outer_thread = None, None
             self._commit_lock.release()
             raise
 
     def end_group(self) -> None:
-        """Commit the group's writes: one commit (and one log record) for all of them."""
+        """Commit the group's writes: one commit (and one log record) for all of them.
+
+        Raises StorageError if they could not all be committed (then none of the writes
+        answered so far in the group is known to be there: the caller fails them all).
+        The commit lock is released whatever happens.
+        """
         outer, self._outer, self._outer_thread = self._outer, None, None
-        if outer is None:
-            return
+        ops, self._outer_ops = self._outer_ops, []
+        error, self._group_error = self._group_error, None
         try:
-            self._commit(outer, self._outer_ops, True)
-        except lmdb.MapFullError as exc:
-            raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+            if error is not None:
+                if outer is not None:
+                    outer.abort()
+                raise error
+            if outer is not None:
+                try:
+                    self._commit(outer, ops, True)
+                except lmdb.MapFullError as exc:
+                    raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
         finally:
-            self._outer_ops = []
             self._commit_lock.release()
 
+    def _budget_group(self) -> None:
+        """How much of the map the group may take before it is committed and the map grown:
+        half of what is free, so that its commit always finds room for its own pages."""
+        info = self.env.info()
+        self._group_room = (info["map_size"] - (info["last_pgno"] + 1) * self._psize) // 2
+        self._group_spent = 0
+
     def _write_in_group(self, fn):
+        if self._group_error is not None:
+            raise self._group_error
+        if self._group_spent > self._group_room:
+            self._regroup()
         while True:
             child = self.env.begin(write=True, parent=self._outer)
             recording = Recording(child)
             try:
                 result = fn(recording)
                 child.commit()
-                self._outer_ops += recording.ops
+                ops = recording.ops
+                self._outer_ops += ops
+                # What the write may have taken of the map, generously: the pages a tree
+                # copies on its way to a key (a few), and its bytes twice over.
+                spent = GROUP_WRITE_PAGES * self._psize
+                for op in ops:
+                    spent += 2 * (len(op[1]) + len(op[2])) if op[0] == PUT else 0
+                self._group_spent += spent
                 return result
             except lmdb.MapFullError:
                 child.abort()
-                # What the group wrote so far is committed; grow, and go on in a new outer
-                # transaction (the commit lock is held throughout).
-                outer, self._outer = self._outer, None
-                try:
-                    self._commit(outer, self._outer_ops, True)
-                except lmdb.MapFullError as exc:
-                    raise StorageError(f"write to {self.path} failed: {exc}") from None
-                finally:
-                    self._outer_ops = []
-                self._grow()
-                self._outer = self.env.begin(write=True)
-                self._note_used()
+                self._regroup()
             except BaseException:
                 child.abort()
                 raise
+
+    def _regroup(self) -> None:
+        """A write of a group found the map full: commit what the group wrote so far, grow
+        the map, and go on in a new outer transaction (the commit lock is held throughout).
+
+        Growing needs no transaction open, hence the commit. If that commit fails, the
+        group's earlier writes are gone: the group is failed (end_group raises), and so is
+        every later write of it.
+        """
+        outer, self._outer = self._outer, None
+        ops, self._outer_ops = self._outer_ops, []
+        try:
+            self._commit(outer, ops, True)
+            self._grow()
+            self._outer = self.env.begin(write=True)
+            self._budget_group()
+        except (lmdb.Error, StorageError) as exc:
+            self._group_error = StorageError(
+                f"write to {self.path} failed: {exc}; the writes of its group were not kept; "
+                "check free disk space")
+            try:
+                self._grow()  # no transaction is open now: the next group finds room
+            except (lmdb.Error, StorageError):
+                pass
+            raise self._group_error from None
 
     def sync(self) -> None:
         """Make every commit so far durable: flush the log (nothing to do if it is)."""
@@ -336,6 +393,7 @@ class KV:
         if pin is not None:
             pin.abort()
         self._used_at_checkpoint = self._used()
+        self._commits = 0
 
     def _used(self) -> int:
         return (self.env.info()["last_pgno"] + 1) * self._psize
@@ -345,8 +403,12 @@ class KV:
         return self.env.begin(write=False, buffers=False)
 
     def _note_used(self) -> None:
-        """Remember LMDB's used size (at a write transaction's start): checkpoints follow it."""
-        self._last_used = (self.env.info()["last_pgno"] + 1) * self._psize
+        """Before a write transaction (holding the commit lock): remember LMDB's used size,
+        which checkpoints follow, and double the map if most of it is used."""
+        info = self.env.info()
+        self._last_used = (info["last_pgno"] + 1) * self._psize
+        if self._last_used > info["map_size"] * GROW_AT:
+            self._grow()
 
     def _grow(self) -> None:
         """Double the map (holding the commit lock, no write transaction open).

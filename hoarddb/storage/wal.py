@@ -105,8 +105,11 @@ class Recording:
     """A write transaction that remembers its puts and deletes (:attr:`ops`) for the log.
 
     It stands in for the ``lmdb.Transaction`` a store's write function is given: reads and
-    cursors go straight to the transaction (cursors are only read through), and the three
-    writes a store uses are recorded when they change something.
+    cursors go straight to the transaction, and the writes are recorded when they change
+    something. A cursor is for reading: a write through it (``cursor.put``,
+    ``cursor.delete``) would reach LMDB and not the log, and be lost in a crash
+    (tests/storage/test_wal.py checks that no store does). Anything else of the
+    transaction is refused rather than passed through unlogged.
     """
 
     __slots__ = ("txn", "ops", "get", "cursor")
@@ -141,7 +144,8 @@ class Recording:
         return old
 
     def __getattr__(self, name):
-        return getattr(self.txn, name)
+        raise AttributeError(f"a logged write transaction has no {name!r} (only get, cursor, put, "
+                             "replace, delete and pop: what the log can record)")
 
 
 class WriteAheadLog:

@@ -6,8 +6,10 @@ import os
 import random
 from pathlib import Path
 
+import lmdb
 import pytest
 
+from hoarddb.errors import StorageError
 from hoarddb.storage.kv import KV
 
 from ..killing import kill_midway
@@ -75,6 +77,7 @@ def test_a_copy_holds_the_used_pages_only(tmp_path):
 WRITER = r"""
 import random, sys
 from pathlib import Path
+from hoarddb.errors import StorageError
 from hoarddb.storage.kv import KV
 
 path, start, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -109,3 +112,41 @@ def test_a_killed_writer_loses_no_acknowledged_commit(tmp_path, rounds):
         acked = len(keys) - 1
         assert all(v == bytes([int(k[1:]) % 251]) * len(v) for k, v in got.items())
     assert acked > 200, "the child wrote too little to test anything"
+
+
+def test_a_group_that_fills_the_map_midway_commits_grows_and_goes_on(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    kv.begin_group()
+    for i in range(600):  # ~1.8 MB in one group: the map fills midway, more than once
+        kv.write(lambda txn: txn.put(b"k%05d" % i, bytes([i % 251]) * 3000))
+    kv.end_group()
+    assert kv.env.info()["map_size"] > 1 << 20
+    kv.write(lambda txn: txn.put(b"after", b"x"))  # the commit lock was released
+    kv.close()
+    got = records(tmp_path / "kv")
+    assert len(got) == 601 and got[b"k00599"] == bytes([599 % 251]) * 3000
+
+
+def test_a_group_whose_writes_could_not_be_kept_fails_whole_and_frees_the_lock(tmp_path, monkeypatch):
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    kv.write(lambda txn: txn.put(b"before", b"x"))
+    real_commit = KV._commit
+
+    def failing_commit(self, txn, ops, durable):
+        txn.abort()
+        raise lmdb.MapFullError("mdb_txn_commit: MDB_MAP_FULL")
+
+    kv.begin_group()
+    kv.write(lambda txn: txn.put(b"early", b"x"))
+    monkeypatch.setattr(KV, "_commit", failing_commit)
+    with pytest.raises(StorageError, match="writes of its group were not kept"):
+        for i in range(600):  # fills the map: the group's commit fails
+            kv.write(lambda txn: txn.put(b"k%05d" % i, bytes(3000)))
+    with pytest.raises(StorageError):  # later writes of the group are refused too
+        kv.write(lambda txn: txn.put(b"late", b"x"))
+    monkeypatch.setattr(KV, "_commit", real_commit)
+    with pytest.raises(StorageError):
+        kv.end_group()
+    kv.write(lambda txn: txn.put(b"after", b"x"))  # the lock is free again
+    kv.close()
+    assert set(records(tmp_path / "kv")) == {b"before", b"after"}

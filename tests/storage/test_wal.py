@@ -341,3 +341,34 @@ def test_a_writer_killed_at_any_moment_loses_no_acknowledged_commit(tmp_path, ro
         assert keys[:acked + 1] == [b"k%08d" % j for j in range(acked + 1)], f"round {round_}"
         acked = len(keys) - 1
     assert acked > 200, "the child wrote too little to test anything"
+
+
+def test_no_store_writes_through_a_cursor_or_around_the_log():
+    """A write through a cursor reaches LMDB and not the log (lost after a crash); so does
+    anything the transaction has besides get, cursor, put, replace, delete and pop."""
+    import re
+
+    package = Path(kv_module.__file__).resolve().parents[1]
+    offenders = []
+    for source in package.rglob("*.py"):
+        for n, line in enumerate(source.read_text().splitlines(), 1):
+            if re.search(r"\b(cursor|c|cur)\.(put|delete|replace|pop|putmulti)\(", line) or \
+                    re.search(r"\btxn\.(drop|putmulti)\(", line):
+                offenders.append(f"{source.relative_to(package)}:{n}: {line.strip()}")
+    assert offenders == []
+
+
+def test_a_logged_transaction_refuses_what_the_log_cannot_record(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    with pytest.raises(AttributeError, match="has no 'drop'"):
+        kv.write(lambda txn: txn.drop(None))
+    kv.close()
+
+
+def test_an_unsynced_big_transaction_is_logged_not_checkpointed(tmp_path, monkeypatch):
+    monkeypatch.setattr(kv_module, "BIG_RECORD", 1000)
+    kv = KV(tmp_path / "kv", map_size=1 << 20, sync=False)
+    generation = kv.wal.generation
+    kv.write(lambda txn: [txn.put(b"k%04d" % i, b"v" * 100) for i in range(50)])
+    assert kv.wal.generation == generation and kv.wal.end > kv.wal.records_at + 5000
+    kv.close()
