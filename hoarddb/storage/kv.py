@@ -12,6 +12,7 @@ relaxed insert a quarter of its time), and files written that way open unchanged
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import resource
@@ -22,7 +23,7 @@ from typing import Callable, TypeVar
 import lmdb
 
 from ..errors import StorageError
-from .wal import PUT, WAL_NAME, Recording, WriteAheadLog, encode_ops
+from .wal import PUT, Recording, WriteAheadLog, encode_ops
 
 T = TypeVar("T")
 
@@ -53,6 +54,9 @@ BIG_OPS = 20_000
 #: and flushing the record (and flushing its pages again at the next checkpoint).
 BIG_RECORD = 256 << 10
 _datasync = getattr(os, "fdatasync", os.fsync)
+#: Where checkpoints flush LMDB's files, one at a time for every environment of the process,
+#: while their writers go on.
+_CHECKPOINTS = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hoarddb-checkpoint")
 
 
 class KV:
@@ -82,6 +86,9 @@ class KV:
         self._outer_thread: int | None = None
         self._group_error: StorageError | None = None  # a group whose earlier writes were lost
         self._commits = 0  # commits since the last checkpoint
+        self._inflight: concurrent.futures.Future | None = None  # a checkpoint flushing in the background
+        self._next_pin: lmdb.Transaction | None = None  # its snapshot, the pin once it is done
+        self._broken: StorageError | None = None  # a checkpoint's flush failed: writes are refused
         self._pin: lmdb.Transaction | None = None
         self.wal: WriteAheadLog | None = None
         self._psize = resource.getpagesize()
@@ -111,7 +118,7 @@ class KV:
         if self.wal is None or self.wal.psize != self._psize:
             if self.wal is not None:
                 self.wal.close()
-            self.wal = WriteAheadLog(self.path / WAL_NAME, self._psize)
+            self.wal = WriteAheadLog(self.path, self._psize)
         self._last_used = self._used_at_checkpoint = self._used()
         if replayed or restored or restored is None:
             self._checkpoint()  # a fresh log whose header is the state on disk now
@@ -138,12 +145,12 @@ class KV:
         own tools may have changed it since). Otherwise whether the meta pages on disk
         differed from the checkpoint's (commits since it, to be replayed from the log).
         """
-        data, path = self.path / "data.mdb", self.path / WAL_NAME
-        if not path.exists() or not data.exists():
+        data = self.path / "data.mdb"
+        if not data.exists():
             return None
         if self.wal is not None:  # a second try, with a bigger map
             self.wal.close()
-        self.wal = wal = WriteAheadLog.open_existing(path, self._psize)
+        self.wal = wal = WriteAheadLog.open_existing(self.path, self._psize)
         if wal is None:
             return None
         if wal.closed:
@@ -204,6 +211,8 @@ class KV:
             return self._write_in_group(fn)
         while True:
             with self._commit_lock:
+                if self._broken is not None:
+                    raise self._broken
                 self._note_used()
                 try:
                     txn = self.env.begin(write=True)
@@ -253,8 +262,12 @@ class KV:
                 raise
             raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
         self._commits += 1
-        if big or self._checkpoint_due():
+        if big:
             self._checkpoint()
+            return
+        self._settle()
+        if self._inflight is None and self._checkpoint_due():
+            self._begin_checkpoint()
 
     def _checkpoint_due(self) -> bool:
         return (self._commits >= CHECKPOINT_COMMITS
@@ -272,6 +285,8 @@ class KV:
         made durable right after it ends: a server syncs each one)."""
         self._commit_lock.acquire()
         try:
+            if self._broken is not None:
+                raise self._broken
             self._note_used()
             self._outer = self.env.begin(write=True)
             self._outer_ops = []
@@ -374,21 +389,62 @@ class KV:
         with self._commit_lock:
             self._checkpoint()
 
-    def _checkpoint(self, closed: bool = False) -> None:
-        """The checkpoint, holding the commit lock: no commit happens meanwhile.
+    # A checkpoint, in three steps, holding the commit lock for the first and the last:
+    #
+    # 1. Copy LMDB's meta pages (the state after the last commit), pin that snapshot, and
+    #    switch the log to the next generation (in the other file).
+    # 2. fdatasync data.mdb, then write the new generation's header with the copied meta
+    #    pages and flush it (_seal): from then on a recovery starts there. A crash before
+    #    recovers from the previous header (the previous pin still protects its pages)
+    #    and replays both generations' records.
+    # 3. The new pin replaces the previous one, whose pages may now be reused.
+    #
+    # Normally step 2 runs on the checkpoint thread while writes go on (_begin_checkpoint,
+    # then _settle at a later commit); at open, close, a map growth and after a big
+    # transaction, all three run at once (_checkpoint).
 
-        1. fdatasync ``data.mdb``: every commit's pages and meta pages are on disk.
-        2. Write the log's next header with a copy of the meta pages, and flush it: from
-           now on a recovery starts here. (A crash before this is done recovers from the
-           previous header, whose pages the pin still protects.)
-        3. Move the pin to the current snapshot: the pages of the previous one may be reused.
-        """
+    def _begin_checkpoint(self) -> None:
+        metas = os.pread(self._data_fd, 2 * self._psize, 0)
+        self.wal.switch()
+        self._next_pin = self.env.begin(write=False)
+        self._commits = 0
+        self._used_at_checkpoint = self._used()
+        self._inflight = _CHECKPOINTS.submit(self._seal, metas)
+
+    def _seal(self, metas: bytes, closed: bool = False) -> None:
         try:
             self.env.sync(True)
+        except lmdb.Error as exc:
+            raise StorageError(f"cannot flush {self.path}: {exc}; check the disk") from None
+        self.wal.commit_generation(metas, closed)
+
+    def _settle(self, wait: bool = False) -> None:
+        """Finish a background checkpoint that is done (or wait for it): move the pin."""
+        inflight = self._inflight
+        if inflight is None or not (wait or inflight.done()):
+            return
+        self._inflight = None
+        try:
+            inflight.result()
+        except Exception as exc:  # the disk refused a flush: recovery must start from the older header
+            self._broken = StorageError(
+                f"{self.path}: a checkpoint could not flush ({exc}); writes are refused until the "
+                "database is opened again, which recovers every acknowledged write")
+            log.critical("%s", self._broken.message)
+            raise self._broken from None
+        pin, self._pin, self._next_pin = self._pin, self._next_pin, None
+        if pin is not None:
+            pin.abort()
+
+    def _checkpoint(self, closed: bool = False) -> None:
+        """A whole checkpoint now (holding the commit lock): no commit happens meanwhile."""
+        self._settle(wait=True)
+        try:
             metas = os.pread(self._data_fd, 2 * self._psize, 0)
-        except (lmdb.Error, OSError) as exc:
-            raise StorageError(f"cannot flush {self.path}: {exc}; check free disk space") from None
-        self.wal.begin_generation(metas, closed)
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.path / 'data.mdb'}: {exc.strerror or exc}") from None
+        self.wal.switch()
+        self._seal(metas, closed)
         pin, self._pin = self._pin, self.env.begin(write=False)
         if pin is not None:
             pin.abort()
@@ -416,6 +472,7 @@ class KV:
         py-lmdb ends every transaction of the environment on a new map size, the pin too;
         a checkpoint pins again before any commit could reuse the pinned pages.
         """
+        self._settle(wait=True)
         size = self.env.info()["map_size"]
         self.env.set_mapsize(size * 2)
         self._pin = None
@@ -427,11 +484,16 @@ class KV:
             return
         try:
             with self._commit_lock:
-                self._checkpoint(closed=True)
+                try:
+                    self._settle(wait=True)
+                finally:
+                    if self._broken is None:
+                        self._checkpoint(closed=True)
         finally:
-            if self._pin is not None:
-                self._pin.abort()
-                self._pin = None
+            for pin in (self._pin, self._next_pin):
+                if pin is not None:
+                    pin.abort()
+            self._pin = self._next_pin = None
             self.env.close()
             self.wal.close()
             os.close(self._data_fd)

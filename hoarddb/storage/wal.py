@@ -15,14 +15,14 @@ can see). Opening after a crash writes those meta pages back — LMDB then sees 
 checkpoint's tree, every page of which was flushed and left alone since — and applies the
 log's records in order.
 
-On disk, ``kv/wal``::
+On disk, ``kv/wal.0`` and ``kv/wal.1`` (generation g lives in ``wal.<g % 2>``)::
 
-    0            HEADER           2*HEADER                                     file size
-    +------------+------------------+--------------------------------+---------------+
-    | header A   | header B         | record | record | ... | record | older records |
-    +------------+------------------+--------------------------------+---------------+
+    0            HEADER                                                     file size
+    +------------+--------------------------------+----------------------------+
+    | header     | record | record | ... | record | older records, or zeros    |
+    +------------+--------------------------------+----------------------------+
 
-    header (HEADER = 64 + 2 * psize bytes; A holds even generations, B odd ones):
+    header (HEADER = 64 + 2 * psize bytes):
         b"HDBWAL01" | generation u64 | psize u32 | flags u32 (1: closed cleanly)
         | crc32 u32 of everything else | pad to 64
         | LMDB's meta page 0 | meta page 1        (as they were when this generation began)
@@ -30,17 +30,19 @@ On disk, ``kv/wal``::
         length u32 | crc32 u32 of (generation u64 + body) | body (length bytes)
         body: op u8 (1 put, 2 delete) | key length u32 | key | [value length u32 | value] ...
 
-A checkpoint writes the *other* header slot with the next generation, so a crash while
-writing it leaves the older header whole (and the older records, which the new generation
-has not yet overwritten). Records are written from the start of the record area again at
-each generation; a record's crc covers its generation, so what is left of an older
+A checkpoint switches appends to the other file first (records of the next generation),
+flushes LMDB's file meanwhile in the background, and only then writes the other file's
+header: until that header is whole, a recovery starts from the older one and replays the
+older generation's records and then the newer's. A generation writes its file from the
+start again; a record's crc covers its generation, so what is left of an older
 generation's records past the newest one fails its check and ends the replay, as does a
 record torn by a crash. All numbers are little-endian.
 
 What a crash leaves: a record is appended (``os.pwrite``) before LMDB commits its
 transaction, and flushed before the write is acknowledged (with ``sync`` off, at
 :meth:`WriteAheadLog.flush`, a checkpoint or close). A crash keeps a prefix of the
-records: every acknowledged one, perhaps some after it, never a gap.
+records: every acknowledged one, perhaps some after it, never a gap (the older file's
+records are flushed before the first record goes to the newer one).
 """
 
 from __future__ import annotations
@@ -149,39 +151,53 @@ class Recording:
 
 
 class WriteAheadLog:
-    """WriteAheadLog is ``kv/wal``: a header per generation and the records since it began.
+    """WriteAheadLog is ``kv/wal.0`` and ``kv/wal.1``: a generation's header and records
+    in one file, the next generation's in the other.
 
-    Not thread-safe by itself: :class:`~hoarddb.storage.kv.KV` appends under its commit
-    lock. :meth:`flush` may run on any thread.
+    Not thread-safe by itself: :class:`~hoarddb.storage.kv.KV` appends, switches and
+    flushes under its commit lock; :meth:`commit_generation` runs on the checkpoint thread
+    while appends go on (to another part of the file).
     """
 
-    def __init__(self, path: Path, psize: int):
-        self.path = Path(path)
+    def __init__(self, directory: Path, psize: int):
+        self.directory = Path(directory)
         self.psize = psize
-        self.header_size = 64 + 2 * psize  # the fields, padding, the two meta pages
-        self.records_at = 2 * self.header_size
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        self.generation = 0
+        self.header_size = self.records_at = 64 + 2 * psize  # the fields, padding, two meta pages
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        self.fds = [os.open(self.directory / f"{WAL_NAME}.{i}", flags, 0o644) for i in (0, 1)]
+        self.generation = 0              # the newest header's (the recovery base)
         self.metas: bytes | None = None
         self.closed = False              # the newest header was written by a clean close
-        self.end = self.records_at       # where the next record goes
-        self._written = 0                # bytes appended in all (what flush compares)
-        self._flushed = 0
-        self._filled = os.fstat(self.fd).st_size
+        self.writing = 1                 # the generation records are appended to
+        self.end = self.records_at       # where the next record goes, in that generation's file
+        self._unflushed: set[int] = set()  # files appended to since their last fdatasync
+        self._filled = [os.fstat(fd).st_size for fd in self.fds]
+
+    @property
+    def fd(self) -> int:
+        """The file records are appended to."""
+        return self.fds[self.writing % 2]
 
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def open_existing(cls, path: Path, psize: int) -> "WriteAheadLog | None":
-        """The log at ``path`` with its newest header loaded, or None if it has no whole one.
+    def open_existing(cls, directory: Path, psize: int) -> "WriteAheadLog | None":
+        """The log in ``directory`` with its newest header loaded, or None if it has no whole one.
 
-        The page size is the one its first header says if that is readable, else ``psize``.
+        The page size is the one a header says if one is readable, else ``psize``.
         """
-        with open(path, "rb") as f:
-            head = f.read(_HEAD.size)
-        if len(head) == _HEAD.size and head[:8] == MAGIC:
-            psize = _HEAD.unpack(head)[2] or psize
-        wal = cls(path, psize)
+        for i in (0, 1):
+            try:
+                with open(Path(directory) / f"{WAL_NAME}.{i}", "rb") as f:
+                    head = f.read(_HEAD.size)
+            except FileNotFoundError:
+                continue
+            if len(head) == _HEAD.size and head[:8] == MAGIC:
+                psize = _HEAD.unpack(head)[2] or psize
+                break
+        else:
+            return None
+        wal = cls(directory, psize)
         if wal.read_header():
             return wal
         wal.close()
@@ -190,12 +206,12 @@ class WriteAheadLog:
     def read_header(self) -> bool:
         """Load the newest whole header (generation and metas); False if there is none."""
         best = None
-        for slot in (0, 1):
-            raw = os.pread(self.fd, self.header_size, slot * self.header_size)
+        for i, fd in enumerate(self.fds):
+            raw = os.pread(fd, self.header_size, 0)
             if len(raw) < self.header_size:
                 continue
             magic, gen, psize, flags, crc = _HEAD.unpack_from(raw)
-            if magic != MAGIC or psize != self.psize or gen % 2 != slot:
+            if magic != MAGIC or psize != self.psize or gen % 2 != i:
                 continue
             if _crc_header(raw) != crc:
                 continue
@@ -204,72 +220,86 @@ class WriteAheadLog:
         if best is None:
             return False
         self.generation, self.metas, self.closed = best
+        self.writing = self.generation
         return True
 
     def records(self) -> Iterator[list]:
-        """Each whole record of the current generation, in order, as a list of ops.
+        """Each whole record since the newest header, in order, as a list of ops: those of its
+        generation, then those of the next (a checkpoint that had begun and not finished).
 
-        Stops at the first record that is missing, torn, or of an older generation, and
-        leaves :attr:`end` there, where the next record will be written.
+        Stops in each file at the first record that is missing, torn, or of another
+        generation; appending goes on after the last record of the header's generation.
         """
-        at = self.records_at
-        size = os.fstat(self.fd).st_size
-        seed = zlib.crc32(_GEN.pack(self.generation))
-        while at + _RECORD.size <= size:
-            length, crc = _RECORD.unpack(os.pread(self.fd, _RECORD.size, at))
-            if length == 0 or at + _RECORD.size + length > size:
-                break
-            body = os.pread(self.fd, length, at + _RECORD.size)
-            if zlib.crc32(body, seed) != crc:
-                break
-            try:
-                ops = list(decode_ops(memoryview(body)))
-            except (ValueError, struct.error):
-                break
-            at += _RECORD.size + length
-            self.end = at
-            yield ops
-        self.end = at
+        for gen in (self.generation, self.generation + 1):
+            fd, at = self.fds[gen % 2], self.records_at
+            size = os.fstat(fd).st_size
+            seed = zlib.crc32(_GEN.pack(gen))
+            while at + _RECORD.size <= size:
+                length, crc = _RECORD.unpack(os.pread(fd, _RECORD.size, at))
+                if length == 0 or at + _RECORD.size + length > size:
+                    break
+                body = os.pread(fd, length, at + _RECORD.size)
+                if zlib.crc32(body, seed) != crc:
+                    break
+                try:
+                    ops = list(decode_ops(memoryview(body)))
+                except (ValueError, struct.error):
+                    break
+                at += _RECORD.size + length
+                yield ops
+            if gen == self.generation:
+                self.end = at
 
     # -- writing -------------------------------------------------------------------------
 
-    def begin_generation(self, metas: bytes, closed: bool = False) -> None:
-        """Start the next generation from these meta pages (a checkpoint's last step).
+    def switch(self) -> None:
+        """Append from now on as the next generation, in the other file (a checkpoint's
+        first step, holding the commit lock). Its header is written by
+        :meth:`commit_generation` once LMDB's file is flushed; until then a recovery
+        starts from this generation's header and replays both files. The records so far
+        are flushed first, so that no record of the next generation can reach the disk
+        before one of this generation (a replay must never skip a record)."""
+        self.flush()  # every record of this generation durable before any of the next
+        self.writing = self.generation + 1
+        self.end = self.records_at
 
-        Writes the other header slot and flushes it; from then on records start again at
-        the head of the record area. A crash before the flush returns leaves the older
-        header, which still describes the pages on disk (the caller's pin keeps them).
+    def commit_generation(self, metas: bytes, closed: bool = False) -> None:
+        """Write the header of the generation :meth:`switch` began, and flush its file:
+        from now on a recovery starts from these meta pages (a checkpoint's last step).
+
         ``closed`` marks a clean close: the next open trusts LMDB's file as it finds it
         (it may have been edited meanwhile by LMDB's own tools) and restores nothing.
         """
-        gen = self.generation + 1
+        gen = self.writing
         body = struct.pack("<8sQII", MAGIC, gen, self.psize, CLOSED if closed else 0)
         tail = bytes(64 - _HEAD.size) + metas
         crc = zlib.crc32(tail, zlib.crc32(body))
-        raw = body + _LEN.pack(crc) + tail
+        fd = self.fds[gen % 2]
         try:
-            os.pwrite(self.fd, raw, (gen % 2) * self.header_size)
-            _datasync(self.fd)
+            os.pwrite(fd, body + _LEN.pack(crc) + tail, 0)
+            _datasync(fd)
         except OSError as exc:
-            raise StorageError(f"cannot write {self.path}: {exc.strerror or exc}; check free disk space") from None
-        self.generation, self.metas, self.end, self.closed = gen, metas, self.records_at, closed
-        self._flushed = self._written
+            raise StorageError(f"cannot write {self.directory / WAL_NAME}.{gen % 2}: "
+                               f"{exc.strerror or exc}; check free disk space") from None
+        self.generation, self.metas, self.closed = gen, metas, closed
 
     def append(self, body: bytes) -> int:
         """Write one record (not flushed) of ``body`` (:func:`encode_ops`); returns the
         offset it went to, for :meth:`take_back`."""
         at = self.end
-        crc = zlib.crc32(body, zlib.crc32(_GEN.pack(self.generation)))
+        crc = zlib.crc32(body, zlib.crc32(_GEN.pack(self.writing)))
         record = _RECORD.pack(len(body), crc) + body
         stop = at + len(record)
+        i = self.writing % 2
         try:
-            if stop > self._filled:
-                self._fill(stop)
-            os.pwrite(self.fd, record, at)
+            if stop > self._filled[i]:
+                self._fill(i, stop)
+            os.pwrite(self.fds[i], record, at)
         except OSError as exc:
-            raise StorageError(f"cannot write {self.path}: {exc.strerror or exc}; check free disk space") from None
+            raise StorageError(f"cannot write {self.directory / WAL_NAME}.{i}: "
+                               f"{exc.strerror or exc}; check free disk space") from None
         self.end = stop
-        self._written += len(record)
+        self._unflushed.add(i)
         return at
 
     def take_back(self, at: int) -> None:
@@ -281,30 +311,33 @@ class WriteAheadLog:
         self.end = at
 
     def flush(self) -> None:
-        """Make every record appended so far durable (one fdatasync, none if nothing is new)."""
-        written = self._written
-        if written == self._flushed:
-            return
-        try:
-            _datasync(self.fd)
-        except OSError as exc:
-            raise StorageError(f"cannot flush {self.path}: {exc.strerror or exc}") from None
-        if written > self._flushed:
-            self._flushed = written
+        """Make every record appended so far durable (no fdatasync if nothing is new)."""
+        while self._unflushed:
+            i = self._unflushed.pop()
+            try:
+                _datasync(self.fds[i])
+            except OSError as exc:
+                self._unflushed.add(i)
+                raise StorageError(f"cannot flush {self.directory / WAL_NAME}.{i}: {exc.strerror or exc}") from None
 
-    def _fill(self, stop: int) -> None:
+    def unflushed(self) -> bool:
+        """Whether records were appended since the last :meth:`flush`."""
+        return bool(self._unflushed)
+
+    def _fill(self, i: int, stop: int) -> None:
         """Write zeros from the file's end to past ``stop``: later flushes overwrite, not grow."""
-        size = os.fstat(self.fd).st_size
+        fd = self.fds[i]
         target = stop + FILL
-        offset = max(size, self._filled)
+        offset = max(os.fstat(fd).st_size, self._filled[i])
         while offset < target:
-            offset += os.pwrite(self.fd, memoryview(_ZEROS)[:min(FILL, target - offset)], offset)
-        self._filled = target
+            offset += os.pwrite(fd, memoryview(_ZEROS)[:min(FILL, target - offset)], offset)
+        self._filled[i] = target
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        for fd in self.fds:
+            if fd >= 0:
+                os.close(fd)
+        self.fds = [-1, -1]
 
 
 def _crc_header(raw: bytes) -> int:
