@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path
 from typing import Iterator
@@ -154,9 +155,10 @@ class WriteAheadLog:
     """WriteAheadLog is ``kv/wal.0`` and ``kv/wal.1``: a generation's header and records
     in one file, the next generation's in the other.
 
-    Not thread-safe by itself: :class:`~hoarddb.storage.kv.KV` appends, switches and
-    flushes under its commit lock; :meth:`commit_generation` runs on the checkpoint thread
-    while appends go on (to another part of the file).
+    :class:`~hoarddb.storage.kv.KV` appends and switches under its commit lock;
+    :meth:`flush` may run on any thread (one at a time, see ``_flush_lock``), and
+    :meth:`commit_generation` on the checkpoint thread while appends go on (to another part
+    of the file).
     """
 
     def __init__(self, directory: Path, psize: int):
@@ -171,6 +173,9 @@ class WriteAheadLog:
         self.writing = 1                 # the generation records are appended to
         self.end = self.records_at       # where the next record goes, in that generation's file
         self._unflushed: set[int] = set()  # files appended to since their last fdatasync
+        # One flush at a time: a writer that finds nothing left to flush must not return
+        # while another writer's fdatasync, which covers its record, is still running.
+        self._flush_lock = threading.Lock()
         self._filled = [os.fstat(fd).st_size for fd in self.fds]
 
     @property
@@ -312,13 +317,15 @@ class WriteAheadLog:
 
     def flush(self) -> None:
         """Make every record appended so far durable (no fdatasync if nothing is new)."""
-        while self._unflushed:
-            i = self._unflushed.pop()
-            try:
-                _datasync(self.fds[i])
-            except OSError as exc:
-                self._unflushed.add(i)
-                raise StorageError(f"cannot flush {self.directory / WAL_NAME}.{i}: {exc.strerror or exc}") from None
+        with self._flush_lock:
+            while self._unflushed:
+                i = self._unflushed.pop()
+                try:
+                    _datasync(self.fds[i])
+                except OSError as exc:
+                    self._unflushed.add(i)
+                    raise StorageError(
+                        f"cannot flush {self.directory / WAL_NAME}.{i}: {exc.strerror or exc}") from None
 
     def unflushed(self) -> bool:
         """Whether records were appended since the last :meth:`flush`."""

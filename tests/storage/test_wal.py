@@ -401,3 +401,33 @@ def test_an_unsynced_big_transaction_is_logged_not_checkpointed(tmp_path, monkey
     kv.write(lambda txn: [txn.put(b"k%04d" % i, b"v" * 100) for i in range(50)])
     assert kv.wal.generation == generation and kv.wal.end > kv.wal.records_at + 5000
     kv.close()
+
+
+def test_a_flush_returns_only_once_the_fdatasync_covering_its_records_is_done(tmp_path, monkeypatch):
+    """Two writers flush at once: the second finds nothing left to flush (the first took it)
+    and must still wait for the first one's fdatasync, which its record depends on."""
+    import threading
+    import time
+
+    from hoarddb.storage import wal as wal_module
+
+    wal = new_log(tmp_path)
+    wal.append(encode_ops([(PUT, b"a", b"1")]))
+    wal.append(encode_ops([(PUT, b"b", b"2")]))  # the second writer's record, before any flush
+    started, finished = threading.Event(), threading.Event()
+    real = wal_module._datasync
+
+    def slow(fd):
+        started.set()
+        time.sleep(0.3)
+        real(fd)
+        finished.set()
+
+    monkeypatch.setattr(wal_module, "_datasync", slow)
+    first = threading.Thread(target=wal.flush)
+    first.start()
+    assert started.wait(5)
+    wal.flush()
+    assert finished.is_set(), "a flush returned while the fdatasync its record needs was running"
+    first.join(5)
+    wal.close()
