@@ -1,7 +1,7 @@
 """The KV engine: one LMDB environment, its write transactions and write-ahead log,
 checkpoints, and growing its map.
 
-On disk a ``kv/`` folder is LMDB's ``data.mdb`` and ``lock.mdb`` and the log ``wal``
+On disk a ``kv/`` folder is LMDB's ``data.mdb`` and ``lock.mdb`` and the log ``wal.0``, ``wal.1``
 (its format, and why LMDB can run without its own syncs, in :mod:`.wal`).
 
 Before the log, ``data.mdb`` was kept written ahead with zeros so that each durable
