@@ -17,6 +17,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: What a child script puts before its loop: ``say(line)`` prints one whole line at once,
+#: and ``ready`` is said (see the module's docstring).
+SAY_READY = """
+def say(line):
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+
+say("ready")
+"""
+
 
 def child_env() -> dict:
     """The environment a child needs to import this checkout of hoarddb."""

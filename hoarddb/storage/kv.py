@@ -376,8 +376,8 @@ class KV:
                 "check free disk space")
             try:
                 self._grow()  # no transaction is open now: the next group finds room
-            except (lmdb.Error, StorageError):
-                pass
+            except (lmdb.Error, StorageError) as grow_error:  # the group's own error is what it hears
+                log.warning("%s: could not grow the map after a failed group: %s", self.path, grow_error)
             raise self._group_error from None
 
     def sync(self) -> None:

@@ -47,6 +47,7 @@ records are flushed before the first record goes to the newer one).
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -55,6 +56,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import StorageError
+
+log = logging.getLogger("hoarddb.kv")
 
 WAL_NAME = "wal"
 MAGIC = b"HDBWAL01"
@@ -308,11 +311,17 @@ class WriteAheadLog:
         return at
 
     def take_back(self, at: int) -> None:
-        """Forget the records from ``at`` on (their transaction did not commit)."""
+        """Forget the records from ``at`` on (their transaction did not commit).
+
+        If even the zeroing fails (the disk is failing), the record stays until the next
+        one overwrites it, and a crash before that would replay it: the failed write may
+        then be there after recovery. Said in the log; the write was answered with an error.
+        """
         try:
             os.pwrite(self.fd, bytes(_RECORD.size), at)  # a zero length ends the replay there
-        except OSError:
-            pass
+        except OSError as exc:
+            log.warning("%s: could not take back the record of a failed commit (%s); a crash before "
+                        "the next write would replay it", self.directory, exc.strerror or exc)
         self.end = at
 
     def flush(self) -> None:

@@ -13,7 +13,7 @@ from hoarddb.storage import framing
 from hoarddb.storage.segment import SLOT_SIZE, STATE_FILE, SegmentLog, _parse_slot, segment_name
 from hoarddb.values.codec import decode, encode
 
-from ..killing import kill_midway, run_script
+from ..killing import SAY_READY, kill_midway, run_script
 
 SMALL = 4096
 
@@ -641,11 +641,7 @@ directory, start, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 log = SegmentLog(directory, "fifo", 64 * 1024, preallocate=8192)
 rng = random.Random(seed)
 
-def say(line):
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-say("ready")
+""" + SAY_READY + r"""
 i = start
 while True:
     r = rng.random()

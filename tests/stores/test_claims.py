@@ -34,7 +34,7 @@ from hoarddb.options import Options
 from hoarddb.stores import claims
 from hoarddb.stores.fifo import FifoStore
 
-from ..killing import REPO, child_env, kill_midway
+from ..killing import REPO, SAY_READY, child_env, kill_midway
 
 SLOW = os.environ.get("HOARDDB_SLOW") == "1"
 KINDS = ("fifo", "heap")
@@ -635,11 +635,7 @@ except HoardError:  # made by an earlier round
 jobs = db.Jobs
 held = {}  # i -> claimId
 
-def say(line):
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-say("ready")
+""" + SAY_READY + r"""
 i = start
 while True:
     r = rng.random()

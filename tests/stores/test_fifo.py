@@ -30,7 +30,7 @@ from hoarddb.errors import (
 from hoarddb.options import Options
 from hoarddb.stores.fifo import FifoStore
 
-from ..killing import kill_midway
+from ..killing import SAY_READY, kill_midway
 
 SLOW = os.environ.get("HOARDDB_SLOW") == "1"
 SMALL = 4096
@@ -470,11 +470,7 @@ cls = FifoStore if kind == "fifo" else LifoStore
 store = cls(directory, {"type": kind, "options": {"segment_size": 4096}}, Options())
 rng = random.Random(seed)
 
-def say(line):
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-say("ready")
+""" + SAY_READY + r"""
 i = start
 while True:
     r = rng.random()
