@@ -167,6 +167,8 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
 @click.option("--idle-timeout", "idle_timeout", type=float, default=None,
               help="Seconds before an idle connection is closed (300; 0 never).")
 @click.option("--log-level", "log_level", default=None, help="debug, info, warning or error (info).")
+@click.option("--event-loop", "event_loop", default=None,
+              help="uvloop, asyncio, or auto: uvloop where installed (auto).")
 def server(config_file, **flags):
     """Run a hoardDB server on a data directory until SIGTERM or Ctrl-C.
 

@@ -3,7 +3,7 @@
     server = Server(ServerConfig(data="./data", port=0).check())
     asyncio.run(server.serve())          # until SIGTERM / Ctrl-C, or server.request_stop()
 
-Threads: the event loop owns every socket and runs what costs microseconds itself
+Threads: the event loop (uvloop's unless ``event_loop`` says asyncio) owns every socket and runs what costs microseconds itself
 (one-key reads); writes go to the group commit (:mod:`.commit`), which runs each turn's
 writes and their fsync on a thread of its own; scans, blobs and administration run in
 two pools, one for reads and one for writes. A read never waits behind a slow write or
@@ -140,8 +140,10 @@ class Server:
         metrics = (f"metrics http://{self.config.metrics_host}:{self.metrics_port}/metrics"
                    if self.metrics_port is not None else "metrics off")
         commit = "group commit" if self.committer else "fsync per write"
+        loop = "uvloop" if type(self.loop).__module__.startswith("uvloop") else "asyncio"
         return (f"hoardDB {__version__} listening on {self.config.host}:{self.port}, "
-                f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, pid {os.getpid()}")
+                f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, "
+                f"{loop} loop, pid {os.getpid()}")
 
     async def serve(self, *, install_signals: bool = True) -> None:
         """Start, run until a stop is asked (SIGTERM, SIGINT, :meth:`request_stop`), stop."""
@@ -499,7 +501,8 @@ def run(config: ServerConfig) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = Server(config)
     try:
-        asyncio.run(server.serve())
+        with asyncio.Runner(loop_factory=config.loop_factory()) as runner:
+            runner.run(server.serve())
     except HoardError as e:
         log.error("%s", e.message)
         return 1

@@ -93,7 +93,8 @@ class ServerThread(_Handle):
             await self.server._stop_event.wait()
             await self.server.stop()
 
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=self.config.loop_factory()) as runner:
+            runner.run(main())
 
     def call(self, fn, timeout: float = 30):
         """Run ``fn()`` on the server's loop (a coroutine function or a plain one); its result."""
