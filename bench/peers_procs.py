@@ -35,12 +35,12 @@ def free_port() -> int:
 class Child:
     """Child is a process in a session of its own; ``stop()`` ends its whole process group."""
 
-    def __init__(self, cmd: list[str], log: Path, env: dict | None = None):
+    def __init__(self, cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None):
         self.cmd = cmd
         self.log_path = log
         self._log = open(log, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+                                     env=env, cwd=cwd, start_new_session=True)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -78,10 +78,13 @@ class HoardServer:
     """``python -m hoarddb.cli server --data DIR --port 0 --insecure``: the default durability (group commit)."""
 
     def __init__(self, data: Path, log: Path, extra: tuple[str, ...] = ()):
+        # This checkout's hoardDB, whatever the current directory: `python -m` puts the
+        # current directory first on sys.path, ahead of PYTHONPATH, so the child runs in REPO
+        # (an A/B of two checkouts otherwise runs the same server twice).
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         cmd = [sys.executable, "-m", "hoarddb.cli", "server", "--data", str(data), "--port", "0",
                "--metrics-port", "-1", "--insecure", *extra]
-        self.child = Child(cmd, log, env)
+        self.child = Child(cmd, log, env, cwd=REPO)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             m = _LISTENING.search(self.child.log_text())
