@@ -380,7 +380,17 @@ class Engine:
         in a child transaction of it (so a refusal undoes only itself), committed once at
         the end: one commit and one data fsync per bucket for the whole group, instead of
         one per write. Other writes run as ``execute`` runs them. One group at a time.
+
+        A group of one write runs as ``execute`` runs it: its own transaction is all the
+        sharing there is, and the outer one would cost a second commit (a lone client's
+        every write comes this way).
         """
+        if len(requests) == 1:
+            with self._group_lock:
+                try:
+                    return [self.execute(requests[0])]
+                except HoardError as exc:
+                    return [exc]
         out: list = []
         grouped: list[Store] = []
         with self._group_lock:

@@ -235,6 +235,26 @@ def test_execute_group_shares_a_transaction_and_a_refusal_undoes_only_itself(tmp
         assert c["a"].U.count() == 5 and c["a"].H.length() == 3 and c["a"].Q.length() == 1
 
 
+def test_execute_group_of_one_write_runs_it_in_its_own_transaction(tmp_path, monkeypatch):
+    """A lone client's every write is a group of one: no outer transaction (one commit, not two)."""
+    from hoarddb.storage.kv import KV
+    engine, client = _group_engine(tmp_path)
+    client["a"].create_bucket("U", type="hash", indices=[{"field": "E", "unique": True}])
+    client["a"].create_bucket("H", type="heap")
+    outer, begin = [], KV.begin_group
+    monkeypatch.setattr(KV, "begin_group", lambda self: outer.append(self) or begin(self))
+    insert = lambda i, e: {"op": "insert", "db": "a", "bucket": "U", "args": {"doc": {"_id_": i, "E": e}}}  # noqa: E731
+    assert engine.execute_group([insert(1, "x")])[0]["result"] == 1
+    refused = engine.execute_group([insert(2, "x")])[0]
+    assert isinstance(refused, errors.DuplicateKeyError)  # answered, not raised, and nothing written
+    assert engine.execute_group([{"op": "push", "db": "a", "bucket": "H", "args": {"doc": {"priority": 1}}}])[0]["ok"] == 1
+    assert outer == []
+    engine.sync()
+    client.close()
+    with hoarddb.open(tmp_path) as c:
+        assert c["a"].U.count() == 1 and c["a"].U.get(2) is None and c["a"].H.length() == 1
+
+
 def _group_engine(tmp_path):
     from hoarddb.engine import Engine
     from hoarddb.options import Options
