@@ -3,13 +3,13 @@
     server = Server(ServerConfig(data="./data", port=0).check())
     asyncio.run(server.serve())          # until SIGTERM / Ctrl-C, or server.request_stop()
 
-Threads: the event loop (uvloop's unless ``event_loop`` says asyncio) owns every socket and runs what costs microseconds itself
-(one-key reads); writes go to the group commit (:mod:`.commit`), which runs each turn's
-writes and their fsync on a thread of its own; scans, blobs and administration run in
-two pools, one for reads and one for writes. A read never waits behind a slow write or
-fsync. A stop (SIGTERM, Ctrl-C) closes the
-listener, stops reading new requests, lets those already received finish, makes
-them durable, answers them, then closes the connections and the engine.
+Threads: the event loop (uvloop's, unless the ``event_loop`` option says asyncio) owns
+every socket and runs what costs microseconds itself (one-key reads); writes go to the
+group commit (:mod:`.commit`), which runs each turn's writes and their fsync on a thread
+of its own; scans, blobs and administration run in two pools, one for reads and one for
+writes. A read never waits behind a slow write or fsync. A stop (SIGTERM, Ctrl-C) closes
+the listener, stops reading new requests, lets those already received finish, makes them
+durable, answers them, then closes the connections and the engine.
 """
 
 from __future__ import annotations
