@@ -153,6 +153,24 @@ class IndexSet:
         if new is None:
             self.remove(txn, doc_key, old)
             return
+        if old is None:  # an insert: every entry is new (the common case, without the set arithmetic)
+            for ix in self.indexes:
+                if not ix.maintained:
+                    continue
+                for encoded, values in ix.value_tuples(new, self.bucket):
+                    key, value = ix.entry(encoded, doc_key)
+                    if ix.unique:
+                        holder = txn.get(key)
+                        if holder is not None and bytes(holder) != doc_key:
+                            if conflicts is None:
+                                raise self.duplicate(ix, values, decode_key(holder), where)
+                            conflicts.setdefault(ix.name, {
+                                "values": dict(zip(ix.fields, values)),
+                                "documents": [decode_key(holder), decode_key(doc_key)],
+                            })
+                            continue
+                    txn.put(key, value)
+            return
         for ix in self.indexes:
             if not ix.maintained:
                 continue

@@ -64,6 +64,8 @@ def test_load_over_a_unique_clash_leaves_the_index_conflicted(tmp_path):
         assert b.describe()["indexes"][0]["state"] == "conflicted"
         with pytest.raises(errors.IndexNotReadyError, match='"u1" and "u2"'):
             b.search({"Email": "x@x"})
+        with pytest.raises(errors.DuplicateKeyError, match='used by document "u1"'):  # the entry is still u1's
+            b.insert({"_id_": "u3", "Email": "x@x"})
     with hoarddb.open(tmp_path) as c:  # persisted; a reopen rebuilds and finds it still conflicted
         assert c["app"].U.describe()["indexes"][0]["state"] == "conflicted"
         c["app"].U.delete({"_id_": "u2"})
