@@ -159,17 +159,7 @@ class IndexSet:
                     continue
                 for encoded, values in ix.value_tuples(new, self.bucket):
                     key, value = ix.entry(encoded, doc_key)
-                    if ix.unique:
-                        holder = txn.get(key)
-                        if holder is not None and bytes(holder) != doc_key:
-                            if conflicts is None:
-                                raise self.duplicate(ix, values, decode_key(holder), where)
-                            conflicts.setdefault(ix.name, {
-                                "values": dict(zip(ix.fields, values)),
-                                "documents": [decode_key(holder), decode_key(doc_key)],
-                            })
-                            continue
-                    txn.put(key, value)
+                    self._add(txn, ix, key, value, values, doc_key, where, conflicts)
             return
         for ix in self.indexes:
             if not ix.maintained:
@@ -184,17 +174,23 @@ class IndexSet:
                 txn.delete(key)
             for key in after.keys() - before.keys():
                 value, values = after[key]
-                if ix.unique:
-                    holder = txn.get(key)
-                    if holder is not None and bytes(holder) != doc_key:
-                        if conflicts is None:
-                            raise self.duplicate(ix, values, decode_key(holder), where)
-                        conflicts.setdefault(ix.name, {
-                            "values": dict(zip(ix.fields, values)),
-                            "documents": [decode_key(holder), decode_key(doc_key)],
-                        })
-                        continue  # the holder keeps the entry; the index becomes conflicted
-                txn.put(key, value)
+                self._add(txn, ix, key, value, values, doc_key, where, conflicts)
+
+    def _add(self, txn, ix: Index, key: bytes, value: bytes, values: tuple, doc_key: bytes, where: str,
+             conflicts: dict | None) -> None:
+        """Put one new entry; a unique value another document holds is refused, or (with
+        ``conflicts``, a load) noted while the holder keeps the entry."""
+        if ix.unique:
+            holder = txn.get(key)
+            if holder is not None and bytes(holder) != doc_key:
+                if conflicts is None:
+                    raise self.duplicate(ix, values, decode_key(holder), where)
+                conflicts.setdefault(ix.name, {
+                    "values": dict(zip(ix.fields, values)),
+                    "documents": [decode_key(holder), decode_key(doc_key)],
+                })
+                return  # the holder keeps the entry; the index becomes conflicted
+        txn.put(key, value)
 
     def remove(self, txn, doc_key: bytes, doc: dict | None) -> None:
         """Delete a document's entries (the hot path of delete and TTL expiry)."""
