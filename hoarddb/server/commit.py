@@ -22,8 +22,9 @@ slow fsync. Except when the server has one connection (``alone``): nobody else i
 waiting to be served, and the flush runs on the event loop itself, as Redis runs its
 fsync — the hand-off to the flush thread and back costs more than the rest of the
 write (measured: ~50 us of a 400 us durable write, a fifth of the server's CPU). A
-connection that arrives meanwhile waits for that one flush. A refusal is answered with its group: a refused write wrote nothing, and
-the sync of a group that wrote nothing costs nothing.
+connection that arrives meanwhile waits for that one flush. A refusal is answered with
+its group: a refused write wrote nothing, and the sync of a group that wrote nothing
+costs nothing.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class Server:
         metrics = (f"metrics http://{self.config.metrics_host}:{self.metrics_port}/metrics"
                    if self.metrics_port is not None else "metrics off")
         commit = "group commit" if self.committer else "fsync per write"
-        loop = "uvloop" if type(self.loop).__module__.startswith("uvloop") else "asyncio"
+        loop = type(self.loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
         return (f"hoardDB {__version__} listening on {self.config.host}:{self.port}, "
                 f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, "
                 f"{loop} loop, pid {os.getpid()}")
