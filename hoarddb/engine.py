@@ -33,6 +33,7 @@ from .indexes.planner import plan
 from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
+from .storage.kv import commits_deferred
 from .storage.lock import DirectoryLock
 from .stores import store_class
 from .stores.base import Reply, Store
@@ -556,6 +557,12 @@ class Engine:
         writer hears back (group commit waits for one) then finds it in the set."""
         with self._mutex:
             self._dirty.add(store)
+
+    #: ``with engine.commits_deferred():`` a write run on this thread inside the block
+    #: is logged and made durable by :meth:`sync` as usual, but LMDB commits it when the
+    #: block ends: a server answers a lone client's write first (storage/kv.py says when
+    #: that is safe: nobody else may be served meanwhile).
+    commits_deferred = staticmethod(commits_deferred)
 
     def sync(self) -> None:
         """Make every write acknowledged so far durable: one fsync per store written.

@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import ssl
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,31 @@ READ_WAIT = 0.002
 INLINE_CATALOG_READS = frozenset({"list_databases", "list_buckets"})
 
 
+class _Pool(ThreadPoolExecutor):
+    """A thread pool that counts its tasks not finished yet (``busy``): the group commit
+    holds a lone write's LMDB commit past its answer only while nothing runs here."""
+
+    def __init__(self, threads: int, name: str):
+        super().__init__(threads, thread_name_prefix=name)
+        self._busy_lock = threading.Lock()
+        self.busy = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._busy_lock:
+            self.busy += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._done(None)
+            raise
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future) -> None:
+        with self._busy_lock:
+            self.busy -= 1
+
+
 class Server:
     """Server is one running hoardDB server: its engine, listener, connections and metrics."""
 
@@ -87,8 +113,8 @@ class Server:
         self._endpoint: MetricsEndpoint | None = None
         self._stop_event: asyncio.Event | None = None
         self._idle_event: asyncio.Event | None = None
-        self._reads = ThreadPoolExecutor(config.read_threads, thread_name_prefix="hoarddb-read")
-        self._writes = ThreadPoolExecutor(config.write_threads, thread_name_prefix="hoarddb-write")
+        self._reads = _Pool(config.read_threads, "hoarddb-read")
+        self._writes = _Pool(config.write_threads, "hoarddb-write")
         self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-commit")
         self._corking: list | None = None  # connections whose answers are held (_answers_together)
 
@@ -106,7 +132,7 @@ class Server:
         try:
             if group:
                 self.committer = GroupCommitter(self.engine, self._syncs, self.metrics, self._answers_together,
-                                                alone=lambda: len(self.connections) <= 1)
+                                                alone=lambda: len(self.connections) <= 1, quiet=self._quiet)
             if self.config.auth:
                 self._bootstrap_admin()
             context = None
@@ -267,6 +293,16 @@ class Server:
                     self.metrics.rejected.labels("idle_timeout").inc()
                     conn.abort_with(TimeoutError_(
                         f"idle for {self.config.idle_timeout:g} s (idle_timeout); closing. Reconnect to go on"))
+
+    def _quiet(self) -> bool:
+        """Whether nothing is in flight but the writes of the group commit's flush: at most
+        one connection, none of its requests read and waiting, no task in either pool. Then
+        no one can read before the flush's answers are out, and its LMDB commit may wait
+        until after them (GroupCommitter, storage/kv.py's commits_deferred)."""
+        for conn in self.connections:
+            if conn.queue:
+                return False
+        return len(self.connections) <= 1 and not self._reads.busy and not self._writes.busy
 
     # -- requests
 

@@ -13,12 +13,13 @@ relaxed insert a quarter of its time), and files written that way open unchanged
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
 import resource
 import threading
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import lmdb
 
@@ -57,6 +58,40 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 #: Where checkpoints flush LMDB's files, one at a time for every environment of the process,
 #: while their writers go on.
 _CHECKPOINTS = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hoarddb-checkpoint")
+#: The environments whose commit this thread holds back: inside a commits_deferred() block.
+_deferring = threading.local()
+
+
+@contextlib.contextmanager
+def commits_deferred() -> Iterator[None]:
+    """Inside the block, a write on this thread logs its record and keeps its LMDB
+    transaction open; the block's end commits it. A server wraps one write, its flush
+    and its answer in it, so that LMDB's commit (copying a dozen pages into the page
+    cache) happens after the answer has left, while the client reads it::
+
+        with commits_deferred():
+            kv.write(fn)        # record appended, transaction held (and the commit lock)
+            kv.sync()           # the record is durable: the write may be acknowledged
+            send(answer)
+        # here: LMDB commits; a crash before it loses nothing, the log replays the record
+
+    Until the block ends the write is invisible to other threads' reads, and their
+    writes to the same environment wait, so it is only for a caller that serves no one
+    else meanwhile. On this thread, a later write or :meth:`KV.read` of the environment
+    commits the held transaction first. A held commit that LMDB then refuses (a full
+    disk) cannot be answered any more: the environment refuses writes until it is opened
+    again, and opening replays the acknowledged write from the log (:meth:`KV._commit_held`).
+    """
+    if getattr(_deferring, "kvs", None) is not None:  # nested: the outer block commits
+        yield
+        return
+    _deferring.kvs = held = []
+    try:
+        yield
+    finally:
+        _deferring.kvs = None
+        for kv in held:
+            kv._commit_held()
 
 
 class KV:
@@ -89,6 +124,8 @@ class KV:
         self._inflight: concurrent.futures.Future | None = None  # a checkpoint flushing in the background
         self._next_pin: lmdb.Transaction | None = None  # its snapshot, the pin once it is done
         self._broken: StorageError | None = None  # a checkpoint's flush failed: writes are refused
+        self._held: lmdb.Transaction | None = None  # logged, not committed yet (commits_deferred)
+        self._held_by: int | None = None  # the thread that holds it (and the commit lock)
         self._pin: lmdb.Transaction | None = None
         self.wal: WriteAheadLog | None = None
         self._psize = resource.getpagesize()
@@ -209,8 +246,12 @@ class KV:
         """
         if self._outer_thread == threading.get_ident():  # (even if the group has failed)
             return self._write_in_group(fn)
+        if self._held_by == threading.get_ident():
+            self._commit_held()
         while True:
-            with self._commit_lock:
+            self._commit_lock.acquire()
+            held = False
+            try:
                 if self._broken is not None:
                     raise self._broken
                 self._note_used()
@@ -229,16 +270,21 @@ class KV:
                     txn.abort()
                     raise
                 try:
-                    self._commit(txn, recording.ops, self.sync_each)
+                    held = self._commit(txn, recording.ops, self.sync_each, may_hold=True)
                 except lmdb.MapFullError:  # the commit's own pages did not fit
                     self._grow()
                     continue
+            finally:
+                if not held:
+                    self._commit_lock.release()
             if self.sync_each:
                 self.wal.flush()
             return result
 
-    def _commit(self, txn: lmdb.Transaction, ops: list, durable: bool) -> None:
+    def _commit(self, txn: lmdb.Transaction, ops: list, durable: bool, may_hold: bool = False) -> bool:
         """Log and commit a write transaction (holding the commit lock); checkpoint if due.
+        True if the commit is held instead (``may_hold``, inside :func:`commits_deferred`):
+        the transaction and the commit lock are kept until the block ends.
 
         The record goes to the log before LMDB commits, so that the log's order is the
         commit order; a commit that fails takes its record back. A transaction too big to
@@ -253,6 +299,12 @@ class KV:
         body = None if len(ops) > BIG_OPS else encode_ops(ops)
         big = body is None or (durable and len(body) > BIG_RECORD)
         at = None if big else self.wal.append(body)
+        if may_hold and at is not None:
+            holders = getattr(_deferring, "kvs", None)
+            if holders is not None:
+                self._held, self._held_by = txn, threading.get_ident()
+                holders.append(self)
+                return True
         try:
             txn.commit()
         except lmdb.Error as exc:
@@ -264,10 +316,40 @@ class KV:
         self._commits += 1
         if big:
             self._checkpoint()
-            return
+            return False
         self._settle()
         if self._inflight is None and self._checkpoint_due():
             self._begin_checkpoint()
+        return False
+
+    def _commit_held(self) -> None:
+        """Commit the transaction a :func:`commits_deferred` block held, and release the
+        commit lock (on the thread that holds them; nothing to do if none is held).
+
+        Its record is in the log, and was acknowledged once flushed: a commit that fails
+        now cannot be taken back or answered. So writes are refused from then on (reads
+        go on, without that write) until the environment is opened again; the open
+        replays the log, which applies it. No checkpoint runs meanwhile, not even at
+        close, so the record stays in the log's current generation.
+        """
+        txn, self._held, self._held_by = self._held, None, None
+        if txn is None:
+            return
+        try:
+            txn.commit()
+            self._commits += 1
+            self._settle()
+            if self._inflight is None and self._checkpoint_due():
+                self._begin_checkpoint()
+        except (lmdb.Error, StorageError) as exc:
+            if self._broken is None:
+                self._broken = StorageError(
+                    f"{self.path}: an acknowledged write could not be committed ({exc}); writes are "
+                    "refused until the database is opened again, which applies it from the log; "
+                    "check free disk space")
+                log.critical("%s", self._broken.message)
+        finally:
+            self._commit_lock.release()
 
     def _checkpoint_due(self) -> bool:
         return (self._commits >= CHECKPOINT_COMMITS
@@ -283,6 +365,8 @@ class KV:
     def begin_group(self) -> None:
         """Open the outer transaction of a group of writes on this thread (a group is
         made durable right after it ends: a server syncs each one)."""
+        if self._held_by == threading.get_ident():
+            self._commit_held()
         self._commit_lock.acquire()
         try:
             if self._broken is not None:
@@ -386,6 +470,8 @@ class KV:
 
     def checkpoint(self) -> None:
         """Flush LMDB's file and start the log over (it is then empty)."""
+        if self._held_by == threading.get_ident():
+            self._commit_held()
         with self._commit_lock:
             self._checkpoint()
 
@@ -455,7 +541,10 @@ class KV:
         return (self.env.info()["last_pgno"] + 1) * self._psize
 
     def read(self) -> lmdb.Transaction:
-        """A read transaction (a snapshot); use as a context manager."""
+        """A read transaction (a snapshot); use as a context manager. It sees this thread's
+        held write (:func:`commits_deferred`): that is committed first."""
+        if self._held_by is not None and self._held_by == threading.get_ident():
+            self._commit_held()
         return self.env.begin(write=False, buffers=False)
 
     def _note_used(self) -> None:
@@ -482,6 +571,8 @@ class KV:
         """Checkpoint (so the next open replays nothing), then close the files."""
         if self._data_fd is None:
             return
+        if self._held_by == threading.get_ident():
+            self._commit_held()
         try:
             with self._commit_lock:
                 try:

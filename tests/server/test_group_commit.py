@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 
 import hoarddb
+from hoarddb.client import pipeline
 from hoarddb.testing import ServerThread
 
 
@@ -122,6 +123,35 @@ def test_a_lone_connection_flushes_on_the_event_loop_and_two_do_not(server):
             assert q.length() == 2
     finally:
         committer._sync = real_sync
+
+
+def test_a_lone_write_is_answered_before_lmdb_commits_it_and_read_back_at_once(server):
+    if server.server.committer is None:
+        pytest.skip("this engine has no Engine.sync()")
+    committer = server.server.committer
+    with hoarddb.connect(server.url()) as c:
+        h = c["app"].create_bucket("H", type="hash", indices=[{"field": "email", "unique": True}])
+        wait_for_connections(server, 1)
+        deferred = committer.deferred
+        for i in range(20):
+            h.insert({"_id_": f"k{i}", "email": f"e{i}"})
+            assert h.get(f"k{i}") == {"_id_": f"k{i}", "email": f"e{i}"}
+            assert h.search({"email": f"e{i}"})[0]["_id_"] == f"k{i}"
+        assert committer.deferred == deferred + 20
+        with pytest.raises(hoarddb.HoardError):  # the held commit of k0 came before this check
+            h.insert({"_id_": "other", "email": "e0"})
+        # A read sent right behind the write (its commit is held back only if the read was
+        # not read yet, and then the commit comes before the loop reads it).
+        answers = pipeline(c, [{"op": "insert", "db": "app", "bucket": "H", "args": {"doc": {"_id_": "p"}}},
+                               {"op": "get", "db": "app", "bucket": "H", "args": {"key": "p"}}])
+        assert answers[1]["result"] == {"_id_": "p"}
+        deferred = committer.deferred
+        with hoarddb.connect(server.url()) as other:  # two connections: never held back
+            other["app"].H.length()
+            wait_for_connections(server, 2)
+            h.insert({"_id_": "two", "email": "two"})
+            assert other["app"].H.get("two") == {"_id_": "two", "email": "two"}
+        assert committer.deferred == deferred
 
 
 def test_a_long_scan_does_not_hold_other_connections(server):

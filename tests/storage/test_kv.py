@@ -3,13 +3,16 @@ test_wal.py.)"""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import lmdb
 import pytest
 
 from hoarddb.errors import StorageError
-from hoarddb.storage.kv import KV
+from hoarddb.storage.kv import KV, commits_deferred
+
+from ..killing import SAY_READY, run_script
 
 
 def used_bytes(kv: KV) -> int:
@@ -104,3 +107,110 @@ def test_a_group_whose_writes_could_not_be_kept_fails_whole_and_frees_the_lock(t
     kv.write(lambda txn: txn.put(b"after", b"x"))  # the lock is free again
     kv.close()
     assert set(records(tmp_path / "kv")) == {b"before", b"after"}
+
+
+# -- commits held past the answer (commits_deferred) ----------------------------------------
+
+
+def read_elsewhere(kv: KV, key: bytes):
+    """``key``'s value as another thread's read sees it."""
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(kv.env.begin().get(key)))
+    reader.start()
+    reader.join()
+    return seen[0]
+
+
+def test_a_deferred_write_is_logged_at_once_and_committed_when_its_block_ends(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=1 << 20, sync=False)
+    kv.write(lambda txn: txn.put(b"before", b"0"))
+    other = threading.Thread(target=lambda: kv.write(lambda txn: txn.put(b"other", b"2")))
+    with commits_deferred():
+        kv.write(lambda txn: txn.put(b"a", b"1"))
+        end = kv.wal.end
+        assert end > kv.wal.records_at and kv.wal.unflushed()  # its record is in the log ...
+        kv.sync()  # ... and flushed: an answer may leave now
+        assert read_elsewhere(kv, b"a") is None  # not committed yet
+        other.start()  # another thread's write waits for the commit
+        other.join(0.2)
+        assert other.is_alive()
+    other.join(10)
+    assert not other.is_alive()
+    assert read_elsewhere(kv, b"a") == b"1" and read_elsewhere(kv, b"other") == b"2"
+    kv.close()
+    assert records(tmp_path / "kv") == {b"before": b"0", b"a": b"1", b"other": b"2"}
+
+
+def test_the_same_thread_reads_and_writes_after_a_held_commit_without_waiting_for_itself(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=1 << 20, sync=False)
+    with commits_deferred():
+        kv.write(lambda txn: txn.put(b"a", b"1"))
+        with kv.read() as txn:  # commits the held write first, so it sees it
+            assert txn.get(b"a") == b"1"
+        kv.write(lambda txn: txn.put(b"b", b"2"))
+        kv.write(lambda txn: txn.put(b"c", txn.get(b"b") + b"3"))  # held, then committed by the next
+        kv.begin_group()
+        kv.write(lambda txn: txn.put(b"d", b"4"))
+        kv.end_group()
+    kv.close()
+    assert records(tmp_path / "kv") == {b"a": b"1", b"b": b"2", b"c": b"23", b"d": b"4"}
+
+
+def test_a_refused_write_in_a_deferring_block_holds_nothing(tmp_path):
+    kv = KV(tmp_path / "kv", map_size=1 << 20, sync=False)
+    with commits_deferred():
+        with pytest.raises(ValueError):
+            kv.write(lambda txn: (txn.put(b"a", b"1"), int("refused")))
+        assert kv._held is None
+        assert read_elsewhere(kv, b"a") is None
+    kv.write(lambda txn: txn.put(b"b", b"2"))  # the lock was released
+    kv.close()
+    assert records(tmp_path / "kv") == {b"b": b"2"}
+
+
+def test_a_held_commit_that_fails_refuses_writes_and_the_next_open_applies_it(tmp_path, caplog):
+    kv = KV(tmp_path / "kv", map_size=1 << 20, sync=False)
+    kv.write(lambda txn: txn.put(b"a", b"1"))
+
+    class Refusing:  # the held transaction's commit fails, as on a full disk
+        def __init__(self, txn):
+            self.txn = txn
+
+        def commit(self):
+            self.txn.abort()
+            raise lmdb.DiskError("No space left on device")
+
+    with caplog.at_level("CRITICAL", logger="hoarddb.kv"):
+        with commits_deferred():
+            kv.write(lambda txn: txn.put(b"b", b"2"))
+            kv.sync()  # acknowledged from here on
+            kv._held = Refusing(kv._held)
+    assert "an acknowledged write could not be committed" in caplog.text
+    assert read_elsewhere(kv, b"b") is None
+    with pytest.raises(StorageError, match="refused until the database is opened again"):
+        kv.write(lambda txn: txn.put(b"c", b"3"))
+    kv.close()  # no checkpoint: the record stays in the log
+    assert records(tmp_path / "kv") == {b"a": b"1", b"b": b"2"}
+
+
+HELD_THEN_KILLED = SAY_READY + r"""
+import os, signal
+from pathlib import Path
+from hoarddb.storage.kv import KV, commits_deferred
+
+kv = KV(Path(sys.argv[1]), map_size=1 << 20, sync=False)
+for i in range(20):
+    with commits_deferred():
+        kv.write(lambda txn: txn.put(b"k%02d" % i, b"v%d" % i))
+        kv.sync()
+        say("A %d" % i)
+        if i == 19:
+            os.kill(os.getpid(), signal.SIGKILL)  # acknowledged, not committed by LMDB
+"""
+
+
+def test_a_process_killed_after_a_held_writes_flush_and_before_its_commit_keeps_it(tmp_path):
+    done = run_script("import sys\n" + HELD_THEN_KILLED, tmp_path / "kv")
+    assert done.returncode == -9, done.stderr
+    assert done.stdout.split("\n")[-2] == "A 19"
+    assert records(tmp_path / "kv") == {b"k%02d" % i: b"v%d" % i for i in range(20)}
