@@ -31,7 +31,7 @@ connection read and waiting behind it, no task in the server's pools), holds its
 commit until its answer is sent (``Engine.commits_deferred``). Its log record is
 flushed before the answer, so it is exactly as durable; LMDB's commit (a dozen pages
 copied into the page cache) then runs while the client reads the answer, instead of
-before it: 5–15% off a lone client's durable insert, hash insert or heap push over the
+before it: 4–16% off a lone client's durable insert, hash insert or heap push over the
 wire (docs/benchmarks.md). No one can read in between: the write, its flush, its answer
 and the commit run in one callback of the event loop, and no request is running in the
 server's pools.
