@@ -115,7 +115,12 @@ def test_a_group_whose_writes_could_not_be_kept_fails_whole_and_frees_the_lock(t
 def read_elsewhere(kv: KV, key: bytes):
     """``key``'s value as another thread's read sees it."""
     seen = []
-    reader = threading.Thread(target=lambda: seen.append(kv.env.begin().get(key)))
+
+    def read():
+        with kv.env.begin() as txn:
+            seen.append(txn.get(key))
+
+    reader = threading.Thread(target=read)
     reader.start()
     reader.join()
     return seen[0]
