@@ -12,7 +12,7 @@ import pytest
 
 from hoarddb.errors import StorageError
 from hoarddb.storage import kv as kv_module
-from hoarddb.storage.kv import KV
+from hoarddb.storage.kv import KV, commits_deferred
 from hoarddb.storage.wal import DELETE, PUT, WriteAheadLog, decode_ops, encode_ops
 
 from ..killing import kill_midway
@@ -305,6 +305,32 @@ def test_a_power_cut_keeps_every_acknowledged_write(tmp_path, monkeypatch, seed)
         crash(kv)  # (lets a checkpoint in flight finish: its copy is then the one that counts)
         power_cut(path, recorder.image, rng)
         assert contents(path) == model, f"seed {seed}, round {_round}"
+
+
+@pytest.mark.parametrize("seed", range(6 if not SLOW else 100))
+def test_a_power_cut_keeps_every_write_acknowledged_before_its_held_commit(tmp_path, monkeypatch, seed):
+    """As a server writes for one client: each write's LMDB commit held back
+    (commits_deferred) until its record is flushed and it is acknowledged; the last one
+    cut off between its flush and its commit; then a power cut."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(kv_module, "CHECKPOINT_GROWTH", rng.choice([128 << 10, 1 << 20, 64 << 20]))
+    recorder = Recorder(monkeypatch)
+    path, model = tmp_path / "kv", {}
+    kv = KV(path, map_size=256 << 10, sync=False)  # small: the map doubles during the run
+    for _ in range(rng.randrange(50, 300)):
+        with commits_deferred():
+            random_writes(kv, rng, 1, model)
+            kv.sync()  # acknowledged here, committed at the block's end
+    with commits_deferred():
+        random_writes(kv, rng, 1, model)
+        kv.sync()
+        assert kv._held is not None
+        kv._held.abort()  # the process dies before LMDB commits
+        kv._held = None
+        crash(kv)
+    kv._commit_lock.release()
+    power_cut(path, recorder.image, rng)
+    assert contents(path) == model, f"seed {seed}"
 
 
 @pytest.mark.parametrize("seed", range(6 if not SLOW else 100))
