@@ -295,7 +295,7 @@ class KV:
         """
         if not ops:
             txn.abort()
-            return
+            return False
         body = None if len(ops) > BIG_OPS else encode_ops(ops)
         big = body is None or (durable and len(body) > BIG_RECORD)
         at = None if big else self.wal.append(body)
@@ -313,14 +313,19 @@ class KV:
             if isinstance(exc, lmdb.MapFullError):
                 raise
             raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
-        self._commits += 1
         if big:
+            self._commits += 1
             self._checkpoint()
-            return False
+        else:
+            self._committed()
+        return False
+
+    def _committed(self) -> None:
+        """After a logged commit: count it, finish a checkpoint that is done, begin one that is due."""
+        self._commits += 1
         self._settle()
         if self._inflight is None and self._checkpoint_due():
             self._begin_checkpoint()
-        return False
 
     def _commit_held(self) -> None:
         """Commit the transaction a :func:`commits_deferred` block held, and release the
@@ -337,10 +342,7 @@ class KV:
             return
         try:
             txn.commit()
-            self._commits += 1
-            self._settle()
-            if self._inflight is None and self._checkpoint_due():
-                self._begin_checkpoint()
+            self._committed()
         except (lmdb.Error, StorageError) as exc:
             if self._broken is None:
                 self._broken = StorageError(
