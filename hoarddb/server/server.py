@@ -299,10 +299,8 @@ class Server:
         one connection, none of its requests read and waiting, no task in either pool. Then
         no one can read before the flush's answers are out, and its LMDB commit may wait
         until after them (GroupCommitter, storage/kv.py's commits_deferred)."""
-        for conn in self.connections:
-            if conn.queue:
-                return False
-        return len(self.connections) <= 1 and not self._reads.busy and not self._writes.busy
+        return (len(self.connections) <= 1 and not any(conn.queue for conn in self.connections)
+                and not self._reads.busy and not self._writes.busy)
 
     # -- requests
 

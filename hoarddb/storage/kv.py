@@ -246,8 +246,7 @@ class KV:
         """
         if self._outer_thread == threading.get_ident():  # (even if the group has failed)
             return self._write_in_group(fn)
-        if self._held_by == threading.get_ident():
-            self._commit_held()
+        self._commit_held_here()
         while True:
             self._commit_lock.acquire()
             held = False
@@ -341,17 +340,27 @@ class KV:
         if txn is None:
             return
         try:
-            txn.commit()
-            self._committed()
-        except (lmdb.Error, StorageError) as exc:
-            if self._broken is None:
-                self._broken = StorageError(
-                    f"{self.path}: an acknowledged write could not be committed ({exc}); writes are "
-                    "refused until the database is opened again, which applies it from the log; "
-                    "check free disk space")
-                log.critical("%s", self._broken.message)
+            try:
+                txn.commit()
+            except lmdb.Error as exc:
+                if self._broken is None:
+                    self._broken = StorageError(
+                        f"{self.path}: an acknowledged write could not be committed ({exc}); writes are "
+                        "refused until the database is opened again, which applies it from the log; "
+                        "check free disk space")
+                    log.critical("%s", self._broken.message)
+                return
+            try:
+                self._committed()
+            except Exception:  # a checkpoint's failure: _settle has made writes refused, say so
+                log.exception("%s: after a held commit", self.path)
         finally:
             self._commit_lock.release()
+
+    def _commit_held_here(self) -> None:
+        """Commit this thread's held transaction, if it holds one (before it writes or reads again)."""
+        if self._held_by is not None and self._held_by == threading.get_ident():
+            self._commit_held()
 
     def _checkpoint_due(self) -> bool:
         return (self._commits >= CHECKPOINT_COMMITS
@@ -367,8 +376,7 @@ class KV:
     def begin_group(self) -> None:
         """Open the outer transaction of a group of writes on this thread (a group is
         made durable right after it ends: a server syncs each one)."""
-        if self._held_by == threading.get_ident():
-            self._commit_held()
+        self._commit_held_here()
         self._commit_lock.acquire()
         try:
             if self._broken is not None:
@@ -472,8 +480,7 @@ class KV:
 
     def checkpoint(self) -> None:
         """Flush LMDB's file and start the log over (it is then empty)."""
-        if self._held_by == threading.get_ident():
-            self._commit_held()
+        self._commit_held_here()
         with self._commit_lock:
             self._checkpoint()
 
@@ -545,8 +552,7 @@ class KV:
     def read(self) -> lmdb.Transaction:
         """A read transaction (a snapshot); use as a context manager. It sees this thread's
         held write (:func:`commits_deferred`): that is committed first."""
-        if self._held_by is not None and self._held_by == threading.get_ident():
-            self._commit_held()
+        self._commit_held_here()
         return self.env.begin(write=False, buffers=False)
 
     def _note_used(self) -> None:
@@ -573,8 +579,7 @@ class KV:
         """Checkpoint (so the next open replays nothing), then close the files."""
         if self._data_fd is None:
             return
-        if self._held_by == threading.get_ident():
-            self._commit_held()
+        self._commit_held_here()
         try:
             with self._commit_lock:
                 try:
