@@ -169,6 +169,8 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
 @click.option("--log-level", "log_level", default=None, help="debug, info, warning or error (info).")
 @click.option("--event-loop", "event_loop", default=None,
               help="uvloop, asyncio, or auto: uvloop where installed (auto).")
+@click.option("--busy-poll", "busy_poll", type=int, default=None, metavar="US",
+              help="Microseconds to poll a lone client's socket after an answer before sleeping (200; 0 off).")
 def server(config_file, **flags):
     """Run a hoardDB server on a data directory until SIGTERM or Ctrl-C.
 

@@ -18,6 +18,9 @@ from typing import Any, Callable
 from ..errors import BadValueError, UnknownOptionError
 from ..wire.messages import DEFAULT_METRICS_PORT, DEFAULT_PORT
 
+#: The longest busy poll accepted, in microseconds: past a few hundred it only burns CPU.
+MAX_BUSY_POLL = 10_000
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -71,6 +74,12 @@ class ServerConfig:
     #: uvloop spends less CPU per request; with many connections the server does a third
     #: more work in the same CPU (docs/benchmarks.md). asyncio is there for debugging.
     event_loop: str = "auto"
+    #: Microseconds the event loop polls a lone connection's socket after answering it,
+    #: awake, before it sleeps (0: never). A client that sends its next request within
+    #: that time is served without the wake-up of a sleeping thread, which costs 40–100 µs
+    #: on a virtual machine. Only with one connection open and two CPUs or more; polls
+    #: that see no request in time make the next ones rarer (server/busypoll.py).
+    busy_poll: int = 200
 
     def check(self) -> "ServerConfig":
         """The config, checked; BadValueError naming the option otherwise."""
@@ -92,6 +101,9 @@ class ServerConfig:
         for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout"):
             if getattr(self, name) < 0:
                 raise BadValueError(f"{name} must be ≥ 0 seconds, got {getattr(self, name)}")
+        if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
+            raise BadValueError(f"busy_poll must be 0..{MAX_BUSY_POLL} microseconds (0 turns it off), "
+                                f"got {self.busy_poll}")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise BadValueError(f"log_level must be debug, info, warning or error, got {self.log_level!r}")
         if self.event_loop not in ("auto", "uvloop", "asyncio"):

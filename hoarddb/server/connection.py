@@ -130,6 +130,7 @@ class Connection(asyncio.Protocol):
         self._pending_sends = 0
         self._corked: list[bytes] | None = None  # answers held to leave in one send (cork)
         self._corked_bytes = 0
+        self.poller = None  # a BusyPoll, if the server busy-polls a lone connection
 
     # -- asyncio.Protocol
 
@@ -141,6 +142,7 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.poller = self.server.busy_poller(sock)
         self.server.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
@@ -328,6 +330,13 @@ class Connection(asyncio.Protocol):
         self.busy -= 1
         if self.busy == 0:
             self.server.idle_changed()
+            if self.poller is not None and len(self.server.connections) == 1 and self.poller.wanted():
+                self.loop.call_soon(self._busy_poll)  # after the answer's send, and a held LMDB commit
+
+    def _busy_poll(self) -> None:
+        """Wait for this lone connection's next request awake, for a moment (busypoll.py)."""
+        if not self.busy and not self.closed and len(self.server.connections) == 1:
+            self.server.metrics.busy_polled(self.poller.run())
 
     def _delayed_send(self, data: bytes) -> None:
         self._pending_sends -= 1

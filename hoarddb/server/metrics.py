@@ -13,6 +13,8 @@ Names (all ``hoarddb_server_*``; the engine adds ``hoarddb_ttl_*`` and ``hoarddb
     fsyncs_total                  group commits (Engine.sync calls)
     ops_per_fsync                 write operations made durable by one fsync (histogram)
     fsync_seconds                 how long each one took (histogram)
+    busy_polls_total{outcome}     busy polls after a lone client's answer: "request" (one came
+                                  in time) or "timeout" (busypoll.py)
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class ServerMetrics:
         self.errors: dict[tuple[str, str], int] = {}  # (op label, codeName) -> count
         self.fsyncs = _Histogram(_OPS_PER_FSYNC)  # observations: operations made durable by one sync
         self.fsync_seconds = _Histogram(_LATENCY)
+        self.busy_polls = {"request": 0, "timeout": 0}
         r.register(_Hot(self))
 
     def answered(self, op, seconds: float, error_code: str | None = None) -> None:
@@ -77,6 +80,10 @@ class ServerMetrics:
         """Count one group commit: how many writes its sync made durable, and how long it took."""
         self.fsyncs.observe(operations)
         self.fsync_seconds.observe(seconds)
+
+    def busy_polled(self, request: bool) -> None:
+        """Count one busy poll: whether a request (or a connection) came before its budget ran out."""
+        self.busy_polls["request" if request else "timeout"] += 1
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -139,6 +146,11 @@ class _Hot:
         seconds = HistogramMetricFamily("hoarddb_server_fsync_seconds", "Seconds per group commit fsync")
         seconds.add_metric([], m.fsync_seconds.family_buckets(), m.fsync_seconds.sum)
         yield seconds
+        polls = CounterMetricFamily("hoarddb_server_busy_polls",
+                                    "Busy polls after answering a lone client, by outcome", labels=["outcome"])
+        for outcome, n in m.busy_polls.items():
+            polls.add_metric([outcome], n)
+        yield polls
 
 
 class MetricsEndpoint:

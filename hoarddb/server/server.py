@@ -34,6 +34,7 @@ from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Request
 from . import auth, tls
 from .auth import Authenticator, authorize
+from .busypoll import BusyPoll, cpus
 from .commit import GroupCommitter
 from .config import ServerConfig
 from .connection import Connection
@@ -117,6 +118,8 @@ class Server:
         self._writes = _Pool(config.write_threads, "hoarddb-write")
         self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-commit")
         self._corking: list | None = None  # connections whose answers are held (_answers_together)
+        # seconds a lone connection is polled after its answers; none on one CPU (busypoll.py)
+        self._busy_poll = config.busy_poll / 1e6 if cpus() >= 2 else 0.0
 
     # -- life cycle
 
@@ -257,6 +260,13 @@ class Server:
         self.connections.add(conn)
         self.metrics.connections.set(len(self.connections))
         return True
+
+    def busy_poller(self, sock) -> BusyPoll | None:
+        """What polls a new connection's socket and the listeners while it is the only one, or
+        None if this server does not busy-poll (busypoll.py)."""
+        if not self._busy_poll or sock is None or self._listener is None:
+            return None
+        return BusyPoll([sock.fileno(), *(s.fileno() for s in self._listener.sockets)], self._busy_poll)
 
     def connection_closed(self, conn: Connection) -> None:
         if conn in self.connections:

@@ -1,0 +1,185 @@
+"""Busy polling: after answering a lone client the server polls its socket awake for a moment; never with two connections, and rarer after misses."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import hoarddb
+from hoarddb.errors import BadValueError
+from hoarddb.server.busypoll import MAX_MISSES, BusyPoll
+from hoarddb.server.config import ServerConfig
+from hoarddb.server.server import Server
+from hoarddb.testing import ServerThread
+
+two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="busy polling needs two CPUs")
+
+
+def polls(server) -> dict:
+    return dict(server.server.metrics.busy_polls)
+
+
+# -- BusyPoll on real sockets
+
+@pytest.fixture
+def pair():
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    conn, _ = listener.accept()
+    yield listener, client, conn
+    for s in (listener, client, conn):
+        s.close()
+
+
+def test_a_poll_ends_when_the_connection_sends(pair):
+    listener, client, conn = pair
+    client.sendall(b"next request")
+    started = time.monotonic()
+    assert BusyPoll([conn.fileno(), listener.fileno()], 5.0).run() is True
+    assert time.monotonic() - started < 1
+
+
+def test_a_poll_ends_when_a_new_connection_waits_on_a_listener(pair):
+    listener, client, conn = pair
+    newcomer = socket.create_connection(listener.getsockname())  # queued for accept: the listener is readable
+    try:
+        started = time.monotonic()
+        assert BusyPoll([conn.fileno(), listener.fileno()], 5.0).run() is True
+        assert time.monotonic() - started < 1
+    finally:
+        newcomer.close()
+
+
+def test_misses_back_off_and_one_hit_starts_over(pair):
+    listener, client, conn = pair
+    poller = BusyPoll([conn.fileno(), listener.fileno()], 0.001)
+    pattern = []
+    for _ in range(15):  # nothing ever arrives: a poll at idle moments 1, 3, 7 and 15
+        if poller.wanted():
+            started = time.monotonic()
+            assert poller.run() is False
+            assert time.monotonic() - started >= 0.001
+            pattern.append(1)
+        else:
+            pattern.append(0)
+    assert pattern == [1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]
+    client.sendall(b"x")
+    while not poller.wanted():  # the backoff runs out ...
+        pass
+    assert poller.run() is True  # ... and a hit starts over: the next moment polls
+    conn.recv(10)
+    assert poller.wanted()
+
+
+def test_the_backoff_stops_growing(pair):
+    listener, client, conn = pair
+    poller = BusyPoll([conn.fileno()], 0.0)
+    for _ in range(MAX_MISSES + 5):
+        while not poller.wanted():
+            pass
+        poller.run()
+    skipped = 0
+    while not poller.wanted():
+        skipped += 1
+    assert skipped == 2 ** MAX_MISSES - 1
+
+
+# -- the server
+
+CLIENT = """
+import sys, hoarddb
+with hoarddb.connect(sys.argv[1]) as c:
+    kv = c["app"]["KV"]
+    for i in range(int(sys.argv[2])):
+        kv.insert({"_id_": f"k{i}", "n": i})
+        assert kv.get(f"k{i}")["n"] == i
+"""
+
+
+@two_cpus
+def test_a_lone_client_in_another_process_is_met_by_polls(tmp_path):
+    # 10 ms: even on a loaded machine a client process sends its next request in time
+    with ServerThread(tmp_path / "data", insecure=True, busy_poll=10_000) as server:
+        with hoarddb.connect(server.url()) as c:
+            c["app"].create_bucket("KV", type="hash")
+        before = polls(server)
+        subprocess.run([sys.executable, "-c", CLIENT, server.url(), "150"], check=True, timeout=120)
+        after = polls(server)
+        hits = after["request"] - before["request"]
+        misses = after["timeout"] - before["timeout"]
+        assert hits >= 200, (hits, misses)  # 300 requests: nearly every answer was followed by a poll that met the next
+        with hoarddb.connect(server.url()) as c:
+            assert c["app"]["KV"].get("k149")["n"] == 149
+
+
+@two_cpus
+def test_a_slow_client_is_polled_for_only_a_few_times(tmp_path):
+    with ServerThread(tmp_path / "data", insecure=True, busy_poll=200) as server:
+        with hoarddb.connect(server.url()) as c:
+            kv = c["app"].create_bucket("KV", type="hash")
+            before = polls(server)
+            for i in range(16):
+                time.sleep(0.02)  # 20 ms between requests: no 200 µs poll sees the next one
+                kv.insert({"_id_": f"k{i}"})
+            after = polls(server)
+    misses = after["timeout"] - before["timeout"]
+    assert 1 <= misses <= 5, misses  # backing off: a poll at the 1st, 3rd, 7th, 15th... idle moment
+
+
+@two_cpus
+def test_no_polls_with_two_connections(tmp_path):
+    with ServerThread(tmp_path / "data", insecure=True, busy_poll=10_000) as server:
+        with hoarddb.connect(server.url()) as c, hoarddb.connect(server.url()) as other:
+            other.databases()
+            kv = c["app"].create_bucket("KV", type="hash")
+            before = polls(server)
+            for i in range(50):
+                kv.insert({"_id_": f"k{i}"})
+                assert kv.get(f"k{i}") is not None
+            assert polls(server) == before
+
+
+def test_no_polls_when_turned_off(tmp_path):
+    with ServerThread(tmp_path / "data", insecure=True, busy_poll=0) as server:
+        with hoarddb.connect(server.url()) as c:
+            kv = c["app"].create_bucket("KV", type="hash")
+            for i in range(20):
+                kv.insert({"_id_": f"k{i}"})
+        assert polls(server) == {"request": 0, "timeout": 0}
+        assert all(conn.poller is None for conn in server.server.connections)
+
+
+@two_cpus
+def test_no_polls_on_one_cpu(tmp_path):
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mask)})  # this thread only: the Server built here sees one CPU
+    try:
+        server = Server(ServerConfig(data=str(tmp_path / "data"), insecure=True, port=0).check())
+    finally:
+        os.sched_setaffinity(0, mask)
+    assert server._busy_poll == 0
+    assert Server(ServerConfig(data=str(tmp_path / "data"), insecure=True, port=0).check())._busy_poll == 0.0002
+
+
+def test_busy_poll_is_checked():
+    for bad in (-1, 10_001):
+        with pytest.raises(BadValueError, match=r"busy_poll must be 0\.\.10000 microseconds"):
+            ServerConfig(data="d", busy_poll=bad).check()
+    assert ServerConfig.load({"data": "d"}, environ={"HOARDDB_BUSY_POLL": "0"}).busy_poll == 0
+    assert ServerConfig.load({"data": "d", "busy_poll": 50}, environ={}).busy_poll == 50
+
+
+def test_the_polls_are_in_the_metrics(tmp_path):
+    import urllib.request
+
+    with ServerThread(tmp_path / "data", insecure=True) as server:
+        with hoarddb.connect(server.url()) as c:
+            c.databases()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    assert 'hoarddb_server_busy_polls_total{outcome="request"}' in text
+    assert 'hoarddb_server_busy_polls_total{outcome="timeout"}' in text
