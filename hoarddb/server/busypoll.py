@@ -21,8 +21,11 @@ What it costs: up to ``busy_poll`` µs of the loop's CPU per answer, and nothing
 the loop is idle meanwhile, timers are at most that late. A poll that ends without a
 request (a client that thinks longer than that) makes the next ones rarer: after *k*
 misses in a row, the next 2^k − 1 idle moments are let pass without polling (up to
-1,023), and one poll that sees a request in time starts over. A slow client thus pays
-for a handful of polls in all, and a client in the server's own process (whose next
+1,023), and one poll that waited for a request and saw it in time starts over (one that
+finds it already there — the rest of a pipeline that came in two reads — says nothing of
+the client and changes nothing: with a pipelining client, those would otherwise undo the
+backoff after every miss). A slow client thus pays for a handful of polls in all, and a
+client in the server's own process (whose next
 request needs the GIL the polling thread holds, so never comes in time) the same.
 """
 
@@ -71,6 +74,8 @@ class BusyPoll:
     def run(self) -> bool:
         """Poll until something is readable (True) or the budget is spent (False)."""
         poll = self._poll.poll
+        if poll(0):  # already there (the rest of a pipeline): no sign of how quick the client is
+            return True
         clock = time.monotonic
         end = clock() + self.budget
         while not poll(0):

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -68,12 +69,23 @@ def test_misses_back_off_and_one_hit_starts_over(pair):
         else:
             pattern.append(0)
     assert pattern == [1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]
-    client.sendall(b"x")
-    while not poller.wanted():  # the backoff runs out ...
+    client.sendall(b"x")  # already there when the poll starts: says nothing of the client
+    while not poller.wanted():
         pass
-    assert poller.run() is True  # ... and a hit starts over: the next moment polls
+    assert poller.run() is True
     conn.recv(10)
-    assert poller.wanted()
+    assert poller.wanted() and poller.run() is False  # the backoff goes on: the 5th miss ...
+    skipped = 0
+    while not poller.wanted():  # ... lets 2**5 - 1 idle moments pass
+        skipped += 1
+    assert skipped == 31
+    poller.budget = 5.0
+    timer = threading.Timer(0.01, client.sendall, (b"y",))  # comes while the poll waits
+    timer.start()
+    assert poller.run() is True
+    timer.join()
+    conn.recv(10)
+    assert poller.wanted()  # a poll that waited and saw a request starts over
 
 
 def test_the_backoff_stops_growing(pair):
