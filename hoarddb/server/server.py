@@ -170,9 +170,11 @@ class Server:
                    if self.metrics_port is not None else "metrics off")
         commit = "group commit" if self.committer else "fsync per write"
         loop = type(self.loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
+        poll = (f"busy poll {self.config.busy_poll} µs" if self._busy_poll
+                else "busy poll off" + (" (one CPU)" if self.config.busy_poll else ""))
         return (f"hoardDB {__version__} listening on {self.config.host}:{self.port}, "
                 f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, "
-                f"{loop} loop, pid {os.getpid()}")
+                f"{loop} loop, {poll}, pid {os.getpid()}")
 
     async def serve(self, *, install_signals: bool = True) -> None:
         """Start, run until a stop is asked (SIGTERM, SIGINT, :meth:`request_stop`), stop."""

@@ -164,6 +164,7 @@ def test_no_polls_when_turned_off(tmp_path):
                 kv.insert({"_id_": f"k{i}"})
         assert polls(server) == {"request": 0, "timeout": 0}
         assert all(conn.poller is None for conn in server.server.connections)
+        assert ", busy poll off, " in server.server.start_line()
 
 
 @two_cpus
@@ -175,6 +176,7 @@ def test_no_polls_on_one_cpu(tmp_path):
     finally:
         os.sched_setaffinity(0, mask)
     assert server._busy_poll == 0
+    assert ", busy poll off (one CPU), " in server.start_line()
     assert Server(ServerConfig(data=str(tmp_path / "data"), insecure=True, port=0).check())._busy_poll == 0.0002
 
 
@@ -195,3 +197,4 @@ def test_the_polls_are_in_the_metrics(tmp_path):
         text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
     assert 'hoarddb_server_busy_polls_total{outcome="request"}' in text
     assert 'hoarddb_server_busy_polls_total{outcome="timeout"}' in text
+    assert ", busy poll 200 µs, " in server.server.start_line()
