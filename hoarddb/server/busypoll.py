@@ -47,6 +47,15 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
+def unavailable() -> str | None:
+    """Why this process cannot busy-poll, or None if it can."""
+    if not hasattr(select, "poll"):
+        return "no poll() here"  # Windows
+    if cpus() < 2:
+        return "one CPU"
+    return None
+
+
 class BusyPoll:
     """BusyPoll waits, awake, for one connection's socket or a listener to become readable.
 

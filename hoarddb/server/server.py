@@ -34,7 +34,8 @@ from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Request
 from . import auth, tls
 from .auth import Authenticator, authorize
-from .busypoll import BusyPoll, cpus
+from . import busypoll
+from .busypoll import BusyPoll
 from .commit import GroupCommitter
 from .config import ServerConfig
 from .connection import Connection
@@ -119,7 +120,8 @@ class Server:
         self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-commit")
         self._corking: list | None = None  # connections whose answers are held (_answers_together)
         # seconds a lone connection is polled after its answers; none on one CPU (busypoll.py)
-        self._busy_poll = config.busy_poll / 1e6 if cpus() >= 2 else 0.0
+        self._busy_poll_off = busypoll.unavailable() if config.busy_poll else None
+        self._busy_poll = config.busy_poll / 1e6 if self._busy_poll_off is None else 0.0
 
     # -- life cycle
 
@@ -171,7 +173,7 @@ class Server:
         commit = "group commit" if self.committer else "fsync per write"
         loop = type(self.loop).__module__.split(".")[0]  # "uvloop" or "asyncio"
         poll = (f"busy poll {self.config.busy_poll} µs" if self._busy_poll
-                else "busy poll off" + (" (one CPU)" if self.config.busy_poll else ""))
+                else "busy poll off" + (f" ({self._busy_poll_off})" if self._busy_poll_off else ""))
         return (f"hoardDB {__version__} listening on {self.config.host}:{self.port}, "
                 f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, "
                 f"{loop} loop, {poll}, pid {os.getpid()}")
