@@ -11,10 +11,10 @@ pays one such wake-up per request on the server's side; polling the socket for u
 the kernel's own ``haltpoll`` (off on this machine) are the same idea one layer down.
 
 When: only while the server has one connection (with more, there is always something
-to do, and CPU is what they need), only when the process may run on two CPUs or more
-(on one, the polling would take the CPU from the very client it waits for), and only
-after the connection's last request is answered (and, for a write, after its LMDB
-commit: see commit.py). The poll watches the connection's socket and the listening
+to do, and CPU is what they need), only when the process may use two CPUs or more — by
+its CPU set and its cgroup's quota (on one, the polling would take the CPU from the very
+client it waits for) — and only after the connection's last request is answered (and,
+for a write, after its LMDB commit: see commit.py). The poll watches the connection's socket and the listening
 sockets, so a new connection ends it too.
 
 What it costs: up to ``busy_poll`` µs of the loop's CPU per answer, and nothing else —
@@ -40,12 +40,25 @@ import time
 MAX_MISSES = 10
 
 
-def cpus() -> int:
-    """CPUs this process may run on."""
+def cpus(cpu_max: str | None = None) -> int:
+    """Whole CPUs this process may use: those it may run on, fewer if its cgroup (v2) has a
+    quota of less (its ``cpu.max`` "150000 100000" is 1.5 CPUs: 1)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    try:
+        if cpu_max is None:
+            with open("/proc/self/cgroup") as f:  # "0::/its/path" under cgroup v2
+                path = next(line[3:].strip() for line in f if line.startswith("0::"))
+            cpu_max = f"/sys/fs/cgroup{path.rstrip('/')}/cpu.max"
+        with open(cpu_max) as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError, StopIteration):  # no cgroup v2 here, or a file we do not understand
+        pass
+    return n
 
 
 def unavailable() -> str | None:

@@ -180,6 +180,18 @@ def test_no_polls_on_one_cpu(tmp_path):
     assert Server(ServerConfig(data=str(tmp_path / "data"), insecure=True, port=0).check())._busy_poll == 0.0002
 
 
+def test_a_cgroup_quota_counts_as_fewer_cpus(tmp_path):
+    from hoarddb.server.busypoll import cpus
+
+    mine = len(os.sched_getaffinity(0))
+    cpu_max = tmp_path / "cpu.max"
+    for text, expected in (("max 100000\n", mine), ("150000 100000\n", 1), ("50000 100000\n", 1),
+                           (f"{100000 * (mine + 4)} 100000\n", mine), ("garbage\n", mine)):
+        cpu_max.write_text(text)
+        assert cpus(str(cpu_max)) == expected, text
+    assert cpus(str(tmp_path / "missing")) == mine
+
+
 def test_busy_poll_is_checked():
     for bad in (-1, 10_001):
         with pytest.raises(BadValueError, match=r"busy_poll must be 0\.\.10000 microseconds"):
