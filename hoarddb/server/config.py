@@ -200,4 +200,5 @@ def _convert(f, value: Any, where: str) -> Any:
             return float(value)
         return str(value)
     except (TypeError, ValueError):
-        raise BadValueError(f"{where} must be a {kind}, got {value!r}") from None
+        what = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(kind, f"a {kind}")
+        raise BadValueError(f"{where} must be {what}, got {value!r}") from None

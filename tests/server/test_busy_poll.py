@@ -197,6 +197,8 @@ def test_busy_poll_is_checked():
         with pytest.raises(BadValueError, match=r"busy_poll must be 0\.\.10000 microseconds"):
             ServerConfig(data="d", busy_poll=bad).check()
     assert ServerConfig.load({"data": "d"}, environ={"HOARDDB_BUSY_POLL": "0"}).busy_poll == 0
+    with pytest.raises(BadValueError, match="HOARDDB_BUSY_POLL must be a whole number, got 'abc'"):
+        ServerConfig.load({"data": "d"}, environ={"HOARDDB_BUSY_POLL": "abc"})
     assert ServerConfig.load({"data": "d", "busy_poll": 50}, environ={}).busy_poll == 50
 
 
