@@ -23,8 +23,8 @@ request (a client that thinks longer than that) makes the next ones rarer: after
 misses in a row, the next 2^k − 1 idle moments are let pass without polling (up to
 1,023), and one poll that waited for a request and saw it in time starts over (one that
 finds it already there — the rest of a pipeline that came in two reads — says nothing of
-the client and changes nothing: with a pipelining client, those would otherwise undo the
-backoff after every miss). A slow client thus pays for a handful of polls in all, and so
+the client and changes nothing: with a pipelining client, those could otherwise undo the
+backoff after each miss). A slow client thus pays for a handful of polls in all, and so
 does a client in the server's own process (a test's), whose next request needs the GIL
 the polling thread holds and so seldom comes in time. Where Python has no ``poll()``
 (Windows) the server does not busy-poll.
