@@ -14,8 +14,8 @@ When: only while the server has one connection (with more, there is always somet
 to do, and CPU is what they need), only when the process may use two CPUs or more — by
 its CPU set and its cgroup's quota (on one, the polling would take the CPU from the very
 client it waits for) — and only after the connection's last request is answered (and,
-for a write, after its LMDB commit: see commit.py). The poll watches the connection's socket and the listening
-sockets, so a new connection ends it too.
+for a write, after its LMDB commit: see commit.py). The poll watches the connection's
+socket and the listening sockets, so a new connection ends it too.
 
 What it costs: up to ``busy_poll`` µs of the loop's CPU per answer, and nothing else —
 the loop is idle meanwhile, timers are at most that late. A poll that ends without a
@@ -55,9 +55,9 @@ def cpus(cpu_max: str | None = None) -> int:
         with open(cpu_max) as f:
             quota, period = f.read().split()
         if quota != "max":
-            n = min(n, max(1, int(quota) // int(period)))
+            return min(n, max(1, int(quota) // int(period)))
     except (OSError, ValueError, StopIteration):  # no cgroup v2 here, or a file we do not understand
-        pass
+        return n
     return n
 
 

@@ -25,6 +25,14 @@ def polls(server) -> dict:
     return dict(server.server.metrics.busy_polls)
 
 
+def skipped(poller) -> int:
+    """Idle moments the backoff lets pass before the next poll."""
+    n = 0
+    while not poller.wanted():
+        n += 1
+    return n
+
+
 # -- BusyPoll on real sockets
 
 @pytest.fixture
@@ -70,15 +78,11 @@ def test_misses_back_off_and_one_hit_starts_over(pair):
             pattern.append(0)
     assert pattern == [1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]
     client.sendall(b"x")  # already there when the poll starts: says nothing of the client
-    while not poller.wanted():
-        pass
+    skipped(poller)
     assert poller.run() is True
     conn.recv(10)
     assert poller.wanted() and poller.run() is False  # the backoff goes on: the 5th miss ...
-    skipped = 0
-    while not poller.wanted():  # ... lets 2**5 - 1 idle moments pass
-        skipped += 1
-    assert skipped == 31
+    assert skipped(poller) == 31  # ... lets 2**5 - 1 idle moments pass
     poller.budget = 5.0
     timer = threading.Timer(0.01, client.sendall, (b"y",))  # comes while the poll waits
     timer.start()
@@ -92,13 +96,9 @@ def test_the_backoff_stops_growing(pair):
     listener, client, conn = pair
     poller = BusyPoll([conn.fileno()], 0.0)
     for _ in range(MAX_MISSES + 5):
-        while not poller.wanted():
-            pass
+        skipped(poller)
         poller.run()
-    skipped = 0
-    while not poller.wanted():
-        skipped += 1
-    assert skipped == 2 ** MAX_MISSES - 1
+    assert skipped(poller) == 2 ** MAX_MISSES - 1
 
 
 # -- the server

@@ -1,0 +1,75 @@
+"""One client over the wire, one operation at a time: microseconds per operation and the server's CPU per operation.
+
+    python bench/lone_client.py                          # a server of this checkout, defaults
+    python bench/lone_client.py -- --busy-poll 0         # server flags after --
+    python bench/lone_client.py --repo /tmp/other -n 3000
+
+For A/Bs of what a lone client pays (busy polling, a held LMDB commit): run it for each
+side in turn, alternating, several times. The server runs in a process of its own
+(``bench/peers_procs.HoardServer`` of ``--repo``, uvloop when installed); its CPU per
+operation is utime + stime from ``/proc`` (Linux), busy polling included. Operations:
+fifo push and pop (~190 B), heap push, hash insert and get, 1 KB insert with a unique
+and a plain index, search by the unique field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", type=Path, default=HERE.parent, help="checkout whose server runs (default: this one)")
+    ap.add_argument("-n", type=int, default=3000, help="operations of each kind (default 3,000)")
+    ap.add_argument("server_flags", nargs="*", help="flags for `hoarddb server`, after --")
+    args = ap.parse_args()
+    sys.path[:0] = [str(args.repo), str(args.repo / "bench")]
+    import hoarddb
+    from peers_procs import HoardServer
+    from peers_work import small_doc, user_doc
+
+    n = args.n
+    tmp = Path(tempfile.mkdtemp(prefix="hoarddb-lone-"))
+    server = HoardServer(tmp / "data", tmp / "server.log", tuple(args.server_flags))
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def server_cpu() -> float:
+        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    try:
+        with hoarddb.connect(server.url) as client:
+            db = client["bench"]
+            q = db.create_bucket("Q", type="fifo")
+            heap = db.create_bucket("H", type="heap")
+            kv = db.create_bucket("KV", type="hash")
+            docs = db.create_bucket("D", type="hash", indices=[{"field": "Email", "unique": True}, "CompanyID"])
+            work = [
+                ("fifo push", lambda i: q.push(small_doc(i))),
+                ("fifo pop", lambda i: q.pop()),
+                ("heap push", lambda i: heap.push({"priority": i % 100, **small_doc(i)})),
+                ("hash insert", lambda i: kv.insert({"_id_": f"k{i}", **small_doc(i)})),
+                ("hash get", lambda i: kv.get(f"k{i}")),
+                ("1 KB insert, two indexes", lambda i: docs.insert(user_doc(i, 1000))),
+                ("search by Email", lambda i: docs.search({"Email": f"user{i}@example.com"})),
+            ]
+            print(f"{'operation':26} {'µs/op':>7} {'server CPU µs/op':>17}")
+            for name, op in work:
+                cpu, started = server_cpu(), time.perf_counter()
+                for i in range(n):
+                    op(i)
+                wall = (time.perf_counter() - started) / n * 1e6
+                print(f"{name:26} {wall:7.0f} {(server_cpu() - cpu) / n * 1e6:17.0f}", flush=True)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
