@@ -2,6 +2,7 @@
 
     python bench/cpu_per_insert.py              # 16 processes × 600 inserts of ~1 KB, each side
     python bench/cpu_per_insert.py -n 300
+    python bench/cpu_per_insert.py --hoarddb-only --client busy_poll=0   # an A/B of the clients' options
 
 Each side: a server (``hoarddb server --insecure``, or a throwaway PostgreSQL cluster as
 in bench/peers.py), a bucket or table with a unique index on Email and a plain one on
@@ -91,7 +92,11 @@ def run(client: str, target: str, server_cpu, n: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=600, help="inserts per client process (default 600)")
-    n = ap.parse_args().n
+    ap.add_argument("--client", default="", metavar="QUERY",
+                    help="connection options of hoardDB's clients, as in a URL (busy_poll=0)")
+    ap.add_argument("--hoarddb-only", action="store_true", help="leave PostgreSQL out")
+    args = ap.parse_args()
+    n = args.n
     import hoarddb
 
     tmp = Path(tempfile.mkdtemp(prefix="hoarddb-cpu-"))
@@ -99,9 +104,12 @@ def main() -> None:
     try:
         with hoarddb.connect(server.url) as c:
             c["bench"].create_bucket("Docs", type="hash", indices=[{"field": "Email", "unique": True}, "CompanyID"])
-        print("hoardDB    ", run(HOARD, server.url, lambda: process_cpu(server.pid), n), flush=True)
+        url = server.url + (f"&{args.client}" if args.client else "")
+        print("hoardDB    ", run(HOARD, url, lambda: process_cpu(server.pid), n), flush=True)
     finally:
         server.stop()
+    if args.hoarddb_only:
+        return
     pg = PostgresServer()
     try:
         import psycopg

@@ -22,11 +22,12 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Iterator
 
-from .. import operations
+from .. import busypoll, operations
 from ..chunks import chunks
 from ..errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
                       error_from_answer)
@@ -89,6 +90,10 @@ class Connection:
             self.close()
             raise
         self.sock.settimeout(options.timeout)
+        #: polls the socket for a moment before a blocking recv (hoarddb/busypoll.py), or None
+        self._sent: float | None = None  # when the last request went, until the first read after it
+        self.poller = (busypoll.BusyPoll([self.sock.fileno()], options.busy_poll / 1e6)
+                       if options.busy_poll and busypoll.unavailable() is None else None)
 
     # -- opening
 
@@ -150,6 +155,7 @@ class Connection:
     # -- sending
 
     def _send(self, data: bytes) -> None:
+        self._sent = time.monotonic()  # the first read after it waits for an answer (busy polling)
         try:
             self.sock.sendall(data)
         except socket.timeout:
@@ -189,6 +195,7 @@ class Connection:
 
     def has_message(self, request_id) -> bool:
         """Read what already arrived, without waiting; whether a message for ``request_id`` is there."""
+        self._sent = None  # what this reads is no answer waited for: nothing for the busy poller to learn
         while not self.closed and (select.select([self.sock], [], [], 0)[0] or
                                    (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending())):
             self._read_some()
@@ -197,6 +204,13 @@ class Connection:
     def _read_some(self) -> None:
         if self.closed:
             raise ConnectionError_(f"the connection to {self.options.address} is closed")
+        poller, sent, self._sent = self.poller, self._sent, None
+        if poller is None:
+            sent = None
+        elif sent is not None and poller.wanted():
+            if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+                poller.run()  # a quick answer is awaited awake (hoarddb/busypoll.py)
+            sent = None
         try:
             data = self.sock.recv(_RECV)
         except socket.timeout:
@@ -207,6 +221,8 @@ class Connection:
             raise self._lost(exc) from None
         if not data:
             raise self._lost(None)
+        if sent is not None:  # a wait the poller let pass: how long the answer took tells it about the next
+            poller.waited(time.monotonic() - sent)
         self._reader.feed(data)
         while True:
             try:

@@ -10,6 +10,7 @@
     insecure          insecure=true       -insecure             false: TLS on
     timeout           timeout=            --timeout             none: wait for answers
     connect_timeout   connect_timeout=                          10 s
+    busy_poll         busy_poll=                                1000 µs; 0 turns it off
 
 A keyword argument overrides the URL. The password may also come from the
 environment variable HOARDDB_PASSWORD, so it need not be on a command line.
@@ -22,6 +23,7 @@ import ssl
 from dataclasses import dataclass, fields, replace
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ..busypoll import MAX_BUSY_POLL
 from ..errors import BadValueError, ConnectionError_, UnknownOptionError
 from ..wire.fingerprint import normalize
 from ..wire.messages import DEFAULT_PORT
@@ -48,6 +50,9 @@ class ConnectOptions:
     timeout: float | None = None
     #: Seconds to wait for the connection, TLS and login.
     connect_timeout: float = 10.0
+    #: Microseconds to wait for an answer awake, polling the socket, before sleeping in
+    #: ``recv`` (hoarddb/busypoll.py); backs off when answers come later; 0 turns it off.
+    busy_poll: int = 1000
 
     @classmethod
     def from_url(cls, url: str | None = None, **overrides) -> "ConnectOptions":
@@ -93,6 +98,9 @@ class ConnectOptions:
                 raise BadValueError(str(e)) from None
         if not 0 < self.port < 65536:
             raise BadValueError(f"port must be 1..65535, got {self.port}")
+        if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
+            raise BadValueError(f"busy_poll must be 0..{MAX_BUSY_POLL} microseconds (0 turns it off), "
+                                f"got {self.busy_poll}")
         return self
 
     @property
@@ -171,6 +179,13 @@ def _convert(key: str, value):
         if text in ("0", "false", "no", "off"):
             return False
         raise BadValueError(f"insecure must be true or false, got {value!r}")
+    if key == "busy_poll":
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise BadValueError(f"busy_poll must be a whole number of microseconds, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise BadValueError(f"busy_poll must be a whole number of microseconds, got {value!r}") from None
     if key in ("timeout", "connect_timeout"):
         try:
             number = float(value)

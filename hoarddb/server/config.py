@@ -15,11 +15,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from ..busypoll import MAX_BUSY_POLL
 from ..errors import BadValueError, UnknownOptionError
 from ..wire.messages import DEFAULT_METRICS_PORT, DEFAULT_PORT
-
-#: The longest busy poll accepted, in microseconds: past a few hundred it only burns CPU.
-MAX_BUSY_POLL = 10_000
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ class ServerConfig:
     #: awake, before it sleeps (0: never). A client that sends its next request within
     #: that time is served without the wake-up of a sleeping thread, which costs 40–100 µs
     #: on a virtual machine. Only with one connection open and two CPUs or more; polls
-    #: that see no request in time make the next ones rarer (server/busypoll.py).
+    #: that see no request in time make the next ones rarer (hoarddb/busypoll.py).
     busy_poll: int = 200
 
     def check(self) -> "ServerConfig":

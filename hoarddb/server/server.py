@@ -34,8 +34,8 @@ from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Request
 from . import auth, tls
 from .auth import Authenticator, authorize
-from . import busypoll
-from .busypoll import BusyPoll
+from .. import busypoll
+from ..busypoll import BusyPoll
 from .commit import GroupCommitter
 from .config import ServerConfig
 from .connection import Connection

@@ -1,19 +1,16 @@
-"""Busy polling: after answering a lone client the server polls its socket awake for a moment; never with two connections, and rarer after misses."""
+"""The server busy-polls a lone client: after answering it, the event loop polls its socket awake for a moment; never with two connections, and rarer after misses (BusyPoll itself: tests/test_busypoll.py)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 import hoarddb
 from hoarddb.errors import BadValueError
-from hoarddb.server.busypoll import MAX_MISSES, BusyPoll
 from hoarddb.server.config import ServerConfig
 from hoarddb.server.server import Server
 from hoarddb.testing import ServerThread
@@ -23,82 +20,6 @@ two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="busy pol
 
 def polls(server) -> dict:
     return dict(server.server.metrics.busy_polls)
-
-
-def skipped(poller) -> int:
-    """Idle moments the backoff lets pass before the next poll."""
-    n = 0
-    while not poller.wanted():
-        n += 1
-    return n
-
-
-# -- BusyPoll on real sockets
-
-@pytest.fixture
-def pair():
-    listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
-    conn, _ = listener.accept()
-    yield listener, client, conn
-    for s in (listener, client, conn):
-        s.close()
-
-
-def test_a_poll_ends_when_the_connection_sends(pair):
-    listener, client, conn = pair
-    client.sendall(b"next request")
-    started = time.monotonic()
-    assert BusyPoll([conn.fileno(), listener.fileno()], 5.0).run() is True
-    assert time.monotonic() - started < 1
-
-
-def test_a_poll_ends_when_a_new_connection_waits_on_a_listener(pair):
-    listener, client, conn = pair
-    newcomer = socket.create_connection(listener.getsockname())  # queued for accept: the listener is readable
-    try:
-        started = time.monotonic()
-        assert BusyPoll([conn.fileno(), listener.fileno()], 5.0).run() is True
-        assert time.monotonic() - started < 1
-    finally:
-        newcomer.close()
-
-
-def test_misses_back_off_and_one_hit_starts_over(pair):
-    listener, client, conn = pair
-    poller = BusyPoll([conn.fileno(), listener.fileno()], 0.001)
-    pattern = []
-    for _ in range(15):  # nothing ever arrives: a poll at idle moments 1, 3, 7 and 15
-        if poller.wanted():
-            started = time.monotonic()
-            assert poller.run() is False
-            assert time.monotonic() - started >= 0.001
-            pattern.append(1)
-        else:
-            pattern.append(0)
-    assert pattern == [1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]
-    client.sendall(b"x")  # already there when the poll starts: says nothing of the client
-    skipped(poller)
-    assert poller.run() is True
-    conn.recv(10)
-    assert poller.wanted() and poller.run() is False  # the backoff goes on: the 5th miss ...
-    assert skipped(poller) == 31  # ... lets 2**5 - 1 idle moments pass
-    poller.budget = 5.0
-    timer = threading.Timer(0.01, client.sendall, (b"y",))  # comes while the poll waits
-    timer.start()
-    assert poller.run() is True
-    timer.join()
-    conn.recv(10)
-    assert poller.wanted()  # a poll that waited and saw a request starts over
-
-
-def test_the_backoff_stops_growing(pair):
-    listener, client, conn = pair
-    poller = BusyPoll([conn.fileno()], 0.0)
-    for _ in range(MAX_MISSES + 5):
-        skipped(poller)
-        poller.run()
-    assert skipped(poller) == 2 ** MAX_MISSES - 1
 
 
 # -- the server
@@ -120,11 +41,13 @@ def test_a_lone_client_in_another_process_is_met_by_polls(tmp_path):
         with hoarddb.connect(server.url()) as c:
             c["app"].create_bucket("KV", type="hash")
         before = polls(server)
-        subprocess.run([sys.executable, "-c", CLIENT, server.url(), "150"], check=True, timeout=120)
+        # The client does not poll for its answers (busy_poll=0): with both ends spinning on
+        # two CPUs, any third task would take one of them, and that end stands aside a while.
+        subprocess.run([sys.executable, "-c", CLIENT, server.url() + "&busy_poll=0", "150"], check=True, timeout=120)
         after = polls(server)
         hits = after["request"] - before["request"]
         misses = after["timeout"] - before["timeout"]
-        assert hits >= 200, (hits, misses)  # 300 requests: nearly every answer was followed by a poll that met the next
+        assert hits >= 150, (hits, misses)  # 300 requests: most answers were followed by a poll that met the next
         with hoarddb.connect(server.url()) as c:
             assert c["app"]["KV"].get("k149")["n"] == 149
 
@@ -178,18 +101,6 @@ def test_no_polls_on_one_cpu(tmp_path):
     assert server._busy_poll == 0
     assert ", busy poll off (one CPU), " in server.start_line()
     assert Server(ServerConfig(data=str(tmp_path / "data"), insecure=True, port=0).check())._busy_poll == 0.0002
-
-
-def test_a_cgroup_quota_counts_as_fewer_cpus(tmp_path):
-    from hoarddb.server.busypoll import cpus
-
-    mine = len(os.sched_getaffinity(0))
-    cpu_max = tmp_path / "cpu.max"
-    for text, expected in (("max 100000\n", mine), ("150000 100000\n", 1), ("50000 100000\n", 1),
-                           (f"{100000 * (mine + 4)} 100000\n", mine), ("garbage\n", mine)):
-        cpu_max.write_text(text)
-        assert cpus(str(cpu_max)) == expected, text
-    assert cpus(str(tmp_path / "missing")) == mine
 
 
 def test_busy_poll_is_checked():
