@@ -88,11 +88,12 @@ def main() -> None:
         times: dict = {}
         done = 0
         for block in range(blocks):
-            for side in (sides if block % 2 else sides[::-1]):
+            for k, side in ((1, sides[1]), (0, sides[0])) if block % 2 else enumerate(sides):
+                base = done + k * 10_000_000  # each side its own keys and emails
                 with connect(side) as client:
                     for name, op in operations(client["bench"]):
                         started = time.perf_counter()
-                        for i in range(done, done + size):
+                        for i in range(base, base + size):
                             op(i)
                         times.setdefault((name, side), []).append((time.perf_counter() - started) / size * 1e6)
             done += size
