@@ -4,6 +4,7 @@
     python bench/peers.py --quick             # n = 3k, at most 2 s per side: a couple of minutes
     python bench/peers.py --only redis,sage   # sections: redis, postgres, sqlite, sage
     python bench/peers.py --json out.json     # the raw per-round numbers too
+    python bench/peers.py --client busy_poll=0  # hoardDB's clients with these connection options
 
 Each workload runs on hoardDB and on the peer, alternating (hoardDB first in rounds
 1 and 3, the peer first in round 2), for ``--rounds`` rounds; the tables give the
@@ -91,6 +92,7 @@ class Bench:
         self.docs = args.docs
         self.seconds = args.seconds
         self.rounds = args.rounds
+        self.client_options = f"&{args.client}" if args.client else ""  # hoardDB's clients (busy_poll=0)
         self.rows: dict[tuple[str, str, str], dict] = {}
         self.sage: list[dict] = []
         self.notes: list[str] = []
@@ -153,7 +155,7 @@ class Bench:
         try:
             server = procs.HoardServer(base / "hoard", base / "hoard.log")
             redis_server = None if missing else procs.RedisServer(base / "redis")
-            client = hoarddb.connect(server.url)
+            client = hoarddb.connect(server.url + self.client_options)
             db = client["bench"]
             r = redis_server.client() if redis_server else None
             for rnd in range(self.rounds):
@@ -355,7 +357,7 @@ class Bench:
         server = pg = client = conn = None
         try:
             server = procs.HoardServer(base / "hoard", base / "hoard.log")
-            client = hoarddb.connect(server.url)
+            client = hoarddb.connect(server.url + self.client_options)
             if not missing:
                 import psycopg
 
@@ -613,7 +615,7 @@ class Bench:
         server = client = None
         try:
             server = procs.HoardServer(base / "data", base / "hoard.log")
-            client = hoarddb.connect(server.url)
+            client = hoarddb.connect(server.url + self.client_options)
             extra = {"db": "app", "seed": 1000, "properties": props, "companies": comps, "expenses": exps}
             for rnd in range(self.rounds):
                 mix = work.SageMix(client["app"], seed=rnd, worker=100 + rnd, properties=props, companies=comps,
@@ -712,8 +714,9 @@ class Bench:
 
 
 def client_url(client) -> str:
+    """The URL of ``client``'s options, for the processes of a concurrent workload."""
     o = client._executor.options
-    return f"hoarddb://{o.host}:{o.port}/?insecure=true"
+    return f"hoarddb://{o.host}:{o.port}/?insecure=true&busy_poll={o.busy_poll}"
 
 
 def pct(sorted_values: list[float], p: float) -> float:
@@ -743,6 +746,8 @@ def main() -> int:
     parser.add_argument("--sage-ops", type=int, help="property-sage operations per run (default 20,000)")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections: " + ", ".join(SECTIONS))
     parser.add_argument("--json", help="also write the raw per-round numbers to this file")
+    parser.add_argument("--client", default="", metavar="QUERY",
+                        help="connection options of hoardDB's clients, as in a URL (busy_poll=0)")
     args = parser.parse_args()
     quick = args.quick
     args.n = args.n or (3_000 if quick else 100_000)
