@@ -135,12 +135,11 @@ def test_waits_not_polled_teach_the_poller(pair):
     assert poller._skip == 15
     poller.waited(0.010)  # a slow answer to a wait let pass: k = 5, the skipping goes on as it was
     assert (poller._misses, poller._skip) == (5, 15)
-    poller.waited(0.0001)  # a quick one: k = 4, and no longer skip than 2**4 - 1
-    assert (poller._misses, poller._skip) == (4, 15)
-    for _ in range(4):  # quick answers again: k = 0, and the next wait is polled
+    for _ in range(5):  # quick answers again: k = 0, the skipping goes on ...
         poller.waited(0.0001)
-    assert (poller._misses, poller._skip) == (0, 0)
-    assert poller.wanted()
+    assert (poller._misses, poller._skip) == (0, 15)
+    assert skipped(poller) == 15  # ... to its end, and then every wait is polled
+    assert poller.wanted() and poller.wanted()
 
 
 HOG = r"""

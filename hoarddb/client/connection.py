@@ -90,8 +90,8 @@ class Connection:
             self.close()
             raise
         self.sock.settimeout(options.timeout)
-        #: polls the socket for a moment before a blocking recv (hoarddb/busypoll.py), or None
         self._sent: float | None = None  # when the last request went, until the first read after it
+        #: polls the socket for a moment before a blocking recv (hoarddb/busypoll.py), or None
         self.poller = (busypoll.BusyPoll([self.sock.fileno()], options.busy_poll / 1e6)
                        if options.busy_poll and busypoll.unavailable() is None else None)
 
