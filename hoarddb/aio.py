@@ -479,7 +479,8 @@ for _name, _op in operations.FIELD_VERBS.items():
 
 
 async def connect(url: str | None = None, **options) -> Client:
-    """A connected asyncio client of the server at ``url``; the options of :func:`hoarddb.connect`."""
+    """A connected asyncio client of the server at ``url``; the options of :func:`hoarddb.connect`
+    (``busy_poll`` is taken and does nothing here: the event loop waits for many things at once)."""
     executor = AsyncExecutor(ConnectOptions.from_url(url, **options))
     await executor.connect()
     return Client(executor)

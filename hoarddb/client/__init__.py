@@ -20,8 +20,8 @@ def connect(url: str | None = None, **options) -> Client:
     """A client of the server at ``url`` (``hoarddb://user:password@host:port/?...``).
 
     Keyword options override the URL: ``host``, ``port``, ``user``, ``password``,
-    ``tls_ca``, ``tls_fingerprint``, ``insecure``, ``timeout``, ``connect_timeout``
-    (see :class:`ConnectOptions`). Raises ConnectionError_, TimeoutError_ or
+    ``tls_ca``, ``tls_fingerprint``, ``insecure``, ``timeout``, ``connect_timeout``,
+    ``busy_poll`` (see :class:`ConnectOptions`). Raises ConnectionError_, TimeoutError_ or
     AuthFailedError at once when the server cannot be reached or refuses the login.
     """
     return Client(RemoteExecutor(ConnectOptions.from_url(url, **options)))
