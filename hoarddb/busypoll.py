@@ -133,12 +133,11 @@ class BusyPoll:
     def wanted(self) -> bool:
         """Whether to poll this time: not while backing off after slow waits, nor for a
         while after the thread was kept waiting for a CPU."""
-        if self._until and time.monotonic() < self._until:
-            pass
-        elif self._skip:
+        held = self._until and time.monotonic() < self._until  # (time, not waits: no skip counted)
+        if not held:
+            if not self._skip:
+                return True
             self._skip -= 1
-        else:
-            return True
         self._then = None  # this wait sleeps: the time until the next poll says nothing of the CPUs
         return False
 
