@@ -43,7 +43,7 @@ def server(tmp_path_factory):
 
 
 @two_cpus
-def test_a_lone_client_waits_for_its_answers_awake(server):
+def test_a_lone_client_waits_for_its_answers_awake(server, spare_cpu):
     # 10 ms: even on a loaded machine the server answers within it. Not every wait is
     # polled: when another task takes the client's CPU for a moment, it stands aside for a
     # while (tests/test_busypoll.py), and client and server both polling leave no CPU free.
@@ -91,7 +91,7 @@ with FaultProxy("127.0.0.1", int(sys.argv[1])) as proxy:
 
 
 @two_cpus
-def test_a_slow_server_is_polled_for_only_a_few_times(tmp_path):
+def test_a_slow_server_is_polled_for_only_a_few_times(tmp_path, spare_cpu):
     # The proxy runs in a process of its own (in this one, its threads would need the GIL
     # the polling thread holds), and the server does not busy-poll: client, proxy and
     # server then leave a CPU to one another, and the client is not kept off its own

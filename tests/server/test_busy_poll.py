@@ -35,7 +35,7 @@ with hoarddb.connect(sys.argv[1]) as c:
 
 
 @two_cpus
-def test_a_lone_client_in_another_process_is_met_by_polls(tmp_path):
+def test_a_lone_client_in_another_process_is_met_by_polls(tmp_path, spare_cpu):
     # 10 ms: even on a loaded machine a client process sends its next request in time
     with ServerThread(tmp_path / "data", insecure=True, busy_poll=10_000) as server:
         with hoarddb.connect(server.url()) as c:
@@ -53,7 +53,7 @@ def test_a_lone_client_in_another_process_is_met_by_polls(tmp_path):
 
 
 @two_cpus
-def test_a_slow_client_is_polled_for_only_a_few_times(tmp_path):
+def test_a_slow_client_is_polled_for_only_a_few_times(tmp_path, spare_cpu):
     with ServerThread(tmp_path / "data", insecure=True, busy_poll=200) as server:
         with hoarddb.connect(server.url()) as c:
             kv = c["app"].create_bucket("KV", type="hash")
