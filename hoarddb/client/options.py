@@ -98,6 +98,8 @@ class ConnectOptions:
                 raise BadValueError(str(e)) from None
         if not 0 < self.port < 65536:
             raise BadValueError(f"port must be 1..65535, got {self.port}")
+        if isinstance(self.busy_poll, bool) or not isinstance(self.busy_poll, int):
+            raise BadValueError(f"busy_poll must be a whole number of microseconds, got {self.busy_poll!r}")
         if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
             raise BadValueError(f"busy_poll must be 0..{MAX_BUSY_POLL} microseconds (0 turns it off), "
                                 f"got {self.busy_poll}")

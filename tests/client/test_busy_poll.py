@@ -34,6 +34,8 @@ def test_the_option():
     for bad in ("soon", True, 2.5):
         with pytest.raises(BadValueError, match="busy_poll must be a whole number of microseconds"):
             ConnectOptions.from_url("hoarddb://h/", busy_poll=bad)
+        with pytest.raises(BadValueError, match="busy_poll must be a whole number of microseconds"):
+            ConnectOptions(busy_poll=bad).check()  # built directly, not from a URL
 
 
 @pytest.fixture(scope="module")
