@@ -17,7 +17,6 @@ and a plain index, search by the unique field.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -39,17 +38,16 @@ def main() -> None:
     args = ap.parse_args()
     sys.path[:0] = [str(args.repo), str(args.repo / "bench")]
     import hoarddb
+    from cpu_per_insert import process_cpu
     from peers_procs import HoardServer
     from peers_work import small_doc, user_doc
 
     n = args.n
     tmp = Path(tempfile.mkdtemp(prefix="hoarddb-lone-"))
     server = HoardServer(tmp / "data", tmp / "server.log", tuple(args.server_flags))
-    ticks = os.sysconf("SC_CLK_TCK")
 
     def server_cpu() -> float:
-        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks
+        return process_cpu(server.pid)
 
     def connect(query: str):
         return hoarddb.connect(server.url + (f"&{query}" if query else ""))

@@ -164,7 +164,7 @@ def waits(n):  # n requests to the echo on the other CPU, each after ~0.5 ms of 
     for _ in range(n):
         end = time.thread_time() + 0.0005
         while time.thread_time() < end:
-            pass
+            pass  # work: the thread stays runnable, as a polling one is
         a.sendall(b"x")
         polled = poller.wanted()
         if polled:

@@ -83,6 +83,9 @@ class Connection:
         self._discard: set = set()
         self._reader = FrameReader()
         self.core = ClientProtocol(options.user, options.password)
+        #: polls the socket for a moment before a blocking recv (hoarddb/busypoll.py), or None
+        self.poller: busypoll.BusyPoll | None = None  # (none during the handshake)
+        self._sent: float | None = None  # when the last request went, until the first read after it
         self.sock = self._open()
         try:
             self._handshake()
@@ -90,8 +93,6 @@ class Connection:
             self.close()
             raise
         self.sock.settimeout(options.timeout)
-        self._sent: float | None = None  # when the last request went, until the first read after it
-        #: polls the socket for a moment before a blocking recv (hoarddb/busypoll.py), or None
         self.poller = (busypoll.BusyPoll([self.sock.fileno()], options.busy_poll / 1e6)
                        if options.busy_poll and busypoll.unavailable() is None else None)
 
@@ -155,7 +156,8 @@ class Connection:
     # -- sending
 
     def _send(self, data: bytes) -> None:
-        self._sent = time.monotonic()  # the first read after it waits for an answer (busy polling)
+        if self.poller is not None:
+            self._sent = time.monotonic()  # the first read after it waits for an answer
         try:
             self.sock.sendall(data)
         except socket.timeout:
@@ -204,10 +206,8 @@ class Connection:
     def _read_some(self) -> None:
         if self.closed:
             raise ConnectionError_(f"the connection to {self.options.address} is closed")
-        poller, sent, self._sent = self.poller, self._sent, None
-        if poller is None:
-            sent = None
-        elif sent is not None and poller.wanted():
+        poller, sent, self._sent = self.poller, self._sent, None  # sent: only with a poller
+        if sent is not None and poller.wanted():
             if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
                 poller.run()  # a quick answer is awaited awake (hoarddb/busypoll.py)
             sent = None
