@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,7 @@ def main() -> None:
         print("hoardDB    ", run(HOARD, url, lambda: process_cpu(server.pid), n), flush=True)
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.hoarddb_only:
         return
     pg = PostgresServer()

@@ -17,6 +17,7 @@ and a plain index, search by the unique field.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -102,6 +103,7 @@ def main() -> None:
             print(f"{name:26} {a:16.0f} {b:16.0f}   {b / a:.2f}×", flush=True)
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

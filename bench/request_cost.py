@@ -10,6 +10,7 @@ hash get, a search a unique index answers, and a fifo length, three times each.
 """
 
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -46,7 +47,8 @@ class FakeTransport:
 
 
 async def main() -> None:
-    srv = Server(ServerConfig(data=tempfile.mkdtemp(), port=0, metrics_port=-1, insecure=True).check())
+    data = tempfile.mkdtemp(prefix="hoarddb-cost-")
+    srv = Server(ServerConfig(data=data, port=0, metrics_port=-1, insecure=True).check())
     await srv.start()
     e = srv.engine
     e.execute({"op": "create_bucket", "db": "b", "bucket": "KV",
@@ -72,5 +74,6 @@ async def main() -> None:
             per = (time.perf_counter() - started) / len(frames)
             print(f"{name}: {per * 1e6:.2f} us per request (server Python, no syscalls)")
     await srv.stop()
+    shutil.rmtree(data, ignore_errors=True)
 if __name__ == "__main__":
     asyncio.run(main())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+
 import hypothesis.strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -19,8 +22,7 @@ def norm(v):
 class UniqueMachine(RuleBasedStateMachine):
     @initialize()
     def open(self):
-        import tempfile
-        self.dir = tempfile.mkdtemp()
+        self.dir = tempfile.mkdtemp(prefix="hoarddb-unique-")
         self.client = hoarddb.open(self.dir, ttl_sweep_seconds=0)
         self.b = self.client["app"].create_bucket("U", type="hash", indices=[{"field": "E", "unique": True}])
         self.model: dict[int, object] = {}  # _id_ -> E (None when missing)
@@ -94,6 +96,7 @@ class UniqueMachine(RuleBasedStateMachine):
     def teardown(self):
         if hasattr(self, "client"):
             self.client.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 TestUnique = UniqueMachine.TestCase

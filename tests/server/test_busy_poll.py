@@ -47,7 +47,7 @@ def test_a_lone_client_in_another_process_is_met_by_polls(tmp_path, spare_cpu):
         after = polls(server)
         hits = after["request"] - before["request"]
         misses = after["timeout"] - before["timeout"]
-        assert hits >= 150, (hits, misses)  # 300 requests: most answers were followed by a poll that met the next
+        spare_cpu.expect(hits >= 150, (hits, misses))  # 300 requests: most answers were followed by a poll that met the next
         with hoarddb.connect(server.url()) as c:
             assert c["app"]["KV"].get("k149")["n"] == 149
 
@@ -63,7 +63,7 @@ def test_a_slow_client_is_polled_for_only_a_few_times(tmp_path, spare_cpu):
                 kv.insert({"_id_": f"k{i}"})
             after = polls(server)
     misses = after["timeout"] - before["timeout"]
-    assert 1 <= misses <= 5, misses  # backing off: a poll at the 1st, 3rd, 7th, 15th... idle moment
+    spare_cpu.expect(1 <= misses <= 5, misses)  # backing off: a poll at the 1st, 3rd, 7th, 15th... idle moment
 
 
 @two_cpus

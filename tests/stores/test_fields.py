@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import shutil
 import tempfile
 
 import hypothesis.strategies as st
@@ -247,7 +248,8 @@ class FieldMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.client = hoarddb.open(tempfile.mkdtemp(), ttl_sweep_seconds=0)
+        self.dir = tempfile.mkdtemp(prefix="hoarddb-fields-")
+        self.client = hoarddb.open(self.dir, ttl_sweep_seconds=0)
         self.b = self.client["app"].create_bucket("P", type="hash", store_fields=[
             {"name": "L", "type": "lifo"}, {"name": "F", "type": "fifo"}, {"name": "H", "type": "hash"}])
         self.b.insert({"_id_": "d"})
@@ -289,6 +291,7 @@ class FieldMachine(RuleBasedStateMachine):
 
     def teardown(self):
         self.client.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 TestFieldMachine = FieldMachine.TestCase
