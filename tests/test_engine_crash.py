@@ -59,7 +59,13 @@ def run_and_kill(data: Path, seed: int, after: float) -> list:
     assert child.stdout.readline().strip() == "ready", child.stderr.read()
     time.sleep(after)
     child.send_signal(signal.SIGKILL)
-    out, _ = child.communicate(timeout=30)
+    # Read on through the same reader: readline() may have taken the first lines after
+    # "ready" into its buffer, and communicate() reads the pipe itself, past them (an
+    # unseen "popping" once made an in-flight pop look answered, and the test fail).
+    out = child.stdout.read()
+    child.wait(30)
+    child.stdout.close()
+    child.stderr.close()
     return [json.loads(line) for line in out.splitlines() if line.startswith("[")]
 
 
