@@ -88,6 +88,17 @@ def encode_ops(ops: list) -> bytes:
     return b"".join(parts)
 
 
+def record_exceeds(ops: list, limit: int) -> bool:
+    """Whether :func:`encode_ops` of ``ops`` would be longer than ``limit`` bytes, found
+    without encoding them (and as soon as it is)."""
+    size = 0
+    for op in ops:
+        size += 9 + len(op[1]) + len(op[2]) if op[0] == PUT else 5 + len(op[1])
+        if size > limit:
+            return True
+    return False
+
+
 def decode_ops(body: memoryview) -> Iterator[tuple]:
     """The ops of a record's body, as :func:`encode_ops` wrote them."""
     at, end = 0, len(body)

@@ -7,13 +7,15 @@ import os
 import random
 from pathlib import Path
 
+import hypothesis.strategies as st
 import lmdb
 import pytest
+from hypothesis import given, settings
 
 from hoarddb.errors import StorageError
 from hoarddb.storage import kv as kv_module
 from hoarddb.storage.kv import KV, commits_deferred
-from hoarddb.storage.wal import DELETE, PUT, WriteAheadLog, decode_ops, encode_ops
+from hoarddb.storage.wal import DELETE, PUT, WriteAheadLog, decode_ops, encode_ops, record_exceeds
 
 from ..killing import kill_midway
 
@@ -418,6 +420,30 @@ def test_a_logged_transaction_refuses_what_the_log_cannot_record(tmp_path):
     with pytest.raises(AttributeError, match="has no 'drop'"):
         kv.write(lambda txn: txn.drop(None))
     kv.close()
+
+
+@settings(max_examples=200)
+@given(st.lists(st.one_of(st.tuples(st.just(PUT), st.binary(max_size=40), st.binary(max_size=300)),
+                          st.tuples(st.just(DELETE), st.binary(max_size=40))), max_size=40),
+       st.integers(0, 6000))
+def test_a_records_size_is_known_without_encoding_it(ops, limit):
+    assert record_exceeds(ops, limit) == (len(encode_ops(ops)) > limit)
+
+
+def test_a_big_synced_transaction_is_checkpointed_without_being_encoded(tmp_path, monkeypatch):
+    # A 1,000-document batch spent 4 of its 25 ms encoding a record that was then not written.
+    monkeypatch.setattr(kv_module, "BIG_RECORD", 10_000)
+    encoded = []
+    monkeypatch.setattr(kv_module, "encode_ops", lambda ops: encoded.append(len(ops)) or encode_ops(ops))
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    generation = kv.wal.generation
+    kv.write(lambda txn: [txn.put(b"k%04d" % i, b"v" * 100) for i in range(200)])  # ~23 KB of record
+    assert encoded == [] and kv.wal.generation == generation + 1 and kv.wal.end == kv.wal.records_at
+    kv.write(lambda txn: [txn.put(b"s%04d" % i, b"v" * 10) for i in range(100)])  # ~2.3 KB: logged
+    assert encoded == [100] and kv.wal.end > kv.wal.records_at
+    crash(kv)
+    got = contents(tmp_path / "kv")
+    assert len(got) == 300 and got[b"k0199"] == b"v" * 100 and got[b"s0099"] == b"v" * 10
 
 
 def test_an_unsynced_big_transaction_is_logged_not_checkpointed(tmp_path, monkeypatch):
