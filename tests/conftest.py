@@ -4,6 +4,8 @@ check that the machine has a CPU to spare (for the tests of busy polling, which 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -11,21 +13,9 @@ from hypothesis import HealthCheck, settings
 
 import hoarddb
 
-def pytest_report_header(config):
-    """The room the suite has: a CI run once failed with the disk full, and said only so deep in its output."""
-    import shutil
-    import tempfile
-
-    free = shutil.disk_usage(tempfile.gettempdir()).free
-    return (f"hoardDB: {free / 2**30:.1f} GiB free in {tempfile.gettempdir()} (a run writes ~2 GB; passed tests' "
-            f"directories are removed), {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} CPUs")
-
 
 def pytest_sessionstart(session):
     """Stop at once, saying why, when the disk cannot hold a run (else: dozens of unexplained errors)."""
-    import shutil
-    import tempfile
-
     free = shutil.disk_usage(tempfile.gettempdir()).free
     if free < 512 * 2**20:
         pytest.exit(f"only {free / 2**20:.0f} MiB free in {tempfile.gettempdir()}: the suite needs 512 MiB or more "

@@ -295,11 +295,10 @@ class KV:
         if not ops:
             txn.abort()
             return False
-        if len(ops) > BIG_OPS or (durable and len(ops) > 64 and record_exceeds(ops, BIG_RECORD)):
-            body = None  # not logged: no need to encode it (a 1,000-document batch: 4 of its 25 ms)
-        else:
-            body = encode_ops(ops)
-        big = body is None or (durable and len(body) > BIG_RECORD)
+        # Sized before it is encoded: a record that will not be written is not built (it
+        # took 4 of a durable 1,000-document batch's 25 ms).
+        big = len(ops) > BIG_OPS or (durable and record_exceeds(ops, BIG_RECORD))
+        body = None if big else encode_ops(ops)
         at = None if big else self.wal.append(body)
         if may_hold and at is not None:
             holders = getattr(_deferring, "kvs", None)
