@@ -29,6 +29,9 @@ MAX_INDEXES = 64
 
 ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "type", "desc")
 STATES = ("ready", "building", "conflicted", "unreadable")
+#: The longest expire_after_seconds (2**31 - 1 seconds, about 68 years, as MongoDB allows):
+#: the sweeper turns ``now - expire_after_seconds`` into a date, which must exist.
+MAX_TTL_SECONDS = 2**31 - 1
 
 
 def index_name(fields: list[str]) -> str:
@@ -48,11 +51,15 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
     if not isinstance(indices, list):
         raise BadValueError('indices is a list, such as ["Email"] or [{field: "Email", unique: true}]')
     if (indices or unique_fields) and type_name != "hash":
+        why = ("a btree bucket is already sorted by its key" if type_name == "btree"
+               else "queues, heaps and blobs have no documents to look up by field")
         raise BadValueError(
-            f"a {type_name} bucket cannot have indexes: only hash buckets maintain secondary indexes "
-            "(a btree bucket is already sorted by its key)"
+            f"a {type_name} bucket cannot have indexes: only hash buckets maintain secondary indexes ({why})"
         )
-    specs = [{"fields": [f], "unique": True, "expire_after_seconds": None, "name": None} for f in unique_fields]
+    specs = []
+    for f in unique_fields:
+        _check_field(f, f"the unique field line {f!r}")
+        specs.append({"fields": [f], "unique": True, "expire_after_seconds": None, "name": None})
     for position, entry in enumerate(indices):
         specs.append(_entry(entry, position, warnings))
     if len(specs) > MAX_INDEXES:
@@ -92,27 +99,29 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
     if not isinstance(fields, list) or not fields:
         raise BadValueError(f"{where}: fields is a non-empty list of field names")
     for f in fields:
-        if not isinstance(f, str) or not f or f.startswith("$"):
-            raise BadValueError(f"{where}: a field name is a non-empty string not starting with $; got {f!r}")
-        if "." in f:
-            raise BadValueError(
-                f"{where}: {f!r} is a path into a nested document; indexes cover top-level fields only"
-            )
+        _check_field(f, where)
     if len(set(fields)) != len(fields):
         twice = next(f for f in fields if fields.count(f) > 1)
         raise BadValueError(f"{where} names the field {twice!r} twice")
     unique = entry.get("unique", False)
     if not isinstance(unique, bool):
         raise BadValueError(f"{where}: unique is true or false, got {unique!r}")
-    if entry.get("desc", False) is not False:
+    desc = entry.get("desc", False)
+    if not isinstance(desc, bool):
+        raise BadValueError(f"{where}: desc is false (or left out), got {desc!r}")
+    if desc:
         raise BadValueError(
             f"{where}: desc: true is refused — a descending component only matters to sorting, "
             "and indexes serve equality search, not sorting"
         )
     ttl = entry.get("expire_after_seconds")
     if ttl is not None:
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl < 0:
-            raise BadValueError(f"{where}: expire_after_seconds is a number of seconds ≥ 0, got {ttl!r}")
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not (0 <= ttl <= MAX_TTL_SECONDS):
+            # NaN fails the comparison too: not a number of seconds
+            raise BadValueError(
+                f"{where}: expire_after_seconds is a number of seconds from 0 to {MAX_TTL_SECONDS} "
+                f"(about 68 years), got {ttl!r}"
+            )
         if unique:
             raise BadValueError(
                 f"{where}: a TTL index cannot be unique — expiry deletes documents on a timer, "
@@ -128,6 +137,16 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
     if name is not None and (not isinstance(name, str) or not name):
         raise BadValueError(f"{where}: name is a non-empty string, got {name!r}")
     return {"fields": list(fields), "unique": unique, "expire_after_seconds": ttl, "name": name}
+
+
+def _check_field(f: Any, where: str) -> None:
+    """Refuse what cannot name a top-level field (the same rule for indices and field lines)."""
+    if not isinstance(f, str) or not f or f.startswith("$"):
+        raise BadValueError(f"{where}: a field name is a non-empty string not starting with $; got {f!r}")
+    if "." in f:
+        raise BadValueError(f"{where}: {f!r} is a path into a nested document; indexes cover top-level fields only")
+    if "\x00" in f:
+        raise BadValueError(f"{where}: a field name cannot contain the character NUL; got {f!r}")
 
 
 def describe(index: dict) -> str:

@@ -13,8 +13,17 @@ element does); a compound index refuses a document with arrays in two of its fie
 
 Entries are changed in the same LMDB transaction as the document, so a crash leaves
 both or neither. A unique entry holds the key of the document that owns the value; the
-entry is removed only by its holder, which keeps a ``conflicted`` index (two holders of
-one value, found by a rebuild) refusing a third.
+entry is removed only by its holder. A ``conflicted`` unique index (one value in two
+documents, found by a load or a rebuild) also records each other document holding a
+value as a *claim*:
+
+    claim:          b"I" + id + encode_key(v1)... + encode_key(_id_)            -> b""
+
+(the entry's key followed by the claimant's key; no entry key is another's prefix, as
+keys are self-delimiting). When the holder leaves the value, the first claimant becomes
+the holder, so the index keeps refusing a third document for as long as any document
+holds the value. Searches never read a conflicted index, and the rebuild at the next
+open writes every entry and claim again.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from .declaration import FORMAT
 
 PREFIX = b"I"
 MAX_ENTRY_KEY = 500  # LMDB keys are at most 511 bytes
+LMDB_MAX_KEY = 511
 
 
 class Index:
@@ -49,6 +59,9 @@ class Index:
             self.state = "building"
         else:
             self.state = decl.get("state", "ready")
+        #: Whether claims (see the module's docstring) may exist: only a unique index that a
+        #: load or a rebuild found conflicted pays the extra lookup when a holder leaves.
+        self.claims = self.unique and self.state == "conflicted"
 
     @property
     def maintained(self) -> bool:
@@ -168,10 +181,9 @@ class IndexSet:
             after = self.entries(ix, new, doc_key)
             for key in before.keys() - after.keys():
                 if ix.unique:
-                    holder = txn.get(key)
-                    if holder is not None and bytes(holder) != doc_key:
-                        continue  # a conflicted index: the entry is the other holder's
-                txn.delete(key)
+                    self._leave(txn, ix, key, doc_key)
+                else:
+                    txn.delete(key)
             for key in after.keys() - before.keys():
                 value, values = after[key]
                 self._add(txn, ix, key, value, values, doc_key, where, conflicts)
@@ -189,8 +201,37 @@ class IndexSet:
                     "values": dict(zip(ix.fields, values)),
                     "documents": [decode_key(holder), decode_key(doc_key)],
                 })
+                self._claim(txn, ix, key, doc_key)
                 return  # the holder keeps the entry; the index becomes conflicted
         txn.put(key, value)
+
+    @staticmethod
+    def _claim(txn, ix: Index, key: bytes, doc_key: bytes) -> None:
+        """Record that ``doc_key`` holds the value of entry ``key`` too (a conflicted index)."""
+        claim = key + doc_key
+        if len(claim) <= LMDB_MAX_KEY:  # longer: not recorded; the rebuild at open finds it again
+            txn.put(claim, b"")
+        ix.claims = True
+
+    @staticmethod
+    def _leave(txn, ix: Index, key: bytes, doc_key: bytes) -> None:
+        """``doc_key`` no longer holds the value of the unique entry ``key``: remove its entry,
+        or its claim; a holder leaving hands the entry to the first claimant, if any."""
+        holder = txn.get(key)
+        if holder is None:
+            return
+        if bytes(holder) != doc_key:  # a conflicted index: the entry is the other holder's
+            if ix.claims:
+                txn.delete(key + doc_key)
+            return
+        txn.delete(key)
+        if ix.claims:
+            cursor = txn.cursor()
+            if cursor.set_range(key):
+                claim = bytes(cursor.key())
+                if claim.startswith(key) and len(claim) > len(key):
+                    txn.put(key, claim[len(key):])
+                    txn.delete(claim)
 
     def remove(self, txn, doc_key: bytes, doc: dict | None) -> None:
         """Delete a document's entries (the hot path of delete and TTL expiry)."""
@@ -201,13 +242,9 @@ class IndexSet:
                 continue
             for encoded, _values in ix.value_tuples(doc, self.bucket):
                 if ix.unique:
-                    key = ix.prefix + encoded
-                    holder = txn.get(key)
-                    if holder is not None and holder != doc_key:
-                        continue  # a conflicted index: the entry is the other holder's
+                    self._leave(txn, ix, ix.prefix + encoded, doc_key)
                 else:
-                    key = ix.prefix + encoded + doc_key
-                txn.delete(key)
+                    txn.delete(ix.prefix + encoded + doc_key)
 
     def duplicate(self, ix: Index, values: tuple, holder: Any, where: str = "") -> DuplicateKeyError:
         shown = ", ".join(f"{f} = {literal(v)}" for f, v in zip(ix.fields, values))
@@ -242,6 +279,9 @@ class IndexSet:
                                 "values": dict(zip(ix.fields, values)),
                                 "documents": [decode_key(holder), decode_key(doc_key)],
                             }
+                        self._claim(txn, ix, key, doc_key)
                         continue
                 txn.put(key, value)
+        if conflict is None:
+            ix.claims = False
         return conflict

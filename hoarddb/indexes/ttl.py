@@ -48,14 +48,25 @@ class Sweeper:
                     log.exception("TTL sweep failed; trying again in %ss", self.interval)
 
     def sweep(self, now: float | None = None) -> dict:
-        """One pass over every TTL bucket; ``{expired, skipped, backlog, exhausted}`` summed."""
+        """One pass over every TTL bucket; ``{expired, skipped, backlog, exhausted, failed}`` summed
+        (``failed``: buckets whose sweep raised; logged, and tried again next pass)."""
         with self._pass_lock:
             deadline = time.monotonic() + self.budget
-            total = {"expired": 0, "skipped": 0, "backlog": 0, "exhausted": False}
+            total = {"expired": 0, "skipped": 0, "backlog": 0, "exhausted": False, "failed": 0}
             for store in self.stores():
                 if self._stop.is_set():
                     break
-                got = store.sweep(time.time() if now is None else now, deadline)
+                try:
+                    got = store.sweep(time.time() if now is None else now, deadline)
+                except Exception:
+                    # One bucket that cannot be swept (a declaration an older version let
+                    # through, a store closed under us) must not stop the others' expiry.
+                    if self._stop.is_set():
+                        break
+                    log.exception("TTL sweep of bucket %s failed; the other buckets are swept, "
+                                  "and it is tried again next pass", getattr(store, "name", store))
+                    total["failed"] += 1
+                    continue
                 for key in ("expired", "skipped", "backlog"):
                     total[key] += got[key]
                 total["exhausted"] |= got["exhausted"]

@@ -41,7 +41,14 @@ def test_unknown_key_is_refused_naming_accepted_keys(db):
     ({"fields": ["A", "B", "A"]}, "names the field 'A' twice"),
     ({"field": "a.b"}, "top-level fields only"),
     ({"field": "A", "type": "hashed"}, 'may only be "range"'),
-    ({"field": "A", "expire_after_seconds": -1}, "≥ 0"),
+    ({"field": "A", "expire_after_seconds": -1}, "from 0 to 2147483647"),
+    # NaN, infinity or a time no date can hold would break every later sweep pass
+    ({"field": "A", "expire_after_seconds": float("nan")}, "from 0 to 2147483647"),
+    ({"field": "A", "expire_after_seconds": float("inf")}, "from 0 to 2147483647"),
+    ({"field": "A", "expire_after_seconds": 1e300}, "from 0 to 2147483647"),
+    ({"field": "A", "expire_after_seconds": 10**30}, "from 0 to 2147483647"),
+    ({"field": "A", "desc": 0}, "desc is false (or left out), got 0"),
+    ({"field": "A", "desc": "asc"}, "desc is false (or left out), got 'asc'"),
     ({"field": "A", "unique": "yes"}, "true or false"),
     ({"name": "x"}, "exactly one of field"),
     (5, "field name or a document"),
@@ -79,8 +86,33 @@ def test_a_name_can_be_given(db):
 
 @pytest.mark.parametrize("type_", ["fifo", "lifo", "btree", "heap", "blob"])
 def test_only_hash_buckets_take_indexes(db, type_):
-    with pytest.raises(errors.BadValueError, match="only hash buckets"):
+    with pytest.raises(errors.BadValueError, match="only hash buckets") as e:
         db.create_bucket("B", type=type_, indices=["A"])
+    # the reason fits the type: a queue is not "already sorted by its key"
+    assert ("already sorted by its key" in e.value.message) == (type_ == "btree")
+
+
+def test_the_longest_ttl_is_accepted_and_sweeps(tmp_path):
+    import hoarddb
+    with hoarddb.open(tmp_path, ttl_sweep_seconds=0) as c:
+        b = c["app"].create_bucket("S", type="hash", indices=[{"field": "At", "expire_after_seconds": 2**31 - 1}])
+        b.batch_insert([{"_id_": "old", "At": -(2**31)}, {"_id_": "new", "At": 0}])
+        assert c.sweep_ttl()["expired"] == 1
+        assert [d["_id_"] for d in b.find()] == ["new"]
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("Address.City", "top-level fields only"),
+    ("$where", "not starting with $"),
+    ("", "non-empty string"),
+])
+def test_a_unique_field_line_is_checked_like_an_indices_entry(db, name, reason):
+    # Before, a field line "Address.City string unique" made an index of doc.get("Address.City"):
+    # null for every document, so the second insert was refused as a duplicate of null.
+    with pytest.raises(errors.BadValueError) as e:
+        db.create_bucket("U", type="hash", fields=[{"name": name, "type": "string", "keywords": ["unique"]}])
+    assert reason in e.value.message and "unique field line" in e.value.message
+    assert "app" not in db._client.databases()
 
 
 def test_unique_field_line_makes_a_unique_index_and_other_keywords_are_noted(db):

@@ -118,3 +118,58 @@ def test_an_unreadable_plain_index_does_not_block_writes(tmp_path):
         assert c["app"].Users.search({"_id_": "a"}).index_used == "none — full scan"
         with pytest.raises(errors.IndexNotReadyError):
             c["app"].Users.search({"Email": "x"})
+
+
+def loaded_conflict(c):
+    """u1 and u2 both hold x@x in a conflicted unique index, as a restore leaves it."""
+    b = c["app"].create_bucket("Users", type="hash", indices=[{"field": "Email", "unique": True}])
+    b.insert({"_id_": "u1", "Email": "x@x"})
+    got = b.load([{"_id_": "u2", "Email": "x@x"}])
+    assert got["conflicts"][0]["documents"] == ["u1", "u2"]
+    assert b.describe()["indexes"][0]["state"] == "conflicted"
+    return b
+
+
+@pytest.mark.parametrize("leave", [
+    lambda b: b.update({"_id_": "u1"}, {"$set": {"Email": "y@x"}}),
+    lambda b: b.delete({"_id_": "u1"}),
+    lambda b: b.put({"_id_": "u1", "Email": "y@x"}),
+])
+def test_a_third_document_is_refused_while_any_document_of_a_conflict_holds_the_value(tmp_path, leave):
+    # Before, the first holder leaving the value deleted its entry although u2 still held it,
+    # and a third document with the value was accepted.
+    with hoarddb.open(tmp_path) as c:
+        b = loaded_conflict(c)
+        leave(b)  # u1, the entry's holder, leaves the value; u2 still holds it
+        with pytest.raises(errors.DuplicateKeyError) as e:
+            b.insert({"_id_": "u3", "Email": "x@x"})
+        assert e.value.holder == "u2" and 'already used by document "u2"' in e.value.message
+        assert b.get("u3") is None
+        b.update({"_id_": "u2"}, {"$set": {"Email": "z@x"}})  # now nobody holds it
+        b.insert({"_id_": "u3", "Email": "x@x"})
+    with hoarddb.open(tmp_path) as c:
+        b = c["app"].Users
+        assert b.describe()["indexes"][0]["state"] == "ready"
+        assert [d["_id_"] for d in b.search({"Email": "x@x"})] == ["u3"]
+
+
+def test_the_other_document_of_a_conflict_leaving_keeps_the_holder(tmp_path):
+    with hoarddb.open(tmp_path) as c:
+        b = loaded_conflict(c)
+        b.delete({"_id_": "u2"})  # not the entry's holder: u1 keeps the value
+        with pytest.raises(errors.DuplicateKeyError, match='already used by document "u1"'):
+            b.insert({"_id_": "u3", "Email": "x@x"})
+        b.delete({"_id_": "u1"})
+        b.insert({"_id_": "u3", "Email": "x@x"})  # free once neither holds it
+        with pytest.raises(errors.DuplicateKeyError, match='already used by document "u3"'):
+            b.insert({"_id_": "u4", "Email": "x@x"})
+
+
+def test_a_conflict_found_by_the_rebuild_at_open_keeps_refusing_when_its_holder_leaves(data):
+    make_conflict(data)
+    with hoarddb.open(data) as c:
+        b = c["app"].Users
+        assert b.describe()["indexes"][0]["state"] == "conflicted"
+        b.update({"_id_": "u1"}, {"$set": {"Email": "new@example.com"}})
+        with pytest.raises(errors.DuplicateKeyError, match='already used by document "u2"'):
+            b.insert({"_id_": "u9", "Email": "dalek@example.com"})

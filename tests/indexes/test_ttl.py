@@ -121,3 +121,27 @@ def test_metrics_have_the_spec_names(sessions):
                  'hoarddb_indexes{state="conflicted"}', 'hoarddb_indexes{state="unreadable"}'):
         assert name in m, name
     assert m['hoarddb_indexes{state="ready"}'] == 1
+
+
+def test_a_bucket_that_cannot_be_swept_does_not_stop_the_others(tmp_path, caplog):
+    # An older version accepted expire_after_seconds: NaN; its bucket's sweep raises. The
+    # buckets after it must still expire their documents, pass after pass.
+    from hoarddb.catalog import Catalog
+
+    with hoarddb.open(tmp_path, ttl_sweep_seconds=0) as c:
+        c["app"].create_bucket("Broken", type="hash", indices=[{"field": "At", "expire_after_seconds": 60}])
+        c["app"].create_bucket("Fine", type="hash", indices=[{"field": "At", "expire_after_seconds": 0}])
+    cat = Catalog(tmp_path)
+    decl = cat.bucket("app", "Broken")
+    cat.replace_bucket("app", dict(decl, indexes=[dict(decl["indexes"][0], expire_after_seconds=float("nan"))]))
+    cat.close()
+    with hoarddb.open(tmp_path, ttl_sweep_seconds=0) as c:
+        broken, fine = c["app"].Broken, c["app"].Fine
+        broken.insert({"_id_": 1, "At": 1})
+        fine.insert({"_id_": 1, "At": 1})
+        got = c.sweep_ttl()
+        assert got["expired"] == 1 and got["failed"] == 1
+        assert fine.count() == 0 and broken.count() == 1
+        fine.insert({"_id_": 2, "At": 1})
+        assert c.sweep_ttl()["expired"] == 1 and fine.count() == 0
+    assert "TTL sweep of bucket Broken failed" in caplog.text
