@@ -86,6 +86,10 @@ class BTreeStore(KVStore):
 
     def _unwrap(self, key: Any, verb: str) -> Any:
         """A key given bare, or as ``{<key field>: value}`` (``get({Score: 92})``)."""
+        return self._named(key, verb)[1]
+
+    def _named(self, key: Any, verb: str) -> tuple[str | None, Any]:
+        """``(field, value)`` of a key given as ``{<key field>: value}``; ``(None, key)`` for a bare key."""
         if isinstance(key, Mapping):
             if len(key) != 1:
                 raise BadValueError(f"{verb} takes a key, or one field naming it such as {{Score: 92}}; got {key!r}")
@@ -93,8 +97,26 @@ class BTreeStore(KVStore):
             self._check_field(field, verb)
             if isinstance(value, Mapping) and any(str(k).startswith("$") for k in value):
                 raise BadValueError(f"{verb} takes an exact key; for bounds use range({{{field}: {{$gte: ...}}}})")
-            return value
-        return key
+            return field, value
+        return None, key
+
+    def _sorts_by(self, doc: Mapping, field: str | None) -> bool:
+        """Whether ``doc`` is keyed by ``field`` (always, for a bare key or a declared key field).
+
+        Without a declared key each entry sorts by its own ``_id_``, else its first field,
+        so ``{User: "jane"}`` names the entries keyed by ``User`` — never one keyed by
+        ``Score`` whose value happens to be ``"jane"``.
+        """
+        return field is None or self.key_field is not None or _sort_field(doc) == field
+
+    def _not_keyed_by(self, field: str, docs: list, verb: str) -> BadValueError:
+        fields = sorted({str(_sort_field(d)) for d in docs})
+        return BadValueError(
+            f"{verb} names the key field {field!r}, but btree bucket {self.declaration['name']!r} declares no key and "
+            f"its entries {'within those bounds' if verb == 'range' else 'with that key'} sort by {', '.join(map(repr, fields))} (each entry sorts by its _id_, else its first "
+            f"field), so nothing is keyed by {field!r}. Name the field they sort by, give the key bare, or create the "
+            "bucket with key=\"<field>\"; to match other fields, read the entries and filter them."
+        )
 
     def _check_field(self, field: str, verb: str) -> None:
         if self.key_field is not None and field != self.key_field:
@@ -136,20 +158,30 @@ class BTreeStore(KVStore):
 
     def delete(self, target: Any) -> dict:
         """Delete every entry whose sort key equals ``target`` (bare, or ``{Field: value}``): ``{deleted}``."""
-        value = self._unwrap(target, "delete")
+        field, value = self._named(target, "delete")
         dk = self._encoded(value)
         prefix = self.DOC + dk
         unlink: list = []
 
         def fn(txn):
             cursor = txn.cursor()
-            doomed = []
+            entries, doomed, others = 0, [], []
             if cursor.set_range(prefix):
-                for key in cursor.iternext(values=False):
+                for key, raw in cursor:
                     if not _is_entry_of(key, prefix):
                         break
-                    doomed.append(key)
-            if doomed and self.fields:  # the last entries with this key take its stores with them
+                    entries += 1
+                    if field is None or self.key_field is not None:
+                        doomed.append(key)
+                        continue
+                    doc = decode(raw)
+                    if self._sorts_by(doc, field):
+                        doomed.append(key)
+                    else:
+                        others.append(doc)
+            if others and not doomed:
+                raise self._not_keyed_by(field, others, "delete")
+            if doomed and len(doomed) == entries and self.fields:  # the last entries with this key take its stores
                 self.fields.check_cascade(txn, dk, value)
                 unlink[:] = self.fields.delete_all(txn, dk)
             for key in doomed:
@@ -163,14 +195,30 @@ class BTreeStore(KVStore):
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, key: Any) -> dict | None:
-        """The first entry (in insertion order) whose sort key equals ``key``, or None."""
-        value = self._unwrap(key, "get")
+        """The first entry (in insertion order) whose sort key equals ``key``, or None.
+
+        ``{Field: value}`` on a bucket without a declared key matches only entries that sort by
+        ``Field`` (see :meth:`_sorts_by`); BadValueError when the entries with that key sort by another.
+        """
+        field, value = self._named(key, "get")
         prefix = self.DOC + self._encoded(value)
         with self.kv.read() as txn:
             cursor = txn.cursor()
-            if not (cursor.set_range(prefix) and _is_entry_of(cursor.key(), prefix)):
+            if not cursor.set_range(prefix):
                 return None
-            doc = decode(cursor.value())
+            doc, others = None, []
+            for k, raw in cursor:
+                if not _is_entry_of(k, prefix):
+                    break
+                entry = decode(raw)
+                if self._sorts_by(entry, field):
+                    doc = entry
+                    break
+                others.append(entry)
+            if doc is None:
+                if others:
+                    raise self._not_keyed_by(field, others, "get")
+                return None
         return Reply(doc, store_fields=self.fields.sizes(value)) if self.fields else doc
 
     def first(self) -> dict | None:
@@ -226,7 +274,7 @@ class BTreeStore(KVStore):
             raise BadValueError(f"range's reverse is true or false, got {reverse!r}")
         if limit is not None:
             check_limit(limit, 1 << 62, "range")
-        ops = self._bounds(bounds or {})
+        field, ops = self._bounds(bounds or {})
         exact = self._exact_bounds(ops)
         if exact is not None:  # the byte range is exactly the value range: nothing to check per entry
             (lower, upper), prefix, check = exact, None, None
@@ -235,11 +283,15 @@ class BTreeStore(KVStore):
             prefix = ops.get("$prefix")
             rest = {k: v for k, v in ops.items() if k != "$prefix"}
             check = compile_filter({"k": rest}) if rest else None
-        out = []
+        out, others = [], []
         with self.kv.read() as txn:
             cursor = txn.cursor()
             for key, raw in _walk(cursor, lower, upper, reverse):
                 doc = decode(raw)
+                if not self._sorts_by(doc, field):
+                    if len(others) < 8:
+                        others.append(doc)
+                    continue
                 if check is not None or prefix is not None:
                     value = self.sort_key(doc)
                     if check is not None and not check({"k": value}):
@@ -249,11 +301,15 @@ class BTreeStore(KVStore):
                 out.append(doc)
                 if limit is not None and len(out) >= limit:
                     break
+        if others and not out:
+            raise self._not_keyed_by(field, others, "range")
         return out
 
-    def _bounds(self, bounds: Mapping) -> dict:
+    def _bounds(self, bounds: Mapping) -> tuple[str | None, dict]:
+        """``(the key field the bounds name, or None for bare bounds, {operator: value})``."""
         if not isinstance(bounds, Mapping):
             raise BadValueError("range takes bounds such as {Score: {$gte: 90}} or {$gte: \"2026-03-01\", $lt: \"2026-04\"}")
+        field = None
         if bounds and all(isinstance(k, str) and k.startswith("$") for k in bounds):
             ops = dict(bounds)
         elif len(bounds) == 1:
@@ -272,7 +328,7 @@ class BTreeStore(KVStore):
                 raise BadValueError(f"range accepts the bounds {', '.join(RANGE_OPERATORS)}; not {op!r}")
         if "$prefix" in ops and not isinstance(ops["$prefix"], str):
             raise BadValueError(f"$prefix takes a string, got {ops['$prefix']!r}")
-        return ops
+        return field, ops
 
     def _exact_bounds(self, ops: dict) -> tuple[bytes, bytes] | None:
         """LMDB key bounds holding exactly the entries the bounds match, or None when a
@@ -327,6 +383,13 @@ def string_stem(prefix: str) -> bytes:
     terminator = empty[1:]  # the empty string is its tag byte and the terminator alone
     assert full.endswith(terminator)
     return full[: len(full) - len(terminator)]
+
+
+def _sort_field(doc: Mapping) -> str | None:
+    """The field an entry of a btree without a declared key sorts by: ``_id_``, else its first field."""
+    if "_id_" in doc:
+        return "_id_"
+    return next(iter(doc), None)
 
 
 def _is_entry_of(key: bytes, prefix: bytes) -> bool:

@@ -367,7 +367,8 @@ class ClaimVerbs:
         with self._claim_lock:
             table = self._claims_table(create=False)
             if table is None:
-                return self._no_claims(ids)
+                self._no_claims(ids)
+                return {"acked": 0}
             found = [table.find(v, self._bucket_name) for v in ids]
 
             def write(txn):
@@ -392,7 +393,8 @@ class ClaimVerbs:
         with self._claim_lock:
             table = self._claims_table(create=False)
             if table is None:
-                return self._no_claims(ids)
+                self._no_claims(ids)
+                return {"released": 0}
             now = clock()
             table.advance(now)
             found = [table.find(v, self._bucket_name) for v in ids]
@@ -436,9 +438,10 @@ class ClaimVerbs:
     def _fresh_failed(self, fresh: list) -> None:
         """Undo ``_fresh`` after a failed commit; nothing to undo unless the store says so."""
 
-    def _no_claims(self, ids: list[str]) -> dict:
+    def _no_claims(self, ids: list[str]) -> None:
+        """Refuse the first of ``ids`` (if any) of a bucket that was never claimed from."""
         if not ids:
-            return {}
+            return
         raise NotFoundError(f"no claim {ids[0]!r} in bucket {self._bucket_name!r}: nothing was ever claimed from it")
 
     # -- counts ------------------------------------------------------------------------------

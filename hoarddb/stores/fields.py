@@ -34,16 +34,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import logging
-import math
 import os
 import struct
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Iterator
 
-from bson.decimal128 import Decimal128
-
-from ..errors import (BadValueError, CorruptDataError, DuplicateKeyError, L2LimitError, NotADocumentError,
+from ..errors import (BadValueError, CorruptDataError, DuplicateKeyError, L2LimitError,
                       NotFoundError, StorageError, TooManyElementsError, VerbNotSupportedError)
 from ..ids import uuid7
 from ..storage import blobfiles
@@ -56,7 +53,6 @@ log = logging.getLogger("hoarddb.fields")
 
 FIELD, COUNT, BLOB = b"F", b"C", b"B"
 _COUNTER = struct.Struct(">QQ")
-_INVERT = bytes(255 - i for i in range(256))
 QUEUES = ("fifo", "lifo")
 KEYED = ("hash", "btree")
 
@@ -123,12 +119,18 @@ class FieldStores:
         n = self.elements_of(txn, dk) if self.fields else 0
         limit = self.options.max_cascade_delete
         if n > limit:
-            first = next(iter(self.fields))
+            doc = f"db.{self.bucket}[{literal(doc_id)}]"
+            held = []  # the non-empty stores, largest first, each with the command that empties it
+            for name, (fno, ftype) in self.fields.items():
+                count = _counter(txn, COUNT + dk + bytes([fno]))[0]
+                if count:
+                    held.append((count, f"{name} ({count:,}, {ftype}): {doc}.{name}.{_EMPTYING[ftype]}"))
+            held.sort(key=lambda c: -c[0])
             raise TooManyElementsError(
                 f"document {literal(doc_id)} of bucket {self.bucket!r} owns {n:,} store-field elements, more than one "
-                f"delete removes (max_cascade_delete = {limit:,}). Empty its store fields first, e.g. "
-                f"db.{self.bucket}[{literal(doc_id)}].{first}.pop({{limit: 100}}) (queues) or delete(key) (keyed "
-                "stores) until they are small, then delete the document; or raise max_cascade_delete.",
+                f"delete removes (max_cascade_delete = {limit:,}). Empty its store fields first, repeating until "
+                f"they are small — {'; '.join(text for _, text in held)} — then delete the document; "
+                "or raise max_cascade_delete.",
                 document=doc_id, elements=n,
             )
 
@@ -229,15 +231,9 @@ class FieldStores:
         self._heap_batch_push(f, [doc], _single=True)
 
     def _heap_batch_push(self, f: "_Field", docs: list, _single: bool = False) -> int:
-        prepared = []
-        for i, d in enumerate(docs):
-            what = "element" if _single else f"element {i} of the batch"
-            if not isinstance(d, Mapping):
-                raise NotADocumentError(f"{what} must be a document with a priority, such as {{priority: 3, Subject: \"Boiler\"}}")
-            p = d.get("priority")
-            if isinstance(p, bool) or not isinstance(p, (int, float, Decimal128)) or (isinstance(p, float) and math.isnan(p)):
-                raise BadValueError(f"{what}: priority must be a number (integer or double), got {p!r:.40}")
-            prepared.append((encode_key(p).translate(_INVERT), encode_document(d, what)))
+        from .heap import prepare_element  # the heap bucket's rules, so both refuse the same elements
+
+        prepared = [prepare_element(d, "element" if _single else f"element {i} of the batch") for i, d in enumerate(docs)]
 
         def fn(txn, c):
             count, seq = c
@@ -303,7 +299,17 @@ class FieldStores:
     def _blob_put(self, f: "_Field", data: Any, doc: Any = None, name: str | None = None, type: str | None = None) -> str:
         from .blob import _chunks, _put_arguments
 
-        if isinstance(doc, Mapping):  # put(data, {name, type})
+        if doc is not None:  # put(data, {name, type})
+            if not isinstance(doc, Mapping):
+                raise BadValueError(f"{f.where}.put takes the bytes and an options document {{name, type}}, "
+                                    f"such as put(data, {{name: \"lease.pdf\", type: \"application/pdf\"}}); "
+                                    f"got {type_name(doc)}: {doc!r:.80}")
+            extra = sorted(map(str, set(doc) - {"name", "type"}))
+            if extra:
+                raise BadValueError(f"{f.where}.put options have unknown field(s) {', '.join(extra)}; accepted: name, type")
+            for field, given in (("name", name), ("type", type)):
+                if field in doc and given is not None:
+                    raise BadValueError(f"{f.where}.put got {field} twice: in the options and as an argument; give it once")
             name, type = doc.get("name", name), doc.get("type", type)
         data, name, type = _put_arguments(data, name, type)
         f.check_document()
@@ -414,8 +420,10 @@ class FieldStores:
     _blob_length = _queue_length
 
     def _blob_list(self, f: "_Field", after: Any = None, limit: int = 100) -> list:
+        from .blob import _blob_id
+
         check_limit(limit, self.options.max_peek, "list")
-        start = None if after is None else encode_key(str(after))
+        start = None if after is None else encode_key(_blob_id(after, "list after"))
         return f.read(lambda txn: [decode(v) for _, v in _elements(txn, f.prefix, start=start, limit=limit)])
 
 
@@ -491,6 +499,21 @@ def refusal(bucket: str, field: str, ftype: str, verb: str) -> VerbNotSupportedE
 
         why = f"its verbs: {', '.join(field_verbs_for(ftype))}"
     return VerbNotSupportedError(f"{where} has no verb {verb!r}: {why}")
+
+
+#: The command that empties a store field of each type, page by page (for TOO_MANY_ELEMENTS).
+_EMPTYING = {
+    "fifo": "pop({limit: 100})",
+    "lifo": "pop({limit: 100})",
+    "heap": "pop({limit: 100})",
+    "hash": "delete(key) for each key of list({limit: 1000})",
+    "btree": "delete(key) for each key of list({limit: 1000})",
+    "blob": "delete(_id_) for each _id_ of list({limit: 1000})",
+}
+
+
+def type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 def _family(ftype: str) -> str:

@@ -115,16 +115,7 @@ class HeapStore(ClaimVerbs, KVStore):
             heapq.heappush(self._heap, self.DOC + key)
 
     def _prepare(self, doc: Any, what: str) -> tuple[bytes, bytes]:
-        if not isinstance(doc, Mapping):
-            raise NotADocumentError(f"{what} must be a document with a priority, such as {{priority: 10, Msg: \"Disk full\"}}")
-        if "priority" not in doc:
-            raise BadValueError(f"{what} needs a numeric priority, such as {{priority: 10, ...}}")
-        p = doc["priority"]
-        if isinstance(p, bool) or not isinstance(p, (int, float, Decimal128)):
-            raise BadValueError(f"{what}: priority must be a number (integer or double), got {type(p).__name__}: {p!r:.40}")
-        if (isinstance(p, float) and math.isnan(p)) or (isinstance(p, Decimal128) and p.to_decimal().is_nan()):
-            raise BadValueError(f"{what}: priority must be a number, not NaN")
-        return encode_key(p).translate(_INVERT), encode_document(doc, what)
+        return prepare_element(doc, what)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -255,3 +246,21 @@ class HeapStore(ClaimVerbs, KVStore):
                 if len(out) >= limit:
                     break
         return out
+
+
+def prepare_element(doc: Any, what: str) -> tuple[bytes, bytes]:
+    """``(inverted priority key, BSON)`` of a heap element, in a heap bucket or a heap store field.
+
+    The priority is a number of any BSON kind (int, int64, double, decimal); a missing
+    priority, any other kind, a boolean or NaN is refused (BAD_VALUE).
+    """
+    if not isinstance(doc, Mapping):
+        raise NotADocumentError(f"{what} must be a document with a priority, such as {{priority: 10, Msg: \"Disk full\"}}")
+    if "priority" not in doc:
+        raise BadValueError(f"{what} needs a numeric priority, such as {{priority: 10, ...}}")
+    p = doc["priority"]
+    if isinstance(p, bool) or not isinstance(p, (int, float, Decimal128)):
+        raise BadValueError(f"{what}: priority must be a number (integer or double), got {type(p).__name__}: {p!r:.40}")
+    if (isinstance(p, float) and math.isnan(p)) or (isinstance(p, Decimal128) and p.to_decimal().is_nan()):
+        raise BadValueError(f"{what}: priority must be a number, not NaN")
+    return encode_key(p).translate(_INVERT), encode_document(doc, what)

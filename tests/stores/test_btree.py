@@ -134,3 +134,44 @@ def test_range_is_exactly_the_filter(tmp_path_factory, keys, bounds):
         got = sorted(d["i"] for d in b.range({"k": bounds}))
         want = sorted(i for i, k in enumerate(keys) if matches({"k": k}, {"k": bounds}))
         assert got == want
+
+
+def test_a_named_key_on_an_undeclared_btree_never_reaches_entries_keyed_by_another_field(db, tmp_path):
+    board = db.create_bucket("Board", type="btree")  # no key: each entry sorts by its _id_, else its first field
+    board.insert({"Score": 100, "User": "jane"})
+    board.insert({"Score": 85, "User": "bob"})
+    # "User" names no entry's key: refused, never the Score-keyed entry whose value is 100
+    with pytest.raises(errors.BadValueError, match="sort by 'Score'") as e:
+        board.delete({"User": 100})
+    assert e.value.code == 2
+    assert board.length() == 2 and board.get({"Score": 100})["User"] == "jane"
+    with pytest.raises(errors.BadValueError, match="sort by 'Score'"):
+        board.get({"User": 85})
+    with pytest.raises(errors.BadValueError, match="sort by 'Score'"):
+        board.range({"User": {"$gte": 0}})
+    assert board.get({"User": "jane"}) is None  # no entry has the key "jane" at all
+    assert board.range({"User": {"$gte": 1000}}) == []
+    # the field they do sort by, and a bare key, still work
+    assert [d["User"] for d in board.range({"Score": {"$gte": 0}})] == ["bob", "jane"]
+    assert board.get(85)["User"] == "bob"
+    assert board.delete({"Score": 85}) == {"deleted": 1}
+    assert board.length() == 1
+
+
+def test_entries_with_one_key_from_different_fields_are_told_apart(db):
+    b = db.create_bucket("Mixed", type="btree", store_fields=[{"name": "Log", "type": "fifo"}])
+    b.insert({"_id_": 7, "n": "by id"})
+    b.insert({"Score": 7, "n": "by score"})
+    assert b.get({"Score": 7})["n"] == "by score"
+    assert b.get({"_id_": 7})["n"] == "by id"
+    assert [d["n"] for d in b.range({"Score": {"$gte": 0}})] == ["by score"]
+    assert [d["n"] for d in b.range({"$gte": 0})] == ["by id", "by score"]
+    b[7].Log.push({"x": 1})
+    # deleting the Score entry leaves the _id_ entry, and the stores hanging from key 7 with it
+    assert b.delete({"Score": 7}) == {"deleted": 1}
+    assert b.get(7)["n"] == "by id"
+    assert b[7].Log.length() == 1
+    assert b.delete(7) == {"deleted": 1}
+    assert b.length() == 0
+    b.insert({"_id_": 7})
+    assert b[7].Log.length() == 0  # the last entry with the key took its stores

@@ -922,3 +922,17 @@ def test_against_a_model(kind):
 
     ClaimMachine.TestCase.settings = settings(max_examples=300 if SLOW else 40, stateful_step_count=50, deadline=None)
     ClaimMachine.TestCase().runTest()
+
+
+def test_an_empty_list_acks_and_releases_nothing_with_the_same_answer_before_any_claim(db, kind):
+    jobs = db.create_bucket("Jobs", type=kind)
+    jobs.push(el(0))
+    # a bucket never claimed from answers as one that was: {acked: 0}, not an empty document
+    assert jobs.ack([]) == {"acked": 0}
+    assert jobs.release([]) == {"released": 0}
+    with pytest.raises(errors.NotFoundError, match="no claim"):
+        jobs.ack(["0000000000000000.0000000000000000"])
+    assert jobs.length() == 1
+    jobs.claim()
+    assert jobs.ack([]) == {"acked": 0}
+    assert jobs.release([]) == {"released": 0}

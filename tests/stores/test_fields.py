@@ -9,6 +9,7 @@ import tempfile
 
 import hypothesis.strategies as st
 import pytest
+from bson.decimal128 import Decimal128
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import hoarddb
@@ -316,3 +317,61 @@ def test_blob_field_load_keeps_ids_and_checks_sha256(prop, db):
     with pytest.raises(errors.CorruptDataError, match="damaged"):
         dst.load([bad])
     assert dst.length() == 1
+
+
+@pytest.mark.parametrize("element, match", [
+    ({"x": 1}, "needs a numeric priority"),
+    ({"priority": None}, "must be a number"),
+    ({"priority": True}, "must be a number"),
+    ({"priority": "5"}, "must be a number"),
+    ({"priority": float("nan")}, "not NaN"),
+    ({"priority": Decimal128("NaN")}, "not NaN"),
+])
+def test_a_heap_field_refuses_the_priorities_a_heap_bucket_refuses(prop, db, element, match):
+    bucket = db.create_bucket("Alerts", type="heap")
+    with pytest.raises(errors.BadValueError, match=match):
+        bucket.push(element)
+    with pytest.raises(errors.BadValueError, match=match):
+        prop["p1"].Tickets.push(element)
+    with pytest.raises(errors.BadValueError, match=match):
+        prop["p1"].Tickets.batch_push([{"priority": 1}, element])
+    assert prop["p1"].Tickets.length() == 0 and bucket.length() == 0
+
+
+@pytest.mark.parametrize("options", [{"nmae": "a.pdf"}, {"name": "a.pdf", "size": 3}, "a.pdf", 5, [b"x"]])
+def test_a_blob_field_put_refuses_options_it_does_not_know(prop, tmp_path, options):
+    with pytest.raises(errors.BadValueError, match="put"):
+        prop["p1"].Documents.put(b"hello", options)
+    assert prop["p1"].Documents.length() == 0
+    assert list((tmp_path / "data" / "app" / "Property" / "fields").iterdir()) == []
+    ident = prop["p1"].Documents.put(b"hello", {"name": "a.pdf", "type": "application/pdf"})
+    assert prop["p1"].Documents.info(ident)["name"] == "a.pdf"
+    with pytest.raises(errors.BadValueError, match="twice"):
+        prop["p1"].Documents.put(b"hello", {"name": "a.pdf"}, name="b.pdf")
+
+
+def test_a_blob_field_lists_after_an_id_given_either_way(prop):
+    first, second = prop["p1"].Documents.put(b"1"), prop["p1"].Documents.put(b"2")
+    assert [b["_id_"] for b in prop["p1"].Documents.list(after=first)] == [second]
+    assert [b["_id_"] for b in prop["p1"].Documents.list(after={"_id_": first})] == [second]
+    for bad in (5, "nope", {"id": first}):
+        with pytest.raises(errors.BadValueError, match="list after"):
+            prop["p1"].Documents.list(after=bad)
+
+
+def test_too_many_elements_names_each_full_store_and_its_command(tmp_path):
+    fields = [{"name": "Log", "type": "fifo"}, {"name": "ById", "type": "hash"}, {"name": "Files", "type": "blob"}]
+    with hoarddb.open(tmp_path, max_cascade_delete=3) as c:
+        b = c["app"].create_bucket("P", type="hash", store_fields=fields)
+        b.insert({"_id_": "p1"})
+        for k in "abc":
+            b["p1"].ById.put(k, {})
+        b["p1"].Files.put(b"x")
+        with pytest.raises(errors.TooManyElementsError) as e:
+            b.delete("p1")
+        message = e.value.message
+        assert 'ById (3, hash): db.P["p1"].ById.delete(key)' in message
+        assert 'Files (1, blob): db.P["p1"].Files.delete(_id_)' in message
+        assert "Log" not in message  # empty: nothing to do there
+        assert message.index("ById") < message.index("Files")  # largest first
+        assert b.count() == 1 and b["p1"].ById.length() == 3
