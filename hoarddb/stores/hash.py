@@ -42,8 +42,9 @@ from .fields import FieldStores
 log = logging.getLogger("hoarddb.indexes")
 MAX_KEY_BYTES = 480  # LMDB keys are at most 511 bytes, with room for the namespace
 SWEEP_BATCH = 2000
-_NUMBER_TAG = encode_key(0)[:1]
 _DATE_TAG = encode_key(datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))[:1]
+#: Where a TTL index's expiring numbers begin: -inf (NaN sorts first among numbers, and never expires).
+_NUMBER_FROM = encode_key(float("-inf"))
 
 
 class HashStore(KVStore):
@@ -520,31 +521,45 @@ class HashStore(KVStore):
                 continue
             cutoff = now - ix.ttl
             cutoff_date = datetime.datetime.fromtimestamp(cutoff, datetime.timezone.utc)
-            ranges = [(ix.prefix + _NUMBER_TAG, ix.prefix + encode_key(cutoff) + b"\xff"),
-                      (ix.prefix + _DATE_TAG, ix.prefix + encode_key(cutoff_date) + b"\xff")]
+            # Numbers from -inf (NaN sorts below it and never expires), dates from the first.
+            ranges = [[ix.prefix + _NUMBER_FROM, ix.prefix + encode_key(cutoff) + b"\xff"],
+                      [ix.prefix + _DATE_TAG, ix.prefix + encode_key(cutoff_date) + b"\xff"]]
             while True:
                 if time.monotonic() >= deadline:
                     result["exhausted"] = True
                     result["backlog"] += self._count_range(ranges)
                     break
                 unlink: list = []
-                done = self._write(lambda txn: self._sweep_batch(txn, ix, ranges, now, result, unlink))
+                done, expired, resume = self._write(
+                    lambda txn: self._sweep_batch(txn, ix, ranges, now, result, unlink))
                 self.fields.unlink(unlink)
+                result["expired"] += expired
+                # The next batch starts after the last entry this one read: entries that
+                # stay (an array's element, a refreshed or skipped document) are read once
+                # a pass, however many there are.
+                for bounds, lower in zip(ranges, resume):
+                    bounds[0] = lower
                 if done:
                     break
 
-    def _sweep_batch(self, txn, ix, ranges, now: float, result: dict, unlink: list) -> tuple[bool, int]:
+    def _sweep_batch(self, txn, ix, ranges, now: float, result: dict, unlink: list) -> tuple[tuple, int]:
+        """One write of a sweep: ``((done, expired, where each range goes on), -expired)``.
+        It may run again from the start (a map grown midway), so it changes nothing of the
+        caller's but ``unlink`` and the set of skipped documents."""
         entries = []
         skipped = result.setdefault("_skipped_keys", set())  # documents this pass cannot expire
         cursor = txn.cursor()
+        resume = []
         for lower, upper in ranges:
             if cursor.set_range(lower):
                 for key, value in cursor:
                     if key >= upper or len(entries) >= SWEEP_BATCH:
                         break
+                    lower = key + b"\x00"  # the smallest key after this one
                     dk = ix.doc_key_of(key, value)
                     if dk not in skipped:
                         entries.append(dk)
+            resume.append(lower)
         expired = 0
         unlink.clear()
         for dk in dict.fromkeys(entries):
@@ -558,14 +573,14 @@ class HashStore(KVStore):
             try:
                 self._remove(txn, self.DOC + dk, doc, unlink)
             except TooManyElementsError as exc:
-                skipped.add(dk)
-                result["skipped"] += 1
-                log.warning("TTL: bucket %s: expired document %s is not deleted: %s", self.name,
-                            literal(doc.get("_id_")), exc.message)
+                if dk not in skipped:
+                    skipped.add(dk)
+                    result["skipped"] += 1
+                    log.warning("TTL: bucket %s: expired document %s is not deleted: %s", self.name,
+                                literal(doc.get("_id_")), exc.message)
                 continue
             expired += 1
-        result["expired"] += expired
-        return len(entries) < SWEEP_BATCH, -expired
+        return (len(entries) < SWEEP_BATCH, expired, resume), -expired
 
     def _count_range(self, ranges, cap: int = 1_000_000) -> int:
         n = 0

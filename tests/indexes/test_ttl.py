@@ -145,3 +145,36 @@ def test_a_bucket_that_cannot_be_swept_does_not_stop_the_others(tmp_path, caplog
         fine.insert({"_id_": 2, "At": 1})
         assert c.sweep_ttl()["expired"] == 1 and fine.count() == 0
     assert "TTL sweep of bucket Broken failed" in caplog.text
+
+
+@pytest.mark.parametrize("stays", [float("nan"), "array"])
+def test_entries_that_never_expire_do_not_hide_an_expired_document(tmp_path, stays):
+    # More entries than one sweep batch holds that never expire (NaN sorts among the
+    # numbers; an array's old date is indexed but an array never expires) sit before an
+    # expired document: each batch must go on past them, not read them again.
+    from hoarddb.stores import hash as hash_store
+
+    with hoarddb.open(tmp_path, ttl_sweep_seconds=0) as c:
+        b = c["app"].create_bucket("S", type="hash", indices=[{"field": "At", "expire_after_seconds": 60}])
+        old = now() - datetime.timedelta(days=365)
+        value = stays if stays != "array" else [old - datetime.timedelta(days=1)]
+        b.batch_insert([{"_id_": i, "At": value} for i in range(hash_store.SWEEP_BATCH + 100)])
+        b.insert({"_id_": "gone", "At": old if stays == "array" else 1.0})
+        got = c.sweep_ttl()
+        assert got["expired"] == 1 and not got["exhausted"]
+        assert b.get("gone") is None and b.count() == hash_store.SWEEP_BATCH + 100
+        assert c.sweep_ttl()["expired"] == 0
+
+
+def test_a_sweep_goes_on_where_its_last_batch_stopped(tmp_path, monkeypatch):
+    # Documents refreshed mid-range are read once a pass; everything expired is removed in
+    # one pass of several batches.
+    from hoarddb.stores import hash as hash_store
+
+    monkeypatch.setattr(hash_store, "SWEEP_BATCH", 7)
+    with hoarddb.open(tmp_path, ttl_sweep_seconds=0) as c:
+        b = c["app"].create_bucket("S", type="hash", indices=[{"field": "At", "expire_after_seconds": 0}])
+        b.batch_insert([{"_id_": i, "At": i if i % 3 else [i]} for i in range(1, 61)])  # every third: an array
+        got = c.sweep_ttl()
+        assert got["expired"] == 40 and not got["exhausted"]
+        assert sorted(d["_id_"] for d in b.find()) == list(range(3, 61, 3))
