@@ -153,6 +153,22 @@ def test_a_document_with_too_many_elements_is_not_deleted(tmp_path):
         assert b.delete({"_id_": "p1"}) == {"deleted": 1}
 
 
+
+def test_a_delete_by_filter_is_refused_whole_when_one_document_has_too_many_elements(tmp_path):
+    # The limit is per document; a filter's delete checks each document and keeps all of them
+    # (and all their elements) when one is over it.
+    with hoarddb.open(tmp_path, max_cascade_delete=3) as c:
+        b = c["app"].create_bucket("P", type="hash", store_fields=[{"name": "Log", "type": "fifo"}])
+        b.batch_insert([{"_id_": f"p{i}", "Co": "c1"} for i in range(3)])
+        for i in range(3):
+            b[f"p{i}"].Log.batch_push([{"n": n} for n in range(3 if i != 1 else 4)])
+        with pytest.raises(errors.TooManyElementsError) as e:
+            b.delete({"Co": "c1"})
+        assert '"p1"' in e.value.message
+        assert b.count() == 3 and [b[f"p{i}"].Log.length() for i in range(3)] == [3, 4, 3]
+        b["p1"].Log.pop()
+        assert b.delete({"Co": "c1"}) == {"deleted": 3}
+
 def test_ttl_skips_a_document_with_too_many_elements(tmp_path, caplog):
     with hoarddb.open(tmp_path, max_cascade_delete=2, ttl_sweep_seconds=0) as c:
         b = c["app"].create_bucket("S", type="hash", store_fields=[{"name": "Log", "type": "lifo"}],
