@@ -55,7 +55,7 @@ from bson.json_util import JSONMode, JSONOptions
 
 from .. import __version__
 from ..catalog import check_name
-from ..errors import HoardError, VerbNotSupportedError
+from ..errors import DocumentTooLargeError, HoardError, VerbNotSupportedError
 from ..values.codec import encode
 from .batches import fewer_collections
 from .fields import FieldDumper
@@ -103,10 +103,32 @@ def dump(client, db: str, out: str | os.PathLike, *, buckets: list[str] | None =
 
 
 def _dump_bucket(client, db: str, name: str, folder: Path, page_size: int, progress) -> BucketReport:
-    bucket = client[db][name]
+    """Dump one bucket; an error that ends it (the database, the disk) is in the report, and its
+    ``.part`` files are removed, so what is in ``folder`` for it is an earlier whole dump or nothing."""
+    data_path = folder / f"{name}.bson"
+    rep = BucketReport(db=db, bucket=name, type="?", file=str(data_path))
+    try:
+        _dump_bucket_files(client[db][name], rep, folder, page_size, progress)
+    except (HoardError, OSError) as exc:
+        for part in (f"{name}.bson.part", f"{name}.blobs.part", f"{name}.fields.part", f"{name}.metadata.json.part"):
+            path = folder / part
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        rep.error = (f"{exc.codeName}: {exc.message}" if isinstance(exc, HoardError)
+                     else f"{type(exc).__name__}: {exc}")
+        earlier = (folder / f"{name}{'.metadata.json'}").is_file()
+        rep.stopped = ("this bucket was not dumped" + (
+            f"; the files of an earlier dump of it in {folder} were left as they were (its .metadata.json "
+            "records when: dumped_at)" if earlier else "") + ". Fix the cause and dump it again with --bucket "
+            + name)
+    return rep
+
+
+def _dump_bucket_files(bucket, rep: BucketReport, folder: Path, page_size: int, progress) -> None:
+    name = rep.bucket
     decl = bucket.describe()
     data_path = folder / f"{name}.bson"
-    rep = BucketReport(db=db, bucket=name, type=decl["type"], file=str(data_path), total_bytes=decl.get("entries", 0))
+    rep.type, rep.total_bytes = decl["type"], decl.get("entries", 0)
+    db = rep.db
     start = time.perf_counter()
     part = data_path.with_name(data_path.name + ".part")
     digest = hashlib.sha256()
@@ -123,7 +145,13 @@ def _dump_bucket(client, db: str, name: str, folder: Path, page_size: int, progr
         for page in _pages(bucket, decl["type"], page_size):
             for doc in page:
                 if fields is not None:
+                    before = len(fields.refused)
                     fields.add(doc)
+                    for where, reason, code in fields.refused[before:]:  # a store-field blob left out
+                        rep.refused.append(Refusal(file=f"{name}.fields/{where.split('/', 1)[1]}",
+                                                   number=rep.documents + 1, offset=written,
+                                                   reason=f"a blob of the document {doc.get('_id_')!r}: {reason}",
+                                                   code=code))
                 if decl["type"] == "blob":
                     try:
                         blob_sums[doc["_id_"]] = _dump_blob(bucket, doc, blob_part)
@@ -142,14 +170,17 @@ def _dump_bucket(client, db: str, name: str, folder: Path, page_size: int, progr
                 progress(rep)
         fh.flush()
         os.fsync(fh.fileno())
+    contents = {"folder": fields_dir.name, **fields.finish()} if fields is not None else None
+    # Every file is whole under its .part name: now the earlier dump's metadata goes first, so
+    # that a bucket whose .metadata.json is present is always one whole dump, never a mix.
+    meta_path = folder / f"{name}.metadata.json"
+    meta_path.unlink(missing_ok=True)
     os.replace(part, data_path)
     if decl["type"] == "blob":
         shutil.rmtree(blob_dir, ignore_errors=True)
         os.replace(blob_part, blob_dir)
-    contents = None
     shutil.rmtree(fields_dir, ignore_errors=True)
     if fields is not None:
-        contents = {"folder": fields_dir.name, **fields.finish()}
         os.replace(fields.folder, fields_dir)
         rep.notes.append(f"{fields.elements:,} store-field element(s) of {len(contents['fields'])} field(s) "
                          f"dumped to {fields_dir.name}/")
@@ -174,18 +205,20 @@ def _dump_bucket(client, db: str, name: str, folder: Path, page_size: int, progr
     }
     if decl["type"] == "blob":
         metadata["blobs"] = {"folder": blob_dir.name, "sha256": blob_sums}
-    meta_path = folder / f"{name}.metadata.json"
     meta_part = meta_path.with_name(meta_path.name + ".part")
     meta_part.write_text(metadata_text(metadata), encoding="utf-8")
     os.replace(meta_part, meta_path)
     rep.seconds = time.perf_counter() - start
-    return rep
 
 
 def _pages(bucket, type_name: str, page_size: int):
-    """Pages of every entry in storage order: ``export`` with its cursor; ``list`` where a type has no export yet."""
+    """Pages of every entry in storage order: ``export`` with its cursor; ``list`` where a type has no export yet.
+
+    A page whose answer would be over one message (large documents, from a server) is
+    asked for again with half the entries, down to one.
+    """
     try:
-        page = bucket.export(limit=page_size)
+        page, page_size = shrinking(lambda n: bucket.export(limit=n), page_size)
     except (AttributeError, VerbNotSupportedError):
         if type_name not in ("fifo", "lifo"):
             raise
@@ -195,7 +228,8 @@ def _pages(bucket, type_name: str, page_size: int):
         yield page["docs"]
         if page.get("next") is None:
             return
-        page = bucket.export(cursor=page["next"], limit=page_size)
+        cursor = page["next"]
+        page, page_size = shrinking(lambda n: bucket.export(cursor=cursor, limit=n), page_size)
 
 
 def _list_pages(bucket, page_size: int):
@@ -203,13 +237,24 @@ def _list_pages(bucket, page_size: int):
     after = 0
     page_size = min(page_size, 1000)
     while True:
-        docs = bucket.list(after=after, limit=page_size)
+        docs, page_size = shrinking(lambda n: bucket.list(after=after, limit=n), page_size)
         if not docs:
             return
         yield docs
         after += len(docs)
         if len(docs) < page_size:
             return
+
+
+def shrinking(read: Callable[[int], Any], limit: int) -> tuple[Any, int]:
+    """``read(limit)``, halving ``limit`` while its answer is too large for one message; (answer, limit)."""
+    while True:
+        try:
+            return read(limit), limit
+        except DocumentTooLargeError:
+            if limit <= 1:
+                raise
+            limit = max(1, limit // 2)
 
 
 def _dump_blob(bucket, info: dict, folder: Path) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import HoardError
 from ..values.codec import encode
 from ..values.keys import encode_key
-from .batches import blob_data
+from .batches import BATCH_BYTES, blob_data
 from .readers import InputFile, read_bson
 from .report import BucketReport, Refusal
 
@@ -67,6 +67,8 @@ class FieldDumper:
         self._blob_sums: dict[str, dict[str, str]] = {name: {} for name, t in self.fields if t == "blob"}
         self._last_owner: bytes | None = None
         self.elements = 0
+        #: Elements not dumped (a blob whose bytes fail their SHA-256): (where, reason, codeName).
+        self.refused: list[tuple[str, str, str]] = []
 
     def add(self, doc: dict) -> None:
         """Dump the store fields of the document ``doc`` (once per owner key)."""
@@ -79,7 +81,12 @@ class FieldDumper:
             store = self.bucket[owner][name]
             for record in _elements(store, ftype, owner):
                 if ftype == "blob":
-                    self._dump_blob(store, name, record["element"])
+                    try:
+                        self._dump_blob(store, name, record["element"])
+                    except HoardError as exc:  # left out, reported; the other elements are still dumped
+                        self.refused.append((f"{self.folder.name}/{name}.blobs/{record['element']['_id_']}",
+                                             exc.message, exc.codeName))
+                        continue
                 self._write(name, record)
 
     def _write(self, name: str, record: dict) -> None:
@@ -95,10 +102,14 @@ class FieldDumper:
         blob_dir.mkdir(exist_ok=True)
         blob_id = str(info["_id_"])
         digest = hashlib.sha256()
-        with open(blob_dir / blob_id, "wb") as fh:
-            for chunk in store.stream(blob_id):
-                fh.write(chunk)
-                digest.update(chunk)
+        try:
+            with open(blob_dir / blob_id, "wb") as fh:
+                for chunk in store.stream(blob_id):
+                    fh.write(chunk)
+                    digest.update(chunk)
+        except BaseException:
+            (blob_dir / blob_id).unlink(missing_ok=True)
+            raise
         self._blob_sums[name][blob_id] = digest.hexdigest()
 
     def finish(self) -> dict:
@@ -124,24 +135,28 @@ class FieldDumper:
 
 def _elements(store, ftype: str, owner: Any):
     """Every element of one document's store field, in its store's order, as dump records."""
+    from .dump import shrinking  # pages of large elements are asked for again, smaller
+
+    limit = PAGE
     if ftype in ("fifo", "lifo", "heap"):
         skip = 0
         while True:
-            page = store.list(after=skip, limit=PAGE)
+            page, limit = shrinking(lambda n: store.list(after=skip, limit=n), limit)
             for element in page:
                 yield {"owner": owner, "element": element}
             skip += len(page)
-            if len(page) < PAGE:
+            if len(page) < limit:
                 return
     after = None
     while True:
-        page = store.list(after=after, limit=PAGE) if after is not None else store.list(limit=PAGE)
+        page, limit = shrinking(lambda n: store.list(after=after, limit=n) if after is not None
+                                else store.list(limit=n), limit)
         for item in page:
             if ftype == "blob":
                 yield {"owner": owner, "element": item}
             else:
                 yield {"owner": owner, "key": item["key"], "element": item["doc"]}
-        if len(page) < PAGE:
+        if len(page) < limit:
             return
         after = page[-1]["_id_"] if ftype == "blob" else page[-1]["key"]
 
@@ -161,9 +176,17 @@ def check(folder: Path, contents: dict) -> list[str]:
             problems.append(f"{folder.name}/{path.name} is {size} bytes with SHA-256 {digest}, the dump recorded "
                             f"{entry.get('bytes')} bytes with {entry['sha256']}")
         blobs = entry.get("blobs") or {}
-        missing = [i for i in blobs.get("sha256") or {} if not (folder / blobs.get("folder", "") / i).is_file()]
+        blob_dir = folder / blobs.get("folder", "")
+        sums = blobs.get("sha256") or {}
+        missing = [i for i in sums if not (blob_dir / i).is_file()]
         if missing:
-            problems.append(f"{folder.name}/{blobs.get('folder')}: {len(missing)} blob file(s) missing")
+            problems.append(f"{folder.name}/{blobs.get('folder')}: {len(missing)} blob file(s) missing: "
+                            f"{', '.join(missing[:5])}")
+            continue
+        changed = [i for i, digest in sums.items() if file_sha256(blob_dir / i)[0] != digest]
+        if changed:
+            problems.append(f"{folder.name}/{blobs.get('folder')}: {len(changed)} blob file(s) do not have the "
+                            f"SHA-256 the dump recorded (changed or damaged since the dump): {', '.join(changed[:5])}")
     return problems
 
 
@@ -177,13 +200,14 @@ def restore_fields(bucket, folder: Path, contents: dict, rep: BucketReport) -> N
         group: list = []
         group_owner: Any = None
         group_marker: bytes | None = None
+        group_bytes = 0
 
         def flush() -> None:
-            nonlocal group, loaded
+            nonlocal group, loaded, group_bytes
             if group:
                 bucket[group_owner][name].batch_push([r.doc["element"] for r in group])
                 loaded += len(group)
-                group = []
+                group, group_bytes = [], 0
 
         with InputFile(path) as f:
             record = None
@@ -195,10 +219,13 @@ def restore_fields(bucket, folder: Path, contents: dict, rep: BucketReport) -> N
                     store = bucket[owner][name]
                     if ftype in ("fifo", "lifo", "heap"):
                         marker = encode_key(owner)
-                        if marker != group_marker or len(group) >= PAGE:
+                        # one owner's elements per write, at most PAGE of them and BATCH_BYTES of BSON
+                        if marker != group_marker or len(group) >= PAGE or \
+                                (group and group_bytes + record.size > BATCH_BYTES):
                             flush()
                             group_owner, group_marker = owner, marker
                         group.append(record)
+                        group_bytes += record.size
                         continue
                     if ftype == "blob":  # the same id, so documents that name it still find it
                         info = record.doc["element"]

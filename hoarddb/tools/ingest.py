@@ -43,11 +43,13 @@ from bson import json_util
 from bson.raw_bson import RawBSONDocument
 
 from ..catalog import check_name
-from ..errors import BadValueError, DatabaseNotFoundError, HoardError, InvalidArgumentError, NotFoundError
+from ..errors import (BadValueError, CorruptDataError, DatabaseNotFoundError, HoardError, InvalidArgumentError,
+                      NotFoundError)
 from ..indexes.declaration import index_name
 from .batches import BATCH_SIZE, ON_ERROR, BatchWriter, Stop, fewer_collections
 from ..values.codec import raw_alias, raw_get
-from .readers import JSON_OPTIONS, PARALLEL_MIN_BYTES, RAW_OPTIONS, InputFile, ParallelBSON, read_records, split_name
+from .readers import (JSON_OPTIONS, PARALLEL_MIN_BYTES, RAW_OPTIONS, InputFile, ParallelBSON, describe_position,
+                      read_records, split_name)
 
 from .report import BucketReport, Report
 
@@ -271,6 +273,13 @@ def ingest(client, path: str | os.PathLike, *, into_db: str | None = None, into:
     if on_error not in ON_ERROR:
         raise BadValueError(f"--on-error is stop or skip, got {on_error!r}")
     sources = plan(path, into_db=into_db, into=into, allow_dots=allow_dots)
+    unreadable = [p for p in map(_unreadable, sources) if p]
+    if unreadable:
+        raise CorruptDataError(
+            "refused: nothing can be read from " + ("this file" if len(unreadable) == 1 else "these files")
+            + "; nothing was written:\n  " + "\n  ".join(unreadable)
+            + "\nFix or replace " + ("it" if len(unreadable) == 1 else "them")
+            + (", or move it out of the folder," if path_is_dir(path) else "") + " and run again")
     new_type = type or "hash"
     report = Report("ingest")
 
@@ -323,6 +332,27 @@ def ingest(client, path: str | os.PathLike, *, into_db: str | None = None, into:
                                         + ", ".join(f"{r.path.name} -> {r.db}.{r.bucket}" for r in rest))
                 break
     return report
+
+
+def path_is_dir(path: str | os.PathLike) -> bool:
+    return Path(path).is_dir()
+
+
+def _unreadable(s: Source) -> str | None:
+    """Why nothing at all of ``s`` can be loaded (its first document cannot be read and nothing after
+    it can be found: a JSON array, a cut or damaged gzip stream, a file that is not BSON), or None."""
+    try:
+        with InputFile(s.path) as f:
+            records = read_records(f, s.format)
+            try:
+                first = next(records, None)
+            finally:
+                records.close()
+    except OSError as exc:
+        return f"{s.path}: cannot be opened: {exc}"
+    if first is not None and first.error is not None and first.fatal:
+        return f"{describe_position(s.path, first)}: {first.code}: {first.error}"
+    return None
 
 
 def _report_metadata(s: Source, rep: BucketReport, client, existed: bool) -> None:

@@ -203,6 +203,7 @@ def read_bson(f: InputFile, decode: bool = True, keep_raw: bool | str = False) -
                 buf = buf + chunk if buf else chunk
 
     while True:
+        first = number + 1  # the document this pass reads
         try:
             if len(buf) - i < 4:
                 fill(4)
@@ -214,6 +215,7 @@ def read_bson(f: InputFile, decode: bool = True, keep_raw: bool | str = False) -
                         code="TRUNCATED", fatal=True)
                     return
             (length,) = _INT32.unpack_from(buf, i)
+            lead = buf[i:i + 1]
             number += 1
             offset = pos + i
             if length < 5:
@@ -235,8 +237,10 @@ def read_bson(f: InputFile, decode: bool = True, keep_raw: bool | str = False) -
                     pos += len(chunk)
                 if left > 0:
                     yield Record(number, offset, length, error=(
-                        f"truncated: a document of {length} bytes starts here, and the file ends "
-                        f"{left} bytes before its end"), code="TRUNCATED", fatal=True)
+                        f"corrupt: a document's length prefix says {length} bytes, over the 16 MiB limit and "
+                        f"past the end of the file: the file is damaged here, or is not BSON"
+                        + _not_bson_hint(number, lead)
+                        + "; nothing after this point can be read"), code="CORRUPT", fatal=True)
                     return
                 yield Record(number, offset, length, error=(
                     f"document is {length} bytes of BSON; the limit is {MAX_DOCUMENT_SIZE} (16 MiB). "
@@ -251,8 +255,16 @@ def read_bson(f: InputFile, decode: bool = True, keep_raw: bool | str = False) -
                     return
             raw = buf[i:i + length]
             i += length
-        except (OSError, EOFError, ValueError, zlib.error) as exc:
-            yield Record(number + 1, pos + i, 0, error=f"unreadable: {exc}", code="CORRUPT", fatal=True)
+        except EOFError as exc:  # a gzip stream cut short
+            yield Record(first, pos + i, 0, error=(
+                f"truncated: the compressed file ends before its end ({exc}), inside this document; nothing "
+                "after it exists. Copy the whole file again (gzip -t FILE tells whether a .gz file is whole)"),
+                code="TRUNCATED", fatal=True)
+            return
+        except (OSError, ValueError, zlib.error) as exc:
+            yield Record(first, pos + i, 0, error=(
+                f"unreadable: {exc}; the file is damaged here and nothing after this point can be read"
+                + (" (gzip -t FILE checks a .gz file)" if f.gzip else "")), code="CORRUPT", fatal=True)
             return
         if raw[-1] != 0:
             yield Record(number, offset, length, error=(
@@ -271,6 +283,13 @@ def read_bson(f: InputFile, decode: bool = True, keep_raw: bool | str = False) -
         if keep_raw:  # checked, so it can be stored as the bytes it is: no second encoding on the way in
             doc = bytes(raw) if keep_raw == "bytes" else RawBSONDocument(bytes(raw), RAW_OPTIONS)
         yield Record(number, offset, length, doc=doc)
+
+
+def _not_bson_hint(number: int, first: bytes) -> str:
+    """A hint when a .bson file's first bytes look like something else."""
+    if number == 1 and first in (b"{", b"["):
+        return " (it starts like JSON: name it .json or .jsonl)"
+    return ""
 
 
 def read_jsonl(f: InputFile) -> Iterator[Record]:
@@ -309,7 +328,11 @@ def read_jsonl(f: InputFile) -> Iterator[Record]:
         try:
             doc = json_util.loads(text, json_options=JSON_OPTIONS)
         except (ValueError, TypeError, KeyError, OverflowError, bson.errors.BSONError) as exc:
-            yield Record(number, start, len(line), line=line_no, error=f"not JSON: {exc}", code="NOT_JSON")
+            spread = text.startswith(b"{") and not text.endswith(b"}")
+            yield Record(number, start, len(line), line=line_no, error=f"not JSON: {exc}" + (
+                "; a document spread over several lines (pretty-printed JSON)? JSON Lines holds one whole "
+                "document per line, as mongoexport writes it (jq -c . FILE rewrites a file so)" if spread else ""),
+                code="NOT_JSON")
             continue
         if not isinstance(doc, dict):
             yield Record(number, start, len(line), line=line_no, error=(

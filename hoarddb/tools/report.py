@@ -13,7 +13,7 @@ from typing import Any
 
 @dataclass
 class Refusal:
-    """Refusal is one document that was not loaded: where it is in its file, and why.
+    """Refusal is one document that was not loaded (or, in a dump, not dumped): where it is, and why.
 
     ``number`` counts documents from 1; ``offset`` is its first byte in the
     (uncompressed) file; ``line`` its line in a JSON Lines file. ``code`` is hoardDB's
@@ -96,6 +96,7 @@ class Report:
     def summary(self) -> str:
         """The report as the commands print it: a table, then every refusal, note and statement."""
         lines: list[str] = []
+        missed = "not dumped" if self.action == "dump" else "not loaded"
         if self.cancelled:
             return f"{self.action} cancelled: {self.cancelled}"
         rows = [("bucket", "type", "documents", "bytes", "seconds", "docs/s", "result")]
@@ -111,7 +112,7 @@ class Report:
         for b in self.buckets:
             details: list[str] = []
             if b.refused:
-                details.append(f"{len(b.refused)} document(s) not loaded:")
+                details.append(f"{len(b.refused)} document(s) {missed}:")
                 details.extend(f"  {r}" for r in b.refused[:50])
                 if len(b.refused) > 50:
                     details.append(f"  ... and {len(b.refused) - 50} more (the report object lists them all)")
@@ -140,7 +141,7 @@ class Report:
         refused = sum(len(b.refused) for b in self.buckets)
         lines.append("")
         verb = {"ingest": "loaded", "restore": "restored", "dump": "dumped"}.get(self.action, "moved")
-        tail = f"; {refused:,} not loaded" if refused else ""
+        tail = f"; {refused:,} {missed}" if refused else ""
         lines.append(f"{verb} {total:,} document(s) in {len(self.buckets)} bucket(s){tail}"
                      + ("" if self.ok else " — see above for what was not"))
         return "\n".join(lines)

@@ -9,9 +9,11 @@ Restore works in three steps, and writes nothing until the first two pass:
 1. Check the whole dump (the layout is in :mod:`hoarddb.tools.dump`): every
    ``<bucket>.metadata.json`` reads, names a store type, and its ``.bson`` file is
    there, has the size and SHA-256 the metadata recorded, and frames into the number
-   of documents it recorded; a blob bucket's files are all there, and so are the
-   store-field files, with their SHA-256. A bucket that exists
-   in the target database is refused unless ``drop`` is given.
+   of documents it recorded (a format-1 file, without a SHA-256, is decoded whole); a blob
+   bucket's files are all there, and so are the store-field files, with their SHA-256; and
+   each bucket's declaration is one this hoardDB accepts (:func:`check_declarations`). A
+   bucket that exists in the target database is refused unless ``drop`` is given. What
+   fails after that ends the run, and the report says exactly what was written.
 2. Declare each bucket with the type, options, fields, store fields and indexes of its
    metadata — so a restored unique index is still unique and a TTL index still
    expires. A format-1 metadata (older versions: ``"indexes": ["Email", "Name"]``)
@@ -36,8 +38,8 @@ from typing import Any, Callable
 from bson import json_util
 
 from ..catalog import check_name
-from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, InvalidArgumentError,
-                      NotFoundError, VerbNotSupportedError)
+from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, HoardError,
+                      InvalidArgumentError, NotFoundError, UnknownOptionError, VerbNotSupportedError)
 from ..operations import STORE_TYPES
 from . import fields as field_contents
 from .batches import BATCH_SIZE, BatchWriter, Stop, blob_data, fewer_collections
@@ -62,6 +64,8 @@ class DumpedBucket:
     notes: list[str] = field(default_factory=list)
     #: The metadata's ``store_field_contents``: the store fields' elements to load after the documents.
     fields: dict | None = None
+    #: The metadata file's name, for messages.
+    source: str = ""
 
 
 def read_dump(path: str | os.PathLike, buckets: list[str] | None = None) -> list[DumpedBucket]:
@@ -119,7 +123,7 @@ def _read_bucket(folder: Path, name: str, meta: Path) -> DumpedBucket:
     data_info = metadata.get("data") or {}
     data = folder / (data_info.get("file") or f"{name}.bson")
     bucket = DumpedBucket(name=str(metadata.get("bucket") or name), metadata=metadata, data=data, format=fmt,
-                          type=type_name, documents=metadata.get("documents"))
+                          type=type_name, documents=metadata.get("documents"), source=meta.name)
     bucket.indices = _indices(metadata, meta.name)
     if not data.is_file():
         raise CorruptDataError(f"{name}: {data.name} is missing beside {meta.name}")
@@ -131,7 +135,8 @@ def _read_bucket(folder: Path, name: str, meta: Path) -> DumpedBucket:
                                    "or damaged since the dump")
     count = 0
     with InputFile(data) as f:
-        for record in read_bson(f, decode=False):
+        # a file without a recorded SHA-256 (format 1) is decoded too, so a damaged document is found now
+        for record in read_bson(f, decode="sha256" not in data_info):
             if record.error is not None:
                 raise CorruptDataError(f"{name}: {data.name}: document {record.number} (byte {record.offset}): "
                                        f"{record.error}")
@@ -142,10 +147,15 @@ def _read_bucket(folder: Path, name: str, meta: Path) -> DumpedBucket:
     if type_name == "blob":
         blobs = metadata.get("blobs") or {}
         blob_dir = folder / (blobs.get("folder") or f"{name}.blobs")
-        missing = [i for i in (blobs.get("sha256") or {}) if not (blob_dir / i).is_file()]
+        sums = blobs.get("sha256") or {}
+        missing = [i for i in sums if not (blob_dir / i).is_file()]
         if missing:
             raise CorruptDataError(f"{name}: {len(missing)} blob file(s) missing from {blob_dir.name}: "
                                    f"{', '.join(missing[:5])}")
+        changed = [i for i, digest in sums.items() if file_sha256(blob_dir / i)[0] != digest]
+        if changed:
+            raise CorruptDataError(f"{name}: {len(changed)} blob file(s) in {blob_dir.name} do not have the SHA-256 "
+                                   f"the dump recorded (changed or damaged since the dump): {', '.join(changed[:5])}")
     contents = metadata.get("store_field_contents")
     if contents:
         problems = field_contents.check(folder / contents.get("folder", f"{name}.fields"), contents)
@@ -159,13 +169,16 @@ def _indices(metadata: dict, where: str) -> list:
     """The ``indices`` to declare: format 2's whole declarations, format 1's field names as plain indexes.
 
     Indexes that a ``unique`` field line declares are left out: the field line
-    declares them again.
+    declares them again (a format-1 name of such a field too, and a name listed twice).
     """
-    unique_fields = {f["name"] for f in metadata.get("fields") or [] if "unique" in (f.get("keywords") or [])}
+    unique_fields = {f["name"] for f in metadata.get("fields") or []
+                     if isinstance(f, dict) and "unique" in (f.get("keywords") or [])}
     out: list = []
     for ix in metadata.get("indexes") or []:
         if isinstance(ix, str):
-            out.append({"field": ix})
+            # format 1: a field name; a unique field line (or an earlier entry) declares it already
+            if ix not in unique_fields and {"field": ix} not in out:
+                out.append({"field": ix})
             continue
         if not isinstance(ix, dict) or not isinstance(ix.get("fields"), list):
             raise CorruptDataError(f"{where}: index {ix!r} is neither a field name nor {{name, fields, ...}}")
@@ -195,13 +208,17 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
     :param batch_size: entries per ``load`` write.
     :param progress: called with the current bucket's report after each write.
 
-    A damaged dump, or a bucket that exists without ``drop``, raises before anything is
-    written. ``report.buckets[i].conflicts`` lists unique indexes the data left conflicted.
+    A damaged dump, a declaration this hoardDB refuses, or a bucket that exists without
+    ``drop`` raises before anything is written. What fails later (the database refuses
+    a write, a file goes missing) ends the run: the report's ``error`` and notes say
+    which buckets were restored, which one is partly there and which were not touched.
+    ``report.buckets[i].conflicts`` lists unique indexes the data left conflicted.
     """
     folder = Path(path)
     db = db or folder.name
     check_name(db, "database")
     dumped = read_dump(folder, buckets)
+    declarations = check_declarations(dumped, folder)
     try:
         existing = set(client[db].buckets())
     except DatabaseNotFoundError:
@@ -211,14 +228,73 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
         raise BucketExistsError(f"database {db!r} has bucket(s) {', '.join(clash)} already; restore declares each "
                                 "bucket itself: restore into another database, or pass --drop to replace them")
     report = Report("restore")
-    for b in dumped:
+    for b, options in zip(dumped, declarations):
         rep = BucketReport(db=db, bucket=b.name, type=b.type, file=str(b.data), created=True,
                            total_bytes=b.data.stat().st_size)
         rep.notes.extend(b.notes)
         report.buckets.append(rep)
-        if b.name in existing:
-            client[db].drop_bucket(b.name)
-            rep.notes.append("the bucket that was there was dropped first (--drop)")
+        if b.format < FORMAT and b.indices:
+            rep.notes.append(f"a format-{b.format} dump records index field names only: "
+                             f"{', '.join(i['field'] if 'field' in i else str(i['fields']) for i in b.indices)} "
+                             "restored as plain single-field indexes")
+        step = "dropping the bucket that was there"
+        try:
+            if b.name in existing:
+                client[db].drop_bucket(b.name)
+                rep.notes.append("the bucket that was there was dropped first (--drop)")
+            step = "declaring the bucket"
+            created = client[db].create_bucket(b.name, type=b.type, **options)
+            rep.notes.extend(f"declaring: {w}" for w in getattr(created, "warnings", []) or [])
+            step = "loading its entries"
+            with fewer_collections():
+                if b.type == "blob":
+                    _load_blobs(client[db][b.name], b, rep, progress)
+                else:
+                    _load_entries(client[db][b.name], b, rep, batch_size, progress)
+                    if b.fields:
+                        step = "loading its store fields"
+                        field_contents.restore_fields(client[db][b.name], b.data.parent / b.fields.get("folder", ""),
+                                                      b.fields, rep)
+            step = "checking the restored bucket"
+            _check_after(client[db][b.name], b, rep)
+        except Stop:
+            pass
+        except (HoardError, OSError) as exc:
+            reason = f"{exc.codeName}: {exc.message}" if isinstance(exc, HoardError) else f"{type(exc).__name__}: {exc}"
+            rep.error = f"{step}: {reason}"
+            rep.stopped = rep.stopped or f"the restore ended while {step}"
+        if not rep.ok and (rep.error is not None or rep.stopped is not None):
+            _what_was_written(report, dumped[dumped.index(b) + 1:], existing, drop)
+            break
+    return report
+
+
+def _what_was_written(report: Report, rest: list[DumpedBucket], existing: set, drop: bool) -> None:
+    """The notes of a restore that ended midway: what is in the database now, exactly, and how to finish."""
+    last = report.buckets[-1]
+    lines = [f"The restore of {last.db} ended at bucket {last.bucket}. What was written:"]
+    for r in report.buckets[:-1]:
+        lines.append(f"  {r.bucket}: restored ({r.documents:,} entries)")
+    lines.append(f"  {last.bucket}: declared, {last.documents:,} entries loaded — incomplete")
+    if rest:
+        kept = [r.name for r in rest if r.name in existing]
+        lines.append("Not written: " + ", ".join(r.name for r in rest)
+                     + (f" ({', '.join(kept)} still hold what they held before)" if kept and drop else ""))
+    again = " ".join(f"--bucket {name}" for name in [last.bucket] + [r.name for r in rest])
+    lines.append(f"To finish: fix the cause above, then run the restore again with --drop {again}")
+    report.notes.append("\n".join(lines))
+
+
+def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None) -> list[dict]:
+    """The ``create_bucket`` options of each dumped bucket, each checked as the engine checks it.
+
+    Raises CorruptDataError listing every bucket whose declaration would be refused (and
+    two metadata files naming one bucket), so that a restore refused for it writes nothing.
+    """
+    out: list[dict] = []
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for b in dumped:
         options = dict(b.metadata.get("options") or {})
         if b.metadata.get("fields"):
             options["fields"] = b.metadata["fields"]
@@ -226,28 +302,42 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
             options["store_fields"] = b.metadata["store_fields"]
         if b.indices:
             options["indices"] = b.indices
-        if b.format < FORMAT and b.indices:
-            rep.notes.append(f"a format-{b.format} dump records index field names only: "
-                             f"{', '.join(i['field'] if 'field' in i else str(i['fields']) for i in b.indices)} "
-                             "restored as plain single-field indexes")
-        created = client[db].create_bucket(b.name, type=b.type, **options)
-        rep.notes.extend(f"declaring: {w}" for w in getattr(created, "warnings", []) or [])
+        out.append(options)
+        where = b.source or f"{b.name}{METADATA_SUFFIX}"
+        if b.name in seen:
+            problems.append(f"{where}: names bucket {b.name!r}, as {seen[b.name]} does; restore one of them with "
+                            "--bucket")
+            continue
+        seen[b.name] = where
         try:
-            with fewer_collections():
-                if b.type == "blob":
-                    _load_blobs(client[db][b.name], b, rep, progress)
-                else:
-                    _load_entries(client[db][b.name], b, rep, batch_size, progress)
-                    if b.fields:
-                        field_contents.restore_fields(client[db][b.name], b.data.parent / b.fields.get("folder", ""),
-                                              b.fields, rep)
-        except Stop:
-            rest = dumped[dumped.index(b) + 1:]
-            if rest:
-                report.notes.append("not restored, as the run stopped before them: " + ", ".join(r.name for r in rest))
-            break
-        _check_after(client[db][b.name], b, rep)
-    return report
+            check_name(b.name, "bucket")
+            _check_declaration(b.type, options)
+        except HoardError as exc:
+            problems.append(f"{where}: this hoardDB refuses the declaration of bucket {b.name!r} "
+                            f"({exc.codeName}: {exc.message}); correct it in the metadata file (or leave the "
+                            "bucket out with --bucket) and run again")
+    if problems:
+        raise CorruptDataError(f"the dump {folder or ''} cannot be restored; nothing was written:\n  "
+                               + "\n  ".join(problems))
+    return out
+
+
+def _check_declaration(type_name: str, options: dict) -> None:
+    """Raise the error ``create_bucket`` would raise for this declaration, writing nothing."""
+    from ..engine import COMMON_BUCKET_OPTIONS, _check_fields, _check_store_fields
+    from ..indexes.declaration import declare
+    from ..stores import store_class
+
+    cls = store_class(type_name)
+    accepted = {**COMMON_BUCKET_OPTIONS, **cls.bucket_options}
+    for key in options:
+        if key not in accepted:
+            raise UnknownOptionError(f"unknown option {key!r} for a {type_name} bucket; accepted: "
+                                     f"{', '.join(sorted(accepted))}")
+    cls.validate_options({k: v for k, v in options.items() if k not in COMMON_BUCKET_OPTIONS})
+    fields = _check_fields(options.get("fields") or [], [])
+    _check_store_fields(options.get("store_fields") or [], type_name)
+    declare(type_name, options.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]])
 
 
 def _load_entries(bucket, b: DumpedBucket, rep: BucketReport, batch_size: int, progress) -> None:

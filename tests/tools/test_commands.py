@@ -95,3 +95,24 @@ def test_the_commands_are_registered_on_the_hoarddb_command(tmp_path):
     helped = subprocess.run([sys.executable, "-m", "hoarddb", "--help"], env=ENV, capture_output=True, text=True,
                             timeout=60)
     assert all(name in helped.stdout for name in ("ingest", "dump", "restore"))
+
+
+def test_an_unreadable_file_exits_2_and_creates_no_bucket(tmp_path):
+    (tmp_path / "arr.json").write_text('[{"_id": 1}]\n')
+    result = run(["ingest", tmp_path / "arr.json", "--into-db", "app", "--data", tmp_path / "d"])
+    assert result.exit_code == 2 and "CORRUPT_DATA" in result.output and "NOT_JSON_LINES" in result.output
+    with hoarddb.open(tmp_path / "d") as c:
+        assert c.databases() == []
+
+
+def test_a_restore_refused_for_a_declaration_exits_2_and_writes_nothing(tmp_path):
+    folder = tmp_path / "old" / "app"
+    write_bson(folder / "A.bson", [{"_id_": 1}])
+    (folder / "A.metadata.json").write_text('{"indexes": []}')
+    write_bson(folder / "B.bson", [{"_id_": 1}])
+    (folder / "B.metadata.json").write_text('{"type": "fifo", "indexes": ["Email"]}')
+    result = run(["restore", folder, "--data", tmp_path / "d"])
+    assert result.exit_code == 2 and "nothing was written" in result.output
+    assert "B.metadata.json" in result.output and "BAD_VALUE" in result.output and "--bucket" in result.output
+    with hoarddb.open(tmp_path / "d") as c:
+        assert c.databases() == []

@@ -171,3 +171,106 @@ def test_dump_of_an_unknown_bucket_is_refused(client, tmp_path):
     client["app"].create_bucket("A")
     with pytest.raises(BucketNotFoundError, match="Nope"):
         dump(client, "app", tmp_path / "out", buckets=["Nope"])
+
+
+def test_an_old_format_dump_with_a_unique_field_line_also_in_its_indexes_restores(client, tmp_path):
+    folder = tmp_path / "old" / "app"
+    write_bson(folder / "Users.bson", [{"_id_": f"u{i}", "Email": f"{i}@x", "Name": "N"} for i in range(3)])
+    (folder / "Users.metadata.json").write_text(json.dumps({
+        "fields": [{"name": "Email", "type": "string", "keywords": ["unique"]}], "indexes": ["Email", "Name"]}))
+    report = restore(client, folder, db="app")
+    assert report.ok, report.summary()
+    indexes = client["app"].Users.describe()["indexes"]
+    assert [(ix["name"], ix["fields"], ix["unique"]) for ix in indexes] == [
+        ("Email_1", ["Email"], True), ("Name_1", ["Name"], False)]
+    with pytest.raises(DuplicateKeyError):
+        client["app"].Users.insert({"_id_": "u9", "Email": "1@x"})
+
+
+def test_a_declaration_this_hoarddb_refuses_refuses_the_whole_restore_and_writes_nothing(client, tmp_path):
+    db = client["app"]
+    db.create_bucket("A").batch_put([{"_id_": i} for i in range(3)])
+    db.create_bucket("B", indices=[{"field": "T", "expire_after_seconds": 5}]).batch_put([{"_id_": 1}])
+    dump(client, "app", tmp_path / "out")
+    meta_path = tmp_path / "out" / "app" / "B.metadata.json"
+    meta = json_util.loads(meta_path.read_text())
+    meta["indexes"][0]["unique"] = True  # a unique TTL index: refused by create_bucket
+    meta_path.write_text(json_util.dumps(meta))
+    with pytest.raises(CorruptDataError, match=r"(?s)nothing was written.*B\.metadata\.json.*BAD_VALUE.*TTL"):
+        restore(client, tmp_path / "out" / "app", db="app2")
+    assert "app2" not in client.databases()  # not even A, which comes before B
+    with pytest.raises(CorruptDataError, match="BAD_VALUE"):
+        restore(client, tmp_path / "out" / "app", db="app", drop=True)
+    assert db.A.length() == 3 and db.B.length() == 1  # --drop dropped nothing either
+
+
+def test_a_restore_that_fails_midway_says_exactly_what_was_written(client, tmp_path):
+    db = client["app"]
+    db.create_bucket("A").batch_put([{"_id_": i} for i in range(3)])
+    photos = db.create_bucket("Photos", type="blob")
+    for n in range(2):
+        photos.put(bytes([n]) * 100, name=f"p{n}")
+    db.create_bucket("Z").batch_put([{"_id_": 1}])
+    dump(client, "app", tmp_path / "out")
+    blobs = tmp_path / "out" / "app" / "Photos.blobs"
+
+    def progress(rep):  # a blob file disappears after the dump was checked
+        if rep.bucket == "A":
+            for p in blobs.iterdir():
+                p.unlink()
+
+    report = restore(client, tmp_path / "out" / "app", db="app2", progress=progress)
+    assert not report.ok
+    assert [b.bucket for b in report.buckets] == ["A", "Photos"]
+    assert "FileNotFoundError" in report.buckets[1].error
+    text = report.summary()
+    assert "A: restored (3 entries)" in text and "Photos: declared, 0 entries loaded — incomplete" in text
+    assert "Not written: Z" in text and "--drop --bucket Photos --bucket Z" in text
+    assert client["app2"].buckets() == ["A", "Photos"]
+
+
+def test_a_dump_that_skips_a_corrupt_blob_says_not_dumped(client, tmp_path):
+    photos = client["app"].create_bucket("Photos", type="blob")
+    ids = [photos.put(bytes([n]) * 5000, name=f"p{n}") for n in range(3)]
+    blob_file = tmp_path / "data" / "app" / "Photos" / ids[1]
+    raw = bytearray(blob_file.read_bytes())
+    raw[10] ^= 1
+    blob_file.write_bytes(bytes(raw))
+    report = dump(client, "app", tmp_path / "out")
+    text = report.summary()
+    assert not report.ok
+    assert "1 document(s) not dumped:" in text and f"Photos.blobs/{ids[1]}" in text and "CORRUPT_DATA" in text
+    assert "dumped 2 document(s) in 1 bucket(s); 1 not dumped" in text and "not loaded" not in text
+
+
+def test_a_blob_file_changed_after_the_dump_is_refused_before_anything_is_written(client, tmp_path):
+    fill(client["app"])
+    dump(client, "app", tmp_path / "out", buckets=["Photos", "Jobs"])
+    blob = sorted((tmp_path / "out" / "app" / "Photos.blobs").iterdir())[-1]
+    blob.write_bytes(blob.read_bytes()[:-1] + b"?")
+    with pytest.raises(CorruptDataError, match="SHA-256"):
+        restore(client, tmp_path / "out" / "app", db="app2")
+    assert "app2" not in client.databases()
+
+
+def test_a_corrupt_store_field_blob_is_left_out_and_the_rest_is_dumped(client, tmp_path):
+    users = client["app"].create_bucket("Users", store_fields=[{"name": "Files", "type": "blob"}])
+    users.batch_put([{"_id_": "u1"}, {"_id_": "u2"}])
+    bad = users["u1"].Files.put(b"hello" * 100, name="a.txt")
+    good = users["u2"].Files.put(b"fine", name="b.txt")
+    client["app"].create_bucket("Z").put({"_id_": 1})
+    blob_file = next(p for p in (tmp_path / "data" / "app" / "Users").rglob(bad))
+    raw = bytearray(blob_file.read_bytes())
+    raw[3] ^= 1
+    blob_file.write_bytes(bytes(raw))
+    report = dump(client, "app", tmp_path / "out")
+    assert [b.bucket for b in report.buckets] == ["Users", "Z"] and report.buckets[1].ok
+    (refusal,) = report.buckets[0].refused
+    assert refusal.file == f"Users.fields/Files.blobs/{bad}" and refusal.code == "CORRUPT_DATA"
+    assert "'u1'" in refusal.reason and "not dumped" in report.summary()
+    folder = tmp_path / "out" / "app"
+    assert not [p for p in folder.rglob("*.part")]
+    restored = restore(client, folder, db="app2")
+    assert restored.ok, restored.summary()
+    assert client["app2"].Users["u1"].Files.list() == []
+    assert b"".join(client["app2"].Users["u2"].Files.stream(good)) == b"fine"

@@ -8,7 +8,7 @@ import bson
 import pytest
 from bson import Binary, Decimal128, Int64, ObjectId
 
-from hoarddb.errors import BadValueError, DuplicateKeyError, InvalidArgumentError, NotFoundError
+from hoarddb.errors import BadValueError, CorruptDataError, DuplicateKeyError, InvalidArgumentError, NotFoundError
 from hoarddb.hql import parser
 from hoarddb.tools import ingest
 from hoarddb.tools.ingest import create_statement, mongo_indices
@@ -310,3 +310,19 @@ def test_progress_is_called_with_documents_and_bytes(client, tmp_path):
     seen = []
     ingest(client, tmp_path / "p.bson", into="app.p", progress=lambda r: seen.append((r.documents, r.bytes)))
     assert seen[0][0] == 1000 and seen[-1][0] == 2500 and seen[-1][1] == (tmp_path / "p.bson").stat().st_size
+
+
+def test_a_file_nothing_can_be_read_from_refuses_the_run_before_anything_is_written(client, tmp_path):
+    folder = tmp_path / "app"
+    write_bson(folder / "a.bson", [{"_id": 1}])
+    (folder / "b.json").write_text('[{"_id": 1}, {"_id": 2}]\n')  # mongoexport --jsonArray
+    (folder / "c.bson").write_text('{"_id": 1}\n')  # JSON named .bson
+    (folder / "d.bson.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(CorruptDataError) as err:
+        ingest(client, folder, into_db="app")
+    message = err.value.message
+    assert "nothing was written" in message and "move it out of the folder" in message
+    assert "b.json: document 1, line 1 (byte 0): NOT_JSON_LINES" in message and "--jsonArray" in message
+    assert "c.bson: document 1 (byte 0): CORRUPT" in message and "name it .json" in message
+    assert "d.bson.gz: document 1 (byte 0)" in message
+    assert client.databases() == []  # not even the bucket of a.bson, which reads

@@ -81,3 +81,21 @@ def test_a_blob_larger_than_a_message_restores_into_a_server_keeping_its_id(remo
     assert report.ok, report.summary()
     assert remote["app2"].Photos.info(ident)["size"] == len(big)
     assert b"".join(remote["app2"].Photos.stream(ident)) == big
+
+
+def test_a_dump_of_large_documents_from_a_server_asks_for_smaller_pages(remote, tmp_path):
+    """A page of 1000 documents of 6 MiB is over one message: it is asked for again, smaller."""
+    users = remote["big"].create_bucket("Users", store_fields=[{"name": "Notes", "type": "fifo"}])
+    for i in range(3):
+        users.put({"_id_": i, "pad": str(i) * (6 * 1024 * 1024)})
+    users[0].Notes.push({"pad": "n" * (6 * 1024 * 1024)})
+    users[0].Notes.push({"pad": "m" * (6 * 1024 * 1024)})
+    users[0].Notes.push({"pad": "o" * (6 * 1024 * 1024)})
+    report = dump(remote, "big", tmp_path / "out")
+    assert report.ok, report.summary()
+    assert report.buckets[0].documents == 3
+    restored = restore(remote, tmp_path / "out" / "big", db="big2")
+    assert restored.ok, restored.summary()
+    assert remote["big2"].Users.get(2)["pad"] == "2" * (6 * 1024 * 1024)
+    notes = remote["big2"].Users[0].Notes  # one element per answer: three are over one message
+    assert [notes.list(after=k, limit=1)[0]["pad"][0] for k in range(3)] == ["n", "m", "o"]

@@ -149,3 +149,26 @@ def test_a_json_array_export_is_refused_with_advice(tmp_path):
 def test_gzip_jsonl_is_read(tmp_path):
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(b'{"a": 1}\n{"a": 2}\n'))
     assert [r.doc for r in records(tmp_path / "a.jsonl.gz", "jsonl")] == [{"a": 1}, {"a": 2}]
+
+
+def test_a_cut_gzip_stream_is_truncated_at_the_document_it_cuts(tmp_path):
+    raws = write_bson(tmp_path / "a.bson.gz", [{"_id": i, "x": "y" * 100} for i in range(50)], gz=True)
+    data = (tmp_path / "a.bson.gz").read_bytes()
+    (tmp_path / "a.bson.gz").write_bytes(data[:-30])
+    got = records(tmp_path / "a.bson.gz")
+    last = got[-1]
+    assert all(r.error is None for r in got[:-1])
+    assert last.fatal and last.code == "TRUNCATED" and "gzip -t" in last.error
+    assert last.number == len(got) and last.offset == offsets(raws)[len(got) - 1]
+
+
+def test_a_file_that_is_not_bson_is_corrupt_with_a_hint(tmp_path):
+    (tmp_path / "a.bson").write_text('{"_id": 1, "name": "json, not bson"}\n')
+    (got,) = records(tmp_path / "a.bson")
+    assert got.fatal and got.code == "CORRUPT" and "not BSON" in got.error and ".json" in got.error
+
+
+def test_a_pretty_printed_json_document_gets_a_hint(tmp_path):
+    (tmp_path / "a.json").write_text('{\n  "a": 1\n}\n')
+    got = records(tmp_path / "a.json", "jsonl")
+    assert got[0].code == "NOT_JSON" and "one whole document per line" in got[0].error
