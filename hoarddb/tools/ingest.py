@@ -340,7 +340,7 @@ def path_is_dir(path: str | os.PathLike) -> bool:
 
 def _unreadable(s: Source) -> str | None:
     """Why nothing at all of ``s`` can be loaded (its first document cannot be read and nothing after
-    it can be found: a JSON array, a cut or damaged gzip stream, a file that is not BSON), or None."""
+    it can be found: a JSON array cut at its start, a cut or damaged gzip stream, a file that is not BSON), or None."""
     try:
         with InputFile(s.path) as f:
             records = read_records(f, s.format)

@@ -1,8 +1,8 @@
-"""Readers of the files ingest and restore load: concatenated BSON and JSON Lines, plain or gzip, with positions.
+"""Readers of the files ingest and restore load: concatenated BSON, JSON Lines and JSON arrays, plain or gzip, with positions.
 
-Both yield :class:`Record` objects, one per document, in file order. A record carries
+Each yields :class:`Record` objects, one per document, in file order. A record carries
 where it came from — its document number (from 1), its byte offset in the
-uncompressed stream (from 0) and, for JSON Lines, its line number — so that every
+uncompressed stream (from 0) and, for JSON, its line number — so that every
 refusal can say exactly which document it was. A document that cannot be read is a
 record with ``error`` set instead of ``doc``; the reader then goes on with the next
 one when the file's framing allows it, or stops (``fatal``) when it does not.
@@ -27,11 +27,12 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import bson
 from bson.raw_bson import RawBSONDocument
@@ -320,10 +321,8 @@ def read_jsonl(f: InputFile) -> Iterator[Record]:
         if not text:
             continue
         number += 1
-        if number == 1 and text.startswith(b"["):
-            yield Record(number, start, len(line), line=line_no, error=(
-                "this is a JSON array (mongoexport --jsonArray), not JSON Lines; "
-                "export again without --jsonArray, one document per line"), code="NOT_JSON_LINES", fatal=True)
+        if number == 1 and text.startswith(b"["):  # mongoexport --jsonArray: one array of documents
+            yield from read_json_array(f.read if f.gzip else stream.read, line, start, line_no)
             return
         try:
             doc = json_util.loads(text, json_options=JSON_OPTIONS)
@@ -339,6 +338,155 @@ def read_jsonl(f: InputFile) -> Iterator[Record]:
                 f"a line must hold one JSON object ({{...}}), this one holds {type(doc).__name__}"), code="NOT_JSON")
             continue
         yield Record(number, start, len(line), doc=doc, line=line_no)
+
+
+#: Where a JSON array's structure is: brackets, braces and the quotes that start strings.
+_STRUCTURE = re.compile(rb'["{}\[\]]')
+#: The rest of a JSON string, through its closing quote (escapes skipped).
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_SPACE = re.compile(rb"[ \t\r\n]*")
+_SCALAR_END = re.compile(rb"[,\]\s]")
+#: A JSON array element longer than this is not read (a document is at most 16 MiB of BSON;
+#: Extended JSON spells some values longer).
+MAX_ELEMENT = 4 * MAX_DOCUMENT_SIZE
+
+
+def read_json_array(read: Callable[[int], bytes], head: bytes, offset: int, line: int) -> Iterator[Record]:
+    """The documents of a JSON array of Extended JSON objects (``mongoexport --jsonArray``),
+    read element by element, never the whole file at once.
+
+    ``head`` is what :func:`read_jsonl` read already (the line holding ``[``), from byte
+    ``offset`` and line ``line`` of the stream, and ``read(n)`` reads on. Each element is cut out of the stream by
+    its brackets (strings skipped), then parsed; one that does not parse, or is not an
+    object, is refused and the next one read, as a JSON Lines line would be. A stream
+    that ends before the array does ends the file (``TRUNCATED``); something that is not
+    an element where one should be loses the thread (``CORRUPT``).
+    """
+    buf, pos, eof = head, 0, False
+    number = 0
+    counted = 0  # newlines are counted in buf up to here: ``line`` is the line at that point
+
+    def more() -> bool:
+        nonlocal buf, pos, offset, eof, counted
+        if eof:
+            return False
+        try:
+            chunk = read(CHUNK)
+        except (OSError, EOFError, ValueError, zlib.error):
+            eof = True
+            raise
+        if not chunk:
+            eof = True
+            return False
+        if pos > CHUNK:  # drop what was read already, keeping offsets and line numbers right
+            at(pos)
+            offset += pos
+            buf, pos, counted = buf[pos:], 0, 0
+        buf += chunk
+        return True
+
+    def at(i: int) -> tuple[int, int]:
+        """The byte offset and line of ``buf[i]`` (``i`` never before an earlier call's)."""
+        nonlocal line, counted
+        if i > counted:
+            line += buf.count(b"\n", counted, i)
+            counted = i
+        return offset + i, line
+
+    def skip_space() -> None:
+        nonlocal pos
+        while True:
+            pos = _SPACE.match(buf, pos).end()
+            if pos < len(buf) or not more():
+                return
+
+    def element_end() -> int | None:
+        """Where the element at ``pos`` ends (exclusive), reading more as needed (which may
+        move it to the buffer's start); None when the stream ends first."""
+        while True:
+            depth, i = 0, pos
+            if buf[pos:pos + 1] not in (b"{", b"[", b'"'):  # a number, true, false, null: up to , or ]
+                m = _SCALAR_END.search(buf, pos)
+                if m is not None:
+                    return m.start()
+                i = len(buf)
+            while i < len(buf):
+                m = _STRUCTURE.search(buf, i)
+                if m is None:
+                    break
+                ch, i = m.group(), m.end()
+                if ch == b'"':
+                    s_end = _STRING_REST.match(buf, i)
+                    if s_end is None:
+                        break
+                    i = s_end.end()
+                    if depth == 0:
+                        return i
+                elif ch in (b"{", b"["):
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth == 0:
+                        return i
+            if len(buf) - pos > MAX_ELEMENT or not more():
+                return None
+
+    try:
+        skip_space()
+        pos += 1  # the [
+        first = True
+        while True:
+            skip_space()
+            if buf[pos:pos + 1] == b"]":
+                pos += 1
+                skip_space()
+                if pos < len(buf):
+                    where, at_line = at(pos)
+                    yield Record(number + 1, where, 0, line=at_line, error=(
+                        "something follows the end of the JSON array; a file holds one array (or JSON Lines)"),
+                        code="CORRUPT", fatal=True)
+                return
+            if not first:  # a comma, then the next element (or the ] of a trailing comma)
+                if buf[pos:pos + 1] != b",":
+                    where, at_line = at(pos)
+                    yield Record(number + 1, where, 0, line=at_line, error=(
+                        "a JSON array's elements are separated by commas; found "
+                        + (repr(bytes(buf[pos:pos + 20])) if pos < len(buf) else "the end of the file")
+                        + " where a comma or ] should be"),
+                        code="TRUNCATED" if pos >= len(buf) else "CORRUPT", fatal=True)
+                    return
+                pos += 1
+                skip_space()
+                if buf[pos:pos + 1] == b"]":
+                    continue
+            first = False
+            end = element_end() if pos < len(buf) else None
+            start = pos  # (after element_end: reading more may have moved it)
+            number += 1
+            where, at_line = at(start)
+            if end is None:
+                yield Record(number, where, len(buf) - start, line=at_line, error=(
+                    "the file ends inside this document, before the array does (a cut file?)"
+                    if len(buf) - start <= MAX_ELEMENT else
+                    f"an element over {MAX_ELEMENT >> 20} MiB of JSON: not a document hoardDB can store"),
+                    code="TRUNCATED", fatal=True)
+                return
+            text = bytes(buf[start:end])
+            pos = end
+            try:
+                doc = json_util.loads(text, json_options=JSON_OPTIONS)
+            except (ValueError, TypeError, KeyError, OverflowError, bson.errors.BSONError) as exc:
+                yield Record(number, where, len(text), line=at_line, error=f"not JSON: {exc}", code="NOT_JSON")
+                continue
+            if not isinstance(doc, dict):
+                yield Record(number, where, len(text), line=at_line, error=(
+                    f"an element of the array must be one JSON object ({{...}}), this one is {type(doc).__name__}"),
+                    code="NOT_JSON")
+                continue
+            yield Record(number, where, len(text), doc=doc, line=at_line)
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        where, at_line = at(min(pos, len(buf)))
+        yield Record(number + 1, where, 0, line=at_line, error=f"unreadable: {exc}", code="CORRUPT", fatal=True)
 
 
 def read_records(f: InputFile, fmt: str, keep_raw: bool = False) -> Iterator[Record]:

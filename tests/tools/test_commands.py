@@ -98,9 +98,9 @@ def test_the_commands_are_registered_on_the_hoarddb_command(tmp_path):
 
 
 def test_an_unreadable_file_exits_2_and_creates_no_bucket(tmp_path):
-    (tmp_path / "arr.json").write_text('[{"_id": 1}]\n')
+    (tmp_path / "arr.json").write_text('[{"_id": 1, "a": "cut')
     result = run(["ingest", tmp_path / "arr.json", "--into-db", "app", "--data", tmp_path / "d"])
-    assert result.exit_code == 2 and "CORRUPT_DATA" in result.output and "NOT_JSON_LINES" in result.output
+    assert result.exit_code == 2 and "CORRUPT_DATA" in result.output and "TRUNCATED" in result.output
     with hoarddb.open(tmp_path / "d") as c:
         assert c.databases() == []
 

@@ -315,14 +315,26 @@ def test_progress_is_called_with_documents_and_bytes(client, tmp_path):
 def test_a_file_nothing_can_be_read_from_refuses_the_run_before_anything_is_written(client, tmp_path):
     folder = tmp_path / "app"
     write_bson(folder / "a.bson", [{"_id": 1}])
-    (folder / "b.json").write_text('[{"_id": 1}, {"_id": 2}]\n')  # mongoexport --jsonArray
+    (folder / "b.json").write_text('[{"_id": 1, "n": ')  # a JSON array cut inside its first document
     (folder / "c.bson").write_text('{"_id": 1}\n')  # JSON named .bson
     (folder / "d.bson.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(CorruptDataError) as err:
         ingest(client, folder, into_db="app")
     message = err.value.message
     assert "nothing was written" in message and "move it out of the folder" in message
-    assert "b.json: document 1, line 1 (byte 0): NOT_JSON_LINES" in message and "--jsonArray" in message
+    assert "b.json: document 1, line 1 (byte 1): TRUNCATED" in message
     assert "c.bson: document 1 (byte 0): CORRUPT" in message and "name it .json" in message
     assert "d.bson.gz: document 1 (byte 0)" in message
     assert client.databases() == []  # not even the bucket of a.bson, which reads
+
+
+def test_a_json_array_export_is_ingested(client, tmp_path):
+    # mongoexport --jsonArray: one array of Extended JSON documents, read element by element
+    (tmp_path / "users.json").write_text(
+        '[\n{"_id": {"$oid": "5f1d7a2b9c1e4a3b2c1d0e0f"}, "n": 1},\n{"_id": 2, "n": {"$numberLong": "2"}},\n'
+        '{"_id": 3, "n": 3,, },\n{"_id": 4}\n]\n')
+    report = ingest(client, tmp_path / "users.json", into="app.users", on_error="skip")
+    rep = report.buckets[0]
+    assert rep.documents == 3 and len(rep.refused) == 1
+    assert "users.json: document 3, line 4" in str(rep.refused[0])
+    assert client["app"].users.get(2)["n"] == Int64(2) and client["app"].users.count() == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import gzip
+import json
 import struct
 
 import bson
@@ -140,10 +141,49 @@ def test_a_line_that_is_not_json_is_refused_with_its_line_and_the_next_read(tmp_
     assert got[2].line == 4 and "one JSON object" in got[2].error
 
 
-def test_a_json_array_export_is_refused_with_advice(tmp_path):
-    (tmp_path / "a.json").write_text('[{"a": 1},\n{"a": 2}]\n')
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_json_array_export_is_read_element_by_element(tmp_path, gz):
+    text = '  [\n{"a": "x]}\\"{", "é": 1},\n {"b": [1, {"c": 2}]} ,{"d": {"$date": "2020-01-01T00:00:00Z"}}\n]\n'
+    data = text.encode()
+    (tmp_path / "a.json").write_bytes(gzip.compress(data) if gz else data)
     got = records(tmp_path / "a.json", "jsonl")
-    assert len(got) == 1 and got[0].fatal and "--jsonArray" in got[0].error
+    assert [r.doc for r in got] == [{"a": 'x]}"{', "é": 1}, {"b": [1, {"c": 2}]},
+                                    {"d": datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)}]
+    assert [r.number for r in got] == [1, 2, 3] and [r.line for r in got] == [2, 3, 3]
+    assert [r.offset for r in got] == [data.index(b'{"a"'), data.index(b'{"b"'), data.index(b'{"d"')]
+
+
+def test_a_json_array_read_across_many_chunks(tmp_path, monkeypatch):
+    from hoarddb.tools import readers
+
+    monkeypatch.setattr(readers, "CHUNK", 64)  # every element spans reads, and the buffer is cut often
+    docs = [{"n": i, "s": "x" * (i % 90), "q": '"' * (i % 3)} for i in range(400)]
+    (tmp_path / "a.json").write_text("[" + ",\n".join(json.dumps(d) for d in docs) + "]")
+    got = records(tmp_path / "a.json", "jsonl")
+    assert [r.doc for r in got] == docs
+    assert [r.line for r in got] == list(range(1, 401))
+
+
+def test_a_json_array_s_bad_elements_are_refused_and_the_next_read(tmp_path):
+    (tmp_path / "a.json").write_text('[{"a": 1}, 5, {"a": 2,,}, "s", {"a": 3},]')
+    got = records(tmp_path / "a.json", "jsonl")
+    assert [r.doc for r in got] == [{"a": 1}, None, None, None, {"a": 3}]
+    assert [r.code for r in got] == ["", "NOT_JSON", "NOT_JSON", "NOT_JSON", ""]
+    assert "must be one JSON object" in got[1].error and not any(r.fatal for r in got)
+
+
+@pytest.mark.parametrize("text, code, why", [
+    ('[{"a": 1}, {"a": 2', "TRUNCATED", "ends inside this document"),
+    ('[{"a": 1}, {"a": "2}', "TRUNCATED", "ends inside this document"),
+    ('[{"a": 1}', "TRUNCATED", "the end of the file"),
+    ('[{"a": 1} {"a": 2}]', "CORRUPT", "separated by commas"),
+    ('[{"a": 1}] {"a": 2}', "CORRUPT", "follows the end of the JSON array"),
+])
+def test_a_json_array_that_loses_its_thread_ends_the_file(tmp_path, text, code, why):
+    (tmp_path / "a.json").write_text(text)
+    got = records(tmp_path / "a.json", "jsonl")
+    assert got[0].doc == {"a": 1} and len(got) == 2
+    assert got[1].code == code and got[1].fatal and why in got[1].error
 
 
 def test_gzip_jsonl_is_read(tmp_path):
