@@ -305,3 +305,31 @@ def test_completion(tmp_path):
         # A bucket created later is offered too.
         shell.run_text("create bucket Cats { type: lifo }")
         assert "Cats" in completions(shell, "db.C")[1]
+
+
+# ---- audit: values that used to break the shell ---------------------------------------------------
+
+def test_a_date_out_of_range_is_a_bad_value_not_a_traceback(run):
+    # ISODate("9999-12-31T23:59:59.999-05:00") overflowed in the parser: the shell died with a
+    # traceback and no JSON line; now it is one BAD_VALUE line and the script goes on.
+    ran = run('show databases\ndb.X.push({a: ISODate("9999-12-31T23:59:59.999-05:00")})\nshow databases',
+              continue_on_error=True)
+    assert ran.code == 1
+    assert [a["ok"] for a in ran.answers] == [1, 0, 1]
+    assert ran.answers[1]["codeName"] == "BAD_VALUE"
+    assert ran.answers[1]["message"].startswith("line 2, column 15: ")
+
+
+def test_a_lone_surrogate_is_a_bad_value(run):
+    ran = run(r'use app; create bucket C { type: fifo }; db.C.push({a: "\ud83d"}); db.C.length()',
+              continue_on_error=True)
+    assert ran.answers[2]["codeName"] == "BAD_VALUE"  # was INTERNAL_ERROR from the engine's BSON encoder
+    assert ran.answers[3]["result"] == 0
+
+
+def test_readable_output_of_dbref_and_code_reads_back(run):
+    # BSON decodes {$ref, $id} as a DBRef, which used to print as <DBRef DBRef('u', 1)>.
+    ran = run('use app\ncreate bucket C { type: fifo }\ndb.C.push({r: {$ref: "u", $id: 1}, c: Code("f()")})\n'
+              "db.C.peek()", json_mode=False)
+    assert ran.code == 0, ran.err
+    assert ran.lines[-1] == '{r: {$ref: "u", $id: 1}, c: Code("f()")}'

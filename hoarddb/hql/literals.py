@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from bson.binary import Binary
+from bson.code import Code
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.max_key import MaxKey
@@ -52,7 +53,7 @@ def decode_string(raw: str) -> str:
     """
     body = raw[1:-1]
     if "\\" not in body:
-        return body
+        return _no_lone_surrogate(body)
     out: list[str] = []
     i, n = 0, len(body)
     while i < n:
@@ -78,7 +79,18 @@ def decode_string(raw: str) -> str:
         else:
             out.append(_ESCAPES.get(e, e))
             i += 2
-    return "".join(out)
+    return _no_lone_surrogate("".join(out))
+
+
+def _no_lone_surrogate(text: str) -> str:
+    """``text``, refusing a UTF-16 surrogate left on its own: BSON strings are UTF-8, which cannot hold one."""
+    for ch in text:
+        if 0xD800 <= ord(ch) < 0xE000:
+            raise LiteralError(
+                f"\\u{ord(ch):04x} is half of a UTF-16 surrogate pair and is not a character on its own; "
+                "write the pair (\\ud83d\\ude00) or the character itself"
+            )
+    return text
 
 
 def decode_number(text: str, negative: bool = False) -> int | float:
@@ -120,7 +132,10 @@ def parse_date(text: str) -> datetime.datetime:
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00-05:00 is after the last datetime Python holds
+        raise LiteralError(f"{text!r} is outside the dates hoardDB holds (years 1 to 9999 in UTC)") from None
 
 
 def _integer(name: str, value: Any, low: int, high: int) -> int:
@@ -196,8 +211,23 @@ def _timestamp(t: Any, i: Any) -> Timestamp:
     return Timestamp(_integer("Timestamp's time", t, 0, 2**32 - 1), _integer("Timestamp's increment", i, 0, 2**32 - 1))
 
 
+#: The flag letters a BSON regular expression may carry.
+REGEX_FLAGS = "ilmsux"
+
+
 def _regex(pattern: Any, flags: Any = "") -> Regex:
-    return Regex(_string("Regex", pattern, '"^ab+c"'), _string("Regex's flags", flags, '"i"'))
+    flags = _string("Regex's flags", flags, '"i"')
+    unknown = sorted(set(flags) - set(REGEX_FLAGS))
+    if unknown:
+        raise LiteralError(f"Regex flag(s) {''.join(unknown)!r} unknown; accepted: {', '.join(REGEX_FLAGS)}")
+    return Regex(_string("Regex", pattern, '"^ab+c"'), flags)
+
+
+def _code(code: Any, scope: Any = None) -> Code:
+    text = _string("Code", code, '"function () { return 1 }"')
+    if scope is not None and not isinstance(scope, dict):
+        raise LiteralError(f"Code's scope must be a document such as {{x: 1}}, got {scope!r}")
+    return Code(text, scope)
 
 
 @dataclass(frozen=True)
@@ -234,6 +264,8 @@ _TABLE = [
     Constructor("BinData", (2, 2), _bindata, 'BinData(0, "aGVsbG8=")', "bytes: a BSON binary subtype and base64"),
     Constructor("Timestamp", (2, 2), _timestamp, "Timestamp(1727604000, 1)", "a BSON timestamp (seconds, increment)"),
     Constructor("Regex", (1, 2), _regex, 'Regex("^ab+c", "i")', "a BSON regular expression"),
+    Constructor("Code", (1, 2), _code, 'Code("function () { return 1 }")',
+                "BSON JavaScript code, with an optional scope document: Code(\"x\", {x: 1})"),
     Constructor("MinKey", (0, 0), MinKey, "MinKey()", "the value below every other"),
     Constructor("MaxKey", (0, 0), MaxKey, "MaxKey()", "the value above every other"),
 ]

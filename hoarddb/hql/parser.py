@@ -27,7 +27,8 @@ from lark.exceptions import UnexpectedCharacters, VisitError
 from lark.parsers.lalr_analysis import Shift
 
 from .. import operations
-from ..errors import BadValueError, DatabaseNotFoundError, HoardError, InvalidArgumentError, SyntaxError_
+from ..errors import (BadValueError, DatabaseNotFoundError, HoardError, InternalError, InvalidArgumentError,
+                      SyntaxError_)
 from . import literals
 
 GRAMMAR = (Path(__file__).with_name("hql.lark")).read_text(encoding="utf-8")
@@ -417,7 +418,7 @@ class _ToValues(Transformer):
         name, args = c[0], [_no_bare(v) for v in c[1:]]
         try:
             return literals.construct(name.value, args)
-        except literals.LiteralError as e:
+        except (ValueError, OverflowError, TypeError) as e:  # LiteralError, or a value bson itself refuses
             raise _Positioned(BadValueError(str(e)), name)
 
     def object(self, c):
@@ -580,7 +581,10 @@ def _transform(tree, first: Token):
         if isinstance(orig, _Positioned):
             raise _error(type(orig.err), orig.err.message if isinstance(orig.err, HoardError) else str(orig.err),
                          orig.tok or first) from None
-        raise
+        if isinstance(orig, HoardError):
+            raise _error(type(orig), orig.message, first) from None
+        # A bug: still an error of this statement (the shell prints it and goes on), never a traceback.
+        raise _error(InternalError, f"{type(orig).__name__}: {orig} (please report this)", first) from orig
 
 
 # ---- the public functions ----------------------------------------------------------------

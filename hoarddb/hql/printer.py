@@ -21,6 +21,8 @@ from typing import Any
 
 from bson import json_util
 from bson.binary import Binary, UuidRepresentation
+from bson.code import Code
+from bson.dbref import DBRef
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.json_util import JSONMode, JSONOptions
@@ -121,6 +123,10 @@ def _scalar(value: Any, bytes_shown: int | None) -> str | None:
         return str(value)
     if isinstance(value, float):
         return format_float(value)
+    if isinstance(value, Code):  # a str subclass: before str, or it prints as a plain string
+        if value.scope is None:
+            return f"Code({quote(str(value))})"
+        return f"Code({quote(str(value))}, {format_value(value.scope, width=None, bytes_shown=bytes_shown)})"
     if isinstance(value, str):
         return quote(value)
     if isinstance(value, datetime.datetime):
@@ -137,6 +143,8 @@ def _scalar(value: Any, bytes_shown: int | None) -> str | None:
         return f'Decimal128("{value}")'
     if isinstance(value, Timestamp):
         return f"Timestamp({value.time}, {value.inc})"
+    if isinstance(value, re.Pattern):
+        value = Regex.from_native(value)
     if isinstance(value, Regex):
         return f"Regex({quote(value.pattern)}, {quote(_regex_flags(value.flags))})"
     if isinstance(value, MinKey):
@@ -165,6 +173,8 @@ def format_value(value: Any, *, width: int | None = WIDTH, indent: int = 0, byte
     text = _scalar(value, bytes_shown)
     if text is not None:
         return text
+    if isinstance(value, DBRef):  # BSON reads {$ref, $id} back as a DBRef: print the document it is
+        value = value.as_doc()
     if isinstance(value, Mapping):
         items = [(format_key(k), v) for k, v in value.items()]
         open_, close = "{", "}"

@@ -40,6 +40,11 @@ def encode_checked(doc, what: str = "the document") -> bytes:
         raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
     except OverflowError as exc:
         raise BadValueError(f"{what} holds an integer BSON cannot store (64-bit at most): {exc}") from None
+    except UnicodeEncodeError as exc:  # a str holding a lone UTF-16 surrogate, which UTF-8 cannot encode
+        raise BadValueError(
+            f"{what} holds a string BSON cannot store: {exc.object[exc.start:exc.end]!r} is a lone UTF-16 "
+            "surrogate, not a character"
+        ) from None
 
 
 def decode(data) -> dict:

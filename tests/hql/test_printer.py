@@ -100,3 +100,21 @@ def test_errors():
     assert json.loads(json_line(error_answer(err))) == {
         "ok": 0, "code": 15, "codeName": "DUPLICATE_KEY", "message": 'Duplicate value for unique index "Email_1"'}
     assert list(json.loads(json_line(error_answer(err)))) == ["ok", "code", "codeName", "message"]
+
+
+def test_dbref_code_and_native_regex_print_so_they_read_back():
+    import re
+
+    from bson.code import Code
+    from bson.dbref import DBRef
+    from bson.regex import Regex
+
+    # BSON decodes {$ref, $id} as a DBRef: it used to print as <DBRef DBRef('users', 5)>.
+    assert format_value({"r": DBRef("users", 5)}) == '{r: {$ref: "users", $id: 5}}'
+    assert parse_value(format_value(DBRef("users", 5))) == {"$ref": "users", "$id": 5}
+    # Code is a str subclass: it used to print as a plain string and lose its type.
+    assert format_value(Code("f()")) == 'Code("f()")'
+    assert format_value(Code("f()", {"x": 1})) == 'Code("f()", {x: 1})'
+    assert type(parse_value(format_value(Code("f()")))) is Code
+    assert format_value(re.compile("a.b", re.I)) == 'Regex("a.b", "iu")'
+    assert parse_value(format_value(re.compile("a.b", re.I))) == Regex("a.b", "iu")

@@ -49,3 +49,14 @@ def test_raw_get_agrees_with_decode(doc):
     raw = encode(doc)
     for name, value in decode(raw).items():
         assert raw_get(raw, name) == value
+
+
+def test_encode_checked_refuses_a_lone_surrogate_as_a_bad_value():
+    # UnicodeEncodeError used to escape encode_checked: the engine answered INTERNAL_ERROR.
+    from hoarddb.errors import BadValueError
+    from hoarddb.values.codec import encode_checked
+
+    for doc in ({"a": "\ud83d"}, {"\udcff": 1}, {"a": [{"b": "x\ud800"}]}):
+        with pytest.raises(BadValueError) as e:
+            encode_checked(doc)
+        assert "surrogate" in e.value.message

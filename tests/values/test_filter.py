@@ -11,7 +11,7 @@ from bson.int64 import Int64
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from bson.regex import Regex
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from . import values_strategies as vs
@@ -301,3 +301,97 @@ def test_exists_and_null_agree(doc, path):
     assert exists != matches(doc, {path: {"$exists": False}})
     if not exists:
         assert matches(doc, {path: None})
+
+
+# -- a plain Python model of the documented semantics, against the matcher ----------------------
+
+_ABSENT = object()
+
+
+def _model_candidates(doc, parts):
+    """What a dotted path reaches, as docs/dev/values.md describes it, written independently of paths.py."""
+    def walk(v, parts):
+        if not parts:
+            return [v]
+        p, rest = parts[0], parts[1:]
+        if isinstance(v, dict):
+            return walk(v[p], rest) if p in v else [_ABSENT]
+        if isinstance(v, list):
+            out = []
+            if p.isdigit():  # a position, and also the field of that name in the array's documents
+                if int(p) < len(v):
+                    out += walk(v[int(p)], rest)
+                for e in v:
+                    if isinstance(e, dict) and p in e:
+                        out += walk(e, parts)
+                return out
+            for e in v:  # a name looks into each document of the array (not into nested arrays)
+                if isinstance(e, dict):
+                    out += walk(e, parts)
+                elif not isinstance(e, list):
+                    out.append(_ABSENT)
+            return out
+        return [_ABSENT]
+
+    found = walk(doc, parts.split(".")) or [_ABSENT]
+    out = []
+    for c in found:  # an array at the end counts as itself and as each of its elements
+        out.append(c)
+        if isinstance(c, list):
+            out += c
+    return out
+
+
+def _model_equal(c, q) -> bool:
+    if q is None:
+        return c is _ABSENT or c is None
+    return c is not _ABSENT and compare(c, q) == 0
+
+
+def _model_range(c, q, op) -> bool:
+    if c is _ABSENT:
+        return q is None and op in ("$gte", "$lte")
+    if not isinstance(q, (MinKey, MaxKey)):
+        if type_rank(c) != type_rank(q):
+            return False  # comparisons stay in their type bracket
+        if vs_is_nan(c) or vs_is_nan(q):
+            return op in ("$gte", "$lte") and vs_is_nan(c) and vs_is_nan(q)
+    r = compare(c, q)
+    return {"$gt": r > 0, "$gte": r >= 0, "$lt": r < 0, "$lte": r <= 0}[op]
+
+
+def _model(doc, path, op, q) -> bool:
+    cands = _model_candidates(doc, path)
+    if op == "$eq":
+        return any(_model_equal(c, q) for c in cands)
+    if op == "$ne":
+        return not any(_model_equal(c, q) for c in cands)
+    if op == "$in":
+        return any(_model_equal(c, x) for c in cands for x in q)
+    if op == "$nin":
+        return not any(_model_equal(c, x) for c in cands for x in q)
+    if op == "$exists":
+        return any(c is not _ABSENT for c in cands) == q
+    return any(_model_range(c, q, op) for c in cands)
+
+
+_plain = st.one_of(st.sampled_from([None, 1, 2.0, "a", float("nan"), MinKey(), MaxKey()]),
+                   vs.pool_scalars.filter(lambda v: not isinstance(v, (Regex, re.Pattern))))
+_field_values = st.recursive(_plain, lambda c: st.one_of(
+    st.lists(c, max_size=3), st.dictionaries(st.sampled_from(["a", "b", "0", "1"]), c, max_size=2)), max_leaves=5)
+_model_docs = st.dictionaries(st.sampled_from(["a", "b"]), _field_values, max_size=2)
+_OPS = ["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_model_docs, st.sampled_from(["a", "a.b", "a.0", "a.b.a", "a.0.b", "a.1.0", "b"]), st.sampled_from(_OPS),
+       _plain, st.lists(_plain, max_size=3), st.booleans())
+@example({"a": [{"b": 1}, 2]}, "a.b", "$eq", None, [], False)  # a path that reaches nothing counts as missing
+@example({"b": 1}, "a", "$gt", None, [], False)  # $gt: null matches nothing, not even a missing field
+def test_operators_agree_with_a_python_model(doc, path, op, q, q_list, implicit):
+    if op in ("$in", "$nin"):
+        q = q_list
+    elif op == "$exists":
+        q = implicit
+    flt = {path: q} if op == "$eq" and implicit and not isinstance(q, dict) else {path: {op: q}}
+    assert matches(doc, flt) == _model(doc, path, op, q), flt
