@@ -30,8 +30,8 @@ from .chunks import chunks
 from .api import BucketsByName, Found, StoreFieldsByName
 from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source
 from .client.options import ConnectOptions
-from .errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
-                     UnknownVerbError, error_from_answer)
+from .errors import (ClosedError, ConnectionError_, HoardError, InvalidArgumentError, ProtocolError,
+                     TimeoutError_, UnknownVerbError, error_from_answer)
 from .values.codec import decode, encode
 from .wire.messages import CHUNK_SIZE
 from .wire.protocol import ClientProtocol, State
@@ -247,8 +247,8 @@ class AsyncExecutor:
 
     async def execute(self, request: Mapping) -> dict:
         """Run one operation; its answer, or its error raised. A stream's result is an async iterator."""
-        if not isinstance(request, Mapping):
-            raise BadValueError("an operation is a document such as {op: \"list_databases\"}")
+        if not isinstance(request, Mapping) or not isinstance(request.get("op"), str):
+            raise InvalidArgumentError(operations.REQUEST_SHAPE)  # as the engine says it
         fresh = self._proto is None or self._proto.closed
         try:
             return await self._execute(request)

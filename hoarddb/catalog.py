@@ -38,7 +38,7 @@ RESERVED = frozenset({"catalog", "tls", "LOCK"})
 
 def check_name(name, what: str) -> str:
     """``name`` if it is a valid database or bucket name; else InvalidNameError saying the rule."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):  # fullmatch: "$" would let "abc\n" pass
         raise InvalidNameError(f"invalid {what} name {name!r}: a {what} name is {NAME_RULE}")
     if what == "database" and name in RESERVED:
         raise InvalidNameError(f"{name!r} is reserved for hoardDB's own files; choose another database name")
@@ -50,7 +50,7 @@ class Catalog:
 
     def __init__(self, data_dir: Path, sync: bool = True):
         self.kv = KV(Path(data_dir) / "catalog", map_size=64 * 1024 * 1024, sync=sync)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: bucket() lists the buckets when it refuses
         self._dbs: dict[str, dict] = {}
         self._buckets: dict[tuple[str, str], dict] = {}
         with self.kv.read() as txn:
@@ -65,7 +65,8 @@ class Catalog:
     # -- databases -------------------------------------------------------------------
 
     def databases(self) -> list[str]:
-        return sorted(self._dbs)
+        with self._lock:  # another thread may be creating or dropping one: iterate a stable dict
+            return sorted(self._dbs)
 
     def has_database(self, db: str) -> bool:
         return db in self._dbs
@@ -93,8 +94,8 @@ class Catalog:
 
     def drop_database(self, db: str) -> list[dict]:
         """Remove a database and its buckets from the catalog; returns the dropped declarations."""
-        self.require_database(db)
         with self._lock:
+            self.require_database(db)  # under the lock: two drops of one database, the second is refused
             dropped = [d for (dbn, _), d in self._buckets.items() if dbn == db]
             self._commit([(b"db:" + db.encode(), None)] + [(_bucket_key(db, d["name"]), None) for d in dropped])
             del self._dbs[db]
@@ -106,11 +107,13 @@ class Catalog:
 
     def buckets(self, db: str) -> list[str]:
         self.require_database(db)
-        return sorted(name for (dbn, name) in self._buckets if dbn == db)
+        with self._lock:
+            return sorted(name for (dbn, name) in self._buckets if dbn == db)
 
     def all_buckets(self) -> list[dict]:
         """Every bucket declaration of every database."""
-        return list(self._buckets.values())
+        with self._lock:
+            return list(self._buckets.values())
 
     def has_bucket(self, db: str, bucket: str) -> bool:
         return (db, bucket) in self._buckets
@@ -147,13 +150,14 @@ class Catalog:
 
     def replace_bucket(self, db: str, declaration: dict) -> dict:
         with self._lock:
+            self.bucket(db, declaration["name"])  # dropped meanwhile: refused, not brought back
             self._commit([(_bucket_key(db, declaration["name"]), declaration)])
             self._buckets[(db, declaration["name"])] = declaration
             return declaration
 
     def drop_bucket(self, db: str, bucket: str) -> dict:
-        decl = self.bucket(db, bucket)
-        with self._lock:
+        with self._lock:  # the check under the lock: of two concurrent drops, the second is refused
+            decl = self.bucket(db, bucket)
             self._commit([(_bucket_key(db, bucket), None)])
             del self._buckets[(db, bucket)]
             return decl

@@ -26,8 +26,9 @@ from . import operations
 from .catalog import Catalog, check_name
 from .indexes.declaration import declare as declare_indexes
 from .indexes.declaration import describe as describe_index
-from .errors import (BadValueError, ClosedError, HoardError, InvalidArgumentError, UnknownOptionError,
-                     UnknownVerbError, VerbNotSupportedError)
+from .errors import (BadValueError, BucketNotFoundError, ClosedError, DatabaseNotFoundError, HoardError,
+                     InvalidArgumentError, StorageError, UnknownOptionError, UnknownVerbError,
+                     VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
 from .indexes.ttl import Sweeper
@@ -105,14 +106,25 @@ class Engine:
         if self._closed:
             raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-            raise InvalidArgumentError("an operation is a document with a string 'op', such as {op: \"push\", db, bucket, args}")
+            raise InvalidArgumentError(operations.REQUEST_SHAPE)
         name = request["op"]
         handler = self._handlers.get(name)
         if handler is not None:
             if name in CATALOG_CHANGES:
-                self._hot.clear()
-                self._catalog_dirty = True
-            answer = handler(request)
+                # Under the mutex, and the cache emptied after the change too: a call that
+                # missed the cache meanwhile fills it under the mutex (see call), so no
+                # thread keeps the store of a dropped bucket, or an old declaration.
+                with self._mutex:
+                    if self._closed:
+                        raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+                    self._hot.clear()
+                    self._catalog_dirty = True
+                    try:
+                        answer = handler(request)
+                    finally:
+                        self._hot.clear()
+            else:
+                answer = handler(request)
             return answer if isinstance(answer, dict) and "ok" in answer else {"ok": 1, "result": answer}
         if "field" in request or "key" in request:
             result = self._field_verb(name, request)
@@ -145,22 +157,27 @@ class Engine:
         if hot is None:
             check_name(db, "database")
             check_name(bucket, "bucket")
-            decl = self.catalog.bucket(db, bucket)
-            hot = self._hot[(db, bucket)] = (decl, self._store(db, bucket, decl))
+            with self._mutex:  # not between a catalog change and its emptying of the cache
+                decl = self.catalog.bucket(db, bucket)
+                hot = self._hot[(db, bucket)] = (decl, self._store(db, bucket, decl))
         decl, store = hot
         if decl["type"] not in op.types:
             raise VerbNotSupportedError(
                 f"{decl['type']} bucket {bucket!r} has no verb {op.name!r}; "
                 f"a {decl['type']} bucket's verbs: {', '.join(operations.verbs_for(decl['type']))}"
             )
-        if op.simple:
-            result = getattr(store, op.name)(*[args[n] for n in op.param_names])
-        else:
-            positional = [args.get(p.name) for p in op.params]
-            while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
-                positional.pop()
-            keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
-            result = getattr(store, op.name)(*positional, **keywords)
+        try:
+            if op.simple:
+                result = getattr(store, op.name)(*[args[n] for n in op.param_names])
+            else:
+                positional = [args.get(p.name) for p in op.params]
+                while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
+                    positional.pop()
+                keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+                result = getattr(store, op.name)(*positional, **keywords)
+        except Exception as exc:
+            self._check_still_open(db, bucket, store, exc)
+            raise
         if op.write:
             if not self.options.sync:
                 self._mark_dirty(store)
@@ -173,6 +190,20 @@ class Engine:
         if type(result) is Reply:
             return {"ok": 1, "result": result.result, **result.extras}
         return {"ok": 1, "result": result}
+
+    def _check_still_open(self, db: str, bucket: str, store: Store, exc: Exception) -> None:
+        """After ``store`` raised ``exc``: if another thread closed the database or dropped the
+        bucket meanwhile (so the store was closed under the call), raise what the call
+        would meet now, CLOSED or BUCKET_NOT_FOUND, instead of the closed store's error."""
+        if self._stores.get((db, bucket)) is store or (isinstance(exc, HoardError) and not isinstance(
+                exc, (ClosedError, StorageError))):
+            return
+        if self._closed:
+            raise ClosedError("the database was closed while this operation ran; "
+                              "open it again with hoarddb.open(path)") from exc
+        self.catalog.bucket(db, bucket)  # dropped: BucketNotFoundError, naming the buckets there are
+        raise BucketNotFoundError(f"bucket {bucket!r} of database {db!r} was dropped while this operation ran "
+                                  "(it has been created again since); nothing of it was kept") from exc
 
     def _move_dead_letters(self, db: str, bucket: str, decl: dict, store: Store) -> None:
         """claim/ack: move what a claim found past ``max_deliveries`` into the bucket's ``dead_letter`` bucket.
@@ -231,7 +262,11 @@ class Engine:
             positional.pop()
         keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
         store = self._store(db, bucket, decl)
-        result = store.fields.call(request["key"], field, op.name, positional, keywords)
+        try:
+            result = store.fields.call(request["key"], field, op.name, positional, keywords)
+        except Exception as exc:
+            self._check_still_open(db, bucket, store, exc)
+            raise
         if op.write and not self.options.sync:
             self._mark_dirty(store)
         return result
@@ -245,7 +280,12 @@ class Engine:
         with self._mutex:
             store = self._stores.get((db, bucket))
             if store is None:
-                decl = decl or self.catalog.bucket(db, bucket)
+                if self._closed:
+                    raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+                # The declaration as it is now, under the mutex that drops take: a caller that
+                # read it before a drop must not reopen (and re-create the folder of) the
+                # dropped bucket: it hears BUCKET_NOT_FOUND.
+                decl = self.catalog.bucket(db, bucket)
                 directory = self.path / db / bucket
                 directory.mkdir(parents=True, exist_ok=True)
                 store = store_class(decl["type"])(directory, decl, self.options)
@@ -325,13 +365,21 @@ class Engine:
         db, name = _db(request), _bucket(request)
         decl = self.catalog.bucket(db, name)
         store = self._store(db, name, decl)
-        return {"name": name, "type": decl["type"], **store.stats(), "indexes": _index_states(store, decl)}
+        try:
+            return {"name": name, "type": decl["type"], **store.stats(), "indexes": _index_states(store, decl)}
+        except Exception as exc:
+            self._check_still_open(db, name, store, exc)
+            raise
 
     def _describe_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
         decl = self.catalog.bucket(db, name)
         store = self._store(db, name, decl)
-        stats = store.stats()
+        try:
+            stats = store.stats()
+        except Exception as exc:
+            self._check_still_open(db, name, store, exc)
+            raise
         return {
             "name": name, "db": db, "type": decl["type"], "options": decl.get("options", {}),
             "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
@@ -589,7 +637,11 @@ class Engine:
             if self._closed:
                 return
             if any(ix.get("expire_after_seconds") is not None for ix in decl.get("indexes") or []):
-                yield self._store(decl["db"], decl["name"], decl)
+                try:
+                    store = self._store(decl["db"], decl["name"], decl)
+                except (BucketNotFoundError, DatabaseNotFoundError, ClosedError):
+                    continue  # dropped (or closed) since the list was read
+                yield store
 
     def _metrics(self) -> dict:
         counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)

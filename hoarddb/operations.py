@@ -21,6 +21,9 @@ from typing import Any
 
 from .errors import InvalidArgumentError, UnknownVerbError
 
+#: What an operation document is, said when a request is not one (embedded and remote alike).
+REQUEST_SHAPE = "an operation is a document with a string 'op', such as {op: \"push\", db, bucket, args}"
+
 #: The six store types.
 STORE_TYPES = ("fifo", "lifo", "hash", "btree", "heap", "blob")
 QUEUES = frozenset({"fifo", "lifo"})
@@ -260,6 +263,9 @@ def verbs_for(store_type: str) -> list[str]:
     return sorted({op.name for op in VERBS.values() if store_type in op.types})
 
 
+_INT64 = 1 << 63
+
+
 def _check_kind(op: Operation, p: Param, value: Any) -> Any:
     if value is None and not p.required:
         return None
@@ -270,13 +276,17 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
         ok = isinstance(value, (list, tuple))
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -_INT64 <= value < _INT64:  # over the wire BSON could not even carry it
+            raise InvalidArgumentError(f"{op.name}: argument {p.name!r} must be a 64-bit integer, got {value}: "
+                                       f"{usage(op)}")
     elif kind == "str":
         ok = isinstance(value, str)
     else:
         ok = True
     if not ok:
         raise InvalidArgumentError(
-            f"{op.name}: argument {p.name!r} must be {KINDS[kind]}, got {type(value).__name__}: {value!r:.80}"
+            f"{op.name}: argument {p.name!r} must be {KINDS[kind]}, got {type(value).__name__}: {value!r:.80} "
+            f"— {usage(op)}"
         )
     return value
 
@@ -308,26 +318,18 @@ def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | Non
         for i, value in enumerate(args):
             if i < len(op.params):
                 p = op.params[i]
-                if isinstance(value, Mapping) and p.kind in ("int", "str") and i == n - 1 \
-                        and _take_options(op, value, bound):
+                if isinstance(value, Mapping) and p.kind in ("int", "str") and i == n - 1:
+                    _take_options(op, value, bound)  # a document where a scalar goes: the options
                     continue
                 bound[p.name] = value
-            elif i == n - 1 and (op.options or any(not p.required for p in op.params)) \
-                    and _take_options(op, value, bound):
-                continue
+            elif i == n - 1 and isinstance(value, Mapping) and (op.options or any(not p.required for p in op.params)):
+                _take_options(op, value, bound)
             else:
                 raise InvalidArgumentError(
                     f"{op.name} takes at most {len(op.params)} argument(s) and an options document: {usage(op)}")
     if kwargs:
         for k, v in kwargs.items():
-            if op.param(k) is None:
-                raise InvalidArgumentError(
-                    f"{op.name} has no argument {k!r}; accepted: {', '.join(p.name for p in every) or 'none'} "
-                    f"— {usage(op)}"
-                )
-            if k in bound:
-                raise InvalidArgumentError(f"{op.name}: argument {k!r} given twice")
-            bound[k] = v
+            _bind_named(op, k, v, bound)
     for p in every:
         if p.name in bound:
             bound[p.name] = _check_kind(op, p, bound[p.name])
@@ -336,9 +338,21 @@ def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | Non
     return bound
 
 
-def _take_options(op: Operation, doc: Any, bound: dict) -> bool:
-    """Spread an options document (``{limit: 5}``) into ``bound``, if every key is an argument name."""
-    if isinstance(doc, Mapping) and doc and all(op.param(k) is not None for k in doc):
-        bound.update(doc)
-        return True
-    return False
+def _take_options(op: Operation, doc: Mapping, bound: dict) -> None:
+    """Spread an options document (``{limit: 5}``) into ``bound``; ``{}`` is no options.
+
+    A key that names no argument is refused as a misspelt keyword is (``peek({limt: 5})``).
+    """
+    for k, v in doc.items():
+        _bind_named(op, k, v, bound)
+
+
+def _bind_named(op: Operation, name: Any, value: Any, bound: dict) -> None:
+    if not isinstance(name, str) or op.param(name) is None:
+        every = op.params + op.options
+        raise InvalidArgumentError(
+            f"{op.name} has no argument {name!r}; accepted: {', '.join(p.name for p in every) or 'none'} "
+            f"— {usage(op)}")
+    if name in bound:
+        raise InvalidArgumentError(f"{op.name}: argument {name!r} given twice — {usage(op)}")
+    bound[name] = value

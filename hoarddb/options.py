@@ -6,12 +6,15 @@ accepts exactly these names and refuses any other, listing these.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 
 from .errors import BadValueError, UnknownOptionError
 
 MiB = 1024 * 1024
+#: The smallest segment file a fifo or lifo accepts (as hoarddb.stores.fifo's MIN_SEGMENT_SIZE).
+MIN_SEGMENT_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,12 @@ class Options:
             want = {"bool": bool, "float": float}.get(known[name].type, int)
             if want is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise BadValueError(f"option {name!r} must be a positive integer, got {value!r}")
-            if want is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise BadValueError(f"option {name!r} must be a number of seconds ≥ 0, got {value!r}")
+            if want is float and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value < math.inf):  # NaN fails this too
+                raise BadValueError(f"option {name!r} must be a finite number of seconds ≥ 0, got {value!r}")
+            if name == "segment_size" and value < MIN_SEGMENT_SIZE:
+                raise BadValueError(f"option 'segment_size' is the bytes of one fifo/lifo segment file, at least "
+                                    f"{MIN_SEGMENT_SIZE}; got {value!r}")
             if want is bool and not isinstance(value, bool):
                 raise BadValueError(f"option {name!r} must be true or false, got {value!r}")
         return cls(**kwargs)
@@ -91,8 +98,8 @@ def _env_seconds(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise BadValueError(f"environment variable {name} must be a number of seconds, got {raw!r}") from None
-    if value < 0:
-        raise BadValueError(f"environment variable {name} must be ≥ 0, got {raw!r}")
+    if not 0 <= value < math.inf:  # NaN fails this too
+        raise BadValueError(f"environment variable {name} must be a finite number ≥ 0, got {raw!r}")
     return value
 
 

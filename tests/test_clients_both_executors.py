@@ -323,3 +323,132 @@ def test_pipeline_reads_see_the_writes_sent_before_them(client, db):
     assert results[1] == {"_id_": "k", "v": 1} and results[3] == {"_id_": "k", "v": 2}
     assert results[6] == 2 and results[7] == {"n": 2} and results[8] == {"n": 1}
     assert results[10] is None and results[11] == 0
+
+
+# ---- audit: binding, requests, life cycle, threads, sizes — the same on every executor ------------
+
+def test_argument_binding_refusals_name_the_argument_and_show_the_signature(db):
+    q = db.create_bucket("Q", type="fifo")
+    h = db.create_bucket("H", type="hash")
+    q.batch_push([{"n": 1}, {"n": 2}])
+    assert q.peek({}) == {"n": 1} and q.list({}) == [{"n": 1}, {"n": 2}]  # {}: no options
+    assert q.peek(1) == q.peek(limit=1) == q.peek({"limit": 1}) == [{"n": 1}]
+    for call, words in [
+        (lambda: q.peek({"limt": 5}), "peek has no argument 'limt'; accepted: limit — peek(limit?, {limit})"),
+        (lambda: q.list({"aftr": 1}), "list has no argument 'aftr'"),
+        (lambda: h.search({}, {"limt": 1}), "search has no argument 'limt'"),
+        (lambda: q.peek({"limit": 1}, limit=2), "argument 'limit' given twice — peek(limit?, {limit})"),
+        (lambda: h.search({"a": 1}, {"filter": {"b": 1}}), "argument 'filter' given twice"),
+        (lambda: q.peek(2 ** 70), "must be a 64-bit integer"),
+        (lambda: q.pop(True), "must be an integer, got bool: True — pop(limit?, {limit})"),
+        (lambda: q.push({"a": 1}, {"b": 2}), "push takes at most 1 argument"),
+        (lambda: q.push(doc={"a": 1}, x=1), "push has no argument 'x'; accepted: doc — push(doc)"),
+        (lambda: h.update({}), "update needs its argument 'update'"),
+    ]:
+        with pytest.raises(errors.InvalidArgumentError) as e:
+            call()
+        assert words in str(e.value) and e.value.code == 22
+    assert q.length() == 2
+
+
+def test_a_request_that_is_not_an_operation_is_refused_alike(client):
+    for request in (5, {"db": "app"}, {"op": 7}):
+        with pytest.raises(errors.InvalidArgumentError, match="an operation is a document with a string 'op'"):
+            client.execute(request)
+
+
+def test_a_name_with_a_trailing_newline_is_refused(client, db):
+    with pytest.raises(errors.InvalidNameError):
+        db.create_bucket("Users\n")
+    with pytest.raises(errors.InvalidNameError):
+        client["app\n"].create_bucket("Users")
+    assert db.name not in client.databases()
+
+
+def test_drop_and_recreate_with_the_same_name_starts_empty_and_old_handles_follow_the_name(db):
+    q = db.create_bucket("B", type="fifo")
+    q.push({"n": 1})
+    db.drop_bucket("B")
+    with pytest.raises(errors.BucketNotFoundError):
+        q.push({"n": 2})  # a handle names a bucket; that bucket is gone
+    with pytest.raises(errors.BucketNotFoundError):
+        db.drop_bucket("B")
+    h = db.create_bucket("B", type="hash")
+    assert q.length() == 0 and h.length() == 0
+    with pytest.raises(errors.VerbNotSupportedError):
+        q.push({"n": 3})  # now a hash bucket
+    assert h.insert({"_id_": "k"}) == "k"
+
+
+def test_every_kind_of_call_after_close_is_closed(client, db):
+    q = db.create_bucket("Q", type="fifo")
+    p = db.create_bucket("P", type="hash", store_fields=[{"name": "Log", "type": "fifo"}])
+    p.insert({"_id_": "p1"})
+    client.close()
+    client.close()  # twice is fine
+    calls = [client.databases, lambda: client.create_database("x"), lambda: db.create_bucket("Z"),
+             db.buckets, lambda: db.drop_bucket("Q"), q.length, lambda: q.push({"a": 1}), q.stats, q.describe,
+             lambda: p["p1"].Log.push({"a": 1}), lambda: client.execute({"op": "list_databases"}),
+             lambda: pipeline(client, [{"op": "list_databases"}])]
+    for call in calls:
+        with pytest.raises(errors.ClosedError):
+            call()
+
+
+def test_threads_sharing_one_client_write_and_read_their_writes(db):
+    h = db.create_bucket("H", type="hash")
+    q = db.create_bucket("Q", type="fifo")
+    photos = db.create_bucket("Photos", type="blob")
+    blob_id = photos.put(b"b" * (2 * 1024 * 1024 + 3))
+    held = photos.stream(blob_id)
+    first = next(held)  # a stream left open must not hold the others up
+    failures: list = []
+
+    def work(i):
+        try:
+            for n in range(25):
+                key = f"{i}-{n}"
+                h.insert({"_id_": key, "n": n})
+                assert h.get(key) == {"_id_": key, "n": n}  # an acknowledged write is read back
+                q.push({"i": i, "n": n})
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and not failures, failures[:3]
+    assert h.length() == 100 and h.count() == 100
+    popped = q.pop(100)
+    assert len(popped) == 100
+    for i in range(4):  # each thread's pushes in its own order
+        assert [d["n"] for d in popped if d["i"] == i] == list(range(25))
+    assert len(first + b"".join(held)) == 2 * 1024 * 1024 + 3
+
+
+def _doc_of_size(size: int, key: str) -> dict:
+    import bson
+
+    doc = {"_id_": key, "pad": ""}
+    doc["pad"] = "x" * (size - len(bson.encode(doc)))
+    return doc
+
+
+def test_a_document_of_16_mib_is_kept_and_one_byte_more_is_refused(db):
+    h = db.create_bucket("H", type="hash")
+    limit = 16 * 1024 * 1024
+    assert h.insert(_doc_of_size(limit, "max")) == "max"
+    with pytest.raises(errors.DocumentTooLargeError) as e:
+        h.insert(_doc_of_size(limit + 1, "over"))
+    assert e.value.code == 14 and "16 MiB" in str(e.value)
+    assert h.get("over") is None and len(h.get("max")["pad"]) > limit - 64
+    assert h.length() == 1
+
+
+def test_a_large_batch_under_the_message_limit_is_one_write(db):
+    q = db.create_bucket("Q", type="fifo")
+    docs = [_doc_of_size(1024 * 1024, f"k{i}") for i in range(12)]  # 12 MiB in one batch
+    assert q.batch_push(docs) == 12
+    assert [d["_id_"] for d in q.pop(12)] == [f"k{i}" for i in range(12)]

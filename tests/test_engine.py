@@ -350,3 +350,150 @@ def test_engine_sync_flushes_every_log_written_since_the_last(tmp_path):
         assert not any(wal.unflushed() for wal in logs)
     finally:
         engine.close()
+
+
+# ---- names, options, concurrent drops (audit) ----------------------------------------------------
+
+@pytest.mark.parametrize("name", ["abc\n", "Users\n", "a\nb", "a\x00b", "a.b", "a/b", "..", "x" * 65, "ß"])
+def test_a_name_with_a_newline_or_a_path_character_is_refused_and_makes_no_folder(client, tmp_path, name):
+    with pytest.raises(errors.InvalidNameError, match="a letter, then letters"):
+        client["app"].create_bucket(name, type="fifo")
+    with pytest.raises(errors.InvalidNameError):
+        client[name].create_bucket("Q", type="fifo")
+    with pytest.raises(errors.InvalidNameError):
+        client["app"].create_bucket("H", store_fields=[{"name": name, "type": "fifo"}])
+    assert client.databases() == []
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["LOCK", "catalog"]
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"ttl_sweep_seconds": float("inf")}, "finite"), ({"ttl_sweep_seconds": float("nan")}, "finite"),
+    ({"ttl_sweep_budget_seconds": float("nan")}, "finite"), ({"ttl_sweep_seconds": -1}, "≥ 0"),
+    ({"segment_size": 1}, "at least 4096"), ({"segment_size": 4095}, "at least 4096"),
+    ({"max_peek": 0}, "positive integer"), ({"sync": "yes"}, "true or false"),
+])
+def test_a_bad_database_option_value_is_refused_saying_what_is_accepted(tmp_path, options, words):
+    with pytest.raises(errors.BadValueError, match=words):
+        hoarddb.open(tmp_path / "data", **options)
+    with hoarddb.open(tmp_path / "data"):  # nothing was left locked
+        pass
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-3", "soon"])
+def test_a_bad_sweep_interval_in_the_environment_is_refused(tmp_path, monkeypatch, raw):
+    monkeypatch.setenv("HOARDDB_TTL_SWEEP_SECONDS", raw)
+    with pytest.raises(errors.BadValueError, match="HOARDDB_TTL_SWEEP_SECONDS"):
+        hoarddb.open(tmp_path / "data")
+
+
+@pytest.mark.parametrize("kind", ["hash", "fifo", "heap"])
+def test_threads_using_a_bucket_another_thread_drops_and_recreates_hear_only_bucket_not_found(tmp_path, kind):
+    """Operations racing a drop and re-create of their bucket either run or are refused with
+    BUCKET_NOT_FOUND: never a closed store's error, a half-written file of the dropped bucket,
+    nor a dropped bucket's store kept (and its folder re-made) for the next bucket of that name."""
+    import threading
+
+    c = hoarddb.open(tmp_path / "data")
+    db = c["app"]
+    db.create_bucket("B", type=kind)
+    stop = threading.Event()
+    unexpected: list[BaseException] = []
+
+    def work(i):
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                if kind == "hash":
+                    db.B.insert({"_id_": f"{i}-{n}"})
+                    db.B.get(f"{i}-{n}")
+                else:
+                    db.B.push({"priority": n, "n": n})
+                    db.B.pop()
+                db.B.length()
+                db.buckets()
+            except errors.BucketNotFoundError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - collected, the test fails on them
+                unexpected.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(40):
+            db.drop_bucket("B")
+            db.create_bucket("B", type=kind)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not unexpected, unexpected[:3]
+    db.drop_bucket("B")
+    assert not (tmp_path / "data" / "app" / "B").exists()
+    db.create_bucket("B", type=kind)
+    assert db.B.length() == 0
+    c.close()
+    with hoarddb.open(tmp_path / "data") as again:
+        assert again["app"].B.length() == 0
+
+
+def test_a_call_that_read_the_declaration_before_a_drop_does_not_reopen_the_bucket(client, tmp_path):
+    engine = client._executor
+    client["app"].create_bucket("Q", type="fifo")
+    decl = engine.catalog.bucket("app", "Q")  # as a call that read it just before the drop
+    client["app"].drop_bucket("Q")
+    with pytest.raises(errors.BucketNotFoundError):
+        engine._store("app", "Q", decl)
+    assert not (tmp_path / "data" / "app" / "Q").exists()
+
+
+def test_catalog_lists_while_another_thread_creates_and_drops(tmp_path):
+    import threading
+
+    client = hoarddb.open(tmp_path / "data", sync=False)  # quick changes: many of them land mid-listing
+    db = client["app"]
+    for i in range(150):  # a listing long enough for a change to land in the middle of it
+        client["other"].create_bucket(f"B{i}", type="fifo")
+    stop = threading.Event()
+    unexpected: list[BaseException] = []
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                db.create_bucket(f"T{i % 7}", type="fifo")
+                db.drop_bucket(f"T{(i + 3) % 7}")
+            except (errors.BucketExistsError, errors.BucketNotFoundError):
+                pass
+            except BaseException as e:  # noqa: BLE001
+                unexpected.append(e)
+
+    def listing():
+        for _ in range(4000):
+            try:
+                db.buckets()
+                db.Nope.length()  # refused naming the buckets there are: a listing too
+                client.databases()
+            except (errors.BucketNotFoundError, errors.DatabaseNotFoundError):
+                pass
+            except BaseException as e:  # noqa: BLE001
+                unexpected.append(e)
+
+    churner = threading.Thread(target=churn)
+    listers = [threading.Thread(target=listing) for _ in range(3)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often: inside a listing too
+    churner.start()
+    try:
+        for t in listers:
+            t.start()
+        for t in listers:
+            t.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        churner.join(60)
+        client.close()
+    assert not unexpected, unexpected[:3]

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from ..api import Client
+from ..errors import ClosedError
 from .connection import Connection, RemoteExecutor
 from .options import ConnectOptions
 
@@ -36,6 +37,8 @@ def pipeline(client: Client, requests: list[dict]) -> list:
     for request in requests:  # embedded: nothing to save, same answers
         try:
             out.append(executor.execute(request))
+        except ClosedError:
+            raise  # a closed client answers nothing, as the remote pipeline raises
         except Exception as e:  # noqa: BLE001 - handed back, as the remote pipeline does
             out.append(e)
     return out

@@ -29,8 +29,8 @@ from typing import Any, Iterator
 
 from .. import busypoll, operations
 from ..chunks import chunks
-from ..errors import (BadValueError, ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_,
-                      error_from_answer)
+from ..errors import (BadValueError, ClosedError, ConnectionError_, HoardError, InvalidArgumentError, ProtocolError,
+                      TimeoutError_, error_from_answer)
 from ..wire.framing import FrameReader, decode_frame, decode_frames, split_frames
 from ..wire.messages import CHUNK_SIZE, INLINE_BLOB_MAX
 from ..wire.protocol import ClientProtocol, State
@@ -358,8 +358,8 @@ class RemoteExecutor:
 
     def execute(self, request: dict) -> dict:
         """Run one operation on the server; its answer, or its error raised as the engine would."""
-        if not isinstance(request, Mapping):
-            raise BadValueError("an operation is a document such as {op: \"list_databases\"}")
+        if not isinstance(request, Mapping) or not isinstance(request.get("op"), str):
+            raise InvalidArgumentError(operations.REQUEST_SHAPE)  # as the engine says it
         with self._lock:
             fresh = self._conn is None or self._conn.closed
             try:

@@ -18,6 +18,7 @@ environment variable HOARDDB_PASSWORD, so it need not be on a command line.
 
 from __future__ import annotations
 
+import math
 import os
 import ssl
 from dataclasses import dataclass, fields, replace
@@ -58,8 +59,14 @@ class ConnectOptions:
     def from_url(cls, url: str | None = None, **overrides) -> "ConnectOptions":
         """Options from a ``hoarddb://`` URL, then keyword overrides (None means not given)."""
         values: dict = {}
+        if url is not None and not isinstance(url, str):
+            raise BadValueError(f"a hoardDB URL is a string such as hoarddb://127.0.0.1:{DEFAULT_PORT}/; got {url!r}")
         if url:
-            parts = urlsplit(url)
+            try:
+                parts = urlsplit(url)
+            except ValueError as exc:  # an unclosed [IPv6 bracket...
+                raise BadValueError(f"{url!r} is not a valid URL ({exc}); a hoardDB URL is such as "
+                                    f"hoarddb://user@host:{DEFAULT_PORT}/") from None
             if parts.scheme != SCHEME:
                 raise BadValueError(f"a hoardDB URL starts with {SCHEME}://, such as hoarddb://127.0.0.1:{DEFAULT_PORT}; "
                                     f"got {url!r}")
@@ -69,7 +76,7 @@ class ConnectOptions:
                 port = parts.port
             except ValueError:
                 raise BadValueError(f"the port in {url!r} is not a number 1-65535") from None
-            if port:
+            if port is not None:  # :0 too, for check() to refuse rather than to mean the default
                 values["port"] = port
             if parts.username:
                 values["user"] = unquote(parts.username)
@@ -168,10 +175,11 @@ class ConnectOptions:
 
 def _convert(key: str, value):
     if key == "port":
-        try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().isdigit():
             return int(value)
-        except (TypeError, ValueError):
-            raise BadValueError(f"port must be a number, got {value!r}") from None
+        raise BadValueError(f"port must be a whole number 1..65535, got {value!r}")
     if key == "insecure":
         if isinstance(value, bool):
             return value
@@ -191,7 +199,7 @@ def _convert(key: str, value):
             number = float(value)
         except (TypeError, ValueError):
             raise BadValueError(f"{key} must be a number of seconds, got {value!r}") from None
-        if number <= 0:
-            raise BadValueError(f"{key} must be > 0 seconds, got {value!r}")
+        if not 0 < number < math.inf:  # NaN fails this too
+            raise BadValueError(f"{key} must be a finite number of seconds > 0, got {value!r}")
         return number
     return value if value is None else str(value)

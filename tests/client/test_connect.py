@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 
 import pytest
@@ -68,3 +69,29 @@ def test_restart_gives_a_clear_error_then_reconnects(tmp_path):
         c.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("url, overrides, words", [
+    ("hoarddb://h:0/", {}, "port must be 1..65535, got 0"),
+    ("hoarddb://h/", {"port": True}, "port must be a whole number"),
+    ("hoarddb://h/", {"port": 7070.5}, "port must be a whole number"),
+    ("hoarddb://h/", {"port": "70x"}, "port must be a whole number"),
+    ("hoarddb://h/?timeout=nan", {}, "timeout must be a finite number"),
+    ("hoarddb://h/?timeout=inf", {}, "timeout must be a finite number"),
+    ("hoarddb://h/?connect_timeout=nan", {}, "connect_timeout must be a finite number"),
+    ("hoarddb://h/", {"timeout": float("nan")}, "timeout must be a finite number"),
+    ("hoarddb://h/?timeout=0", {}, "timeout must be a finite number of seconds > 0"),
+    ("hoarddb://[::1/", {}, "is not a valid URL"),
+    (5, {}, "a hoardDB URL is a string"),
+])
+def test_bad_option_values_are_refused_with_a_clear_error(url, overrides, words):
+    with pytest.raises(BadValueError, match=re.escape(words)):
+        ConnectOptions.from_url(url, **overrides)
+    with pytest.raises(BadValueError, match=re.escape(words)):
+        hoarddb.connect(url, **overrides)  # before any connection is tried
+
+
+def test_good_option_values_still_bind():
+    assert ConnectOptions.from_url("hoarddb://h:7071/", port="7072").port == 7072
+    assert ConnectOptions.from_url("hoarddb://[::1]:7071/").address == "[::1]:7071"
+    assert ConnectOptions.from_url("hoarddb://h/?timeout=0.5&connect_timeout=2").timeout == 0.5
