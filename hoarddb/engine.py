@@ -306,33 +306,8 @@ class Engine:
 
     def _create_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
-        raw = request.get("options") or {}
-        if not isinstance(raw, dict):
-            raise InvalidArgumentError("create_bucket: 'options' must be a document such as {type: \"fifo\"}")
-        type_name = raw.get("type", "hash")
-        cls = store_class(type_name)
-        accepted = {**COMMON_BUCKET_OPTIONS, **cls.bucket_options}
-        for key in raw:
-            if key not in accepted:
-                raise UnknownOptionError(
-                    f"unknown option {key!r} for a {type_name} bucket; accepted: {', '.join(sorted(accepted))}"
-                )
-        warnings: list[str] = []
-        options = {k: v for k, v in raw.items() if k not in COMMON_BUCKET_OPTIONS}
-        options = cls.validate_options(options)
-        fields = _check_fields(raw.get("fields") or [], warnings)
-        store_fields = _check_store_fields(raw.get("store_fields") or [], type_name)
-        indexes, index_warnings = declare_indexes(
-            type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]]
-        )
-        warnings.extend(index_warnings)
-        if "placement" in raw:
-            warnings.append("placement is recorded; it takes effect once hoardDB runs as a cluster")
-        declaration = {
-            "name": name, "type": type_name, "options": options, "fields": fields,
-            "store_fields": store_fields, "indexes": indexes,
-            **({"placement": raw["placement"]} if "placement" in raw else {}),
-        }
+        declaration, warnings = declare_bucket(name, request.get("options") or {})
+        type_name = declaration["type"]
         with self._mutex:
             directory = self.path / db / name
             if not self.catalog.has_bucket(db, name) and directory.exists():  # left by a drop that crashed before removing it
@@ -687,6 +662,49 @@ def _db(request: dict) -> str:
 
 def _bucket(request: dict) -> str:
     return check_name(request.get("bucket"), "bucket")
+
+
+def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
+    """The declaration of bucket ``name`` from ``create_bucket``'s options, checked whole, and its
+    warnings; nothing is written (restore checks a dump's declarations with it before loading any)."""
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError("create_bucket: 'options' must be a document such as {type: \"fifo\"}")
+    type_name = raw.get("type", "hash")
+    cls = store_class(type_name)
+    accepted = {**COMMON_BUCKET_OPTIONS, **cls.bucket_options}
+    for key in raw:
+        if key not in accepted:
+            raise UnknownOptionError(
+                f"unknown option {key!r} for a {type_name} bucket; accepted: {', '.join(sorted(accepted))}"
+            )
+    warnings: list[str] = []
+    options = cls.validate_options({k: v for k, v in raw.items() if k not in COMMON_BUCKET_OPTIONS})
+    fields = _check_fields(raw.get("fields") or [], warnings)
+    store_fields = _check_store_fields(raw.get("store_fields") or [], type_name)
+    indexes, index_warnings = declare_indexes(
+        type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]]
+    )
+    warnings.extend(index_warnings)
+    stores = {f["name"]: f["type"] for f in store_fields}
+    for f in fields:
+        if f["name"] in stores:
+            raise BadValueError(f"field {f['name']!r} is declared both as a field and as a {stores[f['name']]} store "
+                                "field; give one of them another name")
+    for ix in indexes:
+        for f in ix["fields"]:
+            if f in stores:
+                raise BadValueError(
+                    f"index {ix['name']!r} covers {f!r}, a {stores[f]} store field: an index covers the document's "
+                    "own fields, never the contents of a store field (find its elements with the store's verbs, "
+                    "or index a field of the document instead)")
+    if "placement" in raw:
+        warnings.append("placement is recorded; it takes effect once hoardDB runs as a cluster")
+    declaration = {
+        "name": name, "type": type_name, "options": options, "fields": fields,
+        "store_fields": store_fields, "indexes": indexes,
+        **({"placement": raw["placement"]} if "placement" in raw else {}),
+    }
+    return declaration, warnings
 
 
 def _check_fields(fields, warnings: list[str]) -> list[dict]:

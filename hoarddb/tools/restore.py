@@ -39,7 +39,7 @@ from bson import json_util
 
 from ..catalog import check_name
 from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, HoardError,
-                      InvalidArgumentError, NotFoundError, UnknownOptionError, VerbNotSupportedError)
+                      InvalidArgumentError, NotFoundError, VerbNotSupportedError)
 from ..operations import STORE_TYPES
 from . import fields as field_contents
 from .batches import BATCH_SIZE, BatchWriter, Stop, blob_data, fewer_collections
@@ -324,20 +324,9 @@ def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None) -
 
 def _check_declaration(type_name: str, options: dict) -> None:
     """Raise the error ``create_bucket`` would raise for this declaration, writing nothing."""
-    from ..engine import COMMON_BUCKET_OPTIONS, _check_fields, _check_store_fields
-    from ..indexes.declaration import declare
-    from ..stores import store_class
+    from ..engine import declare_bucket
 
-    cls = store_class(type_name)
-    accepted = {**COMMON_BUCKET_OPTIONS, **cls.bucket_options}
-    for key in options:
-        if key not in accepted:
-            raise UnknownOptionError(f"unknown option {key!r} for a {type_name} bucket; accepted: "
-                                     f"{', '.join(sorted(accepted))}")
-    cls.validate_options({k: v for k, v in options.items() if k not in COMMON_BUCKET_OPTIONS})
-    fields = _check_fields(options.get("fields") or [], [])
-    _check_store_fields(options.get("store_fields") or [], type_name)
-    declare(type_name, options.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]])
+    declare_bucket("-", {"type": type_name, **options})
 
 
 def _load_entries(bucket, b: DumpedBucket, rep: BucketReport, batch_size: int, progress) -> None:

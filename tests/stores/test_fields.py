@@ -391,3 +391,16 @@ def test_too_many_elements_names_each_full_store_and_its_command(tmp_path):
         assert "Log" not in message  # empty: nothing to do there
         assert message.index("ById") < message.index("Files")  # largest first
         assert b.count() == 1 and b["p1"].ById.length() == 3
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"indices": ["Expenses"]}, "covers 'Expenses', a lifo store field"),
+    ({"indices": [{"fields": ["CompanyID", "Expenses"]}]}, "never the contents of a store field"),
+    ({"fields": [{"name": "Expenses", "type": "string", "keywords": []}]}, "both as a field and as a lifo store"),
+])
+def test_an_index_or_field_line_naming_a_store_field_is_refused(tmp_path, options, says):
+    with hoarddb.open(tmp_path) as c:
+        with pytest.raises(errors.BadValueError) as e:
+            c["app"].create_bucket("P", type="hash", store_fields=[{"name": "Expenses", "type": "lifo"}], **options)
+        assert says in e.value.message
+        assert c.databases() == [] or "P" not in c["app"].buckets()
