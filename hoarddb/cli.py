@@ -39,11 +39,12 @@ def _shell_options(f):
                      help="In a script, run the statements after a failing one too.")(f)
     f = click.option("-e", "--execute", "statement", metavar="STATEMENT",
                      help="Run these statements and exit.")(f)
-    f = click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8"),
+    # surrogateescape: a byte that is not UTF-8 reaches the parser, which refuses it with its position
+    f = click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8", errors="surrogateescape"),
                      help="Run the statements of FILE ('-' for standard input) and exit.")(f)
     f = click.option("--json", "json_mode", is_flag=True,
                      help="Print one line of relaxed Extended JSON per statement.")(f)
-    f = click.option("--data", "data", metavar="DIR", type=click.Path(file_okay=False),
+    f = click.option("--data", "data", metavar="DIR", type=click.Path(),  # a file: refused by the open, status 1
                      help="The data directory of an embedded database (created if missing).")(f)
     return f
 

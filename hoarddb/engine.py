@@ -66,9 +66,16 @@ class Engine:
     def __init__(self, path, options: Options | None = None):
         self.path = Path(path)
         self.options = options or Options()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = DirectoryLock(self.path)
-        self._lock.acquire()
+        try:
+            if self.path.exists() and not self.path.is_dir():
+                raise StorageError(f"cannot open data directory {self.path}: it is a file, not a directory; "
+                                   "give the path of a directory (it is created if missing)")
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = DirectoryLock(self.path)
+            self._lock.acquire()
+        except OSError as exc:
+            raise StorageError(f"cannot open data directory {self.path}: {exc.strerror or exc}; give a directory "
+                               "this user may create and write (it is created if missing)") from None
         try:
             self.catalog = Catalog(self.path, sync=self.options.sync)
         except BaseException:

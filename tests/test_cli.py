@@ -79,6 +79,22 @@ def test_a_locked_data_directory_is_an_error(tmp_path):
     assert json.loads(result.output)["codeName"] == "DATA_DIR_LOCKED"
 
 
+def test_a_data_directory_that_cannot_be_opened_exits_1_with_an_answer(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for data in (tmp_path / "file", tmp_path / "file" / "below"):
+        result = invoke(main, ["shell", "--data", str(data), "--json", "-e", "show databases"])
+        assert result.exit_code == 1, result.output
+        assert json.loads(result.output)["codeName"] == "STORAGE_ERROR"
+
+
+def test_a_script_that_is_not_utf8_is_refused_with_a_position(tmp_path):
+    (tmp_path / "s.hql").write_bytes(b'show databases\nuse app; db.X.\xff\n')
+    result = invoke(main, ["shell", "--data", str(tmp_path / "d"), "--json", "-f", str(tmp_path / "s.hql")])
+    assert result.exit_code == 1
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert lines[0]["ok"] == 1 and lines[-1]["ok"] == 0 and "line 2, column 15" in lines[-1]["message"]
+
+
 def test_tour_calls_the_tour(tmp_path, monkeypatch):
     import hoarddb.tour
 

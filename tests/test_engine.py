@@ -173,8 +173,19 @@ def test_second_process_is_refused_naming_the_holder(tmp_path):
 
 def test_second_open_in_the_same_process_is_refused(tmp_path):
     with hoarddb.open(tmp_path):
-        with pytest.raises(errors.DataDirLockedError):
+        with pytest.raises(errors.DataDirLockedError) as e:
             hoarddb.open(tmp_path)
+        assert "open already in this process" in e.value.message
+
+
+def test_a_data_directory_that_cannot_be_made_is_a_storage_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(errors.StorageError) as e:
+        hoarddb.open(tmp_path / "file")
+    assert "it is a file, not a directory" in e.value.message
+    with pytest.raises(errors.StorageError) as e:
+        hoarddb.open(tmp_path / "file" / "below")
+    assert "cannot open data directory" in e.value.message and "Not a directory" in e.value.message
 
 
 def test_stats_shape(db):

@@ -29,6 +29,12 @@ class DirectoryLock:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
+            if holder == str(os.getpid()):
+                raise DataDirLockedError(
+                    f"data directory {self.path.parent} is open already in this process; use the client that "
+                    "opened it (one hoarddb.open per directory and process), or close it first",
+                    pid=holder,
+                ) from None
             raise DataDirLockedError(
                 f"data directory {self.path.parent} is open in another process (pid {holder}); "
                 "close that process, or connect to it as a server instead of opening the directory",
