@@ -33,6 +33,7 @@ from bson.regex import Regex
 from bson.timestamp import Timestamp
 
 from ..errors import HoardError
+from ..values.literal import format_key, quote
 from .literals import INT64_MAX, INT64_MIN
 
 #: Bytes up to this many print in full as BinData(0, "..."); longer ones as a summary.
@@ -45,40 +46,8 @@ WIDTH = 100
 JSON_OPTIONS = JSONOptions(json_mode=JSONMode.RELAXED, uuid_representation=UuidRepresentation.STANDARD,
                            tz_aware=True, tzinfo=datetime.timezone.utc)
 
-_NAME = r"(?:\$|[^\W\d])[\w$]*"
-_BARE_KEY = re.compile(rf"{_NAME}(?:\.{_NAME})*\Z")
-
 
 # ---- values ----------------------------------------------------------------------------
-
-def quote(text: str) -> str:
-    """``text`` as a double-quoted HQL string."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif code < 0x20 or code == 0x7F or 0xD800 <= code < 0xE000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def format_key(key: Any) -> str:
-    """A document key, bare when HQL reads it back bare (``Name``, ``$set``, ``a.b``), else quoted."""
-    key = str(key)
-    return key if _BARE_KEY.match(key) else quote(key)
-
 
 def format_date(value: datetime.datetime) -> str:
     """``ISODate("2026-09-29T10:00:00Z")``, with milliseconds (or microseconds) only when present."""

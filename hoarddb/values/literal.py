@@ -25,7 +25,8 @@ _BARE_KEY = re.compile(r"(?:\$|[^\W\d])[\w$]*(?:\.(?:\$|[^\W\d])[\w$]*)*\Z")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
+    """``text`` as a double-quoted HQL string (the shell's printer writes strings so too)."""
     out = ['"']
     for ch in text:
         code = ord(ch)
@@ -39,9 +40,10 @@ def _quote(text: str) -> str:
     return "".join(out)
 
 
-def _key(key) -> str:
+def format_key(key) -> str:
+    """A document key, bare when HQL reads it back bare (``Name``, ``$set``, ``a.b``), else quoted."""
     key = str(key)
-    return key if _BARE_KEY.match(key) else _quote(key)
+    return key if _BARE_KEY.match(key) else quote(key)
 
 
 def _bytes(data: bytes, subtype: int) -> str:
@@ -57,9 +59,9 @@ def literal(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Code):  # a str subclass
-        return f"Code({_quote(str(value))})" if value.scope is None else f"Code({_quote(str(value))}, {literal(value.scope)})"
+        return f"Code({quote(str(value))})" if value.scope is None else f"Code({quote(str(value))}, {literal(value.scope)})"
     if isinstance(value, str):
-        return _quote(value)
+        return quote(value)
     if isinstance(value, Int64):
         return f"int64({int(value)})"
     if isinstance(value, float):
@@ -92,7 +94,7 @@ def literal(value) -> str:
         flags = rx.flags if isinstance(rx.flags, str) else "".join(
             letter for letter, bit in (("i", re.I), ("l", re.L), ("m", re.M), ("s", re.S), ("u", re.U), ("x", re.X))
             if rx.flags & bit)
-        return f"Regex({_quote(rx.pattern)}, {_quote(flags)})"
+        return f"Regex({quote(rx.pattern)}, {quote(flags)})"
     if isinstance(value, MinKey):
         return "MinKey()"
     if isinstance(value, MaxKey):
@@ -100,5 +102,5 @@ def literal(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(literal(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_key(k)}: {literal(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{format_key(k)}: {literal(v)}" for k, v in value.items()) + "}"
     return repr(value)
