@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -97,8 +98,9 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 raise BadValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout"):
-            if getattr(self, name) < 0:
-                raise BadValueError(f"{name} must be ≥ 0 seconds, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise BadValueError(f"{name} must be a finite number of seconds ≥ 0, got {value!r}")
         if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
             raise BadValueError(f"busy_poll must be 0..{MAX_BUSY_POLL} microseconds (0 turns it off), "
                                 f"got {self.busy_poll}")
@@ -178,6 +180,9 @@ def is_loopback(host: str) -> bool:
 
 def _convert(f, value: Any, where: str) -> Any:
     kind = f.type if isinstance(f.type, str) else f.type.__name__
+    if value is None:  # a YAML key without a value (`host:`): not the default, not the text "None"
+        raise BadValueError(f"{where} has no value; give one, or leave the option out for its default "
+                            f"({getattr(ServerConfig, f.name)!r})")
     try:
         if kind == "bool":
             if isinstance(value, bool):
@@ -189,14 +194,20 @@ def _convert(f, value: Any, where: str) -> Any:
                 return False
             raise ValueError(value)
         if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
+            if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)  # 1.7 connections is a mistake, not 1
             return int(value)
         if kind == "float":
             if isinstance(value, bool):
                 raise ValueError(value)
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):  # nan would turn every timeout off without a word
+                raise ValueError(value)
+            return number
+        if isinstance(value, (dict, list)):
+            raise ValueError(value)
         return str(value)
     except (TypeError, ValueError):
-        what = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(kind, f"a {kind}")
+        what = {"int": "a whole number", "float": "a finite number", "bool": "true or false",
+                "str": "a text"}.get(kind, f"a {kind}")
         raise BadValueError(f"{where} must be {what}, got {value!r}") from None

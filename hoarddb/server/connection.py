@@ -38,6 +38,10 @@ log = logging.getLogger("hoarddb.server")
 CORK_MAX = 64 * 1024
 #: Upload chunks buffered per upload before the connection stops reading.
 UPLOAD_BUFFER_CHUNKS = 4
+#: Upload bytes buffered per connection (all its uploads together) before it stops reading:
+#: a client that pipelines many uploads, or sends big chunks, holds no more than this
+#: (plus the one message being read).
+UPLOAD_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 class UploadReader:
@@ -57,6 +61,7 @@ class UploadReader:
         self._ended = False
         self._error: HoardError | None = None
         self.received = 0
+        self.buffered = 0  # bytes fed and not read yet
 
     # -- event loop side
 
@@ -65,6 +70,7 @@ class UploadReader:
             if data:
                 self._chunks.append(data)
                 self.received += len(data)
+                self.buffered += len(data)
             self._ended = self._ended or end
             self._cv.notify_all()
 
@@ -75,7 +81,7 @@ class UploadReader:
 
     @property
     def full(self) -> bool:
-        return len(self._chunks) >= UPLOAD_BUFFER_CHUNKS
+        return len(self._chunks) >= UPLOAD_BUFFER_CHUNKS or self.buffered >= UPLOAD_BUFFER_BYTES
 
     @property
     def ended(self) -> bool:
@@ -95,9 +101,10 @@ class UploadReader:
             if 0 < n < len(chunk):
                 self._chunks.appendleft(chunk[n:])
                 chunk = chunk[:n]
-            was_full = len(self._chunks) + 1 >= UPLOAD_BUFFER_CHUNKS
-        if was_full:
-            self._loop.call_soon_threadsafe(self._on_drain)
+            self.buffered -= len(chunk)
+        # the connection may have stopped reading for this upload's bytes, or for its
+        # uploads' together (Connection._uploads_full): let it look again (one call per chunk)
+        self._loop.call_soon_threadsafe(self._on_drain)
         return chunk
 
     def readable(self) -> bool:
@@ -178,10 +185,12 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable.clear()
+        self._maybe_pause()
 
     def resume_writing(self) -> None:
         self.writable.set()
         self._pump()
+        self._maybe_resume()
 
     # -- events from the protocol
 
@@ -231,17 +240,31 @@ class Connection(asyncio.Protocol):
 
     # -- flow control
 
+    def _uploads_full(self) -> bool:
+        """Whether the uploads hold enough unread bytes (one of them, or all together)."""
+        uploads = self.uploads
+        if not uploads:
+            return False
+        return any(u.full for u in uploads.values()) or sum(u.buffered for u in uploads.values()) >= UPLOAD_BUFFER_BYTES
+
+    def _must_wait(self) -> bool:
+        """Whether to stop reading: requests queued past max_pipeline, uploads the engine has not
+        caught up with, or answers the client has not read past write_buffer (refusals the
+        protocol answers itself, such as a flood of hellos, would otherwise pile up unsent)."""
+        return (len(self.queue) >= self.config.max_pipeline or self._uploads_full()
+                or not self.writable.is_set())
+
     def _maybe_pause(self) -> None:
-        if self._reading_paused or self.transport is None:
+        if self._reading_paused or self.transport is None or self.closed:
             return
-        if len(self.queue) >= self.config.max_pipeline or (self.uploads and any(u.full for u in self.uploads.values())):
+        if self._must_wait():
             self._reading_paused = True
             self.transport.pause_reading()
 
     def _maybe_resume(self) -> None:
         if not self._reading_paused or self.closed or self.draining:
             return
-        if len(self.queue) < self.config.max_pipeline and not (self.uploads and any(u.full for u in self.uploads.values())):
+        if not self._must_wait():
             self._reading_paused = False
             self.transport.resume_reading()
 

@@ -153,6 +153,12 @@ class _Hot:
         yield polls
 
 
+#: Seconds a client of /metrics or /healthz has to send its request line and headers.
+HEAD_TIMEOUT = 5.0
+#: Header lines read after the request line before the request is dropped.
+MAX_HEADER_LINES = 100
+
+
 class MetricsEndpoint:
     """MetricsEndpoint serves GET /metrics and GET /healthz over plain HTTP/1.0.
 
@@ -170,11 +176,19 @@ class MetricsEndpoint:
         self._server = await asyncio.start_server(self._handle, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
 
+    async def _read_head(self, reader: asyncio.StreamReader) -> bytes:
+        """The request line; the headers after it are skipped (at most MAX_HEADER_LINES)."""
+        line = await reader.readline()
+        for _ in range(MAX_HEADER_LINES):
+            if (await reader.readline()) in (b"\r\n", b"\n", b""):
+                return line
+        raise ValueError("too many header lines")
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass
+            # one deadline for the whole head: a client trickling header lines (slowloris)
+            # cannot hold the connection open, and a scrape needs a few hundred bytes
+            line = await asyncio.wait_for(self._read_head(reader), HEAD_TIMEOUT)
             parts = line.decode("latin-1").split()
             path = parts[1].split("?")[0] if len(parts) >= 2 else ""
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
@@ -191,8 +205,8 @@ class MetricsEndpoint:
                     "Connection: close\r\n\r\n").encode()
             writer.write(head + (body if parts and parts[0] != "HEAD" else b""))
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, UnicodeError):
-            pass
+        except (asyncio.TimeoutError, ConnectionError, UnicodeError, ValueError):
+            pass  # ValueError: a line over the reader's limit, or too many of them
         except Exception:  # never let a scrape take the server down
             log.exception("metrics endpoint failed")
         finally:

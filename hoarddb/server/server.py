@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import __version__, operations
 from ..engine import Engine
-from ..errors import (ConnectionError_, HoardError, InternalError, TimeoutError_)
+from ..errors import (ConnectionError_, HoardError, InternalError, StorageError, TimeoutError_)
 from ..options import Options
 from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Request
@@ -133,7 +133,10 @@ class Server:
         self._idle_event = asyncio.Event()
         data = Path(self.config.data)
         group = self.config.group_commit and hasattr(Engine, "sync")
-        self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(data, Options(sync=not group)))
+        try:
+            self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(data, Options(sync=not group)))
+        except OSError as exc:  # not a listening problem: say which (run() reports OSErrors as those)
+            raise StorageError(f"cannot open the data directory {data}: {exc}") from None
         try:
             if group:
                 self.committer = GroupCommitter(self.engine, self._syncs, self.metrics, self._answers_together,
@@ -354,6 +357,8 @@ class Server:
         doc = request.doc
         try:
             if request.refusal is not None:  # dispatch authorized it, or kept why not
+                if request.id in conn.uploads:  # a refused upload: its chunks are dropped as they come
+                    conn.finish_upload(request.id)
                 raise request.refusal
             answer = self._visible(conn, doc, self.engine.execute(doc))
         except HoardError as e:

@@ -14,6 +14,7 @@ when it changes. (``_users`` cannot clash with a database: those begin with a le
 
 from __future__ import annotations
 
+import collections
 import datetime
 import fcntl
 import hmac
@@ -104,9 +105,14 @@ class UserStore:
 
     def decoy(self, name: str) -> dict:
         """Credentials for an unknown user that look like a real user's and never match."""
-        secret = bytes(self._load().get("secret") or b"") or _PROCESS_SECRET
+        doc = self._load()
+        secret = bytes(doc.get("secret") or b"") or _PROCESS_SECRET
         salt = hmac.new(secret, b"salt:" + name.encode("utf-8", "replace"), hashlib.sha256).digest()[:scram.SALT_BYTES]
-        return {"mechanism": scram.MECHANISM, "salt": salt, "iterations": scram.DEFAULT_ITERATIONS,
+        # the iteration count the real users have (the commonest), so that it does not tell an
+        # unknown name from a known one
+        counts = collections.Counter(u["credentials"]["iterations"] for u in doc.get("users", []))
+        iterations = counts.most_common(1)[0][0] if counts else scram.DEFAULT_ITERATIONS
+        return {"mechanism": scram.MECHANISM, "salt": salt, "iterations": iterations,
                 "stored_key": os.urandom(32), "server_key": os.urandom(32)}
 
     # -- writing (each change is a read-modify-write under the file lock)

@@ -33,8 +33,10 @@ class FrameReader:
     one partial message plus what was fed and not yet taken.
     """
 
-    def __init__(self, max_size: int = MAX_MESSAGE_SIZE):
+    def __init__(self, max_size: int = MAX_MESSAGE_SIZE, limit_note: str = ""):
         self.max_size = max_size
+        #: Said after the limit when a message is over it (why the limit is what it is now).
+        self.limit_note = limit_note
         self._buf = bytearray()
         self._pos = 0
 
@@ -63,8 +65,8 @@ class FrameReader:
             return None
         length = _LENGTH.unpack_from(buf, pos)[0]
         if length < MIN_DOCUMENT or length > self.max_size:
-            raise ProtocolError(_bad_length(length, self.max_size, bytes(self._buf[self._pos:self._pos + 8])),
-                                length=length)
+            raise ProtocolError(_bad_length(length, self.max_size, bytes(self._buf[self._pos:self._pos + 8]),
+                                            self.limit_note), length=length)
         end = pos + length
         if len(buf) < end:
             return None
@@ -130,7 +132,7 @@ def encode_message(doc: dict, max_size: int = MAX_MESSAGE_SIZE) -> bytes:
     return data
 
 
-def _bad_length(length: int, limit: int, head: bytes) -> str:
+def _bad_length(length: int, limit: int, head: bytes, note: str = "") -> str:
     if head[:1] in (b"\x15", b"\x16") and head[1:2] == b"\x03":
         return ("received a TLS record where a BSON message was expected: the peer speaks TLS; "
                 "connect with TLS (leave out -insecure), or start the server without --insecure")
@@ -139,4 +141,4 @@ def _bad_length(length: int, limit: int, head: bytes) -> str:
                 "hoardDB protocol (the metrics are on --metrics-port)")
     if length < MIN_DOCUMENT:
         return f"a message declares {length} bytes; a BSON document has at least {MIN_DOCUMENT}"
-    return f"a message declares {length} bytes, over the {limit}-byte limit of one message"
+    return f"a message declares {length} bytes, over the {limit}-byte limit of one message{note}"

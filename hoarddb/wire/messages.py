@@ -30,6 +30,10 @@ DEFAULT_PORT = 7070
 DEFAULT_METRICS_PORT = 7071
 #: The largest message: a document at the 16 MiB limit plus room for its request around it.
 MAX_MESSAGE_SIZE = MAX_DOCUMENT_SIZE + 64 * 1024
+#: The largest message a server reads before the connection is READY (hello and the SCRAM
+#: messages are a few hundred bytes): a client that has not logged in cannot make the
+#: server hold a 16 MiB message for it.
+HANDSHAKE_MAX_MESSAGE = 16 * 1024
 #: Bytes of blob data in one chunk message, both ways.
 CHUNK_SIZE = 1024 * 1024
 #: Blob data up to this size travels inside its ``put`` request; more is uploaded in chunks.

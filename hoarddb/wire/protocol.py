@@ -29,8 +29,8 @@ from ..errors import (AuthFailedError, ConnectionError_, HoardError, ProtocolErr
                       error_from_answer)
 from . import scram
 from .framing import FrameReader, decode_frame, encode_message
-from .messages import (AUTH_CONTINUE, AUTH_START, CHUNK, HELLO, MAX_MESSAGE_SIZE, PROTOCOL_VERSION,
-                       SCRAM_SHA_256, error_answer, valid_id)
+from .messages import (AUTH_CONTINUE, AUTH_START, CHUNK, HANDSHAKE_MAX_MESSAGE, HELLO, MAX_MESSAGE_SIZE,
+                       PROTOCOL_VERSION, SCRAM_SHA_256, error_answer, valid_id)
 
 
 class State(enum.Enum):
@@ -118,7 +118,10 @@ class ServerProtocol:
         self.max_auth_attempts = max_auth_attempts
         self.principal: Principal | None = None
         self.auth_failures = 0
-        self._reader = FrameReader(max_message_size)
+        # until the connection is READY its messages are small: a peer that has not logged in
+        # cannot make the server buffer a 16 MiB message (see _ready)
+        self._reader = FrameReader(min(HANDSHAKE_MAX_MESSAGE, max_message_size),
+                                   " before the connection has logged in (hello, auth_start and auth_continue are small)")
         self._scram: scram.ScramServer | None = None
 
     # -- input
@@ -178,7 +181,7 @@ class ServerProtocol:
         events.append(Send(self.encode({"id": request_id, "ok": 1, "result": result})))
         if self.authenticator is None:
             self.principal = Principal(None, [{"role": "admin"}])
-            self.state = State.READY
+            self._ready()
         else:
             self.state = State.AUTHENTICATING
 
@@ -202,7 +205,7 @@ class ServerProtocol:
                     raise ProtocolError("auth_continue before auth_start")
                 final = self._scram.final(payload)
                 self.principal = self.authenticator.principal(self._scram.user)
-                self.state = State.READY
+                self._ready()
                 answer = {"payload": final, "done": True, "user": self.principal.user,
                           "roles": self.principal.roles}
                 self._scram = None
@@ -230,6 +233,11 @@ class ServerProtocol:
         else:
             events.append(Request(request_id, doc))
 
+    def _ready(self) -> None:
+        self.state = State.READY
+        self._reader.max_size = self.max_message_size
+        self._reader.limit_note = ""
+
     # -- output
 
     def encode(self, answer: dict) -> bytes:
@@ -237,7 +245,10 @@ class ServerProtocol:
         try:
             return encode_message(answer, self.max_message_size)
         except HoardError as e:
-            return encode_message(error_answer(answer.get("id"), e), self.max_message_size)
+            try:
+                return encode_message(error_answer(answer.get("id"), e), self.max_message_size)
+            except HoardError:  # the id alone is (nearly) the whole limit: the error cannot carry it
+                return encode_message(error_answer(None, e))
 
     def notice(self, error: HoardError) -> bytes:
         """The bytes of a message the server sends on its own (``id: null``) before closing."""

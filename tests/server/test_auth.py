@@ -121,6 +121,35 @@ def test_authenticate_before_anything(seeded):
         assert c["app"].Users.get("x") is None and "Users" in c["app"].buckets()
 
 
+def _login(raw, user, password):
+    raw.hello()
+    client = scram.ScramClient(user, password)
+    raw.send_doc({"id": 1, "op": "auth_start", "mechanism": "SCRAM-SHA-256", "payload": client.first()})
+    first = raw.recv_doc()
+    raw.send_doc({"id": 2, "op": "auth_continue", "payload": client.final(first["result"]["payload"])})
+    assert raw.recv_doc()["ok"] == 1
+
+
+def test_a_refused_upload_does_not_hold_the_connection(seeded):
+    """A put with upload: true that the user may not run is refused; the chunks the client
+    sends after it are dropped and the connection goes on (it used to stop reading for good
+    once four chunks were buffered for an upload that would never run)."""
+    with connect(seeded, "admin", "admin-pw") as admin:
+        admin["app"].create_bucket("Files", type="blob")
+    with RawConnection("127.0.0.1", seeded.port, tls=True, timeout=30) as raw:
+        _login(raw, "reader", "reader-pw")
+        raw.send_doc({"id": 10, "op": "put", "db": "app", "bucket": "Files", "upload": True, "args": {}})
+        assert raw.recv_doc()["codeName"] == "UNAUTHORIZED"
+        for _ in range(8):
+            raw.send_doc({"id": 10, "op": "chunk", "data": b"y" * 1000})
+        raw.send_doc({"id": 10, "op": "chunk", "data": b"", "end": True})
+        raw.send_doc({"id": 11, "op": "get", "db": "app", "bucket": "Users", "args": {"key": "u1"}})
+        assert raw.recv_doc()["result"]["Name"] == "Jane"
+        assert all(not c.uploads for c in seeded.call(lambda: list(seeded.server.connections)))
+    with connect(seeded, "admin", "admin-pw") as admin:
+        assert admin["app"].Files.length() == 0
+
+
 def test_cli_user_management(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), HOARDDB_PASSWORD="cli-secret-pw")
     data = str(tmp_path / "data")

@@ -212,3 +212,118 @@ def test_metrics_and_healthz(server):
                  "hoarddb_ttl_sweep_documents_total", "hoarddb_ttl_backlog_estimate", "hoarddb_indexes{state=\"ready\"}"):
         assert name in text, name
     assert urllib.request.urlopen(base + "/healthz", timeout=5).read() == b"ok\n"
+
+
+def _send_until_stalled(sock, data: bytes, patience: float = 3.0) -> int:
+    """Send without blocking until all is sent or the server has taken nothing for ``patience`` s."""
+    sock.setblocking(False)
+    view, pos, last = memoryview(data), 0, time.monotonic()
+    while pos < len(view) and time.monotonic() - last < patience:
+        try:
+            n = sock.send(view[pos:pos + 65536])
+        except BlockingIOError:
+            time.sleep(0.01)
+            continue
+        pos, last = pos + n, time.monotonic()
+    return pos
+
+
+def _server_buffers(server) -> tuple[int, int]:
+    """The largest unsent answers of a connection, and the most upload bytes one holds."""
+    def look():
+        conns = list(server.server.connections)
+        return (max((c.transport.get_write_buffer_size() for c in conns), default=0),
+                max((sum(len(b) for u in c.uploads.values() for b in list(u._chunks)) for c in conns), default=0))
+    return server.call(look)
+
+
+def test_answers_the_protocol_gives_itself_stop_reading_when_unread(tmp_path):
+    """A client that sends hellos (each refused with PROTOCOL_ERROR, answered by the protocol
+    itself, not queued) and never reads holds at most about write_buffer bytes of answers:
+    the server stops reading it. It used to read on and buffer every answer."""
+    limit = 256 * 1024
+    with ServerThread(tmp_path / "data", insecure=True, write_buffer=limit) as server:
+        with hoarddb.connect(server.url()) as c:
+            c["fuzz"].create_bucket("Q", type="fifo")
+        raw = RawConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            raw.hello()
+            flood = encode({"id": 1, "op": "hello", "protocol": 1}) * 200_000  # ~8 MB, ~36 MB of refusals
+            sent = _send_until_stalled(raw.sock, flood)
+            assert sent < len(flood), "the server read everything a client that never reads sent"
+            buffered, _ = _server_buffers(server)
+            assert buffered <= limit + 2 * 1024 * 1024  # write_buffer, plus the answers of one read
+            good_client_works(server)
+        finally:
+            raw.close()
+        good_client_works(server)
+
+
+def test_a_connection_that_has_not_logged_in_cannot_announce_a_big_message(server):
+    with RawConnection("127.0.0.1", server.port, timeout=30) as raw:
+        raw.send(struct.pack("<i", 8 * 1024 * 1024) + b"\x00" * 64)
+        answer = raw.recv_doc()  # at once, not the handshake timeout's TIMEOUT
+        assert answer["codeName"] == "PROTOCOL_ERROR" and "logged in" in answer["message"]
+        assert raw.recv_doc() is None
+    good_client_works(server)
+
+
+def test_pipelined_uploads_hold_bounded_memory(tmp_path):
+    """Ten uploads pipelined, the chunks of nine sent while the first waits for its own: the
+    server holds about UPLOAD_BUFFER_BYTES of them, not all (3 chunks an upload, of any size,
+    used to pass under the four-chunk limit)."""
+    upload_buffer = 4 * 1024 * 1024  # connection.UPLOAD_BUFFER_BYTES
+    with ServerThread(tmp_path / "data", insecure=True, idle_timeout=3) as server:
+        with hoarddb.connect(server.url()) as c:
+            c["app"].create_bucket("Files", type="blob")
+        raw = RawConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            raw.hello()
+            out = [encode({"id": 100 + i, "op": "put", "db": "app", "bucket": "Files", "upload": True, "args": {}})
+                   for i in range(10)]
+            big = b"x" * (2 * 1024 * 1024)
+            out += [encode({"id": 100 + i, "op": "chunk", "data": big}) for i in range(1, 10) for _ in range(3)]
+            data = b"".join(out)
+            sent = _send_until_stalled(raw.sock, data)
+            assert sent < len(data)
+            _, held = _server_buffers(server)
+            assert held <= upload_buffer + len(big)
+        finally:
+            raw.close()
+        good_client_works_after(server, "app")
+
+
+def good_client_works_after(server, db) -> None:
+    with hoarddb.connect(server.url(), timeout=10) as c:
+        c[db].create_bucket("After", type="fifo")
+        c[db].After.push({"ok": True})
+        assert c[db].After.pop() == {"ok": True}
+        assert c[db].Files.length() == 0  # no upload was stored
+
+
+def test_the_metrics_endpoint_does_not_wait_forever_for_a_request(server):
+    """A client that trickles header lines (slowloris) or sends endless ones is dropped; the
+    endpoint goes on answering others. Each line used to get a fresh 5 s, without end."""
+    slow = socket.create_connection(("127.0.0.1", server.metrics_port), timeout=30)
+    slow.sendall(b"GET /metrics HTTP/1.0\r\n")
+    endless = socket.create_connection(("127.0.0.1", server.metrics_port), timeout=30)
+    endless.sendall(b"GET /metrics HTTP/1.0\r\n" + b"X-Pad: y\r\n" * 1000)
+    try:
+        closed, deadline = False, time.monotonic() + 60
+        slow.settimeout(0.5)
+        while not closed and time.monotonic() < deadline:
+            try:
+                slow.sendall(b"X-Slow: y\r\n")  # a line every half second
+                closed = slow.recv(65536) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = True
+        assert closed, "a client trickling headers kept the metrics endpoint's connection for a minute"
+        assert endless.recv(65536) == b""  # closed without an answer
+    finally:
+        endless.close()
+        slow.close()
+    base = f"http://127.0.0.1:{server.metrics_port}"
+    assert urllib.request.urlopen(base + "/healthz", timeout=10).read() == b"ok\n"

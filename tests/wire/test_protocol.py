@@ -144,3 +144,29 @@ def test_client_sees_a_server_notice():
     client.start()
     with pytest.raises(ProtocolError):
         client.receive_data(encode({"id": None, "ok": 0, "code": 31, "codeName": "PROTOCOL_ERROR", "message": "x"}))
+
+
+def test_before_login_messages_are_small(authenticator):
+    """A peer that has not logged in cannot make the server hold a 16 MiB message for it:
+    a big length is refused at once, before its bytes arrive; after login it is accepted."""
+    import struct
+    big = struct.pack("<i", 1024 * 1024) + b"\x00" * 100
+    for server, before in ((ServerProtocol(), b""), (ServerProtocol(authenticator=authenticator), hello())):
+        server.receive_data(before)
+        events = server.receive_data(big)
+        (answer,) = answers(events)
+        assert answer["codeName"] == "PROTOCOL_ERROR" and answer["id"] is None
+        assert "logged in" in answer["message"] and isinstance(events[-1], Close)
+    server = ServerProtocol()
+    server.receive_data(hello())
+    assert server.receive_data(big) == []  # READY: a message of 1 MiB is being received
+    assert server.state is State.READY
+
+
+def test_an_answer_whose_id_leaves_no_room_is_still_an_answer():
+    """An id that nearly fills a message: the answer is over the limit, and so would its
+    error be; encode gives an error (without the id) instead of raising into the server."""
+    from hoarddb.wire.messages import MAX_MESSAGE_SIZE
+    server = ServerProtocol()
+    answer = decode_all(server.encode({"id": "i" * (MAX_MESSAGE_SIZE - 100), "ok": 1, "result": "x" * 1000}))[0]
+    assert answer["codeName"] == "DOCUMENT_TOO_LARGE" and answer["id"] is None
