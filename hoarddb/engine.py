@@ -60,6 +60,12 @@ QUICK_READS = frozenset({"peek", "list", "search", "length", "get"})
 QUICK_READ = 100
 
 
+#: What a value nested past what Python's recursion allows hears (a filter or update walked
+#: recursively; MongoDB stops documents at 100 levels).
+TOO_DEEP = ("a document, filter or update is nested too deeply to be handled (several hundred levels); "
+            "keep nesting under 100 levels, as MongoDB does")
+
+
 class Engine:
     """Engine is an open data directory: its lock, its catalog and its open stores."""
 
@@ -182,6 +188,8 @@ class Engine:
                     positional.pop()
                 keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
                 result = getattr(store, op.name)(*positional, **keywords)
+        except RecursionError:
+            raise BadValueError(TOO_DEEP) from None
         except Exception as exc:
             self._check_still_open(db, bucket, store, exc)
             raise
@@ -271,6 +279,8 @@ class Engine:
         store = self._store(db, bucket, decl)
         try:
             result = store.fields.call(request["key"], field, op.name, positional, keywords)
+        except RecursionError:
+            raise BadValueError(TOO_DEEP) from None
         except Exception as exc:
             self._check_still_open(db, bucket, store, exc)
             raise

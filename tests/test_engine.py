@@ -508,3 +508,16 @@ def test_catalog_lists_while_another_thread_creates_and_drops(tmp_path):
         churner.join(60)
         client.close()
     assert not unexpected, unexpected[:3]
+
+
+def test_a_filter_nested_too_deeply_is_a_bad_value_and_writes_nothing(db):
+    b = db.create_bucket("H", type="hash")
+    b.insert({"_id_": 1, "a": 1})
+    deep: dict = {"a": 1}
+    for _ in range(3000):
+        deep = {"$and": [deep]}
+    for call in (lambda: b.find(deep), lambda: b.delete(deep), lambda: b.count(deep)):
+        with pytest.raises(errors.BadValueError) as e:
+            call()
+        assert "nested too deeply" in e.value.message
+    assert b.count() == 1
