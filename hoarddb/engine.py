@@ -27,7 +27,7 @@ from .catalog import Catalog, check_name
 from .indexes.declaration import declare as declare_indexes
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, DatabaseNotFoundError, HoardError,
-                     InvalidArgumentError, StorageError, UnknownOptionError, UnknownVerbError,
+                     InternalError, InvalidArgumentError, StorageError, UnknownOptionError, UnknownVerbError,
                      VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
@@ -458,6 +458,9 @@ class Engine:
                         out.append(self.execute(request))
                     except HoardError as exc:
                         out.append(exc)
+                    except Exception as exc:  # a bug in one write: it alone fails (its child transaction is undone)
+                        log.exception("a write of a group failed: %r", request.get("op"))
+                        out.append(InternalError(f"{type(exc).__name__}: {exc} (please report this)"))
             finally:
                 failure = None
                 for store in grouped:

@@ -246,6 +246,28 @@ def test_execute_group_shares_a_transaction_and_a_refusal_undoes_only_itself(tmp
         assert c["a"].U.count() == 5 and c["a"].H.length() == 3 and c["a"].Q.length() == 1
 
 
+def test_a_bug_in_one_write_of_a_group_fails_that_write_alone(tmp_path, monkeypatch):
+    from hoarddb.engine import Engine
+    from hoarddb.options import Options
+    from hoarddb.stores.hash import HashStore
+
+    engine = Engine(tmp_path, Options(sync=False))
+    client = hoarddb.Client(engine)
+    client["a"].create_bucket("H", type="hash")
+
+    def broken(self, target):  # a bug, halfway through its write
+        return self._write(lambda txn: (txn.put(b"Dzz", b"half"), 1 / 0))
+
+    monkeypatch.setattr(HashStore, "delete", broken)
+    insert = lambda i: {"op": "insert", "db": "a", "bucket": "H", "args": {"doc": {"_id_": i}}}  # noqa: E731
+    answers = engine.execute_group([insert(1), {"op": "delete", "db": "a", "bucket": "H", "args": {"target": 1}},
+                                    insert(2)])
+    assert answers[0]["ok"] == 1 and answers[2]["ok"] == 1
+    assert isinstance(answers[1], errors.InternalError) and "ZeroDivisionError" in answers[1].message
+    assert [d["_id_"] for d in client["a"].H.find()] == [1, 2]  # and nothing of the broken write
+    client.close()
+
+
 def test_execute_group_of_one_write_runs_it_in_its_own_transaction(tmp_path, monkeypatch):
     """A lone client's every write is a group of one: no outer transaction (one commit, not two)."""
     from hoarddb.storage.kv import KV
