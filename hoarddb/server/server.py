@@ -153,6 +153,9 @@ class Server:
                         log.info("created a self-signed TLS certificate %s", cert)
                 context = tls.server_context(cert, key)
                 self.fingerprint = tls.cert_fingerprint(cert)
+                warning = tls.expiry_warning(cert)
+                if warning:
+                    log.warning("%s", warning)
             self._listener = await self.loop.create_server(
                 lambda: Connection(self), self.config.host, self.config.port, ssl=context,
                 ssl_handshake_timeout=self.config.handshake_timeout or None if context else None,

@@ -90,6 +90,31 @@ def cert_fingerprint(cert_path) -> str:
     return fingerprint(ssl.PEM_cert_to_DER_cert(pem[:pem.index("-----END CERTIFICATE-----") + 25]))
 
 
+#: A certificate that ends within this many days is warned about at every start.
+EXPIRY_WARNING_DAYS = 30
+
+
+def expiry_warning(cert_path, now: datetime.datetime | None = None) -> str | None:
+    """What to warn of when the certificate of ``cert_path`` has expired, is not valid yet or
+    ends within EXPIRY_WARNING_DAYS; None when it is fine. Clients that check it against a CA
+    refuse an expired one (clients that pin its fingerprint do not look at its dates)."""
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    if end <= now:
+        return (f"the TLS certificate {cert_path} expired on {end:%Y-%m-%d %H:%M} UTC: clients that verify it "
+                "against a CA refuse to connect; give a renewed one (--tls-cert, --tls-key)")
+    if start > now:
+        return (f"the TLS certificate {cert_path} is not valid before {start:%Y-%m-%d %H:%M} UTC "
+                "(check this machine's clock): clients that verify it refuse to connect until then")
+    if end - now <= datetime.timedelta(days=EXPIRY_WARNING_DAYS):
+        return (f"the TLS certificate {cert_path} expires on {end:%Y-%m-%d %H:%M} UTC, in "
+                f"{(end - now).days} day(s): renew it before then (--tls-cert, --tls-key)")
+    return None
+
+
 def server_context(cert_path, key_path) -> ssl.SSLContext:
     """The server's SSL context: TLS 1.2 or later, the given pair."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -98,3 +98,46 @@ def test_given_certificate_and_restart_keeps_the_generated_one(tmp_path):
         with ServerThread(data) as server:
             prints.append(server.fingerprint)
     assert prints[0] == prints[1]
+
+
+def test_a_certificate_near_or_past_its_end_is_warned_about(tmp_path):
+    import datetime
+
+    from hoarddb.server.tls import expiry_warning
+
+    cert_pem, _ = make_self_signed("127.0.0.1")  # valid from 5 minutes ago for 3,650 days
+    (tmp_path / "c.pem").write_bytes(cert_pem)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert expiry_warning(tmp_path / "c.pem", now) is None
+    soon = expiry_warning(tmp_path / "c.pem", now + datetime.timedelta(days=3640))
+    assert "expires on" in soon and "renew it" in soon
+    assert "expired on" in expiry_warning(tmp_path / "c.pem", now + datetime.timedelta(days=3651))
+    assert "not valid before" in expiry_warning(tmp_path / "c.pem", now - datetime.timedelta(days=1))
+
+
+def test_the_server_warns_at_start_of_an_expired_certificate(tmp_path, caplog):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "expired")])
+    then = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=30)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(then)
+            .not_valid_after(then + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "c.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "k.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    data = tmp_path / "data"
+    add_users(data)
+    with caplog.at_level("WARNING", logger="hoarddb.server"):
+        with ServerThread(data, tls_cert=str(tmp_path / "c.pem"), tls_key=str(tmp_path / "k.pem")) as server:
+            with hoarddb.connect(server.url("admin", "admin-pw")) as client:  # a pinned client does not look at dates
+                client.databases()
+    assert "expired on" in caplog.text and "c.pem" in caplog.text
