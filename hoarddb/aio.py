@@ -446,6 +446,16 @@ class StoreField:
             "key": self._document.key, "field": self.name, "args": args})
         return answer.get("result")
 
+    def __getattr__(self, name: str):
+        """Any other name is sent as it is, as the blocking StoreField does: the engine refuses
+        it saying what to use instead (``update`` on a store field, say)."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def verb(*args, **kwargs):
+            return await self._send(name, {})
+        return verb
+
 
 class _UnknownVerb(UnknownVerbError, AttributeError):
     """An unknown verb is both UnknownVerbError and AttributeError (so hasattr works)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import hoarddb
 import hoarddb.aio
 from hoarddb import errors
 from hoarddb.testing import FaultProxy, ServerThread
@@ -45,6 +46,27 @@ def test_verbs_and_errors(server):
             assert "app" in await client.databases()
             with pytest.raises(errors.VerbNotSupportedError):
                 await users.pop()
+    run(main())
+
+
+def test_store_fields_and_a_verb_they_do_not_have(server):
+    async def main():
+        async with await hoarddb.aio.connect(server.url("admin", "admin-pw")) as client:
+            props = await client["app"].create_bucket("AioProps", type="hash",
+                                                      store_fields=[{"name": "Log", "type": "fifo"}])
+            await props.insert({"_id_": "p1"})
+            log = props["p1"].Log
+            await log.push({"n": 1})
+            assert await log.length() == 1 and await log.peek() == {"n": 1}
+            with pytest.raises(errors.VerbNotSupportedError) as e:  # sent as it is: the engine says what to use
+                await log.update({"n": 2})
+            blocking = hoarddb.connect(server.url("admin", "admin-pw"))
+            try:
+                with pytest.raises(errors.VerbNotSupportedError) as same:
+                    blocking["app"].AioProps["p1"].Log.update({"n": 2})
+            finally:
+                blocking.close()
+            assert e.value.message == same.value.message
     run(main())
 
 
