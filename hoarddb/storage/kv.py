@@ -157,8 +157,10 @@ class KV:
                 self.wal.close()
             self.wal = WriteAheadLog(self.path, self._psize)
         self._last_used = self._used_at_checkpoint = self._used()
-        if replayed or restored or restored is None:
-            self._checkpoint()  # a fresh log whose header is the state on disk now
+        # Always a fresh log whose header is the state on disk now: after a crash even
+        # when nothing was replayed, since the log may hold records past a gap (a power
+        # cut), which appending on in the same generation could line up with and replay.
+        self._checkpoint()
 
     def _open(self, map_size: int) -> lmdb.Environment:
         try:

@@ -186,6 +186,10 @@ class WriteAheadLog:
         self.closed = False              # the newest header was written by a clean close
         self.writing = 1                 # the generation records are appended to
         self.end = self.records_at       # where the next record goes, in that generation's file
+        # How far the next generation is past the newest header's: 3 after a crash (see
+        # read_header), so that records of generation + 1 left by the crash can never be
+        # taken for the new generation's.
+        self._step = 1
         self._unflushed: set[int] = set()  # files appended to since their last fdatasync
         # One flush at a time: a writer that finds nothing left to flush must not return
         # while another writer's fdatasync, which covers its record, is still running.
@@ -240,6 +244,13 @@ class WriteAheadLog:
             return False
         self.generation, self.metas, self.closed = best
         self.writing = self.generation
+        # A crash may have left records of the next generation (a checkpoint in flight):
+        # they are replayed once, and must not be replayed again after newer writes. Were
+        # the next generation numbered generation + 1 again, its records would overwrite
+        # them from the start of that file, and a crash then would replay the new records
+        # and, past them, the old ones (the same generation's crc), undoing the new writes.
+        # So it skips to generation + 3: the same file as + 1, a number no record has.
+        self._step = 1 if self.closed else 3
         return True
 
     def records(self) -> Iterator[list]:
@@ -279,7 +290,7 @@ class WriteAheadLog:
         are flushed first, so that no record of the next generation can reach the disk
         before one of this generation (a replay must never skip a record)."""
         self.flush()  # every record of this generation durable before any of the next
-        self.writing = self.generation + 1
+        self.writing = self.generation + self._step
         self.end = self.records_at
 
     def commit_generation(self, metas: bytes, closed: bool = False) -> None:
@@ -301,6 +312,7 @@ class WriteAheadLog:
             raise StorageError(f"cannot write {self.directory / WAL_NAME}.{gen % 2}: "
                                f"{exc.strerror or exc}; check free disk space") from None
         self.generation, self.metas, self.closed = gen, metas, closed
+        self._step = 1
 
     def append(self, body: bytes) -> int:
         """Write one record (not flushed) of ``body`` (:func:`encode_ops`); returns the
