@@ -341,7 +341,10 @@ class WriteAheadLog:
         then be there after recovery. Said in the log; the write was answered with an error.
         """
         try:
-            os.pwrite(self.fd, bytes(_RECORD.size), at)  # a zero length ends the replay there
+            # All of it zeroed, not just its length: a shorter record written here next would
+            # otherwise leave the end of this one's body (user data) behind it, where a replay
+            # reads on, and a body can be made to look like a record.
+            os.pwrite(self.fd, bytes(max(self.end - at, _RECORD.size)), at)  # a zero length ends the replay
         except OSError as exc:
             log.warning("%s: could not take back the record of a failed commit (%s); a crash before "
                         "the next write would replay it", self.directory, exc.strerror or exc)

@@ -95,6 +95,27 @@ def test_a_new_generation_ignores_the_older_records_it_has_not_overwritten(tmp_p
     again.close()
 
 
+def test_a_record_taken_back_leaves_no_body_a_replay_could_read_as_a_record(tmp_path):
+    import struct
+    import zlib
+
+    wal = new_log(tmp_path)
+    # a value crafted to look like a record of this generation, past where a shorter record ends
+    forged_body = encode_ops([(PUT, b"forged", b"!")])
+    forged = struct.pack("<II", len(forged_body), zlib.crc32(forged_body, zlib.crc32(struct.pack("<Q", wal.writing))))
+    short = encode_ops([(PUT, b"k", b"v")])
+    pad = len(short) + 8 - (len(encode_ops([(PUT, b"k", b"")])) + 8)  # the crafted bytes start where `short` ends
+    failed = encode_ops([(PUT, b"k", b"\0" * pad + forged + forged_body)])
+    at = wal.append(failed)
+    wal.take_back(at)  # its commit failed
+    wal.append(short)
+    wal.flush()
+    wal.close()
+    again = WriteAheadLog.open_existing(tmp_path, PSIZE)
+    assert [[op[1] for op in ops] for ops in again.records()] == [[b"k"]]
+    again.close()
+
+
 def test_a_checkpoint_that_did_not_finish_replays_both_generations(tmp_path):
     wal = new_log(tmp_path, b"\x01" * 2 * PSIZE)  # generation 1
     wal.append(encode_ops([(PUT, b"a", b"1")]))
