@@ -659,10 +659,24 @@ class Engine:
             self._closed = True
         self.sweeper.stop()
         with self._mutex:
-            for key in list(self._stores):
-                self._close_store(*key)
-            self.catalog.close()
-            self._lock.release()
+            # Every store is closed (and so flushed) even when one of them cannot be, and the
+            # lock is released whatever fails: the first failure is raised at the end.
+            failure: BaseException | None = None
+            try:
+                for key in list(self._stores):
+                    try:
+                        self._close_store(*key)
+                    except Exception as exc:
+                        log.error("closing bucket %s.%s failed: %s", key[0], key[1], exc)
+                        failure = failure or exc
+                try:
+                    self.catalog.close()
+                except Exception as exc:
+                    failure = failure or exc
+            finally:
+                self._lock.release()
+            if failure is not None:
+                raise failure
 
 
 def _index_states(store: Store, decl: dict) -> list[dict]:

@@ -543,3 +543,22 @@ def test_a_filter_nested_too_deeply_is_a_bad_value_and_writes_nothing(db):
             call()
         assert "nested too deeply" in e.value.message
     assert b.count() == 1
+
+
+def test_close_closes_every_store_and_releases_the_lock_when_one_fails(tmp_path, monkeypatch):
+    from hoarddb.stores.heap import HeapStore
+
+    c = hoarddb.open(tmp_path, sync=False)
+    c["app"].create_bucket("A", type="heap").push({"priority": 1})
+    c["app"].create_bucket("B", type="hash").insert({"_id_": 1})
+    c["app"].create_bucket("C", type="fifo").push({"n": 1})
+
+    def failing(self):  # a disk that refuses this bucket's last flush
+        raise errors.StorageError("cannot flush: No space left on device")
+
+    monkeypatch.setattr(HeapStore, "close", failing)
+    with pytest.raises(errors.StorageError, match="No space left"):
+        c.close()
+    monkeypatch.undo()
+    with hoarddb.open(tmp_path) as again:  # the lock was released; the other buckets were flushed
+        assert again["app"].B.get(1) == {"_id_": 1} and again["app"].C.length() == 1
