@@ -274,7 +274,13 @@ def test_pipelined_uploads_hold_bounded_memory(tmp_path):
     server holds about UPLOAD_BUFFER_BYTES of them, not all (3 chunks an upload, of any size,
     used to pass under the four-chunk limit)."""
     upload_buffer = 4 * 1024 * 1024  # connection.UPLOAD_BUFFER_BYTES
-    with ServerThread(tmp_path / "data", insecure=True, idle_timeout=3) as server:
+    # The first upload waits for chunks that never come, and the others wait behind it (a
+    # connection's requests run in order), so their chunks can only be buffered. Its wait
+    # must outlast the sender's patience: an idle_timeout as short as that patience (3 s)
+    # ended it first now and then, and the rest was then taken as fast as it came. (Not much
+    # longer: the stop at the end waits for it, as the server reads nothing more from a
+    # connection whose reading is paused, its close included.)
+    with ServerThread(tmp_path / "data", insecure=True, idle_timeout=10) as server:
         with hoarddb.connect(server.url()) as c:
             c["app"].create_bucket("Files", type="blob")
         raw = RawConnection("127.0.0.1", server.port, timeout=10)
