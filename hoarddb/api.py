@@ -274,9 +274,11 @@ def _make_verb(op: operations.Operation, name: str):
         # search(filter), find(filter), count(filter): one dict is what operations.bind
         # would bind to the filter as it is, so the common call skips binding.
         filter_name = first.name
+        check_ints = operations.check_ints
 
         def verb(self, *args, **kwargs):
             if not kwargs and len(args) == 1 and type(args[0]) is dict:
+                check_ints(op, first, args[0])  # all the checking binding would do of a dict
                 return self._call_bound(op, {filter_name: args[0]})
             return self._call(op, args, kwargs)
     else:

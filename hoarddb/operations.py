@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidArgumentError, UnknownVerbError
+from .errors import BadValueError, InvalidArgumentError, UnknownVerbError
 
 #: What an operation document is, said when a request is not one (embedded and remote alike).
 REQUEST_SHAPE = "an operation is a document with a string 'op', such as {op: \"push\", db, bucket, args}"
@@ -283,12 +283,41 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
         ok = isinstance(value, str)
     else:
         ok = True
+    if kind in ("filter", "update", "any") and ok:
+        check_ints(op, p, value)
     if not ok:
         raise InvalidArgumentError(
             f"{op.name}: argument {p.name!r} must be {KINDS[kind]}, got {type(value).__name__}: {value!r:.80} "
             f"— {usage(op)}"
         )
     return value
+
+
+def check_ints(op: Operation, p: Param, value: Any) -> None:
+    """Refuse an integer no BSON value holds (past 64 bits) in a key, filter or update, as a
+    server's client must when it encodes the request: a lookup by it would find nothing
+    embedded, and be refused over the wire. (Documents are refused when they are encoded.)"""
+    if type(value) is int:
+        if -_INT64 <= value < _INT64:
+            return
+        bad = value
+    elif isinstance(value, (Mapping, list, tuple)):
+        bad, todo = None, [value]
+        while todo:
+            v = todo.pop()
+            if isinstance(v, Mapping):
+                todo.extend(v.values())
+            elif isinstance(v, (list, tuple)):
+                todo.extend(v)
+            elif type(v) is int and not -_INT64 <= v < _INT64:
+                bad = v
+                break
+        if bad is None:
+            return
+    else:
+        return
+    raise BadValueError(f"{op.name}: argument {p.name!r} holds an integer BSON cannot store "
+                        f"(64-bit at most, -2**63 to 2**63 - 1): {bad}")
 
 
 def usage(op: Operation) -> str:
@@ -310,6 +339,10 @@ def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | Non
         if not op.unchecked:
             for p, value in zip(op.params, args):
                 _check_kind(op, p, value)
+        else:
+            for p, value in zip(op.params, args):
+                if type(value) is not str:
+                    check_ints(op, p, value)
         return dict(zip(op.param_names, args))
     every = op.params + op.options
     bound: dict[str, Any] = {}

@@ -351,6 +351,21 @@ def test_argument_binding_refusals_name_the_argument_and_show_the_signature(db):
     assert q.length() == 2
 
 
+def test_an_integer_past_64_bits_in_a_key_filter_or_update_is_refused_alike(db):
+    # BSON holds no such integer: over the wire the request could not be sent, so embedded
+    # the same call is refused the same way, not answered "not found"
+    h = db.create_bucket("H", type="hash")
+    b = db.create_bucket("B", type="btree", key="Score")
+    h.insert({"_id_": 1, "a": 1})
+    for call in (lambda: h.get(2 ** 70), lambda: h.find({"a": {"$in": [1, -(2 ** 64)]}}), lambda: h.count({"a": 2 ** 63}),
+                 lambda: h.delete({"_id_": 2 ** 70}), lambda: h.update({"_id_": 1}, {"$set": {"a": 2 ** 65}}),
+                 lambda: b.get(2 ** 64), lambda: b.range({"Score": {"$gte": 2 ** 64}})):
+        with pytest.raises(errors.BadValueError) as e:
+            call()
+        assert "BSON cannot store" in e.value.message and "64-bit" in e.value.message
+    assert h.get(2 ** 63 - 1) is None and h.find({"a": -(2 ** 63)}) == [] and h.get(1) == {"_id_": 1, "a": 1}
+
+
 def test_a_request_that_is_not_an_operation_is_refused_alike(client):
     for request in (5, {"db": "app"}, {"op": 7}):
         with pytest.raises(errors.InvalidArgumentError, match="an operation is a document with a string 'op'"):
