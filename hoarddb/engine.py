@@ -422,6 +422,10 @@ class Engine:
         the end: one commit and one data fsync per bucket for the whole group, instead of
         one per write. Other writes run as ``execute`` runs them. One group at a time.
 
+        Other connections see the writes in the order they came: the open transactions are
+        committed before a write that is visible at once (a queue's, a blob's), and before
+        one that goes back to a bucket after another bucket's was begun.
+
         A group of one write runs as ``execute`` runs it: its own transaction is all the
         sharing there is, and the outer one would cost a second commit (a lone client's
         every write comes this way).
@@ -433,20 +437,31 @@ class Engine:
                 except HoardError as exc:
                     return [exc]
         out: list = []
-        grouped: list[Store] = []
+        grouped: list[Store] = []  # stores whose group is open, in the order they were begun
+        failure: HoardError | None = None
         with self._group_lock:
             try:
                 i = 0
                 while i < len(requests):
-                    run = self._queue_run(requests, i)
-                    if run:  # pushes or pops of one queue in a row: one append, or one take
-                        out += run
-                        i += len(run)
-                        continue
                     request = requests[i]
-                    i += 1
                     try:
                         store = self._group_store(request)
+                    except HoardError:
+                        store = None  # execute refuses it as it would alone
+                    # Others see a group's writes when it ends, store by store in the order
+                    # begun, and a queue's or a blob's at once: end the open groups before a
+                    # write that would otherwise become visible ahead of earlier ones (a job
+                    # pushed after the order it names, a put after a write to another bucket).
+                    if grouped and (store is None or (store in grouped and store is not grouped[-1])):
+                        failure = self._end_groups(grouped) or failure
+                    if store is None:
+                        run = self._queue_run(requests, i)
+                        if run:  # pushes or pops of one queue in a row: one append, or one take
+                            out += run
+                            i += len(run)
+                            continue
+                    i += 1
+                    try:
                         if store is not None and store not in grouped:
                             store._wlock.acquire()
                             try:
@@ -462,17 +477,25 @@ class Engine:
                         log.exception("a write of a group failed: %r", request.get("op"))
                         out.append(InternalError(f"{type(exc).__name__}: {exc} (please report this)"))
             finally:
-                failure = None
-                for store in grouped:
-                    try:
-                        store.kv.end_group()
-                    except HoardError as exc:
-                        failure = exc
-                    finally:
-                        store._wlock.release()
+                failure = self._end_groups(grouped) or failure
                 if failure is not None:  # the group's writes are not known to be on disk
                     out = [failure if not isinstance(a, HoardError) else a for a in out]
         return out
+
+    @staticmethod
+    def _end_groups(grouped: list) -> HoardError | None:
+        """Commit the open groups in the order they were begun and release their stores;
+        the first failure, if any (the list is emptied either way)."""
+        failure = None
+        for store in grouped:
+            try:
+                store.kv.end_group()
+            except HoardError as exc:
+                failure = failure or exc
+            finally:
+                store._wlock.release()
+        grouped.clear()
+        return failure
 
     def _queue_run(self, requests: list, start: int) -> list:
         """The answers of the plain pushes, or plain pops, to one fifo or lifo bucket that
