@@ -60,6 +60,9 @@ clock: Callable[[], float] = time.time
 DEFAULT_LEASE = 30.0
 #: The longest lease one claim or extend may ask for: a day. Longer jobs heartbeat with extend.
 MAX_LEASE = 86_400.0
+#: The shortest: a millisecond. A shorter one (1e-9, 1e-300) vanishes when added to the wall
+#: clock's ~1.7e9 seconds, so the element would be claimable again the moment it was handed out.
+MIN_LEASE = 0.001
 #: The most claimIds one ack or release takes in one write.
 MAX_IDS = 1000
 #: How many dead elements one claim hands to the engine to move.
@@ -94,14 +97,14 @@ def validate_claim_options(options: Mapping[str, Any]) -> None:
 
 
 def check_lease(seconds: Any, what: str = "lease") -> float:
-    """A lease in seconds: a positive number up to a day; None is the default 30 s."""
+    """A lease in seconds: a number from a millisecond up to a day; None is the default 30 s."""
     if seconds is None:
         return DEFAULT_LEASE
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-            or seconds <= 0 or seconds > MAX_LEASE:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or (
+            isinstance(seconds, float) and not math.isfinite(seconds)) or not MIN_LEASE <= seconds <= MAX_LEASE:
         raise BadValueError(
-            f"{what} is a number of seconds, more than 0 and at most {MAX_LEASE:.0f} (a day; heartbeat longer "
-            f"jobs with extend); got {seconds!r}"
+            f"{what} is a number of seconds, at least {MIN_LEASE} and at most {MAX_LEASE:.0f} (a day; heartbeat "
+            f"longer jobs with extend); got {seconds!r:.80}"
         )
     return float(seconds)
 
@@ -112,7 +115,12 @@ def claim_id(key: bytes, token: bytes) -> str:
 
 
 def parse_claim_id(value: Any) -> tuple[bytes, bytes] | None:
-    """``(element key, token)`` of a claimId string, or None when it is not one."""
+    """``(element key, token)`` of a claimId string, or None when it is not one.
+
+    Only the exact string :func:`claim_id` made is one: ``bytes.fromhex`` also reads
+    upper case and spaces, and such a second spelling of one claimId in an ack's list
+    would ack the element twice over (a heap's count of elements would drop by two).
+    """
     if not isinstance(value, str) or value.count(".") != 1:
         return None
     key, token = value.split(".")
@@ -120,7 +128,9 @@ def parse_claim_id(value: Any) -> tuple[bytes, bytes] | None:
         key_b, token_b = bytes.fromhex(key), bytes.fromhex(token)
     except ValueError:
         return None
-    return (key_b, token_b) if key_b and len(token_b) == 8 else None
+    if not key_b or len(token_b) != 8 or claim_id(key_b, token_b) != value:
+        return None
+    return key_b, token_b
 
 
 def claim_ids(value: Any, verb: str) -> tuple[list[str], bool]:
