@@ -197,7 +197,10 @@ class Engine:
             if not self.options.sync:
                 self._mark_dirty(store)
             if op.name == "claim" and (decl.get("options") or {}).get("dead_letter"):
-                self._move_dead_letters(db, bucket, decl, store)  # claim/ack's one hook: see there
+                try:
+                    self._move_dead_letters(db, bucket, decl, store)  # claim/ack's one hook: see there
+                except Exception:  # the claim is made and durable: its caller must still get its claimIds
+                    log.exception("%s.%s: moving elements past max_deliveries failed; they stay held", db, bucket)
             elif op.name == "load" and hasattr(store, "declarations") and store.declarations() != decl.get("indexes"):
                 self.catalog.replace_bucket(db, dict(decl, indexes=store.declarations()))  # a load conflicted an index
                 self._hot.clear()
@@ -235,7 +238,7 @@ class Engine:
         if not pending:
             return
         target = decl["options"]["dead_letter"]
-        moved = False
+        moved: list = []  # the refs pushed into the dead-letter bucket
         try:
             if target == bucket:
                 raise BadValueError("it is the queue itself")
@@ -243,15 +246,32 @@ class Engine:
             if target_decl["type"] not in ("fifo", "lifo", "heap"):
                 raise VerbNotSupportedError(f"it is a {target_decl['type']} bucket, not a fifo, lifo or heap")
             target_store = self._store(db, target, target_decl)
-            target_store.batch_push([doc for _ref, doc in pending])
-            if not self.options.sync:
+            try:
+                target_store.batch_push([doc for _ref, doc in pending])
+                moved = [ref for ref, _doc in pending]
+            except HoardError:  # one element the bucket refuses (a heap needs a priority) holds back none of the others
+                refused = None
+                for ref, doc in pending:
+                    try:
+                        target_store.batch_push([doc])
+                        moved.append(ref)
+                    except HoardError as exc:
+                        refused = refused or exc
+                if refused is not None:
+                    log.error("%s.%s: %d element(s) past max_deliveries stay held: the dead_letter bucket %r refuses "
+                              "them: %s", db, bucket, len(pending) - len(moved), target, refused.message)
+            if moved and not self.options.sync:
                 self._mark_dirty(target_store)
-            moved = True
         except HoardError as exc:
             log.error("%s.%s: %d element(s) past max_deliveries stay held: cannot push them into the dead_letter "
                       "bucket %r: %s", db, bucket, len(pending), target, exc.message)
         finally:
-            store.finish_dead_letters([ref for ref, _doc in pending], moved)
+            if moved:
+                store.finish_dead_letters(moved, True)
+            done = set(moved)  # refs are element keys: one each
+            rest = [ref for ref, _doc in pending if ref not in done]
+            if rest:
+                store.finish_dead_letters(rest, False)
 
     def _field_verb(self, name: str, request: dict) -> Any:
         """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""

@@ -496,6 +496,19 @@ def test_a_dead_letter_bucket_that_refuses_the_elements_leaves_them_held(db, clo
     assert db.Dead.length() == 0 and jobs.stats()["claimed"] == 1
 
 
+def test_one_element_the_dead_letter_bucket_refuses_holds_back_none_of_the_others(db, clock, caplog):
+    db.create_bucket("Dead", type="heap")
+    jobs = db.create_bucket("Jobs", type="fifo", max_deliveries=1, dead_letter="Dead")
+    jobs.batch_push([{"task": "a", "priority": 1}, {"task": "b"}, {"task": "c", "priority": 3}])
+    jobs.claim(limit=3, lease=1)
+    clock.tick(2)
+    with caplog.at_level(logging.ERROR, logger="hoarddb.engine"):
+        assert jobs.claim() == []
+    assert "1 element(s) past max_deliveries stay held" in caplog.text and "priority" in caplog.text
+    assert sorted(d["task"] for d in db.Dead.peek(10)) == ["a", "c"]
+    assert jobs.stats()["claimed"] == 1  # b waits, held, for a bucket that takes it
+
+
 def test_a_queue_cannot_be_its_own_dead_letter_bucket(db, clock, caplog):
     jobs = db.create_bucket("Jobs", type="fifo", max_deliveries=1, dead_letter="Jobs")
     jobs.push(el(0))
