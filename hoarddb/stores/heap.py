@@ -215,14 +215,17 @@ class HeapStore(ClaimVerbs, KVStore):
 
     def length(self):
         """How many elements are ready, with answer fields ``ready`` and ``claimed`` (held by claims)."""
-        _again, held = self._claim_counts()
-        ready = self._count - held
+        with self._mutex:  # the count and the claims of one moment (an ack changes both under it)
+            _again, held = self._claim_counts()
+            ready = self._count - held
         return Reply(ready, ready=ready, claimed=held)
 
     def stats(self) -> dict:
         """``{"entries": ready, "claimed": held by claims, "bytes": bytes on disk}``."""
-        _again, held = self._claim_counts()
-        return {"entries": self._count - held, "claimed": held, "bytes": directory_bytes(self.directory)}
+        with self._mutex:
+            _again, held = self._claim_counts()
+            ready = self._count - held
+        return {"entries": ready, "claimed": held, "bytes": directory_bytes(self.directory)}
 
     def _ordered(self, skip: int, limit: int) -> list[dict]:
         with self._mutex, self.kv.read() as txn:
