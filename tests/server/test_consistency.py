@@ -219,7 +219,12 @@ def test_concurrent_pipelines_share_groups_and_each_answers_as_if_alone(server, 
         except BaseException as e:  # noqa: BLE001
             failures.append(e)
 
-    threads = [threading.Thread(target=run, args=(c,)) for c in range(n)]
+    _run_all(run, conns, failures)
+
+
+def _run_all(run, conns: list, failures: list) -> None:
+    """``run(c)`` on a thread per connection, all at once; then close them and raise the first failure."""
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(len(conns))]
     for t in threads:
         t.start()
     for t in threads:
@@ -262,16 +267,7 @@ def test_many_connections_with_the_same_ids_each_get_their_own_answers(server):
         except BaseException as e:  # noqa: BLE001
             failures.append(e)
 
-    threads = [threading.Thread(target=run, args=(c,)) for c in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT * 2)
-    for raw in conns:
-        raw.close()
-    assert not any(t.is_alive() for t in threads)
-    if failures:
-        raise failures[0]
+    _run_all(run, conns, failures)
 
 
 # -- (2) read-your-writes and monotonic reads across connections -------------------------
