@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from .errors import BadValueError, UnknownOptionError
 
 MiB = 1024 * 1024
-#: The smallest segment file a fifo or lifo accepts (as hoarddb.stores.fifo's MIN_SEGMENT_SIZE).
+#: The smallest segment file a fifo or lifo accepts (a page): the database option and a bucket's alike.
 MIN_SEGMENT_SIZE = 4096
 
 

@@ -297,13 +297,13 @@ class FieldStores:
     # -- blob ------------------------------------------------------------------------------
 
     def _blob_put(self, f: "_Field", data: Any, doc: Any = None, name: str | None = None, type: str | None = None) -> str:
-        from .blob import _chunks, _put_arguments
+        from .blob import _chunks, _kind, _put_arguments
 
         if doc is not None:  # put(data, {name, type})
             if not isinstance(doc, Mapping):
                 raise BadValueError(f"{f.where}.put takes the bytes and an options document {{name, type}}, "
                                     f"such as put(data, {{name: \"lease.pdf\", type: \"application/pdf\"}}); "
-                                    f"got {type_name(doc)}: {doc!r:.80}")
+                                    f"got {_kind(doc)}: {doc!r:.80}")
             extra = sorted(map(str, set(doc) - {"name", "type"}))
             if extra:
                 raise BadValueError(f"{f.where}.put options have unknown field(s) {', '.join(extra)}; accepted: name, type")
@@ -510,10 +510,6 @@ _EMPTYING = {
     "btree": "delete(key) for each key of list({limit: 1000})",
     "blob": "delete(_id_) for each _id_ of list({limit: 1000})",
 }
-
-
-def type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
 
 
 def _family(ftype: str) -> str:

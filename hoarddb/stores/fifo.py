@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from ..errors import BadValueError, ClosedError, HoardError, InvalidArgumentError
-from ..options import Options
+from ..options import MIN_SEGMENT_SIZE, Options
 from ..storage.segment import SegmentLog
 from ..values.codec import RAW_CODEC_OPTIONS, decode
 from bson.raw_bson import RawBSONDocument
@@ -39,8 +39,6 @@ from .claims import CLAIM, CLAIM_OPTIONS, ClaimTable, ClaimVerbs, load_records, 
 
 log = logging.getLogger("hoarddb.segment")
 
-#: The smallest segment a bucket may declare: a page.
-MIN_SEGMENT_SIZE = 4096
 
 
 class SegmentStore(Store):

@@ -38,6 +38,7 @@ from typing import Any, Callable
 from bson import json_util
 
 from ..catalog import check_name
+from ..engine import declare_bucket
 from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, HoardError,
                       InvalidArgumentError, NotFoundError, VerbNotSupportedError)
 from ..operations import STORE_TYPES
@@ -263,7 +264,7 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
             reason = f"{exc.codeName}: {exc.message}" if isinstance(exc, HoardError) else f"{type(exc).__name__}: {exc}"
             rep.error = f"{step}: {reason}"
             rep.stopped = rep.stopped or f"the restore ended while {step}"
-        if not rep.ok and (rep.error is not None or rep.stopped is not None):
+        if rep.error is not None or rep.stopped is not None:  # the run ends at this bucket
             _what_was_written(report, dumped[dumped.index(b) + 1:], existing, drop)
             break
     return report
@@ -311,7 +312,7 @@ def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None) -
         seen[b.name] = where
         try:
             check_name(b.name, "bucket")
-            _check_declaration(b.type, options)
+            declare_bucket(b.name, {"type": b.type, **options})  # as create_bucket checks it, writing nothing
         except HoardError as exc:
             problems.append(f"{where}: this hoardDB refuses the declaration of bucket {b.name!r} "
                             f"({exc.codeName}: {exc.message}); correct it in the metadata file (or leave the "
@@ -320,13 +321,6 @@ def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None) -
         raise CorruptDataError(f"the dump {folder or ''} cannot be restored; nothing was written:\n  "
                                + "\n  ".join(problems))
     return out
-
-
-def _check_declaration(type_name: str, options: dict) -> None:
-    """Raise the error ``create_bucket`` would raise for this declaration, writing nothing."""
-    from ..engine import declare_bucket
-
-    declare_bucket("-", {"type": type_name, **options})
 
 
 def _load_entries(bucket, b: DumpedBucket, rep: BucketReport, batch_size: int, progress) -> None:
