@@ -44,7 +44,8 @@ class ServerConfig:
     tls_key: str = ""
     #: Open connections beyond this are told so and closed.
     max_connections: int = 1000
-    #: Seconds a connection may stay without a request before it is closed (0: never).
+    #: Seconds a connection may stay without a request before it is closed (0: never);
+    #: also the time a message has to arrive whole from its first byte (slow senders).
     idle_timeout: float = 300.0
     #: Seconds a new connection has to finish TLS, hello and login.
     handshake_timeout: float = 10.0

@@ -16,7 +16,10 @@ ordering around them:
   requests. A client that stops reading holds a bounded amount of memory and no
   other client's work;
 - blob uploads: a ``put`` with ``upload: true`` gets an :class:`UploadReader` at once,
-  and its chunks are fed to it as they arrive, while the engine reads it in a thread.
+  and its chunks are fed to it as they arrive, while the engine reads it in a thread;
+- the clocks the server's sweep reads: ``last_activity`` (bytes either way) for
+  ``idle_timeout``, and ``message_started`` (the first byte of the message being received)
+  for a message that does not arrive whole (Server._sweep_connections).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ UPLOAD_BUFFER_CHUNKS = 4
 #: a client that pipelines many uploads, or sends big chunks, holds no more than this
 #: (plus the one message being read).
 UPLOAD_BUFFER_BYTES = 4 * 1024 * 1024
+#: Seconds a closing connection has to take what is buffered for it before it is cut.
+CLOSE_GRACE = 5.0
 
 
 class UploadReader:
@@ -129,9 +134,14 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.draining = False  # stopping: read no more requests
         self.opened = self.last_activity = self.loop.time()
+        #: When the first byte of the message being received came (meaningful while ``pending``);
+        #: the sweep also moves it on while a request is in flight, which stops its clock.
+        self.message_started = self.opened
+        self._frames = self.core.reader  # how much of a message is in
         self.unexecuted = 0  # writes submitted to the group commit that have not run yet
         self.writable = asyncio.Event()
         self.writable.set()
+        self.write_paused_at = 0.0  # when the client last stopped reading (its answers backed up)
         self._reading_paused = False
         self._worker: asyncio.Task | None = None  # the request running in a pool, if any
         self._pending_sends = 0
@@ -161,6 +171,11 @@ class Connection(asyncio.Protocol):
             log.exception("connection %s: protocol failure", self.peer)
             self.abort_with(ProtocolError("the server could not read this connection's messages"))
             return
+        # A message is being received from ``now`` on if one ended in these bytes (what is left
+        # is the next one's beginning), or if nothing was held before them. Otherwise these
+        # bytes continue a message begun earlier, whose clock runs on.
+        if events or self._frames.buffered == len(data):
+            self.message_started = now
         corked = self.cork()  # the answers of what runs now leave in one send
         try:
             for event in events:
@@ -185,6 +200,7 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable.clear()
+        self.write_paused_at = self.loop.time()
         self._maybe_pause()
 
     def resume_writing(self) -> None:
@@ -382,7 +398,24 @@ class Connection(asyncio.Protocol):
         self.core.close()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+            # close() first sends what is buffered; a peer that reads nothing would keep the
+            # connection, and its slot, for good: cut it after a grace period
+            self.loop.call_later(CLOSE_GRACE, self._abort_if_open)
+
+    def _abort_if_open(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.abort()
 
     @property
     def ready(self) -> bool:
         return self.core.state is State.READY
+
+    @property
+    def pending(self) -> int:
+        """Bytes received of a message not whole yet (0 between messages)."""
+        return self._frames.buffered
+
+    @property
+    def pending_length(self) -> int | None:
+        """The length the message being received declares, once its first 4 bytes are in."""
+        return self._frames.pending_length()

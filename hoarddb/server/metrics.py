@@ -7,7 +7,9 @@ Names (all ``hoarddb_server_*``; the engine adds ``hoarddb_ttl_*`` and ``hoarddb
     request_seconds{op}           from a request's arrival to its answer (writes: fsync included)
     open_connections              open connections now
     accepted_connections_total    connections accepted
-    connections_rejected_total{reason}   max_connections, handshake timeout, idle timeout
+    connections_rejected_total{reason}   max_connections, handshake_timeout, idle_timeout,
+                                  message_timeout (a message not whole within idle_timeout),
+                                  send_timeout (answers not read for idle_timeout), protocol_error
     auth_failures_total           failed logins
     received_bytes_total, sent_bytes_total
     fsyncs_total                  group commits (Engine.sync calls)
@@ -54,7 +56,8 @@ class ServerMetrics:
         self.rejected = Counter("hoarddb_server_connections_rejected_total",
                                 "Connections closed by the server, by reason", ["reason"], registry=r)
         self.auth_failures = Counter("hoarddb_server_auth_failures_total", "Failed logins", registry=r)
-        for reason in ("max_connections", "handshake_timeout", "idle_timeout", "protocol_error"):
+        for reason in ("max_connections", "handshake_timeout", "idle_timeout", "message_timeout", "send_timeout",
+                       "protocol_error"):
             self.rejected.labels(reason)
         self.received = 0  # bytes from clients
         self.sent = 0  # bytes to clients

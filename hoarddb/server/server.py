@@ -292,11 +292,23 @@ class Server:
             self._idle_event.set()
 
     async def _sweep_connections(self) -> None:
-        """Close connections that never finished their handshake, or sat idle too long."""
+        """Close connections that never finished their handshake, sat idle too long, or took
+        too long to send one message.
+
+        A logged-in connection with no request in flight is closed when it has sent nothing
+        for ``idle_timeout`` (idle_timeout), or when the message it is sending has not arrived
+        whole within ``idle_timeout`` of its first byte (message_timeout): a client that
+        trickles a message a byte at a time is never idle, and would otherwise hold its slot
+        for good (slowloris). While a request of the connection is in flight neither clock
+        runs: the server may have stopped reading it meanwhile (backpressure), and its answer
+        is on the way. Uploads are requests in flight: their own timeout (UploadReader) fails
+        the put first, then a chunk still trickling is a message like any other.
+        """
         interval = max(0.05, min(1.0, (self.config.idle_timeout or 60) / 4, self.config.handshake_timeout / 4 or 1))
         while True:
             await asyncio.sleep(interval)
             now = self.loop.time()
+            idle_timeout = self.config.idle_timeout
             for conn in list(self.connections):
                 if conn.closed:
                     continue
@@ -308,11 +320,39 @@ class Server:
                         self.metrics.rejected.labels("handshake_timeout").inc()
                         conn.abort_with(TimeoutError_(
                             f"no hello and login within {self.config.handshake_timeout:g} s; closing"))
-                elif (self.config.idle_timeout and conn.busy == 0 and not conn.uploads
-                      and now - conn.last_activity > self.config.idle_timeout):
+                elif not idle_timeout:
+                    continue
+                elif not conn.writable.is_set() and now - conn.write_paused_at > idle_timeout:
+                    self._close_stalled_reader(conn, now)
+                elif conn.busy or conn.uploads:
+                    conn.message_started = now  # the message's clock starts again once it is answered
+                elif conn.pending and now - conn.message_started > idle_timeout:
+                    self._close_slow_message(conn, now)
+                elif now - conn.last_activity > idle_timeout:
                     self.metrics.rejected.labels("idle_timeout").inc()
                     conn.abort_with(TimeoutError_(
-                        f"idle for {self.config.idle_timeout:g} s (idle_timeout); closing. Reconnect to go on"))
+                        f"idle for {idle_timeout:g} s (idle_timeout); closing. Reconnect to go on"))
+
+    def _close_stalled_reader(self, conn: Connection, now: float) -> None:
+        """Close a connection that has read none of its answers for idle_timeout while they backed
+        up (a request in flight or not: a stream it never reads would otherwise hold it for good)."""
+        self.metrics.rejected.labels("send_timeout").inc()
+        log.warning("closing %s: it has read none of its answers for %.1f s (idle_timeout %g s)",
+                    conn.peer, now - conn.write_paused_at, self.config.idle_timeout)
+        conn.abort_with(TimeoutError_(
+            f"this connection read none of its answers for {self.config.idle_timeout:g} s (idle_timeout); "
+            "closing. Read the answers of what you send, and reconnect to go on"))
+
+    def _close_slow_message(self, conn: Connection, now: float) -> None:
+        """Close a connection whose message has not arrived whole within idle_timeout of its first byte."""
+        received, length = conn.pending, conn.pending_length
+        of = f"{received} of its {length} bytes" if length is not None else f"{received} bytes"
+        self.metrics.rejected.labels("message_timeout").inc()
+        log.warning("closing %s: a message has been arriving for %.1f s, %s received (idle_timeout %g s)",
+                    conn.peer, now - conn.message_started, of, self.config.idle_timeout)
+        conn.abort_with(TimeoutError_(
+            f"a message did not arrive whole within {self.config.idle_timeout:g} s of its first byte "
+            f"({of} received; idle_timeout); closing. Reconnect to go on"))
 
     def _quiet(self) -> bool:
         """Whether nothing is in flight but the writes of the group commit's flush: at most

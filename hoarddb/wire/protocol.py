@@ -126,6 +126,12 @@ class ServerProtocol:
 
     # -- input
 
+    @property
+    def reader(self) -> FrameReader:
+        """The frame reader, one for the connection's life (logging in only raises its limit):
+        how much of a message is in, for the server's sweep of slow senders."""
+        return self._reader
+
     def receive_data(self, data: bytes) -> list:
         """Feed bytes from the peer; the events they make, in order."""
         if self.state is State.CLOSED:

@@ -17,6 +17,8 @@ from hoarddb.testing import ServerThread
 from hoarddb.testing.raw import RawConnection
 from hoarddb.wire import scram
 
+from .server_users import login
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -121,15 +123,6 @@ def test_authenticate_before_anything(seeded):
         assert c["app"].Users.get("x") is None and "Users" in c["app"].buckets()
 
 
-def _login(raw, user, password):
-    raw.hello()
-    client = scram.ScramClient(user, password)
-    raw.send_doc({"id": 1, "op": "auth_start", "mechanism": "SCRAM-SHA-256", "payload": client.first()})
-    first = raw.recv_doc()
-    raw.send_doc({"id": 2, "op": "auth_continue", "payload": client.final(first["result"]["payload"])})
-    assert raw.recv_doc()["ok"] == 1
-
-
 def test_a_refused_upload_does_not_hold_the_connection(seeded):
     """A put with upload: true that the user may not run is refused; the chunks the client
     sends after it are dropped and the connection goes on (it used to stop reading for good
@@ -137,7 +130,7 @@ def test_a_refused_upload_does_not_hold_the_connection(seeded):
     with connect(seeded, "admin", "admin-pw") as admin:
         admin["app"].create_bucket("Files", type="blob")
     with RawConnection("127.0.0.1", seeded.port, tls=True, timeout=30) as raw:
-        _login(raw, "reader", "reader-pw")
+        login(raw, "reader", "reader-pw")
         raw.send_doc({"id": 10, "op": "put", "db": "app", "bucket": "Files", "upload": True, "args": {}})
         assert raw.recv_doc()["codeName"] == "UNAUTHORIZED"
         for _ in range(8):
