@@ -3,17 +3,24 @@
 A checked declaration, as the catalog keeps it in the bucket's ``indexes`` list:
 
     {id: 0, name: "Email_1", fields: ["Email"], unique: true,
-     expire_after_seconds: null, format: 2, state: "ready"}
+     expire_after_seconds: null, format: 3, state: "ready"}
 
 ``id`` is the index's byte in its entries' keys (``b"I" + bytes([id]) + ...``), fixed at
-creation. ``format`` is the version of the index format that wrote the entries:
+creation. ``format`` is the version of the index format that wrote the entries
+(hoarddb.indexes.maintenance draws them):
 
     1  entries for documents that have the field (an older hoardDB; never written now)
-    2  entries for every document, a missing field recorded as null  (FORMAT)
+    2  entries for every document, a missing field recorded as null; an array by its
+       distinct elements and as a whole (never written now)
+    3  as 2, but a non-empty array by its distinct elements only, an empty one by the
+       entry []  (FORMAT)
 
 An index whose format is older than FORMAT is rebuilt when its bucket opens (state
-``building`` meanwhile); one newer than FORMAT was declared by a newer hoardDB and is
-``unreadable`` here, kept unchanged.
+``building`` meanwhile): every entry is deleted and written again from the documents.
+One newer than FORMAT was declared by a newer hoardDB and is ``unreadable`` here, kept
+unchanged. Change FORMAT whenever the entries a document has change, and add its line
+above: entries of another format would be wrong to keep (a unique index would refuse
+values nobody holds).
 """
 
 from __future__ import annotations
@@ -22,8 +29,8 @@ from typing import Any
 
 from ..errors import BadValueError, UnknownOptionError
 
-#: The index format this version writes and can maintain.
-FORMAT = 2
+#: The index format this version writes and can maintain (the list above).
+FORMAT = 3
 #: The most indexes one bucket may declare (an index id is one byte).
 MAX_INDEXES = 64
 

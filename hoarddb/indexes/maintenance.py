@@ -6,10 +6,17 @@ Entries live in the bucket's LMDB environment beside the documents:
     other index:    b"I" + id + encode_key(v1) + ... + encode_key(_id_)         -> b""
 
 So one entry costs the encoded values plus the encoded document key plus 2 bytes (as
-key and value; LMDB adds an 8-byte node header). A missing field is indexed as null. A
-field holding an array is indexed once per distinct element and once as the whole
-array, so an equality search finds what ``find`` finds (an array matches when an
-element does); a compound index refuses a document with arrays in two of its fields.
+key and value; LMDB adds an 8-byte node header), and its key is at most MAX_ENTRY_KEY
+bytes. A missing field is indexed as null. A field holding a non-empty array is indexed
+once per distinct element, never as the whole array (so only each element is bounded,
+not the array); an empty array is one entry whose value is ``[]``, which is also the
+entry of an element ``[]``. Every document ``find`` matches by an equality therefore has
+an entry the planner looks up (an array value: its own entry or its first element's, see
+planner.lookups). A compound index takes each element of its one array field with the
+other fields' values, and refuses a document with arrays in two of its fields:
+
+    {_id_: "o1", C: "c1", Tags: ["x", "y", "x"]}  ->  ("c1", "x", "o1"), ("c1", "y", "o1")
+    {_id_: "o2", C: "c1", Tags: []}               ->  ("c1", [], "o2")
 
 Entries are changed in the same LMDB transaction as the document, so a crash leaves
 both or neither. A unique entry holds the key of the document that owns the value; the
@@ -28,8 +35,13 @@ open writes every entry and claim again.
 
 from __future__ import annotations
 
+import datetime
 from itertools import product
 from typing import Any, Iterable
+
+from bson.decimal128 import Decimal128
+from bson.int64 import Int64
+from bson.objectid import ObjectId
 
 from ..errors import BadValueError, DuplicateKeyError, IndexNotReadyError
 from ..values.keys import decode_key, encode_key, key_end
@@ -39,6 +51,28 @@ from .declaration import FORMAT
 PREFIX = b"I"
 MAX_ENTRY_KEY = 500  # LMDB keys are at most 511 bytes
 LMDB_MAX_KEY = 511
+#: What a field holds that is indexed by its elements (BSON stores a tuple as an array too).
+ARRAY_TYPES = (list, tuple)
+#: The common types of a field value that is not an array: the single-field fast path
+#: knows them by their type alone (any other is asked ``isinstance(v, ARRAY_TYPES)``).
+NOT_ARRAYS = frozenset({str, int, float, bool, type(None), ObjectId, datetime.datetime, Int64, Decimal128, dict})
+#: The value of an empty array's one entry: ``[]``, which is also an element ``[]``'s.
+EMPTY_ARRAY = encode_key([])
+
+
+def elements(array: list | tuple) -> list[tuple[bytes, Any]]:
+    """``(encoded element, element)`` for each distinct element of an array, in order; for an
+    empty array the one ``(encoded [], [])``."""
+    if not array:
+        return [(EMPTY_ARRAY, [])]
+    seen: set = set()
+    out = []
+    for element in array:
+        ek = encode_key(element)
+        if ek not in seen:
+            seen.add(ek)
+            out.append((ek, element))
+    return out
 
 
 class Index:
@@ -68,30 +102,21 @@ class Index:
         return self.state != "unreadable"
 
     def value_tuples(self, doc: dict, bucket: str) -> list[tuple[bytes, tuple]]:
-        """``(encoded values, values)`` for each entry a document has in this index."""
+        """``(encoded values, values)`` for each entry a document has in this index (see the module's docstring)."""
         if len(self.fields) == 1:  # the common case: one field, not an array, one entry
             v = doc.get(self.fields[0])
-            if type(v) is not list:
+            if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
                 return [(encode_key(v), (v,))]
+            return [(ek, (element,)) for ek, element in elements(v)]
         values = [doc.get(f) for f in self.fields]
-        if not any(isinstance(v, list) for v in values):  # one entry
+        if not any(isinstance(v, ARRAY_TYPES) for v in values):  # one entry
             return [(b"".join([encode_key(v) for v in values]), tuple(values))]
         per_field = []
         arrays = 0
-        for f in self.fields:
-            v = doc.get(f)
-            if isinstance(v, list):
+        for v in values:
+            if isinstance(v, ARRAY_TYPES):
                 arrays += 1
-                seen, options = set(), []
-                for element in v:
-                    ek = encode_key(element)
-                    if ek not in seen:
-                        seen.add(ek)
-                        options.append((ek, element))
-                ek = encode_key(v)
-                if ek not in seen:
-                    options.append((ek, v))
-                per_field.append(options)
+                per_field.append(elements(v))
             else:
                 per_field.append([(encode_key(v), v)])
         if arrays > 1:
@@ -113,7 +138,7 @@ class Index:
         if len(key) > MAX_ENTRY_KEY:
             raise BadValueError(
                 f"the value of {', '.join(self.fields)} is too long to index in {self.name!r} "
-                f"({len(key)} bytes once encoded; at most {MAX_ENTRY_KEY})"
+                f"({len(key)} bytes once encoded; at most {MAX_ENTRY_KEY}, for each element of an array)"
             )
         return key, value
 

@@ -6,6 +6,10 @@ unique one, then the one declared first — so the choice is the same every time
 fits: a full scan. Either way ``search`` returns what ``find`` returns: every predicate is
 checked on every document fetched, unless the entry read already proves it (``Shape.exact``).
 
+The index is read at each key a document matching the pinned values may have: one per
+value, or two for an array (:func:`lookups`: array fields are indexed by their elements),
+so a filter pinning arrays reads the union of a few key ranges.
+
 The choice depends on which fields the filter pins, never on their values, so the
 common filter, ``{Email: "a@b"}`` or ``{CustomerID: "c1", Status: "open"}``, a flat
 document of plain values, is planned once per *shape* (its field names, in order) and
@@ -17,6 +21,7 @@ from __future__ import annotations
 import re
 
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any
 
 from bson.objectid import ObjectId
@@ -26,26 +31,34 @@ from ..errors import IndexNotReadyError
 from ..values.filter import equality_fields
 from ..values.keys import encode_key
 from ..values.literal import literal
-from .maintenance import Index
+from .maintenance import ARRAY_TYPES, Index
 
 FULL_SCAN = "none — full scan"
+#: The most key prefixes one search reads: each array a filter pins in a compound index
+#: doubles them, so past this the prefix stops short of the field that would exceed it.
+MAX_PREFIXES = 16
 
 #: The value types of a flat filter a :class:`Shape` serves. For each, two values have
 #: one index key (hoarddb.values.keys) exactly when find's equality says they are equal,
 #: and an index entry is written for every value (and array element) find's equality
 #: looks at, a missing field as null: so an entry found for such a value is a match.
 #: Not here, and so planned and checked the general way: regexes (patterns), documents
-#: (operators, or literal documents), lists, and the other types (dates, Int64,
-#: Decimal128, binary...), rarer in lookups and with more cases to their equality.
+#: (operators, or literal documents), arrays (read under two keys, see :func:`lookups`),
+#: and the other types (dates, Int64, Decimal128, binary...), rarer in lookups and with
+#: more cases to their equality.
 EXACT_TYPES = frozenset({str, int, float, bool, ObjectId, type(None)})
 
 
 @dataclass
 class Plan:
-    """Plan is the chosen index (or None for a full scan), the prefix to read, and the explanation."""
+    """Plan is the chosen index (or None for a full scan), the key prefixes to read, and the explanation.
+
+    ``prefixes`` are one or more index key prefixes (several when the filter pins arrays,
+    see :func:`lookups`); the documents to check are those their entries point to, each once.
+    """
 
     index: Index | None
-    prefix: bytes = b""
+    prefixes: tuple = ()
     covered: int = 0
     considered: list = field(default_factory=list)
 
@@ -65,8 +78,30 @@ def plan(filter: dict, indexes: list[Index]) -> Plan:
         return Plan(None, considered=considered)
     if best.state != "ready":
         raise not_ready(best)
-    prefix = best.prefix + b"".join(encode_key(pinned[f]) for f in best.fields[:covered])
-    return Plan(best, prefix=prefix, covered=covered, considered=considered)
+    keys: list[list[bytes]] = []
+    count = 1
+    for f in best.fields[:covered]:
+        options = lookups(pinned[f])
+        if count * len(options) > MAX_PREFIXES:
+            break  # a shorter prefix: the documents are checked against the whole filter anyway
+        count *= len(options)
+        keys.append(options)
+    prefixes = tuple(best.prefix + b"".join(combo) for combo in product(*keys))
+    return Plan(best, prefixes=prefixes, covered=len(keys), considered=considered)
+
+
+def lookups(value: Any) -> list[bytes]:
+    """The index values under which every document matching ``{field: value}`` has an entry.
+
+    A plain value: its own key. A non-empty array ``v`` is matched by a field holding ``v``
+    as an element (an entry ``v``) or equal to ``v`` (an array holding, among others, the
+    element ``v[0]``): both keys, and the documents found are checked against the filter,
+    as the second key finds more than ``v``'s matches. An empty array is one key: a field
+    equal to ``[]`` and one holding the element ``[]`` both have the entry ``[]``.
+    """
+    if isinstance(value, ARRAY_TYPES) and value:
+        return [encode_key(value), encode_key(value[0])]
+    return [encode_key(value)]
 
 
 def choose(pinned, indexes: list[Index]) -> tuple[Index | None, int, list]:

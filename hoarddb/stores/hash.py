@@ -411,12 +411,13 @@ class HashStore(KVStore):
             else:
                 doc_keys = set()
                 cursor = txn.cursor()
-                if cursor.set_range(p.prefix):
-                    for key, value in cursor:
-                        if not key.startswith(p.prefix):
-                            break
-                        keys_examined += 1
-                        doc_keys.add(p.index.doc_key_of(key, value))
+                for prefix in p.prefixes:  # several when the filter pins arrays (planner.lookups)
+                    if cursor.set_range(prefix):
+                        for key, value in cursor:
+                            if not key.startswith(prefix):
+                                break
+                            keys_examined += 1
+                            doc_keys.add(p.index.doc_key_of(key, value))
                 # in key order, as find answers
                 raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
             docs_examined = _matching(raws, matcher, limit, out)

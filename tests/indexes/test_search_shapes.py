@@ -105,7 +105,8 @@ def test_a_compound_prefix_of_a_document_with_an_array_returns_it_once_in_key_or
     b.batch_insert([{"_id_": "z", "A": 1, "B": [3, 1, 2], "U": 1, "V": [1, 2]}, {"_id_": "a", "A": 1, "B": 0, "U": 1},
                     {"_id_": "m", "A": 2, "B": 1, "U": 2, "V": 1}])
     got = b.search({"A": 1}, explain=True)
-    assert ids(got) == ["a", "z"] and got.explain["keys_examined"] == 5 and got.explain["docs_examined"] == 2
+    # z's entries: one per element of B (3, 1, 2), and a's one: four keys, two documents
+    assert ids(got) == ["a", "z"] and got.explain["keys_examined"] == 4 and got.explain["docs_examined"] == 2
     assert ids(b.search({"U": 1})) == ["a", "z"]
     assert ids(b.search({"U": 1, "V": 2})) == ["z"] and b.search({"U": 1, "V": 2}).index_used == "U_1_V_1"
     assert ids(b.search({"A": 1, "B": 2})) == ["z"]
