@@ -284,15 +284,18 @@ class IndexSet:
 
     def rebuild(self, txn, ix: Index, documents: Iterable[tuple[bytes, dict]]) -> dict | None:
         """Write ``ix``'s entries again from every document; return the first conflict found, if any."""
-        cursor = txn.cursor()
-        doomed = []
-        if cursor.set_range(ix.prefix):
-            for key in cursor.iternext(values=False):
-                if not key.startswith(ix.prefix):
-                    break
-                doomed.append(key)
-        for key in doomed:
-            txn.delete(key)
+        while True:  # the old entries go, a batch at a time (a fresh cursor after each batch's deletes)
+            cursor = txn.cursor()
+            doomed = []
+            if cursor.set_range(ix.prefix):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(ix.prefix) or len(doomed) >= 10_000:
+                        break
+                    doomed.append(bytes(key))
+            for key in doomed:
+                txn.delete(key)
+            if len(doomed) < 10_000:
+                break
         conflict = None
         for doc_key, doc in documents:
             for key, (value, values) in self.entries(ix, doc, doc_key).items():

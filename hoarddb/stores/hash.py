@@ -481,8 +481,7 @@ class HashStore(KVStore):
             log.warning("bucket %s: rebuilding index %s from the documents", self.name, ix.name)
 
             def fn(txn, ix=ix):
-                docs = [(key[1:], decode(raw)) for key, raw in _scan(txn, self.DOC)]
-                return self.indexes.rebuild(txn, ix, docs)
+                return self.indexes.rebuild(txn, ix, _batched_scan(txn, self.DOC, decode))
 
             conflict = self._write(lambda txn, fn=fn: (fn(txn), 0))
             decl = dict(ix.decl, format=FORMAT, state="conflicted" if conflict else "ready")
@@ -642,3 +641,25 @@ def _scan(txn, prefix: bytes):
         if not key.startswith(prefix):
             return
         yield key, raw
+
+
+def _batched_scan(txn, prefix: bytes, convert, batch: int = 1000):
+    """``(key without the prefix's first byte, convert(value))`` for every key under ``prefix``,
+    read ``batch`` at a time with a fresh cursor each, so the caller may write to ``txn``
+    between them (an index rebuild) and holds one batch in memory, not the whole bucket."""
+    start = prefix
+    while True:
+        cursor = txn.cursor()
+        if not cursor.set_range(start):
+            return
+        got = []
+        for key, raw in cursor:
+            if not key.startswith(prefix):
+                break
+            got.append((bytes(key), convert(raw)))
+            if len(got) >= batch:
+                break
+        yield from ((key[1:], value) for key, value in got)
+        if len(got) < batch:
+            return
+        start = got[-1][0] + b"\x00"  # the next key after the last one read

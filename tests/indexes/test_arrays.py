@@ -214,6 +214,30 @@ def test_an_index_written_by_the_previous_format_is_rebuilt_at_open(tmp_path, ca
     cat.close()
 
 
+
+def test_a_rebuild_reads_and_clears_a_big_bucket_in_batches(tmp_path):
+    """2,500 documents of 5 elements: the rebuild reads the documents 1,000 at a time and
+    deletes the 12,500 old entries 10,000 at a time, each batch with a fresh cursor, writing
+    between them. Every document and entry must come out once, stale entries gone."""
+    n = 2500
+    with hoarddb.open(tmp_path, sync=False) as c:
+        b = c["app"].create_bucket("Users", type="hash", indices=["Tags"])
+        b.batch_insert([{"_id_": f"u{i:05d}", "Tags": [f"t{(i + k) % 700}" for k in range(5)]} for i in range(n)])
+    set_index_format(tmp_path, 2)
+    env = raw_env(tmp_path)
+    with env.begin(write=True) as txn:  # stale entries the rebuild must delete, past the first batch too
+        for i in range(0, n, 100):
+            txn.put(b"I\x00" + encode_key(f"zz-stale{i}") + encode_key(f"u{i:05d}"), b"")
+    env.close()
+    with hoarddb.open(tmp_path) as c:
+        b = c["app"].Users
+        got = entries(c, "Users")
+        assert len(got) == 5 * n and not any(str(e[0]).startswith("zz-stale") for e in got)
+        assert sorted(got) == sorted([f"t{(i + k) % 700}", f"u{i:05d}"] for i in range(n) for k in range(5))
+        for tag in ("t0", "t350", "t699"):
+            assert ids(b.search({"Tags": tag})) == ids(b.find({"Tags": tag})) != []
+
+
 # -- search finds what find finds, for arrays of every shape ---------------------------------
 
 scalars = st.one_of(st.integers(-2, 2), st.sampled_from([1.0, -0.0, 2.5]), st.sampled_from(["a", "b"]), st.none())
