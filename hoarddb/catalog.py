@@ -27,6 +27,9 @@ from .errors import (BucketExistsError, BucketNotFoundError, DatabaseExistsError
 from .storage.kv import KV
 from .values.codec import decode, encode
 
+#: Bytes the catalog's LMDB file keeps allocated ahead of its pages (KV._keep_reserve): room
+#: for dozens of catalog writes on a full disk.
+CATALOG_RESERVE = 256 * 1024
 #: The declaration format this version writes.
 DECLARATION_FORMAT = 1
 
@@ -49,7 +52,9 @@ class Catalog:
     """Catalog is the persisted list of databases and bucket declarations, cached in memory."""
 
     def __init__(self, data_dir: Path, sync: bool = True):
-        self.kv = KV(Path(data_dir) / "catalog", map_size=64 * 1024 * 1024, sync=sync)
+        # With a reserve of allocated room in its file: a bucket's drop (the way to give a
+        # full disk room back) is a catalog write that a full disk must not refuse.
+        self.kv = KV(Path(data_dir) / "catalog", map_size=64 * 1024 * 1024, sync=sync, reserve=CATALOG_RESERVE)
         self._lock = threading.RLock()  # re-entrant: bucket() lists the buckets when it refuses
         self._dbs: dict[str, dict] = {}
         self._buckets: dict[tuple[str, str], dict] = {}
@@ -132,7 +137,14 @@ class Catalog:
             )
         return decl
 
-    def create_bucket(self, db: str, declaration: dict) -> dict:
+    def create_bucket(self, db: str, declaration: dict, prepare=None) -> dict:
+        """Declare a bucket (and its database, if new); its declaration as stored.
+
+        ``prepare(decl)``, if given, runs once the name is known to be free and before the
+        declaration is written (it may change ``decl``): the engine makes the bucket's
+        files there, so that a disk too full for them leaves no declaration behind. If it
+        raises, nothing is written.
+        """
         name = declaration["name"]
         with self._lock:
             if (db, name) in self._buckets:
@@ -140,11 +152,16 @@ class Catalog:
                     f"bucket {name!r} already exists in database {db!r}; drop it first or choose another name"
                 )
             decl = dict(declaration, db=db, format=DECLARATION_FORMAT, created=_now())
+            if prepare is not None:
+                prepare(decl)
             writes = [(_bucket_key(db, name), decl)]
+            new_db = None
             if db not in self._dbs:
-                self._dbs[db] = {"name": db, "created": _now()}
-                writes.append((b"db:" + db.encode(), self._dbs[db]))
-            self._commit(writes)
+                new_db = {"name": db, "created": _now()}
+                writes.append((b"db:" + db.encode(), new_db))
+            self._commit(writes)  # (refused, e.g. by a full disk: nothing of it is remembered either)
+            if new_db is not None:
+                self._dbs[db] = new_db
             self._buckets[(db, name)] = decl
             return decl
 

@@ -36,6 +36,7 @@ from .metrics import Metrics
 from .options import Options
 from .storage.kv import commits_deferred
 from .storage.lock import DirectoryLock
+from .storage.oserrors import is_full, storage_error
 from .stores import store_class
 from .stores.base import Reply, Store
 from .stores.fields import refusal as field_refusal
@@ -80,6 +81,8 @@ class Engine:
             self._lock = DirectoryLock(self.path)
             self._lock.acquire()
         except OSError as exc:
+            if is_full(exc):
+                raise storage_error(f"opening data directory {self.path}", exc, "nothing was opened") from None
             raise StorageError(f"cannot open data directory {self.path}: {exc.strerror or exc}; give a directory "
                                "this user may create and write (it is created if missing)") from None
         try:
@@ -349,8 +352,31 @@ class Engine:
             directory = self.path / db / name
             if not self.catalog.has_bucket(db, name) and directory.exists():  # left by a drop that crashed before removing it
                 shutil.rmtree(directory)
-            decl = self.catalog.create_bucket(db, declaration)
-            self._store(db, name, decl)
+            opened: list[Store] = []
+
+            def prepare(decl: dict) -> None:
+                # The bucket's files first, its declaration after: a disk too full for
+                # either leaves neither (a crash between leaves a folder no declaration
+                # names, removed as above by the next create of that name).
+                directory.mkdir(parents=True, exist_ok=True)
+                store = store_class(decl["type"])(directory, decl, self.options)
+                opened.append(store)
+                rebuilt = store.open_indexes() if hasattr(store, "open_indexes") else None
+                if rebuilt is not None:
+                    decl["indexes"] = rebuilt
+
+            try:
+                self.catalog.create_bucket(db, declaration, prepare)
+            except BaseException:
+                for store in opened:
+                    try:
+                        store.close()
+                    except Exception as exc:  # the create's own error is what the caller hears
+                        log.warning("closing the store of a bucket not created: %s", exc)
+                if opened or (directory.exists() and not self.catalog.has_bucket(db, name)):
+                    shutil.rmtree(directory, ignore_errors=True)
+                raise
+            self._stores[(db, name)] = opened[0]
         answer = {"ok": 1, "result": {"name": name, "type": type_name}}
         if warnings:
             answer["warnings"] = warnings
@@ -509,7 +535,7 @@ class Engine:
         failure = None
         for store in grouped:
             try:
-                store.kv.end_group()
+                store.end_group()  # (a group not kept: the store reloads what it counted)
             except HoardError as exc:
                 failure = failure or exc
             finally:

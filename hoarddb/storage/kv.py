@@ -24,7 +24,8 @@ from typing import Callable, Iterator, TypeVar
 import lmdb
 
 from ..errors import StorageError
-from .wal import PUT, Recording, WriteAheadLog, encode_ops, record_exceeds
+from .oserrors import DiskFullError, reason, storage_error
+from .wal import PUT, Recording, WriteAheadLog, decode_ops, encode_ops, record_exceeds
 
 T = TypeVar("T")
 
@@ -54,6 +55,10 @@ BIG_OPS = 20_000
 #: record would be bigger than this: a checkpoint's flushes then cost less than writing
 #: and flushing the record (and flushing its pages again at the next checkpoint).
 BIG_RECORD = 256 << 10
+#: Read transactions an environment allows at once (LMDB's reader table in lock.mdb) ...
+MAX_READERS = 254
+#: ... and the bytes that table takes: LMDB's header (at most 256 bytes) and a 64-byte slot per reader.
+LOCK_FILE_BYTES = 256 + 64 * MAX_READERS
 _datasync = getattr(os, "fdatasync", os.fsync)
 #: Where checkpoints flush LMDB's files, one at a time for every environment of the process,
 #: while their writers go on.
@@ -79,8 +84,8 @@ def commits_deferred() -> Iterator[None]:
     writes to the same environment wait, so it is only for a caller that serves no one
     else meanwhile. On this thread, a later write or :meth:`KV.read` of the environment
     commits the held transaction first. A held commit that LMDB then refuses (a full
-    disk) cannot be answered any more: the environment refuses writes until it is opened
-    again, and opening replays the acknowledged write from the log (:meth:`KV._commit_held`).
+    disk) cannot be answered any more: its record is applied again before the next write
+    (writes are refused until that works), or by the next open (:meth:`KV._commit_held`).
     """
     if getattr(_deferring, "kvs", None) is not None:  # nested: the outer block commits
         yield
@@ -109,10 +114,14 @@ class KV:
     database's size up front.
     """
 
-    def __init__(self, path: Path, map_size: int, sync: bool = True):
+    def __init__(self, path: Path, map_size: int, sync: bool = True, reserve: int = 0):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.sync_each = sync
+        # Bytes of data.mdb kept allocated past LMDB's last page, so that the next commits
+        # land on blocks the file has, even on a full disk (see _keep_reserve).
+        self.reserve = reserve
+        self._reserved_to = 0
         # Held from a write transaction's start to its commit and log record (and through a
         # checkpoint): records go to the log in commit order, and a checkpoint sees no commit.
         self._commit_lock = threading.Lock()
@@ -126,9 +135,28 @@ class KV:
         self._broken: StorageError | None = None  # a checkpoint's flush failed: writes are refused
         self._held: lmdb.Transaction | None = None  # logged, not committed yet (commits_deferred)
         self._held_by: int | None = None  # the thread that holds it (and the commit lock)
+        self._held_body: bytes | None = None  # its record's body
         self._pin: lmdb.Transaction | None = None
+        # The record of an acknowledged write whose held commit LMDB refused (a full disk):
+        # it is in the log, not in LMDB, and is applied before anything else (_catch_up).
+        self._unapplied: bytes | None = None
         self.wal: WriteAheadLog | None = None
+        self.env: lmdb.Environment | None = None
+        self._data_fd: int | None = None
         self._psize = resource.getpagesize()
+        try:
+            self._open_and_recover(map_size)
+        except BaseException as exc:
+            # Nothing stays open (an environment left open in this process could never be
+            # opened again by it), and nothing on disk was changed that the next open
+            # does not redo: the log's header still names the checkpoint to recover from.
+            self._abandon()
+            if isinstance(exc, (lmdb.Error, OSError)):
+                raise storage_error(f"opening {self.path}", exc, "the bucket was not opened; nothing "
+                                    "acknowledged was lost: open it again once this is fixed", self.path) from None
+            raise
+
+    def _open_and_recover(self, map_size: int) -> None:
         restored = self._restore_checkpoint()
         if restored is not None:  # the map must hold the file, whatever the meta pages say
             map_size = max(map_size, (self.path / "data.mdb").stat().st_size)
@@ -138,40 +166,98 @@ class KV:
             # of its pages (the module's docstring of .wal says why).
             self._pin = self.env.begin(write=False)
             try:
-                replayed = self._replay() if restored is not None else 0
+                if restored is not None:
+                    self._replay()
                 break
             except lmdb.MapFullError:  # start again from the checkpoint with a bigger map
                 self._pin.abort()
+                self._pin = None
                 self.env.close()
+                self.env = None
                 map_size *= 2
                 self._restore_checkpoint()
         self._psize = self.env.stat()["psize"]
-        try:
-            self._data_fd = os.open(self.path / "data.mdb", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            self._pin.abort()
-            self.env.close()
-            raise StorageError(f"cannot open {self.path / 'data.mdb'}: {exc.strerror or exc}") from None
+        self._data_fd = os.open(self.path / "data.mdb", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         if self.wal is None or self.wal.psize != self._psize:
             if self.wal is not None:
                 self.wal.close()
             self.wal = WriteAheadLog(self.path, self._psize)
         self._last_used = self._used_at_checkpoint = self._used()
+        self._keep_reserve()
         # Always a fresh log whose header is the state on disk now: after a crash even
         # when nothing was replayed, since the log may hold records past a gap (a power
         # cut), which appending on in the same generation could line up with and replay.
         self._checkpoint()
 
+    def _abandon(self) -> None:
+        """Close what a failed open had opened (and write nothing)."""
+        for pin in (self._pin, self._next_pin):
+            if pin is not None:
+                pin.abort()
+        self._pin = self._next_pin = None
+        if self.env is not None:
+            self.env.close()
+        if self.wal is not None:
+            self.wal.close()
+        if self._data_fd is not None:
+            os.close(self._data_fd)
+            self._data_fd = None
+
     def _open(self, map_size: int) -> lmdb.Environment:
         try:
+            self._allocate_lock_file()
+            self._forget_unfinished_creation()
             return lmdb.open(
                 str(self.path), map_size=map_size, subdir=True, sync=False, metasync=False,
-                max_dbs=0, max_readers=254, readahead=False, lock=True,
+                max_dbs=0, max_readers=MAX_READERS, readahead=False, lock=True,
             )
-        except lmdb.Error as exc:
+        except (lmdb.Error, OSError) as exc:
             if self.wal is not None:
                 self.wal.close()
-            raise StorageError(f"cannot open {self.path}: {exc}") from None
+            raise storage_error(f"opening {self.path}", exc, "the bucket was not opened", self.path) from None
+
+    def _forget_unfinished_creation(self) -> None:
+        """Empty a ``data.mdb`` shorter than LMDB's two meta pages, so that LMDB makes it anew.
+
+        LMDB creates an environment by writing its two meta pages; a disk that filled up (or
+        a crash) in the middle leaves a file with less than both, which LMDB then refuses
+        for good ("MDB_INVALID: File is not an LMDB file"): a bucket created on a nearly
+        full disk could never be opened again, even with space. Such a file never held a
+        commit (the first commit writes past the two meta pages), so nothing is lost::
+
+            data.mdb: | meta 0 (part) |        -> emptied -> LMDB writes | meta 0 | meta 1 | again
+        """
+        data = self.path / "data.mdb"
+        try:
+            size = data.stat().st_size
+        except FileNotFoundError:
+            return
+        if 0 < size < 2 * self._psize:
+            log.warning("%s: data.mdb has %d bytes, less than LMDB's two meta pages: its creation did not "
+                        "finish (a full disk, or a crash); it is made anew", self.path, size)
+            os.truncate(data, 0)
+
+    def _allocate_lock_file(self) -> None:
+        """Give ``lock.mdb`` real blocks for its whole reader table before LMDB maps it.
+
+        LMDB sizes a new lock file with ``ftruncate`` (a file of holes) and then writes its
+        header and reader slots through a shared memory map. A write to a hole of a mapped
+        file needs a block, and on a full disk the kernel answers a page fault with no
+        block by killing the process (SIGBUS): creating a bucket, or opening one whose
+        lock file had never been written that far, crashed the process on a full disk.
+        With the blocks allocated first, a full disk is an ENOSPC here instead, and LMDB
+        (which keeps a lock file at least its size) never writes a hole::
+
+            lock.mdb: | header | reader 0 | reader 1 | ... | reader MAX_READERS - 1 |  every byte allocated
+
+        Nothing in it outlives the processes that have it open; zeros are what LMDB starts from.
+        """
+        fd = os.open(self.path / "lock.mdb", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            size = -(-LOCK_FILE_BYTES // self._psize) * self._psize
+            os.posix_fallocate(fd, 0, size)
+        finally:
+            os.close(fd)
 
     # -- opening: the checkpoint's meta pages back, then the log's records ---------------------
 
@@ -205,7 +291,8 @@ class KV:
                 os.close(fd)
         except OSError as exc:
             wal.close()
-            raise StorageError(f"cannot recover {data}: {exc.strerror or exc}") from None
+            raise storage_error(f"recovering {data}", exc, "the bucket was not opened; nothing acknowledged "
+                                "was lost: open it again once this is fixed") from None
         log.info("%s: recovering from the checkpoint of generation %d", self.path, wal.generation)
         return True
 
@@ -249,17 +336,19 @@ class KV:
         if self._outer_thread == threading.get_ident():  # (even if the group has failed)
             return self._write_in_group(fn)
         self._commit_held_here()
+        made_room = False
         while True:
             self._commit_lock.acquire()
             held = False
             try:
                 if self._broken is not None:
                     raise self._broken
+                self._catch_up()
                 self._note_used()
                 try:
                     txn = self.env.begin(write=True)
                 except lmdb.Error as exc:
-                    raise StorageError(f"write to {self.path} failed: {exc}") from None
+                    raise storage_error(f"writing {self.path}", exc, path=self.path) from None
                 try:
                     recording = Recording(txn)
                     result = fn(recording)
@@ -275,11 +364,16 @@ class KV:
                 except lmdb.MapFullError:  # the commit's own pages did not fit
                     self._grow()
                     continue
+                except DiskFullError:
+                    if made_room or not self._make_room():
+                        raise
+                    made_room = True
+                    continue
             finally:
                 if not held:
                     self._commit_lock.release()
             if self.sync_each:
-                self.wal.flush()
+                self.sync()
             return result
 
     def _commit(self, txn: lmdb.Transaction, ops: list, durable: bool, may_hold: bool = False) -> bool:
@@ -301,27 +395,89 @@ class KV:
         # took 4 of a durable 1,000-document batch's 25 ms).
         big = len(ops) > BIG_OPS or (durable and record_exceeds(ops, BIG_RECORD))
         body = None if big else encode_ops(ops)
-        at = None if big else self.wal.append(body)
+        try:
+            at = None if big else self.wal.append(body)
+        except BaseException:  # the disk refused the record (nothing of it stays): nor does the write
+            txn.abort()
+            raise
         if may_hold and at is not None:
             holders = getattr(_deferring, "kvs", None)
             if holders is not None:
-                self._held, self._held_by = txn, threading.get_ident()
+                self._held, self._held_body, self._held_by = txn, body, threading.get_ident()
                 holders.append(self)
                 return True
         try:
             txn.commit()
         except lmdb.Error as exc:
+            # LMDB wrote none of it that counts (its meta page is written last), and the
+            # record is zeroed: nothing of the write stays, in memory or on disk.
             if at is not None:
                 self.wal.take_back(at)
             if isinstance(exc, lmdb.MapFullError):
                 raise
-            raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
-        if big:
+            raise storage_error(f"writing {self.path / 'data.mdb'}", exc, path=self.path) from None
+        if big:  # durable only once checkpointed: a checkpoint that fails refuses this write too
             self._commits += 1
             self._checkpoint()
         else:
-            self._committed()
+            self._after_commit()
         return False
+
+    def _make_room(self) -> bool:
+        """After a commit the disk had no room for (holding the commit lock): checkpoint, if
+        anything was committed since the last one; whether it did (and the write may try again).
+
+        Until a checkpoint, the pin keeps LMDB from reusing the pages the commits since
+        the last one freed, so each commit takes new pages, which a full disk does not
+        have. A checkpoint moves the pin: those pages may be reused, and a small write (a
+        delete, a bucket's drop in the catalog) often fits in them. The checkpoint itself
+        needs no room (the log's headers have theirs from the start).
+        """
+        if self._commits == 0 and self._inflight is None:
+            return False
+        try:
+            self._checkpoint()
+        except StorageError as exc:  # (it has made writes refused: the caller hears its own error)
+            log.warning("%s: could not checkpoint to make room: %s", self.path, exc.message)
+            return False
+        return True
+
+    def _after_commit(self) -> None:
+        """:meth:`_committed`, for a write whose record is in the log: the write stands
+        whatever happens to the checkpoint (a failed one refuses the writes after it)."""
+        try:
+            self._committed()
+        except Exception:
+            log.exception("%s: a checkpoint after a commit failed", self.path)
+        if self.reserve:
+            self._keep_reserve()
+
+    def _keep_reserve(self) -> None:
+        """Keep :attr:`reserve` bytes of data.mdb allocated past LMDB's last page (when there is room).
+
+        LMDB writes a commit's new pages past its last one; where the file already has
+        blocks there (allocated, never written: ``posix_fallocate``) the write needs none,
+        so a few small commits still fit on a full disk. The catalog keeps such a reserve:
+        dropping a bucket, which is how a full disk is given room back, must never be
+        refused for want of the room it would give::
+
+            data.mdb: | meta | meta | pages LMDB uses ... | allocated, unused (reserve) |
+                                                          ^ last page + 1
+
+        LMDB reads nothing past its last page, so what lies there is never data: a crash
+        leaves it as it leaves any page past the last checkpoint's. Refilled when half is used.
+        """
+        if not self.reserve:
+            return
+        used = self._used()
+        if self._reserved_to - used >= self.reserve // 2:
+            return
+        want = used + self.reserve
+        try:
+            os.posix_fallocate(self._data_fd, 0, want)
+        except OSError:  # no room for it now: the next commit tries again
+            return
+        self._reserved_to = want
 
     def _committed(self) -> None:
         """After a logged commit: count it, finish a checkpoint that is done, begin one that is due."""
@@ -335,31 +491,62 @@ class KV:
         commit lock (on the thread that holds them; nothing to do if none is held).
 
         Its record is in the log, and was acknowledged once flushed: a commit that fails
-        now cannot be taken back or answered. So writes are refused from then on (reads
-        go on, without that write) until the environment is opened again; the open
-        replays the log, which applies it. No checkpoint runs meanwhile, not even at
-        close, so the record stays in the log's current generation.
+        now (a disk too full for LMDB's new pages) cannot be taken back or answered. The
+        record is kept (:attr:`_unapplied`) and applied again before any other write, as
+        the replay of an open would (:meth:`_catch_up`): once the disk has room, writes
+        go on; until then they are refused, and reads miss that write. No checkpoint runs
+        meanwhile, close included, so the record stays in the log's current generation
+        and the next open replays it if no catch-up did.
         """
-        txn, self._held, self._held_by = self._held, None, None
+        txn, body = self._held, self._held_body
+        self._held, self._held_body, self._held_by = None, None, None
         if txn is None:
             return
         try:
             try:
                 txn.commit()
             except lmdb.Error as exc:
-                if self._broken is None:
-                    self._broken = StorageError(
-                        f"{self.path}: an acknowledged write could not be committed ({exc}); writes are "
-                        "refused until the database is opened again, which applies it from the log; "
-                        "check free disk space")
-                    log.critical("%s", self._broken.message)
+                self._unapplied = body
+                log.critical("%s: an acknowledged write could not be committed (%s); it is kept in the "
+                             "write-ahead log and applied before the next write once there is room; until "
+                             "then writes are refused and reads miss it", self.path, reason(exc))
                 return
-            try:
-                self._committed()
-            except Exception:  # a checkpoint's failure: _settle has made writes refused, say so
-                log.exception("%s: after a held commit", self.path)
+            self._after_commit()
         finally:
             self._commit_lock.release()
+
+    def _catch_up(self) -> None:
+        """Apply the record of an acknowledged write whose held commit failed (holding the
+        commit lock); StorageError if LMDB still refuses it (the write that asked is refused).
+
+        The record is applied as an open's replay applies it: its puts and deletes in one
+        transaction, with no new record (it is in the log already). A full map cannot be
+        grown here: growing checkpoints, and a checkpoint now would leave the record
+        behind in the older generation; only reopening, whose replay grows the map, helps then.
+        """
+        if self._unapplied is None:
+            return
+        txn = None
+        try:
+            txn = self.env.begin(write=True)
+            for op in decode_ops(memoryview(self._unapplied)):
+                if op[0] == PUT:
+                    txn.put(op[1], op[2])
+                else:
+                    txn.delete(op[1])
+            txn.commit()
+        except lmdb.Error as exc:
+            if txn is not None:
+                txn.abort()  # (nothing to do after a commit that failed: LMDB aborted it)
+            outcome = ("writes are refused until it is applied: free space, then retry (or reopen the "
+                       "database, which applies it)")
+            if isinstance(exc, lmdb.MapFullError):
+                outcome = "writes are refused until the database is opened again, which applies it"
+            raise storage_error(f"{self.path}: applying an acknowledged write that LMDB refused before",
+                                exc, outcome, self.path) from None
+        self._unapplied = None
+        log.warning("%s: the acknowledged write LMDB had refused is applied now", self.path)
+        self._after_commit()
 
     def _commit_held_here(self) -> None:
         """Commit this thread's held transaction, if it holds one (before it writes or reads again)."""
@@ -385,8 +572,12 @@ class KV:
         try:
             if self._broken is not None:
                 raise self._broken
+            self._catch_up()
             self._note_used()
-            self._outer = self.env.begin(write=True)
+            try:
+                self._outer = self.env.begin(write=True)
+            except lmdb.Error as exc:
+                raise storage_error(f"writing {self.path}", exc, path=self.path) from None
             self._outer_ops = []
             self._outer_thread = threading.get_ident()
             self._group_error = None
@@ -395,6 +586,10 @@ class KV:
             self._outer, self._outer_thread = None, None
             self._commit_lock.release()
             raise
+
+    def in_group(self) -> bool:
+        """Whether this thread has a group open (its writes are children of the group's transaction)."""
+        return self._outer_thread == threading.get_ident()
 
     def end_group(self) -> None:
         """Commit the group's writes: one commit (and one log record) for all of them.
@@ -414,8 +609,12 @@ class KV:
             if outer is not None:
                 try:
                     self._commit(outer, ops, True)
-                except lmdb.MapFullError as exc:
-                    raise StorageError(f"write to {self.path} failed: {exc}; check free disk space") from None
+                except DiskFullError:
+                    self._make_room()  # so that the next group may reuse the pages freed so far
+                    raise
+                except lmdb.MapFullError as exc:  # the next group grows the map before it begins
+                    raise StorageError(f"writing {self.path} failed: its map filled up ({exc}); none of the "
+                                       "writes of the group was kept; retry them") from None
         finally:
             self._commit_lock.release()
 
@@ -469,9 +668,11 @@ class KV:
             self._outer = self.env.begin(write=True)
             self._budget_group()
         except (lmdb.Error, StorageError) as exc:
-            self._group_error = StorageError(
-                f"write to {self.path} failed: {exc}; the writes of its group were not kept; "
-                "check free disk space")
+            if isinstance(exc, StorageError):
+                self._group_error = StorageError(f"{exc.message} (the writes of its group were not kept)")
+            else:
+                self._group_error = storage_error(f"writing {self.path}", exc,
+                                                  "the writes of its group were not kept", self.path)
             try:
                 self._grow()  # no transaction is open now: the next group finds room
             except (lmdb.Error, StorageError) as grow_error:  # the group's own error is what it hears
@@ -479,14 +680,35 @@ class KV:
             raise self._group_error from None
 
     def sync(self) -> None:
-        """Make every commit so far durable: flush the log (nothing to do if it is)."""
-        self.wal.flush()
+        """Make every commit so far durable: flush the log (nothing to do if it is).
+
+        A flush that fails refuses every later write until the environment is opened
+        again: after a failed fdatasync the kernel may have dropped the records it could
+        not write, and a later flush that succeeds would not say so.
+        """
+        try:
+            self.wal.flush()
+        except StorageError as exc:
+            raise self._break(f"flushing its write-ahead log failed ({exc.message})") from None
 
     def checkpoint(self) -> None:
         """Flush LMDB's file and start the log over (it is then empty)."""
         self._commit_held_here()
         with self._commit_lock:
+            if self._broken is not None:
+                raise self._broken
+            self._catch_up()
             self._checkpoint()
+
+    def _break(self, why: str) -> StorageError:
+        """Refuse every later write until the environment is opened again (whose recovery
+        replays the log from the last checkpoint that finished); the error they hear."""
+        if self._broken is None:
+            self._broken = StorageError(
+                f"{self.path}: {why}; writes to it are refused until the database is opened again, "
+                "which recovers every acknowledged write")
+            log.critical("%s", self._broken.message)
+        return self._broken
 
     # A checkpoint, in three steps, holding the commit lock for the first and the last:
     #
@@ -503,18 +725,32 @@ class KV:
     # transaction, all three run at once (_checkpoint).
 
     def _begin_checkpoint(self) -> None:
-        metas = os.pread(self._data_fd, 2 * self._psize, 0)
-        self.wal.switch()
-        self._next_pin = self.env.begin(write=False)
+        # What can fail without changing anything comes first (a later commit tries again).
+        try:
+            metas = os.pread(self._data_fd, 2 * self._psize, 0)
+            next_pin = self.env.begin(write=False)
+        except (OSError, lmdb.Error) as exc:
+            log.warning("%s: could not begin a checkpoint (%s); the next commit tries again", self.path, reason(exc))
+            return
+        try:
+            # From the switch on, the next generation's records go to the other file, whose
+            # header only the flush in the background makes the recovery's start: until it
+            # is written no other checkpoint may begin (it would reuse this generation's file).
+            self.wal.switch()
+            self._inflight = _CHECKPOINTS.submit(self._seal, metas)
+        except BaseException as exc:
+            next_pin.abort()
+            raise self._break(f"a checkpoint could not begin ({getattr(exc, 'message', None) or reason(exc)})") from None
+        self._next_pin = next_pin
         self._commits = 0
         self._used_at_checkpoint = self._used()
-        self._inflight = _CHECKPOINTS.submit(self._seal, metas)
 
     def _seal(self, metas: bytes, closed: bool = False) -> None:
         try:
             self.env.sync(True)
         except lmdb.Error as exc:
-            raise StorageError(f"cannot flush {self.path}: {exc}; check the disk") from None
+            raise storage_error(f"flushing {self.path / 'data.mdb'}", exc, "a checkpoint did not finish",
+                                self.path) from None
         self.wal.commit_generation(metas, closed)
 
     def _settle(self, wait: bool = False) -> None:
@@ -526,25 +762,28 @@ class KV:
         try:
             inflight.result()
         except Exception as exc:  # the disk refused a flush: recovery must start from the older header
-            self._broken = StorageError(
-                f"{self.path}: a checkpoint could not flush ({exc}); writes are refused until the "
-                "database is opened again, which recovers every acknowledged write")
-            log.critical("%s", self._broken.message)
-            raise self._broken from None
+            raise self._break(f"a checkpoint could not flush ({getattr(exc, 'message', None) or exc})") from None
         pin, self._pin, self._next_pin = self._pin, self._next_pin, None
         if pin is not None:
             pin.abort()
 
     def _checkpoint(self, closed: bool = False) -> None:
-        """A whole checkpoint now (holding the commit lock): no commit happens meanwhile."""
+        """A whole checkpoint now (holding the commit lock): no commit happens meanwhile.
+
+        One that fails refuses every later write (:meth:`_break`): the log may have been
+        switched to the next generation, whose header is not written, and another
+        checkpoint would reuse the file the recovery still needs; and after a map growth
+        no pin protects the last checkpoint's pages until this one pins again.
+        """
         self._settle(wait=True)
         try:
             metas = os.pread(self._data_fd, 2 * self._psize, 0)
-        except OSError as exc:
-            raise StorageError(f"cannot read {self.path / 'data.mdb'}: {exc.strerror or exc}") from None
-        self.wal.switch()
-        self._seal(metas, closed)
-        pin, self._pin = self._pin, self.env.begin(write=False)
+            self.wal.switch()
+            self._seal(metas, closed)
+            pin, self._pin = self._pin, self.env.begin(write=False)
+        except (OSError, lmdb.Error, StorageError) as exc:
+            raise self._break(f"a checkpoint could not finish ({getattr(exc, 'message', None) or reason(exc)})") \
+                from None
         if pin is not None:
             pin.abort()
         self._used_at_checkpoint = self._used()
@@ -557,6 +796,13 @@ class KV:
         """A read transaction (a snapshot); use as a context manager. It sees this thread's
         held write (:func:`commits_deferred`): that is committed first."""
         self._commit_held_here()
+        if self._unapplied is not None and self._commit_lock.acquire(blocking=False):
+            try:  # the disk may have room again: the read then sees the acknowledged write
+                self._catch_up()
+            except StorageError:
+                pass
+            finally:
+                self._commit_lock.release()
         return self.env.begin(write=False, buffers=False)
 
     def _note_used(self) -> None:
@@ -590,7 +836,12 @@ class KV:
                     self._settle(wait=True)
                 finally:
                     if self._broken is None:
-                        self._checkpoint(closed=True)
+                        try:
+                            self._catch_up()
+                        except StorageError as exc:  # no checkpoint: the next open replays the write
+                            log.warning("%s", exc.message)
+                        if self._unapplied is None:
+                            self._checkpoint(closed=True)
         finally:
             for pin in (self._pin, self._next_pin):
                 if pin is not None:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from pathlib import Path
 
 from ..errors import DataDirLockedError
 
 LOCK_NAME = "LOCK"
+#: The bytes of the pid note in LOCK (the pid, a newline, spaces).
+PID_BYTES = 32
+
+log = logging.getLogger("hoarddb.engine")
 
 
 class DirectoryLock:
@@ -27,7 +32,7 @@ class DirectoryLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            holder = os.pread(fd, PID_BYTES, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             if holder == str(os.getpid()):
                 raise DataDirLockedError(
@@ -40,8 +45,18 @@ class DirectoryLock:
                 "close that process, or connect to it as a server instead of opening the directory",
                 pid=holder,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        # The pid is only a note for the error a second opener reads, so writing it is no
+        # reason to refuse the open: on a full disk the lock holds without it. It is written
+        # over the file in place, padded to a fixed width, so that it never needs a block
+        # the file does not have once it was written once:
+        #
+        #     LOCK: | "12345\n" | spaces to 32 bytes |     (a crash halfway: a torn pid, read as unknown)
+        try:
+            os.pwrite(fd, f"{os.getpid()}\n".encode().ljust(PID_BYTES), 0)
+            os.ftruncate(fd, PID_BYTES)
+        except OSError as exc:
+            log.warning("%s: could not write this process's pid into it (%s); the directory is locked all the "
+                        "same", self.path, exc.strerror or exc)
         self._fd = fd
 
     def release(self) -> None:

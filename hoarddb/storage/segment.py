@@ -107,7 +107,6 @@ opened again, since only the opener can tell which side of the commit the disk i
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import re
@@ -119,6 +118,7 @@ from ..errors import ClosedError, CorruptDataError, StorageError
 from ..values.codec import decode, encode
 from . import framing
 from .framing import HEADER, HEADER_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
+from .oserrors import FULL_ERRNOS, storage_error
 
 log = logging.getLogger("hoarddb.segment")
 
@@ -444,10 +444,9 @@ class SegmentLog:
 
     def _fail(self, exc: OSError, path) -> StorageError:
         """Refuse every later call: a write failed halfway, and only reopening (which repairs) is safe."""
-        self._failed = (
-            f"writing {path} failed halfway ({exc.strerror or exc}); the bucket takes no more operations "
-            "until the database is opened again, which repairs it"
-        )
+        self._failed = storage_error(
+            f"writing {path}", exc, "the write failed halfway, so the bucket takes no more operations until "
+            "the database is opened again, which repairs it").message
         log.error("%s", self._failed)
         return StorageError(self._failed)
 
@@ -615,11 +614,11 @@ class SegmentLog:
                         self._dirty.add(number)
                 if any(g[3] for g in groups):
                     self._sync_dir()
-            except OSError as exc:
+            except (OSError, StorageError) as exc:  # (StorageError: a new segment file that could not be made)
                 path = self._path(written[-1][0]) if written else self.directory
                 if not self._undo_append(written):
                     raise self._fail(exc, path) from None
-                raise _storage_error(exc, path) from None
+                raise (exc if isinstance(exc, StorageError) else _storage_error(exc, path)) from None
             for number, start, parts, created in groups:
                 if created:
                     if not self._segs:
@@ -661,7 +660,7 @@ class SegmentLog:
             _pwrite_all(fd, bytes(pad_end - end), end)
             return pad_end
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            if exc.errno not in FULL_ERRNOS:
                 raise
             os.ftruncate(fd, end)
             return end
@@ -968,5 +967,4 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 
 def _storage_error(exc: OSError, path) -> StorageError:
-    hint = " (the disk is full: free space and retry)" if exc.errno == errno.ENOSPC else ""
-    return StorageError(f"writing {path} failed: {exc.strerror or exc}{hint}; nothing of this write was kept")
+    return storage_error(f"writing {path}", exc)

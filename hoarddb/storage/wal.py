@@ -30,6 +30,10 @@ On disk, ``kv/wal.0`` and ``kv/wal.1`` (generation g lives in ``wal.<g % 2>``)::
         length u32 | crc32 u32 of (generation u64 + body) | body (length bytes)
         body: op u8 (1 put, 2 delete) | key length u32 | key | [value length u32 | value] ...
 
+Both files are made a header's length of zeros when the log is created, so that a
+header write never grows a file (a checkpoint needs no room on a full disk), and each is
+kept up to :data:`FILL` bytes of zeros past its last record when the disk has room.
+
 A checkpoint switches appends to the other file first (records of the next generation),
 flushes LMDB's file meanwhile in the background, and only then writes the other file's
 header: until that header is whole, a recovery starts from the older one and replays the
@@ -55,7 +59,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import StorageError
+from .oserrors import FULL_ERRNOS, storage_error
 
 log = logging.getLogger("hoarddb.kv")
 
@@ -194,7 +198,26 @@ class WriteAheadLog:
         # One flush at a time: a writer that finds nothing left to flush must not return
         # while another writer's fdatasync, which covers its record, is still running.
         self._flush_lock = threading.Lock()
+        # How long each file is: records, then zeros up to here (the file never shrinks,
+        # but an append taken back on a full disk cuts what it grew).
         self._filled = [os.fstat(fd).st_size for fd in self.fds]
+        # Both files get a whole header's room at once, as zeros, so that a checkpoint's
+        # header write (commit_generation) overwrites bytes the file has and can never
+        # meet a full disk halfway through a checkpoint:
+        #
+        #     wal.N, new:  | 00 00 ... 00 (64 + 2 * psize bytes) |
+        #
+        # A zero header fails its magic and its crc, so it is "no header" to an opener. A
+        # crash while writing these zeros leaves a shorter file of zeros: no header either.
+        for i, fd in enumerate(self.fds):
+            if self._filled[i] < self.header_size:
+                try:
+                    _pwrite_all(fd, bytes(self.header_size - self._filled[i]), self._filled[i])
+                except OSError as exc:
+                    self.close()
+                    raise storage_error(f"creating {self.directory / WAL_NAME}.{i}", exc,
+                                        "the bucket was not opened") from None
+                self._filled[i] = self.header_size
 
     @property
     def fd(self) -> int:
@@ -306,32 +329,64 @@ class WriteAheadLog:
         crc = zlib.crc32(tail, zlib.crc32(body))
         fd = self.fds[gen % 2]
         try:
-            os.pwrite(fd, body + _LEN.pack(crc) + tail, 0)
+            # Within the header's room, which every file has had since it was made (see
+            # __init__): this overwrites, it never grows the file.
+            _pwrite_all(fd, body + _LEN.pack(crc) + tail, 0)
             _datasync(fd)
         except OSError as exc:
-            raise StorageError(f"cannot write {self.directory / WAL_NAME}.{gen % 2}: "
-                               f"{exc.strerror or exc}; check free disk space") from None
+            raise storage_error(f"writing the header of {self.directory / WAL_NAME}.{gen % 2}", exc,
+                                "a checkpoint did not finish") from None
         self.generation, self.metas, self.closed = gen, metas, closed
         self._step = 1
 
     def append(self, body: bytes) -> int:
         """Write one record (not flushed) of ``body`` (:func:`encode_ops`); returns the
-        offset it went to, for :meth:`take_back`."""
+        offset it went to, for :meth:`take_back`.
+
+        A disk too full for the record raises StorageError and leaves nothing of it: the
+        bytes that landed are zeroed (a zero length ends a replay) and what the file grew
+        by is cut off again. A disk too full for the zeros ahead (:meth:`_fill`) is no
+        error: the record then grows the file itself::
+
+            before:         | header | r1 | r2 | 00 00 00 00 |          <- end of file
+            a full disk:    | header | r1 | r2 | r3 (part)   |XX        (short write, ENOSPC)
+            taken back:     | header | r1 | r2 | 00 00 00 00 |          (cut and zeroed)
+
+        A crash in the middle leaves a torn r3, whose crc fails: the replay ends at r2,
+        the same as after any torn record.
+        """
         at = self.end
         crc = zlib.crc32(body, zlib.crc32(_GEN.pack(self.writing)))
         record = _RECORD.pack(len(body), crc) + body
         stop = at + len(record)
         i = self.writing % 2
+        size = self._filled[i]
         try:
-            if stop > self._filled[i]:
+            if stop > size:
                 self._fill(i, stop)
-            os.pwrite(self.fds[i], record, at)
+                size = self._filled[i]
+            _pwrite_all(self.fds[i], record, at)
         except OSError as exc:
-            raise StorageError(f"cannot write {self.directory / WAL_NAME}.{i}: "
-                               f"{exc.strerror or exc}; check free disk space") from None
+            self._unwrite(i, at, stop, size)
+            raise storage_error(f"writing {self.directory / WAL_NAME}.{i}", exc) from None
+        self._filled[i] = max(size, stop)
         self.end = stop
         self._unflushed.add(i)
         return at
+
+    def _unwrite(self, i: int, at: int, stop: int, size: int) -> None:
+        """Take back a record that failed halfway: cut the file back to ``size`` (what it was
+        before the record grew it) and zero what landed before that."""
+        fd = self.fds[i]
+        try:
+            if stop > size:
+                os.ftruncate(fd, max(size, at))
+            if at < size:
+                _pwrite_all(fd, bytes(min(size, stop) - at), at)
+        except OSError as exc:
+            log.warning("%s: could not take back a record the disk refused (%s); a crash before the next "
+                        "write would find a torn record there, which ends the replay", self.directory,
+                        exc.strerror or exc)
 
     def take_back(self, at: int) -> None:
         """Forget the records from ``at`` on (their transaction did not commit).
@@ -359,20 +414,37 @@ class WriteAheadLog:
                     _datasync(self.fds[i])
                 except OSError as exc:
                     self._unflushed.add(i)
-                    raise StorageError(
-                        f"cannot flush {self.directory / WAL_NAME}.{i}: {exc.strerror or exc}") from None
+                    raise storage_error(f"flushing {self.directory / WAL_NAME}.{i}", exc,
+                                        "the writes since the last flush are not known to be on disk") from None
 
     def unflushed(self) -> bool:
         """Whether records were appended since the last :meth:`flush`."""
         return bool(self._unflushed)
 
     def _fill(self, i: int, stop: int) -> None:
-        """Write zeros from the file's end to past ``stop``: later flushes overwrite, not grow."""
+        """Write zeros from the file's end to past ``stop``: later flushes overwrite, not grow.
+
+        Only a saving (an fdatasync that overwrites blocks commits no new size): on a disk
+        too full for them, the zeros that landed are cut off again (they would only take
+        the room the record needs) and the record grows the file itself::
+
+            | header | records | 00 00 ... (FILL past the record) |   room for it
+            | header | records |                                     a full disk: as it was
+
+        A crash in the middle leaves zeros past the records, which read as the log's end.
+        """
         fd = self.fds[i]
         target = stop + FILL
-        offset = max(os.fstat(fd).st_size, self._filled[i])
-        while offset < target:
-            offset += os.pwrite(fd, memoryview(_ZEROS)[:min(FILL, target - offset)], offset)
+        start = offset = max(os.fstat(fd).st_size, self._filled[i])
+        try:
+            while offset < target:
+                offset += os.pwrite(fd, memoryview(_ZEROS)[:min(FILL, target - offset)], offset)
+        except OSError as exc:
+            if exc.errno not in FULL_ERRNOS:
+                raise
+            os.ftruncate(fd, start)
+            self._filled[i] = start
+            return
         self._filled[i] = target
 
     def close(self) -> None:
@@ -380,6 +452,15 @@ class WriteAheadLog:
             if fd >= 0:
                 os.close(fd)
         self.fds = [-1, -1]
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``: a disk that fills up midway gives a short write
+    first, and only the next call raises (ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def _crc_header(raw: bytes) -> int:

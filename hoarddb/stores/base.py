@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from bson.raw_bson import RawBSONDocument
 
-from ..errors import BadValueError, DocumentTooLargeError, LimitExceededError, NotADocumentError
+from ..errors import BadValueError, DocumentTooLargeError, LimitExceededError, NotADocumentError, StorageError
 from ..options import Options
 from ..values.codec import MAX_DOCUMENT_SIZE, encode_checked
 
@@ -153,19 +153,57 @@ class KVStore(Store):
     def _write(self, fn):
         """Run ``fn(txn)`` in one write transaction; ``fn`` returns ``(result, change in count)``.
 
-        The count is stored in the same transaction and updated in memory after the
-        commit, under one lock, so concurrent writers never lose a change.
+        The count is read and stored in the same transaction, and kept in memory after the
+        commit, under one lock, so concurrent writers never lose a change. It is read from
+        the transaction, not taken from memory, so that it stays right whatever the memory
+        missed: a write applied late (an acknowledged write whose commit a full disk had
+        refused, applied before this one: see KV._catch_up), or a group not kept.
         """
+        stored = [0]
+
         def counted(txn):
             result, delta = fn(txn)
+            raw = txn.get(self.COUNT_KEY)
+            count = int.from_bytes(raw, "little") if raw else 0
             if delta:
-                txn.put(self.COUNT_KEY, (self._count + delta).to_bytes(8, "little"))
+                count += delta
+                txn.put(self.COUNT_KEY, count.to_bytes(8, "little"))
+            stored[0] = count
             return result, delta
 
         with self._wlock:
-            result, delta = self.kv.write(counted)
-            self._count += delta
+            try:
+                result, _delta = self.kv.write(counted)
+            except StorageError:
+                # The disk refused it. What this store keeps in memory is read again from
+                # what was committed: a write refused after its commit (a flush that
+                # failed) is in LMDB, and in a group... see end_group.
+                if not self.kv.in_group():
+                    self.reload()
+                raise
+            self._count = stored[0]
             return result
+
+    def end_group(self) -> None:
+        """Commit the group of writes begun with ``kv.begin_group()`` (a server's group commit).
+
+        If the group could not be kept, its writes are gone although each was counted when
+        it ran: what this store keeps in memory is read again from what was committed
+        (:meth:`reload`), so that the count never includes a write that was refused.
+        """
+        try:
+            self.kv.end_group()
+        except BaseException:
+            self.reload()
+            raise
+
+    def reload(self) -> None:
+        """Read again what the store keeps in memory of its data (its count) from the last
+        commit: after writes that were counted and then not kept (a failed group)."""
+        with self._wlock:
+            with self.kv.read() as txn:
+                raw = txn.get(self.COUNT_KEY)
+            self._count = int.from_bytes(raw, "little") if raw else 0
 
     def stats(self) -> dict:
         return {"entries": self._count, "bytes": directory_bytes(self.directory)}

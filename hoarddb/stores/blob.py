@@ -34,6 +34,7 @@ from ..options import Options
 from ..chunks import chunks as _chunks
 from ..storage import blobfiles
 from ..storage.blobfiles import CHUNK_SIZE, INDEX_NAME, TEMP_PREFIX, IndexLog
+from ..storage.oserrors import is_full, storage_error
 from .base import Store, check_limit
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,13 @@ class BlobStore(Store):
                 "is missing; dropping it from the index",
                 self.directory, blob_id, r.get("name"), r.get("size", 0), r.get("sha256"),
             )
-            # Recorded, so the index agrees with the directory and this is reported once.
-            self._index.append({"op": "del", "_id_": blob_id})
+            # Recorded, so the index agrees with the directory and this is reported once
+            # (on a disk too full for the record, at a later open).
+            try:
+                self._index.append({"op": "del", "_id_": blob_id})
+            except OSError as exc:
+                log.warning("blob bucket %s: could not record that blob %s is gone (%s); the next open tries "
+                            "again", self.directory, blob_id, exc.strerror or exc)
         self._order = sorted(self._records)
         self._maybe_compact()
 
@@ -145,8 +151,8 @@ class BlobStore(Store):
     def _put(self, data, name, type, blob_id: str, created, sha256_expected: str | None = None) -> str:
         try:
             size, sha256 = blobfiles.write_blob(self.directory, blob_id, _chunks(data), self.options.sync)
-        except OSError as exc:
-            raise StorageError(f"blob put in bucket {self.directory.name} could not be written: {exc}") from exc
+        except OSError as exc:  # (write_blob removed what it wrote: no partial blob stays)
+            raise storage_error(f"writing a blob to bucket {self.directory.name}", exc) from None
         if sha256_expected is not None and sha256 != sha256_expected:
             _unlink_quietly(self.directory / blob_id)
             raise CorruptDataError(
@@ -165,10 +171,8 @@ class BlobStore(Store):
                 self._index.append(record)
             except BaseException as exc:
                 _unlink_quietly(self.directory / blob_id)
-                if isinstance(exc, OSError):
-                    raise StorageError(
-                        f"blob put in bucket {self.directory.name} could not be indexed: {exc}"
-                    ) from exc
+                if isinstance(exc, OSError):  # (append cut the index back to its last whole record)
+                    raise storage_error(f"indexing a blob in bucket {self.directory.name}", exc) from None
                 raise
             self._records[blob_id] = record
             if not self._order or blob_id > self._order[-1]:
@@ -223,21 +227,52 @@ class BlobStore(Store):
 
         The del record is appended and fsynced first, then the file unlinked: a crash
         between the two leaves a file the index does not record, deleted on open.
+
+        On a disk too full for the record (its last block full, so the record needs a new
+        one), deleting is how a user makes room, and refusing it would leave no way to
+        free space through hoardDB. So then the order turns: the blob's file is unlinked
+        first (its blocks are freed), and the record appended after::
+
+            _index.bson: | ... | put X |            X's file: 2 MiB    the append: ENOSPC
+            _index.bson: | ... | put X |            X's file: gone     room for a block
+            _index.bson: | ... | put X | del X |    X's file: gone     the delete, whole
+
+        A crash between the unlink and the record leaves a put whose file is missing: the
+        next open drops it (logging it as missing) and appends the del, so the delete
+        completes. An empty blob frees no block, and is refused instead.
         """
         blob_id = _blob_id(id)
         with self._lock:
             self._check_open()
-            self._record(blob_id)
+            record = self._record(blob_id)
             try:
                 self._index.append({"op": "del", "_id_": blob_id})
             except OSError as exc:
-                raise StorageError(f"blob delete in bucket {self.directory.name} failed: {exc}") from exc
+                if not is_full(exc) or not record.get("size"):
+                    raise storage_error(f"deleting blob {blob_id} from bucket {self.directory.name}", exc) from None
+                self._delete_unlinking_first(blob_id)
             del self._records[blob_id]
             self._stale_in_order += 1
             # Not fsynced: after a crash the file is one the index lacks, deleted on open.
             _unlink_quietly(self.directory / blob_id)
             self._maybe_compact()
         return {"deleted": 1}
+
+    def _delete_unlinking_first(self, blob_id: str) -> None:
+        """delete's way on a full disk (lock held): unlink the file, then append the del record."""
+        path = self.directory / blob_id
+        _unlink_quietly(path)
+        if self.options.sync:
+            blobfiles.fsync_directory(self.directory)
+        log.warning("blob bucket %s: the disk is full; removed blob %s's file before recording its delete",
+                    self.directory, blob_id)
+        try:
+            self._index.append({"op": "del", "_id_": blob_id})
+        except OSError as exc:  # the room went elsewhere meanwhile: the bytes are gone, the record stays
+            raise storage_error(
+                f"deleting blob {blob_id} from bucket {self.directory.name}", exc,
+                "its file is removed (it reads as missing) but the delete could not be recorded: delete "
+                "it again once there is room (opening the database again records it too)") from None
 
     def _maybe_compact(self) -> None:
         """Rewrite the index when dead records outnumber live ones (lock held, or opening)."""

@@ -41,9 +41,10 @@ from collections.abc import Mapping
 from typing import Any, Iterator
 
 from ..errors import (BadValueError, CorruptDataError, DuplicateKeyError, L2LimitError,
-                      NotFoundError, StorageError, TooManyElementsError, VerbNotSupportedError)
+                      NotFoundError, TooManyElementsError, VerbNotSupportedError)
 from ..ids import uuid7
 from ..storage import blobfiles
+from ..storage.oserrors import storage_error
 from ..values.codec import decode, encode
 from ..values.keys import decode_key, encode_key
 from ..values.literal import literal
@@ -316,8 +317,8 @@ class FieldStores:
         blob_id = uuid7()
         try:
             size, sha256 = blobfiles.write_blob(self.blob_dir, blob_id, _chunks(data), self.options.sync)
-        except OSError as exc:
-            raise StorageError(f"{f.where}: the blob could not be written: {exc}") from exc
+        except OSError as exc:  # (write_blob removed what it wrote)
+            raise storage_error(f"{f.where}: writing a blob", exc) from None
         meta = {"_id_": blob_id, "name": name, "type": type, "size": size, "sha256": sha256,
                 "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)}
 

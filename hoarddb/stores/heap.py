@@ -64,6 +64,11 @@ class HeapStore(ClaimVerbs, KVStore):
         self._bucket_name = (declaration or {}).get("name") or self.directory.name
         self._mutex = threading.RLock()
         self._claim_lock = self._mutex
+        self._max_deliveries = bucket_options.get("max_deliveries")
+        self._load()
+
+    def _load(self) -> None:
+        """Read the sequence, the ready elements' keys (the in-memory heap) and the claims."""
         with self.kv.read() as txn:
             raw = txn.get(SEQ_KEY)
             self._seq = int.from_bytes(raw, "big") if raw else 0
@@ -78,8 +83,15 @@ class HeapStore(ClaimVerbs, KVStore):
                     if key[1:] not in claimed:
                         keys.append(key)
         self._heap = keys  # already ascending, so already a valid heap
-        self._claims = ClaimTable(bucket_options.get("max_deliveries"))
+        self._claims = ClaimTable(self._max_deliveries)
         self._claims.load(records)
+
+    def reload(self) -> None:
+        """The count, and also the heap and the claims, read again from the last commit
+        (a failed group's pushes, pops and claims ran in memory and were not kept)."""
+        with self._mutex:
+            super().reload()
+            self._load()
 
     # -- where ClaimVerbs finds things ----------------------------------------------------
 

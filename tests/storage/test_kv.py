@@ -173,7 +173,7 @@ def test_a_refused_write_in_a_deferring_block_holds_nothing(tmp_path):
     assert records(tmp_path / "kv") == {b"b": b"2"}
 
 
-def test_a_held_commit_that_fails_refuses_writes_and_the_next_open_applies_it(tmp_path, caplog):
+def test_a_held_commit_that_fails_is_applied_from_its_record_before_the_next_write(tmp_path, caplog):
     kv = KV(tmp_path / "kv", map_size=1 << 20, sync=False)
     kv.write(lambda txn: txn.put(b"a", b"1"))
 
@@ -191,9 +191,47 @@ def test_a_held_commit_that_fails_refuses_writes_and_the_next_open_applies_it(tm
             kv.sync()  # acknowledged from here on
             kv._held = Refusing(kv._held)
     assert "an acknowledged write could not be committed" in caplog.text
-    assert read_elsewhere(kv, b"b") is None
-    with pytest.raises(StorageError, match="refused until the database is opened again"):
+    assert read_elsewhere(kv, b"b") is None  # LMDB has not got it
+    kv.write(lambda txn: txn.put(b"c", txn.get(b"b") + b"3"))  # the disk has room again: b first, then c
+    assert read_elsewhere(kv, b"b") == b"2"
+    kv.close()
+    assert records(tmp_path / "kv") == {b"a": b"1", b"b": b"2", b"c": b"23"}
+
+
+def test_a_held_commit_that_cannot_be_applied_refuses_writes_and_the_next_open_applies_it(tmp_path, monkeypatch):
+    kv = KV(tmp_path / "kv", map_size=1 << 20, sync=False)
+    kv.write(lambda txn: txn.put(b"a", b"1"))
+
+    class Refusing:
+        def __init__(self, txn):
+            self.txn = txn
+
+        def commit(self):
+            self.txn.abort()
+            raise lmdb.DiskError("No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.txn, name)
+
+    with commits_deferred():
+        kv.write(lambda txn: txn.put(b"b", b"2"))
+        kv.sync()
+        kv._held = Refusing(kv._held)
+    env = kv.env
+
+    class Full:  # every write transaction of the catch-up fails to commit, as on a disk still full
+        def begin(self, write=False, **kw):
+            txn = env.begin(write=write, **kw)
+            return Refusing(txn) if write else txn
+
+        def __getattr__(self, name):
+            return getattr(env, name)
+
+    monkeypatch.setattr(kv, "env", Full())
+    with pytest.raises(StorageError, match="acknowledged write that LMDB refused"):
         kv.write(lambda txn: txn.put(b"c", b"3"))
+    monkeypatch.setattr(kv, "env", env)
+    kv._catch_up = lambda: (_ for _ in ()).throw(StorageError("still full"))  # close cannot apply it either
     kv.close()  # no checkpoint: the record stays in the log
     assert records(tmp_path / "kv") == {b"a": b"1", b"b": b"2"}
 
@@ -219,3 +257,25 @@ def test_a_process_killed_after_a_held_writes_flush_and_before_its_commit_keeps_
     assert done.returncode == -9, done.stderr
     assert done.stdout.split("\n")[-2] == "A 19"
     assert records(tmp_path / "kv") == {b"k%02d" % i: b"v%d" % i for i in range(20)}
+
+
+def test_a_log_flush_that_fails_refuses_later_writes_until_reopened(tmp_path, monkeypatch):
+    """After a failed fdatasync the kernel may have dropped records without saying so again
+    (a later flush would succeed): the environment refuses writes; the reopen recovers."""
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    kv.write(lambda txn: txn.put(b"a", b"1"))
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("hoarddb.storage.wal._datasync", failing)
+    with pytest.raises(StorageError, match="flushing its write-ahead log failed"):
+        kv.write(lambda txn: txn.put(b"b", b"2"))
+    monkeypatch.undo()
+    with pytest.raises(StorageError, match="refused until the database is opened again"):
+        kv.write(lambda txn: txn.put(b"c", b"3"))
+    kv.close()  # no checkpoint: the next open replays what the log has
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    with kv.read() as txn:
+        assert txn.get(b"a") == b"1" and txn.get(b"c") is None
+    kv.close()

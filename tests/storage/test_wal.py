@@ -221,7 +221,7 @@ def test_a_commit_that_fails_takes_its_record_back(tmp_path):
             return getattr(real, name)
 
     kv.env = Env()
-    with pytest.raises(StorageError, match="write to .* failed"):
+    with pytest.raises(StorageError, match="writing .* failed"):
         kv.write(lambda txn: txn.put(b"b", b"2"))
     kv.env = real
     kv.write(lambda txn: txn.put(b"c", b"3"))
