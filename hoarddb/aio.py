@@ -15,6 +15,10 @@ same classes as the blocking client's. Requests from concurrent tasks share the 
 connection and are pipelined: each is sent at once and its answer matched by id.
 The connection is asyncio's own (an :class:`asyncio.Protocol` over the sans-IO
 :class:`hoarddb.wire.ClientProtocol`); it reconnects on the next call after a loss.
+A lost connection fails every request waiting on it at once: a read is sent again on a
+new connection, a write raises with ``outcome_unknown = True`` (never resent). A call
+waits at most ``timeout`` seconds of silence from the server; ``close()`` fails the
+calls in flight with ClosedError.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from typing import Any, AsyncIterator
 from . import operations
 from .chunks import chunks
 from .api import BucketsByName, Found, StoreFieldsByName
-from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source
+from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source, nothing_sent, unanswered
 from .client.options import ConnectOptions
 from .errors import (ClosedError, ConnectionError_, HoardError, InvalidArgumentError, ProtocolError,
                      TimeoutError_, UnknownVerbError, error_from_answer)
 from .values.codec import decode, encode
+from .wire.framing import FrameReader, decode_frame
 from .wire.messages import CHUNK_SIZE
 from .wire.protocol import ClientProtocol, State
 
@@ -98,6 +103,10 @@ class _Protocol(asyncio.Protocol):
         self._waiters: dict[Any, _Answers] = {}
         self._can_write = asyncio.Event()
         self._can_write.set()
+        self._reader = FrameReader()  # once ready: answers are read here, in order (see data_received)
+        #: The loop's time when the server last sent something: a call times out only after
+        #: ``timeout`` seconds in which nothing came (a long pipeline that keeps answering does not).
+        self.last_heard = self.loop.time()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -107,10 +116,15 @@ class _Protocol(asyncio.Protocol):
         transport.write(self.core.start())
 
     def data_received(self, data: bytes) -> None:
+        self.last_heard = self.loop.time()
+        if self.ready.done():
+            self._answers_received(data)
+            return
         try:
             answers = self.core.receive_data(data)
         except ProtocolError as e:
-            self._fail(ConnectionError_(f"{self.options.address} did not answer as a hoardDB server: {e.message}"))
+            self._fail(ConnectionError_(f"{self.options.address} did not answer as a hoardDB server: {e.message}",
+                                        outcome_unknown=False))
             return
         except HoardError as e:  # a refused login, or a notice before the server closes
             e.server_closed = True
@@ -122,18 +136,39 @@ class _Protocol(asyncio.Protocol):
         if self.core.state is State.READY and not self.ready.done():
             self.ready.set_result(True)
         for answer in answers:
-            queue = self._waiters.get(answer.get("id"))
-            if queue is not None:
-                queue.put(answer)
+            self._deliver(answer)
+
+    def _answers_received(self, data: bytes) -> None:
+        """Answers, once ready: each goes to its waiter as it is read, so the answers that came
+        before a goodbye of the server (``id: null``, then it closes) still reach theirs."""
+        self._reader.feed(data)
+        try:
+            while (frame := self._reader.next_frame()) is not None:
+                answer = decode_frame(frame)
+                if answer.get("id") is None and answer.get("ok") == 0:
+                    error = error_from_answer(answer)
+                    error.server_closed = True
+                    self._fail(error)
+                    return
+                self._deliver(answer)
+        except ProtocolError as e:
+            self._fail(ConnectionError_(f"the server sent bytes that are not a hoardDB message: {e.message}"))
+
+    def _deliver(self, answer: dict) -> None:
+        queue = self._waiters.get(answer.get("id"))
+        if queue is not None:  # else its caller gave up (cancelled, timed out): dropped
+            queue.put(answer)
 
     def connection_lost(self, exc) -> None:
-        handshake = not self.ready.done()
-        hint = (" during the handshake: " + ("it may expect TLS (leave out insecure=true)" if self.options.insecure
-                                             else "it may have refused the connection")) if handshake else \
-            (": the server closed it, stopped or restarted. The next call reconnects; a write whose answer was "
-             "lost may or may not have happened")
-        self._fail(ConnectionError_(f"the connection to {self.options.address} was lost{hint}"
-                                    + (f" ({exc})" if exc else "")))
+        why = f" ({exc})" if exc else ""
+        if not self.ready.done():
+            hint = "it may expect TLS (leave out insecure=true)" if self.options.insecure else \
+                "it may have refused the connection (see its log)"
+            self._fail(ConnectionError_(f"the server at {self.options.address} closed the connection during the "
+                                        f"handshake{why}: {hint}", outcome_unknown=False))
+        else:
+            self._fail(ConnectionError_(f"the connection to {self.options.address} was lost{why}: the server closed "
+                                        "it, stopped or restarted, or the network failed; the next call reconnects"))
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -147,11 +182,15 @@ class _Protocol(asyncio.Protocol):
         self.closed = True
         if not self.ready.done():
             self.ready.set_exception(error)
+            self.ready.exception()  # retrieved: nobody may await it any more
         for queue in self._waiters.values():
-            queue.put(error)
+            queue.put(self.error)
         self._can_write.set()
         if self.transport is not None:
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()  # requests not yet sent must not go out after their callers were failed
+            else:
+                self.transport.close()
 
     # -- requests
 
@@ -165,12 +204,25 @@ class _Protocol(asyncio.Protocol):
         return request_id, queue
 
     async def next(self, request_id, queue: _Answers) -> dict:
-        try:
-            item = await asyncio.wait_for(queue.get(), self.options.timeout)
-        except asyncio.TimeoutError:
-            self._fail(TimeoutError_(f"no answer from {self.options.address} within {self.options.timeout:g} s "
-                                     "(timeout); the connection is closed and the request may or may not have run"))
-            raise self.error from None
+        """The next message for ``request_id``; TimeoutError_ (the connection failed) when the
+        server sent nothing for ``timeout`` seconds meanwhile."""
+        timeout = self.options.timeout
+        if timeout is None:
+            item = await queue.get()
+        else:
+            started = self.loop.time()
+            while True:
+                silent = self.loop.time() - max(started, self.last_heard)
+                if silent >= timeout:
+                    self._fail(TimeoutError_(f"the server at {self.options.address} sent nothing for {timeout:g} s "
+                                             "while an answer was due (timeout); the connection is closed"))
+                    item = self.error
+                    break
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout - silent)
+                    break
+                except asyncio.TimeoutError:
+                    continue  # others' answers may have come meanwhile: the server is not silent
         if isinstance(item, HoardError):
             raise item
         return item
@@ -181,15 +233,35 @@ class _Protocol(asyncio.Protocol):
             queue.close()
 
     async def send_chunk(self, request_id, data, *, end=False, abort=False) -> None:
-        await self._can_write.wait()
+        """Write one upload chunk once the transport has room (at most ``timeout`` seconds of waiting)."""
+        if not self._can_write.is_set():
+            try:
+                await asyncio.wait_for(self._can_write.wait(), self.options.timeout)
+            except asyncio.TimeoutError:
+                self._fail(TimeoutError_(f"the server at {self.options.address} took none of our upload for "
+                                         f"{self.options.timeout:g} s (timeout); the connection is closed"))
         if self.closed:
             raise self.error
         self.transport.write(self.core.chunk(request_id, data, end=end, abort=abort))
 
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+    def abort_upload(self, request_id) -> None:
+        """Tell the server to drop an upload, without waiting: when the transport has no room
+        for even that, the connection is closed instead (the server drops it then)."""
+        if self.closed:
+            return
+        if self._can_write.is_set():
+            self.transport.write(self.core.chunk(request_id, b"", end=True, abort=True))
+        else:
+            self._fail(ConnectionError_(f"an upload to {self.options.address} was abandoned while the server "
+                                        "took nothing; the connection is closed"))
+
+    def close(self, error: HoardError | None = None) -> None:
+        """Close now: every request waiting fails with ``error`` (ClosedError by default)."""
+        self._fail(error or _closed())
+
+
+def _closed() -> ClosedError:
+    return ClosedError("this client is closed; connect again with hoarddb.aio.connect(...)", outcome_unknown=False)
 
 
 class AsyncExecutor:
@@ -198,46 +270,67 @@ class AsyncExecutor:
     def __init__(self, options: ConnectOptions):
         self.options = options
         self._proto: _Protocol | None = None
+        self._opening: _Protocol | None = None  # a connection being opened: close() fails it too
         self._connecting: asyncio.Lock | None = None
         self._closed = False
 
     async def connect(self) -> _Protocol:
         if self._closed:
-            raise ClosedError("this client is closed; connect again with hoarddb.aio.connect(...)")
+            raise _closed()
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
+            if self._closed:  # closed while this task waited for another's connecting
+                raise _closed()
             if self._proto is None or self._proto.closed:
-                self._proto = await self._open()
+                proto = await self._open()
+                if self._closed:  # closed while this connection was being opened
+                    proto.close()
+                    raise _closed()
+                self._proto = proto
         return self._proto
 
     async def _open(self) -> _Protocol:
+        try:
+            return await self._open_connection()
+        except (ConnectionError_, TimeoutError_) as e:
+            raise nothing_sent(e) from None
+        finally:
+            self._opening = None
+
+    async def _open_connection(self) -> _Protocol:
         o = self.options
         loop = asyncio.get_running_loop()
         context = o.ssl_context()
+
+        def protocol() -> _Protocol:
+            self._opening = _Protocol(o)
+            return self._opening
         try:
             transport, proto = await asyncio.wait_for(loop.create_connection(
-                lambda: _Protocol(o), o.host, o.port, ssl=context, server_hostname=o.host if context else None),
+                protocol, o.host, o.port, ssl=context, server_hostname=o.host if context else None),
                 o.connect_timeout)
         except asyncio.TimeoutError:
-            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)") from None
+            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
+                                outcome_unknown=False) from None
         except ConnectionRefusedError as exc:
             raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
-                                   "on this host and port?") from None
+                                   "on this host and port?", outcome_unknown=False) from None
         except (OSError, EOFError) as exc:
             import ssl
             if context is not None and isinstance(exc, (ssl.SSLError, ConnectionResetError, EOFError)):
                 raise o.tls_advice(exc) from None
-            raise ConnectionError_(f"cannot connect to {o.address}: {exc}") from None
+            raise ConnectionError_(f"cannot connect to {o.address}: {exc}", outcome_unknown=False) from None
         try:
             if context is not None:
                 o.check_fingerprint(transport.get_extra_info("ssl_object").getpeercert(binary_form=True))
             await asyncio.wait_for(asyncio.shield(proto.ready), o.connect_timeout)
         except asyncio.TimeoutError:
-            transport.close()
-            raise TimeoutError_(f"no handshake answer from {o.address} within {o.connect_timeout:g} s") from None
+            transport.abort()
+            raise TimeoutError_(f"no handshake answer from {o.address} within {o.connect_timeout:g} s; is it a "
+                                "hoardDB server?", outcome_unknown=False) from None
         except BaseException:
-            transport.close()
+            transport.abort()
             raise
         return proto
 
@@ -260,21 +353,27 @@ class AsyncExecutor:
 
     async def _execute(self, request: Mapping) -> dict:
         proto = await self.connect()
+        op = request["op"]
         upload = _upload_source(request)
-        if upload is not None:
-            answer = await self._upload(proto, *upload)
-        else:
-            request_id, queue = proto.open(dict(request))
-            try:
-                answer = await proto.next(request_id, queue)
-            except BaseException:
+        try:
+            if upload is not None:
+                answer = await self._upload(proto, *upload)
+            else:
+                request_id, queue = proto.open(dict(request))
+                try:
+                    answer = await proto.next(request_id, queue)
+                except BaseException:
+                    proto.finish(request_id)
+                    raise
+                if op == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
+                    args = request.get("args") or {}
+                    size = args.get("chunk_size") if isinstance(args, Mapping) else None
+                    return {"ok": 1, "result": self._chunks(proto, request_id, queue, answer, size or STREAM_CHUNK)}
                 proto.finish(request_id)
+        except (ConnectionError_, TimeoutError_, ClosedError) as e:
+            if isinstance(e, ClosedError) and not self._closed:
                 raise
-            if request.get("op") == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
-                args = request.get("args") or {}
-                size = args.get("chunk_size") if isinstance(args, Mapping) else None
-                return {"ok": 1, "result": _chunks(proto, request_id, queue, answer, size or STREAM_CHUNK)}
-            proto.finish(request_id)
+            raise unanswered(e, op, op not in _RETRYABLE, closed=self._closed) from None
         answer.pop("id", None)
         if answer.get("ok") != 1:
             raise error_from_answer(answer)
@@ -292,42 +391,47 @@ class AsyncExecutor:
                 else:
                     await proto.send_chunk(request_id, b"", end=True)
             except BaseException:
-                if not proto.closed:
-                    await proto.send_chunk(request_id, b"", end=True, abort=True)
-                    try:
-                        await proto.next(request_id, queue)
-                    except HoardError:
-                        pass
+                proto.abort_upload(request_id)  # at once: a cancelled task must not wait again
                 raise
             return await proto.next(request_id, queue)
         finally:
             proto.finish(request_id)
 
+    async def _chunks(self, proto: _Protocol, request_id, queue, first: dict, chunk_size: int) -> AsyncIterator[bytes]:
+        try:
+            message = first
+            buffer = bytearray()
+            while True:
+                if message.get("ok") != 1:
+                    raise error_from_answer(message)
+                if message.get("end"):
+                    if buffer:
+                        yield bytes(buffer)
+                    return
+                buffer += message.get("chunk") or b""
+                while len(buffer) >= chunk_size:
+                    yield bytes(buffer[:chunk_size])
+                    del buffer[:chunk_size]
+                if self._closed:
+                    raise ClosedError("this client was closed before the stream was read to its end; "
+                                      "connect again and call stream again", outcome_unknown=False)
+                try:
+                    message = await proto.next(request_id, queue)
+                except (ConnectionError_, TimeoutError_, ClosedError) as e:
+                    if self._closed:
+                        raise ClosedError("this client was closed before the stream was read to its end; "
+                                          "connect again and call stream again", outcome_unknown=False) from None
+                    raise unanswered(e, "stream", False) from None
+        finally:
+            proto.finish(request_id)  # chunks still arriving for it are dropped
+
     async def close(self) -> None:
+        """Close the connection; the calls waiting for answers raise ClosedError now, later ones too."""
         self._closed = True
-        if self._proto is not None:
-            self._proto.close()
-            self._proto = None
-
-
-async def _chunks(proto: _Protocol, request_id, queue, first: dict, chunk_size: int) -> AsyncIterator[bytes]:
-    try:
-        message = first
-        buffer = bytearray()
-        while True:
-            if message.get("ok") != 1:
-                raise error_from_answer(message)
-            if message.get("end"):
-                if buffer:
-                    yield bytes(buffer)
-                return
-            buffer += message.get("chunk") or b""
-            while len(buffer) >= chunk_size:
-                yield bytes(buffer[:chunk_size])
-                del buffer[:chunk_size]
-            message = await proto.next(request_id, queue)
-    finally:
-        proto.finish(request_id)  # chunks still arriving for it are dropped
+        for proto in (self._proto, self._opening):
+            if proto is not None:
+                proto.close()
+        self._proto = None
 
 
 # ---- the public objects, as hoarddb.api's, awaitable ----------------------------------------------

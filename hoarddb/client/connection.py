@@ -7,6 +7,15 @@ Client as ``hoarddb.open(path)``, whose requests go over the wire. Errors come b
 the same classes (``error_from_answer``); a lost connection is ConnectionError_, a
 late answer TimeoutError_, and the next call reconnects.
 
+What a call does when the connection fails:
+
+    found dead before sending (the server restarted,   a new connection carries the request:
+    or closed it idle; its goodbye is read first)       nothing was sent on the old one
+    lost after sending a read                          sent once more on a new connection
+    lost after sending a write                         ConnectionError_ / TimeoutError_ with
+                                                       ``outcome_unknown = True``: never resent
+    the client closed by another thread meanwhile      ClosedError (``outcome_unknown`` as above)
+
 Blobs: a ``put`` whose data is a file object or more than 4 MiB is uploaded in 1 MiB
 chunks read as they are sent; ``stream`` gives an iterator that reads the server's
 chunks as it is consumed. If another request needs the connection before a stream is
@@ -78,6 +87,10 @@ class Connection:
     def __init__(self, options: ConnectOptions):
         self.options = options
         self.closed = False
+        #: Why the server closed the connection, when it said so (its goodbye message).
+        self.error: HoardError | None = None
+        #: Whether a request went out on it (a read that fails on a fresh connection is not resent).
+        self.used = False
         self._answers: dict[Any, deque] = {}
         self._spools: dict[Any, _Spool] = {}
         self._discard: set = set()
@@ -93,6 +106,11 @@ class Connection:
             self.close()
             raise
         self.sock.settimeout(options.timeout)
+        self._tls = isinstance(self.sock, ssl.SSLSocket)
+        self._readable_poll = None
+        if hasattr(select, "poll"):
+            self._readable_poll = select.poll()
+            self._readable_poll.register(self.sock.fileno(), select.POLLIN)
         self.poller = (busypoll.BusyPoll([self.sock.fileno()], options.busy_poll / 1e6)
                        if options.busy_poll and busypoll.unavailable() is None else None)
 
@@ -100,15 +118,16 @@ class Connection:
 
     def _open(self) -> socket.socket:
         o = self.options
+        context = o.ssl_context()  # a CA file that cannot be read is refused before connecting
         try:
             sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
         except socket.timeout:
-            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)") from None
+            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
+                                outcome_unknown=False) from None
         except OSError as exc:
             raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
-                                   "on this host and port?") from None
+                                   "on this host and port?", outcome_unknown=False) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        context = o.ssl_context()
         if context is None:
             return sock
         try:
@@ -116,7 +135,7 @@ class Connection:
         except socket.timeout:
             sock.close()
             raise TimeoutError_(f"TLS handshake with {o.address} took over {o.connect_timeout:g} s; "
-                                "is it a hoardDB server?") from None
+                                "is it a hoardDB server?", outcome_unknown=False) from None
         except (ssl.SSLError, OSError) as exc:
             sock.close()
             raise o.tls_advice(exc) from None
@@ -134,7 +153,8 @@ class Connection:
                 data = self.sock.recv(_RECV)
             except socket.timeout:
                 raise TimeoutError_(f"no handshake answer from {self.options.address} within "
-                                    f"{self.options.connect_timeout:g} s; is it a hoardDB server?") from None
+                                    f"{self.options.connect_timeout:g} s; is it a hoardDB server?",
+                                    outcome_unknown=False) from None
             except (ssl.SSLError, OSError) as exc:
                 raise self._lost(exc, handshake=True) from None
             if not data:
@@ -142,7 +162,8 @@ class Connection:
             try:
                 answers = self.core.receive_data(data)
             except ProtocolError as exc:
-                raise ConnectionError_(f"{self.options.address} did not answer as a hoardDB server: {exc.message}") from None
+                raise ConnectionError_(f"{self.options.address} did not answer as a hoardDB server: {exc.message}",
+                                       outcome_unknown=False) from None
             for answer in answers:
                 self._file(answer)
             out = self.core.data_to_send()
@@ -156,20 +177,26 @@ class Connection:
     # -- sending
 
     def _send(self, data: bytes) -> None:
+        if self.closed:
+            raise self._closed_error()
         if self.poller is not None:
             self._sent = time.monotonic()  # the first read after it waits for an answer
         try:
             self.sock.sendall(data)
         except socket.timeout:
             self.close()
-            raise TimeoutError_(f"the server at {self.options.address} did not take our request within "
-                                f"{self.options.timeout:g} s; the connection is closed") from None
+            raise TimeoutError_(f"the server at {self.options.address} took none of our request for "
+                                f"{self.options.timeout:g} s (timeout); the connection is closed") from None
         except (ssl.SSLError, OSError) as exc:
             raise self._lost(exc) from None
+        except BaseException:  # interrupted (Ctrl-C) halfway: what follows would be read as the rest of it
+            self.close()
+            raise
 
     def send(self, doc: dict) -> int:
         """Send one request; its id."""
         request_id, data = self.core.request(doc)
+        self.used = True
         self._send(data)
         return request_id
 
@@ -198,14 +225,42 @@ class Connection:
     def has_message(self, request_id) -> bool:
         """Read what already arrived, without waiting; whether a message for ``request_id`` is there."""
         self._sent = None  # what this reads is no answer waited for: nothing for the busy poller to learn
-        while not self.closed and (select.select([self.sock], [], [], 0)[0] or
-                                   (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending())):
+        while not self.closed and self._readable():
             self._read_some()
         return bool(self._answers.get(request_id))
 
+    def _readable(self) -> bool:
+        """Whether a read would not wait: bytes (or an end of file) arrived, or TLS holds some."""
+        if self._tls and self.sock.pending():
+            return True
+        if self._readable_poll is not None:
+            return bool(self._readable_poll.poll(0))
+        return bool(select.select([self.sock], [], [], 0)[0])
+
+    def alive(self) -> bool:
+        """Whether the connection is still open, as far as can be told without waiting: reads
+        what already arrived, so a server that closed it (a restart, an idle timeout: its
+        goodbye, or the end of the stream) is noticed before a request is sent into it."""
+        if self.closed:
+            return False
+        if self._readable():
+            try:
+                self.has_message(None)
+            except HoardError:
+                pass  # the connection closed itself, saying why
+        return not self.closed
+
+    def abandon(self, request_id) -> None:
+        """Nobody waits for ``request_id`` any more (its call was interrupted): drop its answer."""
+        if self._answers.pop(request_id, None) is None and not self.closed:
+            self._discard.add(request_id)
+
+    def _closed_error(self) -> HoardError:
+        return self.error or ConnectionError_(f"the connection to {self.options.address} is closed")
+
     def _read_some(self) -> None:
         if self.closed:
-            raise ConnectionError_(f"the connection to {self.options.address} is closed")
+            raise self._closed_error()
         poller, sent, self._sent = self.poller, self._sent, None  # sent: only with a poller
         if sent is not None and poller.wanted():
             if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
@@ -215,8 +270,8 @@ class Connection:
             data = self.sock.recv(_RECV)
         except socket.timeout:
             self.close()
-            raise TimeoutError_(f"no answer from {self.options.address} within {self.options.timeout:g} s "
-                                "(timeout); the connection is closed and the request may or may not have run") from None
+            raise TimeoutError_(f"the server at {self.options.address} sent nothing for {self.options.timeout:g} s "
+                                "while an answer was due (timeout); the connection is closed") from None
         except (ssl.SSLError, OSError) as exc:
             raise self._lost(exc) from None
         if not data:
@@ -234,17 +289,25 @@ class Connection:
                 return
             if self._spools or self._discard:  # a stream's chunks may be among them: one by one
                 for frame in split_frames(frames):
-                    self._route(frame)
+                    if not self._route(frame):
+                        return
                 continue
             for doc in decode_frames(frames):  # answers: all of them in one call
                 if doc.get("id") is None:  # the server closes the connection, and says why
-                    self.close()
-                    error = error_from_answer(doc)
-                    error.server_closed = True
-                    raise error
+                    self._goodbye(doc)
+                    return
                 self._file(doc)
 
-    def _route(self, frame: bytes) -> None:
+    def _goodbye(self, doc: dict) -> None:
+        """The server closes the connection and says why (``id: null``): the answers that came
+        before it stay filed for their callers; whoever waits for more gets this error."""
+        error = error_from_answer(doc)
+        error.server_closed = True
+        self.error = error
+        self.close()
+
+    def _route(self, frame: bytes) -> bool:
+        """File or spool one frame; False when it was the server's goodbye (the connection is closed)."""
         # Peek at the id without decoding a whole chunk twice: spooled frames stay raw.
         doc = None
         request_id = _peek_id(frame)
@@ -252,21 +315,19 @@ class Connection:
             doc = decode_frame(frame)
             request_id = doc.get("id")
         if request_id is None:  # the server closes the connection, and says why
-            doc = doc or decode_frame(frame)
-            self.close()
-            error = error_from_answer(doc)
-            error.server_closed = True
-            raise error
+            self._goodbye(doc or decode_frame(frame))
+            return False
         if request_id in self._discard:
             doc = doc or decode_frame(frame)
             if doc.get("end") or doc.get("ok") != 1 or "chunk" not in doc:
                 self._discard.discard(request_id)
-            return
+            return True
         spool = self._spools.get(request_id)
         if spool is not None:
             spool.put(frame)
-            return
+            return True
         self._file(doc or decode_frame(frame))
+        return True
 
     def _file(self, doc: dict) -> None:
         self._answers.setdefault(doc.get("id"), deque()).append(doc)
@@ -296,10 +357,18 @@ class Connection:
             hint = ("it may expect TLS (leave out -insecure / insecure=true)" if o.insecure else
                     "it may have refused the connection (see its log)")
             return ConnectionError_(f"the server at {o.address} closed the connection during the handshake"
-                                    + (f" ({exc})" if exc else "") + f": {hint}")
+                                    + (f" ({exc})" if exc else "") + f": {hint}", outcome_unknown=False)
         return ConnectionError_(f"the connection to {o.address} was lost" + (f" ({exc})" if exc else "")
-                                + ": the server closed it, stopped or restarted. The next call reconnects; "
-                                  "a write whose answer was lost may or may not have happened")
+                                + ": the server closed it, stopped or restarted, or the network failed; "
+                                  "the next call reconnects")
+
+    def shutdown(self) -> None:
+        """Stop the socket both ways, from any thread: a call blocked on it wakes up and fails.
+        (The socket itself is closed by that call, or by :meth:`close`.)"""
+        try:
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)  # the plain socket's: leaves TLS state alone
+        except OSError:
+            pass
 
     def close(self) -> None:
         if self.closed:
@@ -332,7 +401,8 @@ class RemoteExecutor:
     Thread-safe: calls from several threads take turns on the one connection (use one
     client per thread for parallelism). The connection is opened at construction, so
     a wrong address or password fails at once, and reopened by the next call after it
-    is lost.
+    is lost. ``close()`` may come from any thread: a call waiting for its answer then
+    raises ClosedError at once.
     """
 
     def __init__(self, options: ConnectOptions, *, connect: bool = True):
@@ -345,10 +415,14 @@ class RemoteExecutor:
 
     def _connection(self) -> Connection:
         if self._closed:
-            raise ClosedError("this client is closed; connect again with hoarddb.connect(...)")
-        if self._conn is None or self._conn.closed:
-            self._conn = Connection(self.options)
-        return self._conn
+            raise ClosedError("this client is closed; connect again with hoarddb.connect(...)", outcome_unknown=False)
+        conn = self._conn
+        if conn is None or not conn.alive():  # closed by the server while idle: nothing of ours was in it
+            try:
+                conn = self._conn = Connection(self.options)
+            except (ConnectionError_, TimeoutError_) as e:
+                raise nothing_sent(e) from None
+        return conn
 
     @property
     def server_info(self) -> dict:
@@ -361,32 +435,44 @@ class RemoteExecutor:
         if not isinstance(request, Mapping) or not isinstance(request.get("op"), str):
             raise InvalidArgumentError(operations.REQUEST_SHAPE)  # as the engine says it
         with self._lock:
-            fresh = self._conn is None or self._conn.closed
+            conn = self._connection()
+            fresh = not conn.used
             try:
-                return self._execute(request)
+                return self._execute(conn, request)
             except (ConnectionError_, TimeoutError_) as e:
                 lost = isinstance(e, ConnectionError_) or getattr(e, "server_closed", False)
-                if fresh or not lost or request.get("op") not in _RETRYABLE:
+                if fresh or not lost or request["op"] not in _RETRYABLE:
                     raise
-            return self._execute(request)  # a read on a connection that died while idle: once more
+            return self._execute(self._connection(), request)  # a read on a connection that died: once more
 
-    def _execute(self, request: Mapping) -> dict:
-        conn = self._connection()
+    def _execute(self, conn: Connection, request: Mapping) -> dict:
+        op = request["op"]
         upload = _upload_source(request)
-        if upload is not None:
-            answer = self._upload(conn, *upload)
-        else:
-            request_id = conn.send(dict(request))
-            answer = conn.receive(request_id)
-            if request.get("op") == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
-                args = request.get("args") or {}
-                size = args.get("chunk_size") if isinstance(args, Mapping) else None
-                conn.stream_started(request_id)
-                return {"ok": 1, "result": self._chunks(conn, request_id, answer, size or STREAM_CHUNK)}
+        try:
+            if upload is not None:
+                answer = self._upload(conn, *upload)
+            else:
+                request_id = conn.send(dict(request))
+                try:
+                    answer = conn.receive(request_id)
+                except BaseException as e:
+                    if not isinstance(e, HoardError):  # interrupted (Ctrl-C): the answer may still come
+                        conn.abandon(request_id)
+                    raise
+                if op == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
+                    args = request.get("args") or {}
+                    size = args.get("chunk_size") if isinstance(args, Mapping) else None
+                    conn.stream_started(request_id)
+                    return {"ok": 1, "result": self._chunks(conn, request_id, answer, size or STREAM_CHUNK)}
+        except (ConnectionError_, TimeoutError_) as e:
+            raise self._unanswered(e, op, op not in _RETRYABLE) from None
         answer.pop("id", None)
         if answer.get("ok") != 1:
             raise error_from_answer(answer)
         return answer
+
+    def _unanswered(self, error: HoardError, what: str, write: bool) -> HoardError:
+        return unanswered(error, what, write, closed=self._closed)
 
     def _upload(self, conn: Connection, request: dict, source) -> dict:
         request_id = conn.send({**request, "upload": True})
@@ -403,15 +489,20 @@ class RemoteExecutor:
                 conn.send_chunk(request_id, b"", end=True, abort=True)
                 conn.receive(request_id)
             raise
-        except BaseException:
+        except BaseException:  # the source failed, or Ctrl-C: abort the upload, drop its answer
             if not conn.closed:
                 try:
                     conn.send_chunk(request_id, b"", end=True, abort=True)
-                    conn.receive(request_id)
+                    conn.abandon(request_id)
                 except HoardError:
                     pass
             raise
-        return conn.receive(request_id)
+        try:
+            return conn.receive(request_id)
+        except BaseException as e:
+            if not isinstance(e, HoardError):
+                conn.abandon(request_id)
+            raise
 
     def _chunks(self, conn: Connection, request_id: int, first: dict, chunk_size: int) -> Iterator[bytes]:
         complete = False
@@ -432,24 +523,43 @@ class RemoteExecutor:
                     yield bytes(buffer[:chunk_size])
                     del buffer[:chunk_size]
                 with self._lock:
-                    message = conn.receive(request_id)
+                    if self._closed:
+                        raise ClosedError("this client was closed before the stream was read to its end; "
+                                          "connect again and call stream again", outcome_unknown=False)
+                    try:
+                        message = conn.receive(request_id)
+                    except (ConnectionError_, TimeoutError_) as e:
+                        raise self._unanswered(e, "stream", False) from None
         finally:
             with self._lock:
                 conn.stream_finished(request_id, complete)
 
     def pipeline(self, requests: list[dict]) -> list:
         """Send every request before reading any answer; the answers in order (an error answer
-        as its exception object, not raised). One round trip for the lot."""
+        as its exception object, not raised). One round trip for the lot. When the connection
+        is lost midway, the error raised holds the answers that came in ``answers``."""
         with self._lock:
             conn = self._connection()
             ids, data = conn.core.requests(requests)
-            conn._send(data)  # one send: the server reads them together and runs them as one group
             out = []
-            receive = conn.receive
-            for request_id in ids:
-                answer = receive(request_id)
-                del answer["id"]
-                out.append(answer if answer.get("ok") == 1 else error_from_answer(answer))
+            try:
+                conn.used = True
+                conn._send(data)  # one send: the server reads them together and runs them as one group
+                receive = conn.receive
+                for request_id in ids:
+                    answer = receive(request_id)
+                    del answer["id"]
+                    out.append(answer if answer.get("ok") == 1 else error_from_answer(answer))
+            except (ConnectionError_, TimeoutError_) as e:
+                write = any(not isinstance(r, Mapping) or r.get("op") not in _RETRYABLE for r in requests[len(out):])
+                error = self._unanswered(e, f"pipeline (from its {_ordinal(len(out) + 1)} request on)", write)
+                error.answers = out  # those that came: what became of the requests before the loss
+                raise error from None
+            except BaseException as e:
+                if not isinstance(e, HoardError) and not conn.closed:
+                    for request_id in ids[len(out):]:
+                        conn.abandon(request_id)
+                raise
             return out
 
     def reconnect(self) -> None:
@@ -461,12 +571,52 @@ class RemoteExecutor:
             self._connection()
 
     def close(self) -> None:
-        """Close the connection; later calls raise ClosedError."""
-        with self._lock:
-            self._closed = True
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        """Close the connection; later calls raise ClosedError, and so does a call of another
+        thread waiting for its answer now (which does not wait for it to finish)."""
+        self._closed = True
+        conn = self._conn
+        if conn is not None:
+            conn.shutdown()  # wakes a call blocked on the socket; that call closes it
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+            finally:
+                self._lock.release()
+
+
+def nothing_sent(error: HoardError) -> HoardError:
+    """``error``, of a call none of whose request reached the server: ``outcome_unknown`` False
+    (the server's own goodbye during the login, say, does not carry it)."""
+    if not hasattr(error, "outcome_unknown"):
+        error.outcome_unknown = False
+        error.details["outcome_unknown"] = False
+    return error
+
+
+def unanswered(error: HoardError, what: str, write: bool, *, closed: bool = False) -> HoardError:
+    """The error for a request sent whose answer will not come: the connection's ``error`` (or
+    ClosedError, when the client was ``closed`` meanwhile), saying whether ``what`` may have been
+    applied. ``outcome_unknown`` is True for a write: it was not resent, and may or may not
+    have been applied; a read changed nothing."""
+    if write:
+        tail = (f"the {what} may or may not have been applied: its answer was lost, and it was not sent again. "
+                "Read back before trying again: a write that names its key (put with an _id_) is safe to "
+                "repeat, one that does not (insert without _id_, push, a blob put) may be applied twice")
+    else:
+        tail = f"the {what} changed nothing; call it again"
+    if closed:
+        error_class, message = ClosedError, f"this client was closed while the {what} waited for its answer"
+    else:
+        error_class, message = type(error), error.message
+    out = error_class(f"{message}; {tail}", outcome_unknown=write)
+    out.server_closed = getattr(error, "server_closed", False)
+    return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _upload_source(request: Mapping):

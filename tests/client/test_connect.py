@@ -95,3 +95,92 @@ def test_good_option_values_still_bind():
     assert ConnectOptions.from_url("hoarddb://h:7071/", port="7072").port == 7072
     assert ConnectOptions.from_url("hoarddb://[::1]:7071/").address == "[::1]:7071"
     assert ConnectOptions.from_url("hoarddb://h/?timeout=0.5&connect_timeout=2").timeout == 0.5
+
+
+@pytest.mark.parametrize("url, words", [
+    ("hoarddb:h", "a hoardDB URL starts with hoarddb://"),
+    ("hoarddb:/h", "a hoardDB URL starts with hoarddb://"),
+    ("hoarddb://h h/", "host must be a host name"),
+    ("hoarddb://%20/", "host must be a host name"),
+    ("hoarddb://[::1]x/", "after an IPv6 address in brackets comes only :PORT"),
+    ("hoarddb://h/?timeout=1&timeout=2", "timeout is given twice"),
+    ("hoarddb://h/?host=other", "host is given twice"),
+    ("hoarddb://h/?tls_ca=", "tls_ca has no value"),
+    ("hoarddb://h/?tls_fingerprint=", "tls_fingerprint has no value"),
+    ("hoarddb://h/?timeout", "timeout has no value"),
+    ("hoarddb://h/#x", "a hoardDB URL has no #fragment"),
+    ("hoarddb://:pw@h/", "a password without a user"),
+])
+def test_malformed_urls_are_refused_saying_what_is_accepted(url, words):
+    """Regression: these were taken silently (a host with a space, the second of two timeouts, an
+    empty CA file meaning the system's CAs, a password with no user...) or refused confusingly."""
+    with pytest.raises(BadValueError, match=re.escape(words)):
+        ConnectOptions.from_url(url)
+    with pytest.raises(BadValueError, match=re.escape(words)):
+        hoarddb.connect(url)  # before any connection is tried
+
+
+def test_keyword_options_are_checked_as_the_url_is():
+    with pytest.raises(BadValueError, match="host must be a host name"):
+        hoarddb.connect(host="db example", insecure=True)
+    with pytest.raises(BadValueError, match="a password without a user"):
+        hoarddb.connect(password="secret", insecure=True)
+    assert ConnectOptions.from_url("hoarddb://h/?insecure").insecure  # a bare flag is still true
+    assert ConnectOptions.from_url("hoarddb://db-1.example.com.:7070/").host == "db-1.example.com."
+
+
+@pytest.mark.parametrize("url", [
+    "http://ann:s3cr3t-pw@h/", "hoarddb://ann:s3cr3t-pw@[::1/", "hoarddb://ann:s3cr3t-pw@h:x/",
+    "hoarddb://ann:s3cr3t-pw@h/app", "hoarddb://ann:s3cr/t-pw@h/", "hoarddb://ann:s3cr3t#pw@h/",
+    "hoarddb://ann:s3cr3t-pw@h/?bogus=1", "hoarddb:ann:s3cr3t-pw@h",
+])
+def test_a_password_is_never_in_an_error_about_its_url(url):
+    """Regression: an error about a URL quoted it whole, password and all."""
+    with pytest.raises((BadValueError, UnknownOptionError)) as e:
+        ConnectOptions.from_url(url)
+    assert "s3cr" not in str(e.value)
+    if "@h" in url and url.startswith("hoarddb://"):
+        assert "percent-encode" in str(e.value) or "options:" in str(e.value)
+
+
+def test_a_password_is_never_in_a_repr_or_a_failed_login(tmp_path):
+    """Regression: repr(ConnectOptions) showed the password (and so every log or traceback of it)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+    from server_users import add_users
+
+    options = ConnectOptions.from_url("hoarddb://admin:s3cr3t-pw@h/?insecure=true")
+    assert options.password == "s3cr3t-pw"
+    assert "s3cr3t" not in repr(options) and "s3cr3t" not in options.url()
+    add_users(tmp_path / "data")
+    from hoarddb.errors import AuthFailedError
+    from hoarddb.testing import ServerThread
+
+    with ServerThread(tmp_path / "data", auth_failure_delay=0.05) as server:
+        for user in ("admin", "nobody"):  # a wrong password, an unknown user: one answer
+            with pytest.raises(AuthFailedError) as e:
+                hoarddb.connect(server.url(user, "s3cr3t-pw"))
+            assert e.value.code == 27 and "s3cr3t" not in str(e.value) + repr(e.value)
+        with hoarddb.connect(server.url("admin", "admin-pw")) as client:
+            assert "admin-pw" not in repr(client._executor.options)
+
+
+def test_a_ca_file_that_cannot_be_read_is_a_bad_value_before_connecting(tmp_path):
+    """Regression: a missing CA file was CONNECTION_ERROR ("the next call reconnects"), and came
+    only after the connection was made."""
+    import asyncio
+
+    import hoarddb.aio
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]  # nothing listens: a connection attempt would say so instead
+    s.close()
+    (tmp_path / "not-a-cert.pem").write_text("hello")
+    for path in (tmp_path / "missing.pem", tmp_path / "not-a-cert.pem"):
+        with pytest.raises(BadValueError, match="tls_ca must be a PEM file"):
+            hoarddb.connect(port=port, tls_ca=str(path))
+        with pytest.raises(BadValueError, match="tls_ca must be a PEM file"):
+            asyncio.run(hoarddb.aio.connect(port=port, tls_ca=str(path)))
