@@ -51,7 +51,8 @@ def _shell_options(f):
 
 def _remote_options(f, insecure_names=("--insecure",)):
     """The connection options every client command shares (see hoarddb.client.options)."""
-    f = click.option("--timeout", type=float, default=None, help="Seconds to wait for an answer.")(f)
+    f = click.option("--timeout", type=float, default=None, help="Seconds to wait with nothing from the server "
+                     "while an answer is due (60).")(f)
     f = click.option("--tls-fingerprint", "tls_fingerprint", metavar="SHA256",
                      help="Trust the server whose certificate has this SHA-256 fingerprint (it prints it at start).")(f)
     f = click.option("--tls-ca", "tls_ca", metavar="FILE", type=click.Path(dir_okay=False),
@@ -86,7 +87,7 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
     """Open ``data`` (or connect to the server of ``remote``, a ConnectOptions) and run the shell; the exit status."""
     from . import open as open_database
     from .hql import printer
-    from .shell import Shell, interactive
+    from .shell import Shell, interactive, is_terminal_session
 
     if data is None and remote is None:
         click.echo("give --data DIR (an embedded database) or --host/--port/-insecure (a server); see --help", err=True)
@@ -113,16 +114,22 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
         return 1
     with client:
         shell = Shell(client, json_mode=json_mode)
-        if statement is not None:
-            text = statement
-        elif script is not None:
-            text = script.read()
-        elif sys.stdin is not None and sys.stdin.isatty():
-            interactive(shell)
-            return 0
-        else:
-            text = sys.stdin.read() if sys.stdin is not None else ""
-        return 0 if shell.run_text(text, continue_on_error=continue_on_error) else 1
+        try:
+            if statement is not None:
+                text = statement
+            elif script is not None:
+                text = script.read()
+            elif is_terminal_session():
+                interactive(shell)
+                return 0
+            else:
+                text = sys.stdin.read() if sys.stdin is not None else ""
+            text = text.removeprefix("\ufeff")  # an editor's byte-order mark: columns count from the first character
+            return 0 if shell.run_text(text, continue_on_error=continue_on_error) else 1
+        except KeyboardInterrupt:  # Ctrl-C in a script: stop there, as a shell does, without a traceback
+            click.echo("interrupted: the statements answered above ran; one running then may or may not have",
+                       err=True)
+            return 130
 
 
 @click.group()
@@ -166,7 +173,8 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
 @click.option("--tls-key", "tls_key", metavar="FILE", default=None, help="Its PEM private key.")
 @click.option("--max-connections", "max_connections", type=int, default=None, help="Connections at most (1000).")
 @click.option("--idle-timeout", "idle_timeout", type=float, default=None,
-              help="Seconds before an idle connection is closed (300; 0 never).")
+              help="Seconds before an idle connection is closed, and that a message may take to arrive "
+                   "or answers may stay unread (300; 0 never).")
 @click.option("--log-level", "log_level", default=None, help="debug, info, warning or error (info).")
 @click.option("--event-loop", "event_loop", default=None,
               help="uvloop, asyncio, or auto: uvloop where installed (auto).")

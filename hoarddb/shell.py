@@ -19,6 +19,7 @@ Verbs, their help and their completion all come from :mod:`hoarddb.operations`.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import operations
-from .errors import HoardError, InternalError, SyntaxError_, UnknownVerbError
+from .errors import HoardError, InternalError, UnknownVerbError
 from .hql import literals, printer
 from .hql.parser import KEYWORDS, Statement, is_complete, statements
 
@@ -54,6 +55,58 @@ DEFAULT_HISTORY = "~/.hoarddb_history"
 
 def history_path() -> Path:
     return Path(os.environ.get("HOARDDB_HISTORY") or DEFAULT_HISTORY).expanduser()
+
+
+def private_file(path: Path) -> Path:
+    """``path`` made ready to hold what one user typed: created 0600 (its folder 0700), never readable by others.
+
+    An existing file keeps its content; only the group's and others' permissions are taken away.
+    Raises OSError when the file cannot be made.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        os.chmod(path, mode & 0o700)
+    return path
+
+
+#: Operations whose names the engine's messages use ("create it with create_bucket"), as HQL writes them.
+HQL_STATEMENT_OF = {"create_database": "create database", "drop_database": "drop database",
+                    "create_bucket": "create bucket", "drop_bucket": "drop bucket", "alter_bucket": "alter bucket",
+                    "describe_bucket": "describe bucket", "list_databases": "show databases",
+                    "list_buckets": "show buckets"}
+_OPERATION_NAME = re.compile(r"\b(" + "|".join(HQL_STATEMENT_OF) + r")\b")
+
+
+def in_hql(err: HoardError, request: dict | None = None) -> HoardError:
+    """``err`` with the operation names of its message written as the HQL statements a shell user types.
+
+    ``create_bucket`` becomes `create bucket Name { type: ... }` when the request names the
+    bucket, `create database app` when it names the database; the code stays the same.
+    """
+    request = request or {}
+
+    def statement(m: re.Match) -> str:
+        words = HQL_STATEMENT_OF[m.group(1)]
+        if m.group(1) == "create_database" and request.get("db"):
+            words += f" {request['db']}"
+        elif m.group(1) == "create_bucket" and request.get("bucket") and request.get("op") != "create_bucket":
+            words += f" {request['bucket']} {{ type: ... }}"
+        return f"`{words}`"
+
+    message = _OPERATION_NAME.sub(statement, err.message)
+    if message == err.message:
+        return err
+    try:
+        translated = type(err)(message, **err.details)
+    except Exception:  # an error class with its own signature: keep it as it came
+        return err
+    for name in ("line", "column", "at_end"):
+        if hasattr(err, name):
+            setattr(translated, name, getattr(err, name))
+    return translated
 
 
 # ---- help -----------------------------------------------------------------------------------
@@ -103,7 +156,12 @@ def help_text(topic: str | None = None) -> str:
     if matches:
         return "\n".join(matches)
     known = sorted({op.name for op in operations.VERBS.values()})
-    raise UnknownVerbError(f"no help on {topic!r}: not a verb, statement or value constructor; verbs: {', '.join(known)}")
+    topics = {t.lower(): t for t in [*operations.VERBS, *(c.name for c in literals.CONSTRUCTORS.values()),
+                                     *(s.split()[0] for s, _ in STATEMENTS if s[0].isalpha())]}
+    close = difflib.get_close_matches(topic.lower(), list(topics), n=1, cutoff=0.6)
+    guess = f"did you mean help {topics[close[0]]}? " if close else ""
+    raise UnknownVerbError(f"no help on {topic!r}: not a verb, statement or value constructor; {guess}"
+                           f"verbs: {', '.join(known)}")
 
 
 _SHOWN_CONSTRUCTORS = {"ISODate", "now", "int32", "int64", "double", "ObjectId", "Decimal128", "UUID", "BinData"}
@@ -126,6 +184,7 @@ class Shell:
         self.err = err if err is not None else sys.stderr
         self.db = db
         self.exited = False
+        self._notes: list[str] = []
         self._buckets: list[str] | None = None
         self._types: dict[str, dict] = {}
 
@@ -144,9 +203,17 @@ class Shell:
             self.exited = True
             return "exit", {"ok": 1, "result": None}
         request = stmt.to_request(self.db)
-        answer = self.client.execute(request)
+        try:
+            answer = self.client.execute(request)
+        except HoardError as e:
+            raise in_hql(e, request) from None
         if request["op"] in ("create_bucket", "drop_bucket", "alter_bucket", "drop_database", "create_database"):
             self.forget_buckets()
+        if request["op"] == "create_database" and self.db is None:
+            # Nothing was selected: the database just made is the one meant (`create database
+            # PhotoJournal;` then its buckets, as store-types.md writes it).
+            self.db = request["db"]
+            self._notes.append(f"switched to database {self.db}")
         return request["op"], printer.settle(answer)
 
     def _use(self, name: str) -> dict:
@@ -197,6 +264,7 @@ class Shell:
     # -- printing
 
     def show(self, op: str, answer: dict) -> None:
+        notes, self._notes = self._notes, []  # what the statement changed in the session besides its answer
         if self.json_mode:
             print(printer.json_line(answer), file=self.out, flush=True)
             return
@@ -206,21 +274,28 @@ class Shell:
             print(answer["result"], file=self.out)
         elif op != "exit":
             print(printer.format_answer(op, answer), file=self.out)
+        for note in notes:
+            print(note, file=self.out)
+        self.out.flush()  # before the warnings: on one pipe (2>&1) they follow the answer they are about
         for warning in answer.get("warnings") or []:
             print(f"warning: {warning}", file=self.err)
-        self.out.flush()
+        self.err.flush()
 
     def report(self, e: HoardError, *, source: str | None = None) -> None:
         if self.json_mode:
             print(printer.json_line(printer.error_answer(e)), file=self.out, flush=True)
             return
+        self.out.flush()
         print(printer.format_error(e), file=self.err)
         line, column = getattr(e, "line", None), getattr(e, "column", None)
-        if source is not None and isinstance(e, SyntaxError_) and line:
+        if source is not None and line and column:  # any error with a position: the line, a caret under it
             lines = source.split("\n")
             if line <= len(lines):
-                print("  " + lines[line - 1], file=self.err)
-                print("  " + " " * (column - 1) + "^", file=self.err)
+                text = lines[line - 1].rstrip("\r")
+                # Tabs stay tabs under the caret, so it lines up however wide the terminal draws them.
+                pad = "".join(c if c == "\t" else " " for c in text[:column - 1])
+                print("  " + text, file=self.err)
+                print("  " + pad + "^", file=self.err)
         self.err.flush()
 
     # -- what completion needs
@@ -328,11 +403,18 @@ def _completer(shell: Shell):
 
 # ---- the interactive loop -------------------------------------------------------------------
 
-def interactive(shell: Shell, *, history: Path | None = None) -> None:
-    """Read statements at a prompt until exit or Ctrl-D; errors are shown and the session goes on."""
+def interactive(shell: Shell, *, history: Path | None = None, input=None, output=None) -> None:
+    """Read statements at a prompt until exit or Ctrl-D; errors are shown and the session goes on.
+
+    The prompt is drawn on standard output, or on standard error when only that is a
+    terminal (``hoardDB --data d > out.txt`` keeps out.txt free of prompts and escape codes).
+    ``input`` and ``output`` are prompt_toolkit's, for tests. Ctrl-C clears the input; during a
+    statement it stops the shell's wait for the answer, and the session goes on.
+    """
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings
+    from prompt_toolkit.output.defaults import create_output
 
     keys = KeyBindings()
 
@@ -347,16 +429,17 @@ def interactive(shell: Shell, *, history: Path | None = None) -> None:
         else:
             buffer.insert_text("\n")
 
-    path = history or history_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = FileHistory(str(path))
+    try:  # what was typed can be private: the history file is the user's alone (0600)
+        store = FileHistory(str(private_file(history or history_path())))
     except OSError:
         store = InMemoryHistory()
+    if output is None:
+        output = create_output(always_prefer_tty=True)
     session = PromptSession(history=store, completer=_completer(shell), multiline=True, key_bindings=keys,
-                            complete_while_typing=False,
+                            complete_while_typing=False, input=input, output=output,
                             prompt_continuation=lambda width, line, soft: "." * (width - 1) + " ")
-    print("hoardDB shell — `help` lists statements and verbs; Ctrl-D leaves.", file=shell.out)
+    banner = shell.out if _isatty(shell.out) or not _isatty(shell.err) else shell.err
+    print("hoardDB shell — `help` lists statements and verbs; Ctrl-D leaves.", file=banner, flush=True)
     while not shell.exited:
         try:
             text = session.prompt(shell.prompt())
@@ -364,7 +447,24 @@ def interactive(shell: Shell, *, history: Path | None = None) -> None:
             continue
         except EOFError:
             break
-        shell.run_text(text, continue_on_error=True, show_source=True)
+        try:
+            shell.run_text(text, continue_on_error=True, show_source=True)
+        except KeyboardInterrupt:
+            print("interrupted: the shell stopped waiting; the statement may or may not have run", file=shell.err,
+                  flush=True)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def is_terminal_session(stdin=None, stdout=None, stderr=None) -> bool:
+    """Whether the shell should prompt: standard input is a terminal, and so is stdout or stderr to draw on."""
+    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    return stdin is not None and _isatty(stdin) and (_isatty(stdout) or _isatty(stderr))
 
 
 # ---- a whole run ----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def main(data_dir: str | None = None, out=print) -> int:
             try:
                 db.User.insert({"_id_": "jane_doe"})
             except hoarddb.DuplicateKeyError as e:
-                out(f"  a second insert of jane_doe is refused: {e.codeName} ({e.code:#x})")
+                out(f"  a second insert of jane_doe is refused: {e.codeName} ({e.code})")  # as the shell prints it
 
             out("btree: sorted by a key")
             db.create_bucket("Leaderboard", type="btree", key="Score")

@@ -95,6 +95,12 @@ def test_a_script_that_is_not_utf8_is_refused_with_a_position(tmp_path):
     assert lines[0]["ok"] == 1 and lines[-1]["ok"] == 0 and "line 2, column 15" in lines[-1]["message"]
 
 
+def test_a_script_with_a_byte_order_mark_reports_the_column_an_editor_shows(tmp_path):
+    (tmp_path / "s.hql").write_bytes("\ufeffdb.X.push({a: 1 b: 2})\n".encode("utf-8"))
+    result = invoke(main, ["shell", "--data", str(tmp_path / "d"), "--json", "-f", str(tmp_path / "s.hql")])
+    assert json.loads(result.output)["message"].startswith("line 1, column 17: unexpected 'b'")  # was column 18
+
+
 def test_tour_calls_the_tour(tmp_path, monkeypatch):
     import hoarddb.tour
 
@@ -155,6 +161,7 @@ def test_interactive_session_in_a_pseudo_terminal(tmp_path):
     finally:
         child.close(force=True)
     assert child.exitstatus == 0  # an interactive session's errors do not make its exit status
+    assert (tmp_path / "history").stat().st_mode & 0o777 == 0o600  # what was typed is the user's alone
     history = (tmp_path / "history").read_text()
     assert "create bucket Comments {\n+  type: fifo\n+}" in history
 
@@ -164,3 +171,107 @@ def test_tour_runs_on_a_temporary_database_and_shows_every_store_type():
     assert result.exit_code == 0, result.output
     for kind in ("fifo", "lifo", "hash", "btree", "heap", "blob", "index_used 'Email_1'", "claim ->"):
         assert kind in result.output
+    assert "refused: DUPLICATE_KEY (15)" in result.output  # the code as the shell and errors.md write it (was 0xf)
+
+
+# ---- audit: the terminal, the history, Ctrl-C ------------------------------------------------------
+
+def _typed_session(tmp_path, keys: str, client, history):
+    """Run the interactive loop in process on ``keys`` (as typed), without a terminal; what it printed."""
+    import io
+
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from hoarddb.shell import Shell, interactive
+
+    out, err = io.StringIO(), io.StringIO()
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        shell = Shell(client, out=out, err=err)
+        interactive(shell, history=history, input=pipe, output=DummyOutput())
+    return out.getvalue(), err.getvalue()
+
+
+def test_the_history_file_is_private(tmp_path):
+    # It holds whatever was typed; it was created 0644 (readable by every user of the machine).
+    history = tmp_path / "new" / "history"
+    with hoarddb.open(tmp_path / "d") as client:
+        _typed_session(tmp_path, "show databases\rexit\r", client, history)
+    assert history.stat().st_mode & 0o777 == 0o600
+    assert history.parent.stat().st_mode & 0o777 == 0o700
+    assert "show databases" in history.read_text()
+    # one an older version left readable is made private, and keeps its lines
+    old = tmp_path / "old-history"
+    old.write_text("\n# 2026-01-01\n+use app\n")
+    old.chmod(0o644)
+    with hoarddb.open(tmp_path / "d") as client:
+        _typed_session(tmp_path, "exit\r", client, old)
+    assert old.stat().st_mode & 0o777 == 0o600 and "+use app" in old.read_text()
+
+
+def test_ctrl_c_during_a_statement_keeps_the_session(tmp_path):
+    class Interrupted:
+        """A client whose pop is interrupted, as Ctrl-C interrupts a slow answer."""
+
+        def __init__(self, client):
+            self.client = client
+
+        def execute(self, request):
+            if request.get("op") == "pop":
+                raise KeyboardInterrupt
+            return self.client.execute(request)
+
+    with hoarddb.open(tmp_path / "d") as client:
+        try:
+            out, err = _typed_session(tmp_path, "use app\rdb.Q.pop()\rshow databases\rexit\r", Interrupted(client),
+                                      tmp_path / "history")
+        except KeyboardInterrupt:
+            pytest.fail("Ctrl-C during a statement ended the shell with a traceback")
+    assert "interrupted: the shell stopped waiting" in err
+    assert out.splitlines()[-1] == "(none)"  # the statement after it ran: the session went on
+
+
+def test_ctrl_c_in_a_script_exits_130_without_a_traceback(tmp_path):
+    import signal
+    import time
+
+    data = tmp_path / "d"
+    child = subprocess.Popen([sys.executable, "-m", "hoarddb.cli", "shell", "--data", str(data)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=REPO, env=ENV)
+    try:
+        deadline = time.monotonic() + 30
+        while not (data.exists() and any(data.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the database is open: the shell now waits for its script on stdin
+        time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+
+
+def test_with_stdout_redirected_the_prompt_goes_to_the_terminal_and_the_file_gets_answers(tmp_path):
+    # `hoardDB --data d > out.txt` wrote prompts and terminal escape codes into out.txt.
+    pexpect = pytest.importorskip("pexpect")
+    env = dict(ENV, HOARDDB_HISTORY=str(tmp_path / "history"), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
+    out = tmp_path / "out.txt"
+    command = f"'{sys.executable}' -m hoarddb.cli shell --data '{tmp_path / 'd'}' > '{out}'"
+    child = pexpect.spawn("/bin/sh", ["-c", command], env=env, cwd=str(REPO), encoding="utf-8", timeout=20,
+                          dimensions=(40, 160))
+    try:
+        child.expect("hoarddb>")  # drawn on the terminal, through stderr
+        fresh_prompt = "\x1b[?2004h"  # a prompt starting (a redraw of the typed line does not send it)
+        child.send("use app\r")
+        child.expect_exact(fresh_prompt)
+        child.expect("app>")
+        child.send("create database app; show databases\r")
+        child.expect_exact(fresh_prompt)  # the terminal is raw again: Ctrl-D reaches the prompt
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert out.read_text() == "switched to database app\nok\napp\n"

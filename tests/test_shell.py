@@ -333,3 +333,93 @@ def test_readable_output_of_dbref_and_code_reads_back(run):
               "db.C.peek()", json_mode=False)
     assert ran.code == 0, ran.err
     assert ran.lines[-1] == '{r: {$ref: "u", $id: 1}, c: Code("f()")}'
+
+
+# ---- audit: what a newcomer meets ------------------------------------------------------------------
+
+def test_engine_refusals_name_the_hql_statement_to_run(run):
+    # The engine words its hints in operation names ("create it with create_database"), which
+    # HQL does not parse; the shell says the statement to type instead, code unchanged.
+    ran = run("use nodb; db.Comments.push({a: 1})")
+    assert ran.code == 1 and ran.answers[1]["codeName"] == "DATABASE_NOT_FOUND"
+    assert "create it with `create database nodb`" in ran.answers[1]["message"]
+    assert "create_database" not in ran.answers[1]["message"]
+    ran = run("use app; create bucket Comments { type: fifo }; db.Coments.push({a: 1})")
+    assert ran.answers[2]["codeName"] == "BUCKET_NOT_FOUND"
+    assert "its buckets: Comments" in ran.answers[2]["message"]
+    assert "Create it with `create bucket Coments { type: ... }`" in ran.answers[2]["message"]
+
+
+def test_every_error_with_a_position_shows_its_line_and_a_caret(tmp_path):
+    err = io.StringIO()
+    with hoarddb.open(tmp_path / "data") as client:
+        shell = Shell(client, out=io.StringIO(), err=err)
+        text = 'use app\n\tdb.C.push({n: 99999999999999999999})'
+        assert not shell.run_text(text, continue_on_error=True, show_source=True)
+    lines = err.getvalue().splitlines()
+    assert lines[-3].startswith("error BAD_VALUE (2): line 2, column 16: integer 99999999999999999999")
+    # a BAD_VALUE has its position as a syntax error does; a tab stays a tab, so the caret lines up
+    assert lines[-2:] == ["  \tdb.C.push({n: 99999999999999999999})", "  \t              ^"]
+
+
+def test_warnings_and_errors_follow_their_answers_on_one_pipe(tmp_path):
+    # `hoardDB ... 2>&1 | less`: with stdout block-buffered, a warning came out before the line it is about.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-m", "hoarddb.cli", "shell", "--data", str(tmp_path / "d"), "-e",
+                           "use app; create bucket C { type: fifo, Name string required }; db.C.pop(); db.X.pop()"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0].split(" ")[0] for line in lines] == [
+        "switched", "warning", "{name", "warning", "null", "error"], done.stdout
+
+
+def test_store_types_photojournal_schema_runs_as_written(run):
+    # store-types.md's example schema begins `create database PhotoJournal;` and goes on with
+    # its buckets; every create bucket was refused (no database selected).
+    ran = run("""
+create database PhotoJournal;
+
+create bucket User {
+    _id_      uuid auto,
+    FirstName string required,
+    LastName  string required,
+    Email     string unique,
+    Posts     []uuid
+};
+
+create bucket Post {
+    _id_      uuid auto,
+    Caption   string
+};
+
+create bucket UserFriends {
+    type: heap,
+    indices: []
+};
+
+create bucket PostPhotos {
+    type: blob,
+    indices: []
+};
+
+create bucket PostComments {
+    type: fifo,
+    indices: []
+};
+show buckets
+""")
+    assert ok(ran)[-1] == ["Post", "PostComments", "PostPhotos", "User", "UserFriends"]
+    readable = run("create database Other\nshow buckets\ncreate database Third\nuse Third", json_mode=False)
+    assert readable.lines[:3] == ["ok", "switched to database Other", "(none)"]
+    assert readable.lines[3] == "ok"  # a database was current: create database leaves it so
+
+
+def test_help_on_a_typo_suggests_the_topic():
+    from hoarddb.errors import UnknownVerbError
+
+    with pytest.raises(UnknownVerbError, match=r"did you mean help push\?"):
+        help_text("pus")
+    with pytest.raises(UnknownVerbError, match=r"did you mean help ISODate\?"):
+        help_text("isodat")

@@ -99,6 +99,11 @@ def decode_number(text: str, negative: bool = False) -> int | float:
         value: int | float = int(text, 16)
     elif any(c in text for c in ".eE"):
         value = float(text)
+        if value in (float("inf"), float("-inf")):
+            raise LiteralError(
+                f"number {'-' if negative else ''}{text} is beyond a double's range (about 1.8e308); "
+                'write Infinity if you mean it, or a Decimal128("...")'
+            )
     else:
         value = int(text)
     if negative:

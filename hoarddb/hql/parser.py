@@ -17,6 +17,7 @@ their aliases and their argument binding come from :mod:`hoarddb.operations`.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from lark.parsers.lalr_analysis import Shift
 
 from .. import operations
 from ..errors import (BadValueError, DatabaseNotFoundError, HoardError, InternalError, InvalidArgumentError,
-                      SyntaxError_)
+                      SyntaxError_, UnknownVerbError)
 from . import literals
 
 GRAMMAR = (Path(__file__).with_name("hql.lark")).read_text(encoding="utf-8")
@@ -119,8 +120,10 @@ def _show_token(tok: Token) -> str:
     return f"{text!r}"
 
 
-def _expected(names) -> str:
-    shown = sorted({_show_terminal(n) for n in names})
+def _expected(names, *, in_statement: bool = False) -> str:
+    shown = sorted({_show_terminal(n) for n in names if not (in_statement and n == "$END")})
+    if in_statement and "$END" in names:  # the statement could end here: say how one ends
+        shown.append("';' or the end of the line")
     if len(shown) > 1:
         return ", ".join(shown[:-1]) + " or " + shown[-1]
     return shown[0] if shown else "nothing"
@@ -140,6 +143,64 @@ class _Positioned(Exception):
     def __init__(self, err: Exception, tok: Token | None):
         super().__init__(str(err))
         self.err, self.tok = err, tok
+
+
+#: What a character HQL has no use for usually means, said after "unexpected character".
+_CHARACTER_HINTS = {
+    "/": ": HQL has no /regex/ literal; write Regex(\"^ab\", \"i\"), or {$regex: \"^ab\"} in a filter",
+    "+": ": HQL has no arithmetic and no '+' sign; write the value itself (5, not +5)",
+    "#": ": '--' starts a comment in HQL, '#' does not",
+    "`": ": a string is quoted with \"...\" or '...', not backticks",
+    "=": ": a document pairs a key with its value with ':', as in {a: 1}",
+    "\u201c": ": a typographic quote; write a straight one, \" or '",
+    "\u201d": ": a typographic quote; write a straight one, \" or '",
+    "\u2018": ": a typographic quote; write a straight one, \" or '",
+    "\u2019": ": a typographic quote; write a straight one, \" or '",
+}
+
+_CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
+
+
+def _at(tok: Token) -> str:
+    return f"line {tok.line}, column {tok.column}"
+
+
+def _unexpected(tok: Token, last: Token | None, opened: list, expected: set, in_statement: bool,
+                text: str) -> tuple[str, Token]:
+    """The message of a token the parser cannot take here, and the token it is about.
+
+    It says what was found and what could come there, and, where the mistake is a common
+    one (a JavaScript habit, an unbalanced bracket), what to write instead.
+    """
+    message = f"unexpected {_show_token(tok)}; expected {_expected(expected, in_statement=in_statement)}"
+    if last is not None and last.type == "NAME" and last.value == "new" and tok.type == "NAME":
+        example = literals.CONSTRUCTORS.get(tok.value.lower())
+        instead = example.example if example else f"{tok.value}(...)"
+        if tok.value.lower() in ("date", "isodate"):
+            instead += f", or {tok.value}() for now"
+        return f"`new {tok.value}` is JavaScript; HQL calls a value constructor without `new`: {instead}", last
+    if last is not None and last.type == "NAME" and tok.type == "DOT" and last.value == "Date":
+        return "Date.now() is JavaScript; in HQL the current time is now() (or ISODate())", last
+    if (last is not None and last.type == "NAME" and tok.type == "MINUS" and "COLON" in expected
+            and tok.start_pos == last.end_pos):
+        key = re.match(r"[\w$.-]+", text[last.start_pos:]).group(0)
+        if "NAME" in expected:  # a line of a bucket body: its names are bare words
+            return f"{key} is not a name: an option or field name is letters, digits and _ (segment_size)", last
+        return f"a key with '-' in it is quoted: write \"{key}\": ..., as {{\"{key}\": 1}}", last
+    if last is not None and last.type == "NUMBER" and tok.type == "NAME" and tok.start_pos == last.end_pos:
+        return (f"{last.value}{tok.value} is not a number HQL reads; write an integer (1000), a hex integer "
+                "(0x1F) or a double (2.5, 1e3)"), last
+    if tok.type in ("RPAR", "RSQB", "RBRACE"):
+        if not opened:
+            return message + f"; this {tok.value!r} closes nothing, no bracket is open", tok
+        if _CLOSER_OF[opened[-1].value] != tok.value:
+            inner = opened[-1]
+            return (message + f"; the {inner.value!r} at {_at(inner)} is still open: close it with "
+                    f"{_CLOSER_OF[inner.value]!r} first"), tok
+    elif opened and opened[-1].line < tok.line and _starts_statement(tok):  # ran on into the next statement
+        inner = opened[-1]
+        message += f" (the {inner.value!r} at {_at(inner)} is still open)"
+    return message, tok
 
 
 # ---- tokens ------------------------------------------------------------------------
@@ -176,7 +237,7 @@ class _Source:
             if ch in "\"'":
                 message = "unterminated string: a string ends with its opening quote on the same line"
             else:
-                message = f"unexpected character {ch!r}"
+                message = f"unexpected character {ch!r}" + _CHARACTER_HINTS.get(ch, "")
             tok.error = _error(SyntaxError_, message, tok)
             return tok
         if self._base == (0, 1, 1):
@@ -285,6 +346,7 @@ class _Driver:
         self.src = _Source(text)
         self.start = start
         self.depth = 0
+        self.opened: list[Token] = []  # the brackets open in the current statement, innermost last
 
     def one(self):
         """The next statement's parse tree and its first and last tokens, or None at the end."""
@@ -295,14 +357,15 @@ class _Driver:
         if tok.type == "$END":
             return None
         ip = _LARK.parse_interactive(start=self.start)
-        first = last = tok
+        first, last = tok, None
         self.depth = 0
+        self.opened = []
         while True:
             kind = tok.type
             if kind == "$ERROR":
                 raise tok.error
             if kind in ("$END", "SEMI"):
-                return self._finish(ip, first, last, tok)
+                return self._finish(ip, first, last or first, tok)
             if kind == "NL":
                 nxt = src.peek_significant()
                 if _try(ip, tok):
@@ -312,14 +375,20 @@ class _Driver:
                         ip.feed_token(tok)
                 elif _try(ip, Token.new_borrow_pos("$END", "", tok)):
                     if nxt.type in ("$END", "SEMI", "$ERROR") or _starts_statement(nxt) or not _accepts(ip, nxt):
-                        return self._finish(ip, first, last, tok)
+                        return self._finish(ip, first, last or first, tok)
                 tok = src.next()
                 continue
             typed = _typed(ip, tok)
             if not _try(ip, typed):
-                raise _error(SyntaxError_, f"unexpected {_show_token(tok)}; expected {_expected(_acceptable(ip))}", tok)
+                message, about = _unexpected(tok, last, self.opened, _acceptable(ip), self.start == "statement",
+                                             src.text)
+                raise _error(SyntaxError_, message, about)
             ip.feed_token(typed)
             self.depth += _OPEN.get(kind, 0) + _CLOSE.get(kind, 0)
+            if kind in _OPEN:
+                self.opened.append(tok)
+            elif kind in _CLOSE and self.opened:
+                self.opened.pop()
             last = tok
             tok = src.next()
 
@@ -327,8 +396,11 @@ class _Driver:
         if not _try(ip, Token.new_borrow_pos("$END", "", last)):
             at_end = end.type == "$END"
             what = "end of input" if at_end else _show_token(end)
-            err = _error(SyntaxError_, f"the statement is incomplete at {what}; expected {_expected(_acceptable(ip))}",
-                         end, at_end=at_end)
+            message = f"the statement is incomplete at {what}; expected {_expected(_acceptable(ip))}"
+            if self.opened and self.opened[-1].line < end.line:
+                inner = self.opened[-1]
+                message += f" (the {inner.value!r} at {_at(inner)} is still open)"
+            err = _error(SyntaxError_, message, end, at_end=at_end)
             err.terminated = True
             raise err
         tree = ip.feed_eof(last)
@@ -363,11 +435,20 @@ class _Bare:
         self.tok = tok
 
 
+#: Words other languages use for null.
+_OTHER_NULLS = {"None", "undefined", "nil"}
+
+
 def _no_bare(value: Any) -> Any:
     if isinstance(value, _Bare):
         name = value.tok.value
-        raise _Positioned(SyntaxError_(f"unquoted word {name}: write a string as \"{name}\", or a value such as "
-                                       "true, null, 12 or ISODate(\"...\")"), value.tok)
+        if name in _OTHER_NULLS:
+            hint = f"HQL writes null (or write the string \"{name}\")"
+        elif name.lower() in literals.CONSTRUCTORS:
+            hint = f"{name} is a value constructor, so call it: {literals.CONSTRUCTORS[name.lower()].example}"
+        else:
+            hint = f"write a string as \"{name}\", or a value such as true, null, 12 or ISODate(\"...\")"
+        raise _Positioned(SyntaxError_(f"unquoted word {name}: {hint}"), value.tok)
     return value
 
 
@@ -521,6 +602,11 @@ class _ToValues(Transformer):
                 raise _Positioned(BadValueError(
                     f"store field {tok.value} ({type_name}) takes no keywords, got {' '.join(keywords)}"), tok)
             return "store_fields", tok.value, {"name": tok.value, "type": lowered[:-len("store")]}, tok
+        if lowered in operations.STORE_TYPES:  # `type fifo`: a colon left out, or `Expenses lifo`: Store left out
+            instead = (f"the bucket's type is the option `{tok.value}: {lowered}`, with a colon" if tok.value == "type"
+                       else f"a store field on each document is `{tok.value} {lowered}Store`")
+            raise _Positioned(BadValueError(
+                f"field line `{tok.value} {type_name}` gives a field the store type {lowered}; {instead}"), tok)
         return "fields", tok.value, {"name": tok.value, "type": type_name, "keywords": keywords}, tok
 
     def scalar_type(self, c):
@@ -550,8 +636,10 @@ class _ToValues(Transformer):
     def field_call(self, c):
         (bucket, _), key, (field_name, _), verb, args = _tokens(c)
         op = operations.FIELD_VERBS.get(verb.value)
+        if op is None and verb.value not in operations.VERBS:  # no verb at all: refused here, as on a bucket
+            raise _Positioned(_unknown_verb(verb.value, operations.FIELD_VERBS), verb)
         if op is None:  # no store field has it (update, range...): the engine refuses it with advice
-            name, bound = operations.VERBS[verb.value].name if verb.value in operations.VERBS else verb.value, {}
+            name, bound = operations.VERBS[verb.value].name, {}
         else:
             try:
                 name, bound = op.name, operations.bind(op, args)
@@ -562,12 +650,24 @@ class _ToValues(Transformer):
 
 
 def _verb_request(bucket: str, verb: Token, args: list) -> dict:
+    if verb.value not in operations.VERBS:
+        raise _Positioned(_unknown_verb(verb.value, {**operations.VERBS, **BUCKET_METHODS}), verb)
     try:
         op = operations.verb(verb.value)
         bound = operations.bind(op, args)
     except HoardError as e:
         raise _Positioned(e, verb)
     return {"op": op.name, "bucket": bucket, "args": bound}
+
+
+def _unknown_verb(name: str, known) -> UnknownVerbError:
+    """UNKNOWN_VERB for ``name``: the verbs there are, and the one it is most likely a typo of."""
+    names = sorted(known)
+    by_lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    guess = f"did you mean {by_lower[close[0]]}? " if close else ""
+    shown = sorted({n for n in names if "_" in n or n.islower()})  # one spelling each: batch_push, not batchPush
+    return UnknownVerbError(f"unknown verb {name!r}; {guess}verbs: {', '.join(shown)} (help VERB describes one)")
 
 
 _TRANSFORMER = _ToValues()

@@ -69,3 +69,15 @@ def test_shell_with_tls_and_a_user(tmp_path):
         assert result.returncode == 0, result.stderr
         bad = shell(*base, "--user", "admin", "--password", "nope", "-e", "show databases")
         assert bad.returncode == 1 and "AUTH_FAILED" in bad.stdout
+        readable = shell(*base[:-1], "--user", "admin", "--password", "nope", "-e", "show databases")
+        assert (readable.returncode, readable.stdout) == (1, "")
+        assert readable.stderr.startswith("error AUTH_FAILED (27): ") and "Traceback" not in readable.stderr
+        plain = shell("--port", str(server.port), "-insecure", "-e", "show databases")  # TLS server, no TLS
+        assert plain.returncode == 1 and "leave out -insecure" in plain.stderr
+
+
+@pytest.mark.parametrize("url,says", [("http://127.0.0.1:7070", "starts with hoarddb://"),
+                                      ("hoarddb://127.0.0.1:notaport", "not a number")])
+def test_a_malformed_url_is_a_usage_error(url, says):
+    result = shell("--url", url, "-e", "show databases")
+    assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr

@@ -319,3 +319,13 @@ def test_every_bson_type_prints_and_parses_back_to_the_same_bson(value):
     text = format_value(value)
     assert _bson(parse_value(text)) == _bson(value), text
     assert _bson(parse_value(format_value(value, width=None))) == _bson(value)
+
+
+@pytest.mark.parametrize("text,column", [("1e999", 1), ("-1e999", 2), ("{a: 2.5e400}", 5)])
+def test_a_double_beyond_its_range_is_a_bad_value_not_infinity(text, column):
+    # 1e999 was stored as Infinity without a word
+    with pytest.raises(BadValueError) as e:
+        parse_value(text)
+    assert "beyond a double's range" in e.value.message and "write Infinity if you mean it" in e.value.message
+    assert e.value.column == column
+    assert parse_value("1e308") == 1e308 and parse_value("-Infinity") == float("-inf")

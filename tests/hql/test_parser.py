@@ -372,3 +372,91 @@ def test_statements_are_parsed_lazily():
 ])
 def test_is_complete(text, complete):
     assert is_complete(text) is complete
+
+
+# ---- audit: the mistakes a newcomer makes get a hint, at the right column --------------------------
+
+@pytest.mark.parametrize("text,line,column,fragment", [
+    # JavaScript and mongosh habits: the message names what HQL writes instead
+    ("db.C.push({at: new Date()})", 1, 16,
+     "HQL calls a value constructor without `new`: Date(\"2026-09-29\"), or Date() for now"),
+    ('db.C.push({at: new ISODate("2026-01-01")})', 1, 16, "without `new`: ISODate("),
+    ("db.C.push({at: Date.now()})", 1, 16, "the current time is now()"),
+    ("db.C.push({content-type: 1})", 1, 12, 'a key with \'-\' in it is quoted: write "content-type"'),
+    ("create bucket Q { segment-size: 1 }", 1, 19, "an option or field name is letters, digits and _"),
+    ("db.C.push({a: /ab/})", 1, 15, "no /regex/ literal; write Regex("),
+    ("db.C.push({a: +5})", 1, 15, "no '+' sign"),
+    ("db.C.push({a: 1}) # note", 1, 19, "'--' starts a comment"),
+    ("db.C.push({a: `x`})", 1, 15, "not backticks"),
+    ("db.C.push({a = 1})", 1, 14, "with ':'"),
+    ("db.C.push({a: \u201cx\u201d})", 1, 15, "a typographic quote"),
+    ("db.C.push({a: 1_000})", 1, 15, "1_000 is not a number HQL reads"),
+    ("db.C.push({a: 1n})", 1, 15, "1n is not a number HQL reads"),
+    # unbalanced brackets: which one is open, or that nothing is
+    ("db.C.push({a: 1}))", 1, 18, "this ')' closes nothing, no bracket is open"),
+    ("db.C.push({a: [1, 2}})", 1, 20, "the '[' at line 1, column 15 is still open: close it with ']' first"),
+    ("db.C.push({a: 1,\n  b: 2\ndb.C.pop()", 3, 1, "(the '{' at line 1, column 11 is still open)"),
+    ("db.C.push({a: 1,\n  b: [2, 3}\n)", 2, 11, "the '[' at line 2, column 6 is still open"),
+    # two statements on a line need a ';'
+    ("db.C.push({a: 1}) db.C.pop()", 1, 19, "unexpected 'db'; expected ';' or the end of the line"),
+])
+def test_common_mistakes_are_explained(text, line, column, fragment):
+    with pytest.raises(SyntaxError_) as e:
+        parse(text)
+    assert fragment in e.value.message
+    assert (e.value.line, e.value.column) == (line, column), e.value.message
+    assert e.value.message.startswith(f"line {line}, column {column}: ")
+
+
+def test_an_unclosed_bracket_at_the_end_names_where_it_opened():
+    with pytest.raises(SyntaxError_) as e:
+        parse("db.C.push({\n  a: 1,\n  b: 2\n")
+    assert "incomplete at end of input" in e.value.message
+    assert e.value.message.endswith("(the '{' at line 1, column 11 is still open)")
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("db.C.push({a: None})", "unquoted word None: HQL writes null"),
+    ("db.C.push({a: undefined})", "unquoted word undefined: HQL writes null"),
+    ("db.C.push({at: ISODate})", 'ISODate is a value constructor, so call it: ISODate("2026-09-29T10:00:00Z")'),
+])
+def test_bare_words_say_what_to_write(text, fragment):
+    with pytest.raises(SyntaxError_, match=None) as e:
+        parse(text)
+    assert fragment in e.value.message
+
+
+def test_a_field_line_typed_with_a_store_type_is_a_missing_colon_or_store():
+    with pytest.raises(BadValueError) as e:
+        parse("create bucket Q { type fifo }")  # was a hash bucket with a field named type
+    assert "the bucket's type is the option `type: fifo`, with a colon" in e.value.message
+    assert (e.value.line, e.value.column) == (1, 19)
+    with pytest.raises(BadValueError, match="`Expenses lifoStore`"):
+        parse("create bucket P { type: hash, Expenses lifo }")
+    assert request("create bucket P { type string }")["options"]["fields"][0]["type"] == "string"
+
+
+@pytest.mark.parametrize("text,guess", [
+    ("db.Comments.psh({a: 1})", "push"),
+    ("db.Comments.Push({a: 1})", "push"),
+    ("db.Users.findOne({a: 1})", "find"),
+    ("db.Users.stat()", "stats"),
+    ('db.P["p1"].Expenses.psh({a: 1})', "push"),
+])
+def test_an_unknown_verb_suggests_the_one_meant(text, guess):
+    with pytest.raises(UnknownVerbError) as e:
+        parse(text)
+    assert f"did you mean {guess}?" in e.value.message
+    assert "verbs: " in e.value.message and "batchPush" not in e.value.message
+
+
+def test_an_unknown_verb_on_a_store_field_is_unknown_verb_before_anything_runs():
+    # hql.md: "A verb that does not exist is refused with UNKNOWN_VERB ... before anything runs";
+    # on a store field it reached the engine and came back VERB_NOT_SUPPORTED.
+    with pytest.raises(UnknownVerbError) as e:
+        parse('db.Property["p1"].Expenses.frobnicate()')
+    assert (e.value.line, e.value.column) == (1, 28)
+    assert "did you mean" not in e.value.message
+    assert "verbs: batch_push, delete, get" in e.value.message
+    # a verb that exists but that no store field has still goes to the engine, which explains
+    assert request('db.Property["p1"].Expenses.update({a: 1}, {$set: {b: 1}})')["op"] == "update"
