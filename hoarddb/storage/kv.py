@@ -343,7 +343,8 @@ class KV:
             try:
                 if self._broken is not None:
                     raise self._broken
-                self._catch_up()
+                if self._unapplied is not None:
+                    self._catch_up()
                 self._note_used()
                 try:
                     txn = self.env.begin(write=True)

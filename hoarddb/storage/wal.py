@@ -365,11 +365,13 @@ class WriteAheadLog:
             if stop > size:
                 self._fill(i, stop)
                 size = self._filled[i]
-            _pwrite_all(self.fds[i], record, at)
+            if os.pwrite(self.fds[i], record, at) != len(record):  # a short write: the rest, or ENOSPC
+                _pwrite_all(self.fds[i], record, at)
         except OSError as exc:
             self._unwrite(i, at, stop, size)
             raise storage_error(f"writing {self.directory / WAL_NAME}.{i}", exc) from None
-        self._filled[i] = max(size, stop)
+        if stop > size:
+            self._filled[i] = stop
         self.end = stop
         self._unflushed.add(i)
         return at
