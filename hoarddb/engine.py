@@ -783,6 +783,11 @@ def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
     warnings: list[str] = []
     options = cls.validate_options({k: v for k, v in raw.items() if k not in COMMON_BUCKET_OPTIONS})
     fields = _check_fields(raw.get("fields") or [], warnings)
+    for f in fields:  # `key Score` where `key: Score` was meant: a field line, not the option
+        if f["name"] in accepted:
+            warnings.append(f"field line {f['name']} {f['type']}{''.join(' ' + k for k in f['keywords'])} "
+                            f"declares a field named {f['name']!r}; for the bucket option write "
+                            f"`{f['name']}: {f['type'] or '...'}` (with a colon)")
     store_fields = _check_store_fields(raw.get("store_fields") or [], type_name)
     indexes, index_warnings = declare_indexes(
         type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]]

@@ -358,8 +358,10 @@ def bind(op: Operation, args: tuple | list = (), kwargs: Mapping[str, Any] | Non
             elif i == n - 1 and isinstance(value, Mapping) and (op.options or any(not p.required for p in op.params)):
                 _take_options(op, value, bound)
             else:
+                takes_options = op.options or any(not p.required for p in op.params)
                 raise InvalidArgumentError(
-                    f"{op.name} takes at most {len(op.params)} argument(s) and an options document: {usage(op)}")
+                    f"{op.name} takes at most {len(op.params)} argument(s)"
+                    f"{' and an options document' if takes_options else ''}: {usage(op)}")
     if kwargs:
         for k, v in kwargs.items():
             _bind_named(op, k, v, bound)

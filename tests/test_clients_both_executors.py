@@ -240,6 +240,11 @@ def test_a_stream_left_half_read_does_not_block_the_client(db):
 def test_catalog(client, db):
     b = db.create_bucket("Users", type="hash", fields=[{"name": "Email", "type": "string", "keywords": ["required"]}])
     assert any("required" in w for w in b.warnings)
+    # `key Score` (HQL's field line) where `key: Score` was meant: recorded as a field, and said so
+    lb = db.create_bucket("Board", type="btree", fields=[{"name": "key", "type": "Score"}])
+    assert lb.warnings == ["field line key Score declares a field named 'key'; for the bucket option write "
+                           "`key: Score` (with a colon)"]
+    db.drop_bucket("Board")
     assert db.buckets() == ["Users"]
     assert db.name in client.databases()
     assert db.Users.describe()["type"] == "hash"
@@ -341,7 +346,8 @@ def test_argument_binding_refusals_name_the_argument_and_show_the_signature(db):
         (lambda: h.search({"a": 1}, {"filter": {"b": 1}}), "argument 'filter' given twice"),
         (lambda: q.peek(2 ** 70), "must be a 64-bit integer"),
         (lambda: q.pop(True), "must be an integer, got bool: True — pop(limit?, {limit})"),
-        (lambda: q.push({"a": 1}, {"b": 2}), "push takes at most 1 argument"),
+        (lambda: q.push({"a": 1}, {"b": 2}), "push takes at most 1 argument(s): push(doc)"),  # no options
+        (lambda: q.pop(1, 2), "pop takes at most 1 argument(s) and an options document: pop(limit?, {limit})"),
         (lambda: q.push(doc={"a": 1}, x=1), "push has no argument 'x'; accepted: doc — push(doc)"),
         (lambda: h.update({}), "update needs its argument 'update'"),
     ]:
