@@ -20,6 +20,8 @@ import hoarddb
 from hoarddb import operations
 from hoarddb.shell import Shell, completions, help_text, run_script
 
+from .hql.test_parser import PHOTOJOURNAL_SCHEMA
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -378,38 +380,7 @@ def test_warnings_and_errors_follow_their_answers_on_one_pipe(tmp_path):
 def test_store_types_photojournal_schema_runs_as_written(run):
     # store-types.md's example schema begins `create database PhotoJournal;` and goes on with
     # its buckets; every create bucket was refused (no database selected).
-    ran = run("""
-create database PhotoJournal;
-
-create bucket User {
-    _id_      uuid auto,
-    FirstName string required,
-    LastName  string required,
-    Email     string unique,
-    Posts     []uuid
-};
-
-create bucket Post {
-    _id_      uuid auto,
-    Caption   string
-};
-
-create bucket UserFriends {
-    type: heap,
-    indices: []
-};
-
-create bucket PostPhotos {
-    type: blob,
-    indices: []
-};
-
-create bucket PostComments {
-    type: fifo,
-    indices: []
-};
-show buckets
-""")
+    ran = run(PHOTOJOURNAL_SCHEMA + "show buckets\n")
     assert ok(ran)[-1] == ["Post", "PostComments", "PostPhotos", "User", "UserFriends"]
     readable = run("create database Other\nshow buckets\ncreate database Third\nuse Third", json_mode=False)
     assert readable.lines[:3] == ["ok", "switched to database Other", "(none)"]

@@ -191,6 +191,39 @@ def test_values_in_calls():
 
 # ---- the spec's examples ---------------------------------------------------------------------
 
+#: store-types.md's example schema, whole (tests/test_shell.py runs it too)
+PHOTOJOURNAL_SCHEMA = '''
+create database PhotoJournal;
+
+create bucket User {
+    _id_      uuid auto,
+    FirstName string required,
+    LastName  string required,
+    Email     string unique,
+    Posts     []uuid
+};
+
+create bucket Post {
+    _id_      uuid auto,
+    Caption   string
+};
+
+create bucket UserFriends {
+    type: heap,
+    indices: []
+};
+
+create bucket PostPhotos {
+    type: blob,
+    indices: []
+};
+
+create bucket PostComments {
+    type: fifo,
+    indices: []
+};
+'''
+
 STORE_TYPES_MD = r'''
 db.Comments.push({Author: "Bob", Text: "Nice photo!"});
 db.Comments.pop();
@@ -218,26 +251,8 @@ db.Photos.info({_id_: "0192a3b4-c5d6-7890-abcd-ef12345678a1"});
 db.Photos.delete({_id_: "0192a3b4-c5d6-7890-abcd-ef12345678a1"});
 db.Photos.stream({_id_: "0192a3b4-c5d6-7890-abcd-ef12345678a1"});
 
-create database PhotoJournal;
+''' + PHOTOJOURNAL_SCHEMA
 
-create bucket User {
-    _id_      uuid auto,
-    FirstName string required,
-    LastName  string required,
-    Email     string unique,
-    Posts     []uuid
-};
-
-create bucket Post {
-    _id_      uuid auto,
-    Caption   string
-};
-
-create bucket UserFriends {
-    type: heap,
-    indices: []
-};
-'''
 
 CASE_STUDY_MD = r'''
 create bucket Company {
