@@ -1,4 +1,5 @@
-"""What the storage layer says when the operating system refuses a read or write: a StorageError with a hint.
+"""What the storage layer says when the operating system refuses a read or write (a StorageError with a
+hint), and the write that goes on after a short one (:func:`pwrite_all`).
 
 Every file hoardDB writes can meet a full disk. Whoever catches the refusal (an
 ``OSError``, or an ``lmdb.Error`` that carries the same errno text) turns it into one
@@ -82,3 +83,12 @@ def storage_error(what: str, exc: BaseException, outcome: str = "nothing of this
     if full:
         return DiskFullError(f"{what} failed: {text}; {FULL_HINT}; {outcome}")
     return StorageError(f"{what} failed: {text}; {OTHER_HINT}; {outcome}")
+
+
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``: a disk that fills up midway gives a short write
+    first, and only the next call raises (ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n

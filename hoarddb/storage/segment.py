@@ -118,7 +118,7 @@ from ..errors import ClosedError, CorruptDataError, StorageError
 from ..values.codec import decode, encode
 from . import framing
 from .framing import HEADER, HEADER_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
-from .oserrors import FULL_ERRNOS, storage_error
+from .oserrors import FULL_ERRNOS, pwrite_all, storage_error
 
 log = logging.getLogger("hoarddb.segment")
 
@@ -371,7 +371,7 @@ class SegmentLog:
         if seq == 0:
             data += bytes(SLOT_SIZE)
         try:
-            _pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
+            pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
             if self.sync and durable:
                 _datasync(self._state_fd)
             else:
@@ -394,7 +394,7 @@ class SegmentLog:
             try:
                 fd = os.open(self._path(number), flags, 0o644)
             except OSError as exc:
-                raise _storage_error(exc, self._path(number)) from None
+                raise storage_error(f"writing {self._path(number)}", exc) from None
             self._fds[number] = fd
         return fd
 
@@ -602,7 +602,7 @@ class SegmentLog:
                     fd = self._fd(number, create=created)
                     written.append(group)
                     data = b"".join(parts)
-                    _pwrite_all(fd, data, start)
+                    pwrite_all(fd, data, start)
                     if number == trim:
                         os.ftruncate(fd, start + len(data))
                         self._padded.pop(number)
@@ -618,7 +618,7 @@ class SegmentLog:
                 path = self._path(written[-1][0]) if written else self.directory
                 if not self._undo_append(written):
                     raise self._fail(exc, path) from None
-                raise (exc if isinstance(exc, StorageError) else _storage_error(exc, path)) from None
+                raise (exc if isinstance(exc, StorageError) else storage_error(f"writing {path}", exc)) from None
             for number, start, parts, created in groups:
                 if created:
                     if not self._segs:
@@ -657,7 +657,7 @@ class SegmentLog:
         all past the file's old end) and the entries stand without them.
         """
         try:
-            _pwrite_all(fd, bytes(pad_end - end), end)
+            pwrite_all(fd, bytes(pad_end - end), end)
             return pad_end
         except OSError as exc:
             if exc.errno not in FULL_ERRNOS:
@@ -830,7 +830,7 @@ class SegmentLog:
         if not word & framing.MORE:
             return
         payload = os.pread(fd, word & framing.LENGTH_MASK, off + HEADER_SIZE)
-        _pwrite_all(fd, framing.frame(payload)[:HEADER_SIZE], off)
+        pwrite_all(fd, framing.frame(payload)[:HEADER_SIZE], off)
         if self.sync:
             _datasync(fd)
 
@@ -922,7 +922,7 @@ def _end_batch_in_file(path: Path, end: int) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
         if HEADER.unpack(os.pread(fd, HEADER_SIZE, last[0]))[0] & framing.MORE:
-            _pwrite_all(fd, framing.frame(last[1])[:HEADER_SIZE], last[0])
+            pwrite_all(fd, framing.frame(last[1])[:HEADER_SIZE], last[0])
             _datasync(fd)
     finally:
         os.close(fd)
@@ -957,14 +957,3 @@ def _parse_slot(raw: bytes) -> dict | None:
         if not isinstance(doc.get(key), int):
             return None
     return doc
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
-
-def _storage_error(exc: OSError, path) -> StorageError:
-    return storage_error(f"writing {path}", exc)

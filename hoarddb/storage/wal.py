@@ -59,7 +59,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-from .oserrors import FULL_ERRNOS, storage_error
+from .oserrors import FULL_ERRNOS, pwrite_all, storage_error
 
 log = logging.getLogger("hoarddb.kv")
 
@@ -212,7 +212,7 @@ class WriteAheadLog:
         for i, fd in enumerate(self.fds):
             if self._filled[i] < self.header_size:
                 try:
-                    _pwrite_all(fd, bytes(self.header_size - self._filled[i]), self._filled[i])
+                    pwrite_all(fd, bytes(self.header_size - self._filled[i]), self._filled[i])
                 except OSError as exc:
                     self.close()
                     raise storage_error(f"creating {self.directory / WAL_NAME}.{i}", exc,
@@ -331,7 +331,7 @@ class WriteAheadLog:
         try:
             # Within the header's room, which every file has had since it was made (see
             # __init__): this overwrites, it never grows the file.
-            _pwrite_all(fd, body + _LEN.pack(crc) + tail, 0)
+            pwrite_all(fd, body + _LEN.pack(crc) + tail, 0)
             _datasync(fd)
         except OSError as exc:
             raise storage_error(f"writing the header of {self.directory / WAL_NAME}.{gen % 2}", exc,
@@ -366,7 +366,7 @@ class WriteAheadLog:
                 self._fill(i, stop)
                 size = self._filled[i]
             if os.pwrite(self.fds[i], record, at) != len(record):  # a short write: the rest, or ENOSPC
-                _pwrite_all(self.fds[i], record, at)
+                pwrite_all(self.fds[i], record, at)
         except OSError as exc:
             self._unwrite(i, at, stop, size)
             raise storage_error(f"writing {self.directory / WAL_NAME}.{i}", exc) from None
@@ -384,7 +384,7 @@ class WriteAheadLog:
             if stop > size:
                 os.ftruncate(fd, max(size, at))
             if at < size:
-                _pwrite_all(fd, bytes(min(size, stop) - at), at)
+                pwrite_all(fd, bytes(min(size, stop) - at), at)
         except OSError as exc:
             log.warning("%s: could not take back a record the disk refused (%s); a crash before the next "
                         "write would find a torn record there, which ends the replay", self.directory,
@@ -454,15 +454,6 @@ class WriteAheadLog:
             if fd >= 0:
                 os.close(fd)
         self.fds = [-1, -1]
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    """Write all of ``data`` at ``offset``: a disk that fills up midway gives a short write
-    first, and only the next call raises (ENOSPC)."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
 
 
 def _crc_header(raw: bytes) -> int:
