@@ -32,7 +32,8 @@ from typing import Any, AsyncIterator
 from . import operations
 from .chunks import chunks
 from .api import BucketsByName, Found, StoreFieldsByName
-from .client.connection import _RETRYABLE, STREAM_CHUNK, _Spool, _upload_source, nothing_sent, unanswered
+from .client.connection import (_RETRYABLE, STREAM_CHUNK, _Spool, _upload_source, nothing_sent, stream_closed,
+                                stream_step, unanswered)
 from .client.options import ConnectOptions
 from .errors import (ClosedError, ConnectionError_, HoardError, InvalidArgumentError, ProtocolError,
                      TimeoutError_, UnknownVerbError, error_from_answer)
@@ -402,25 +403,18 @@ class AsyncExecutor:
             message = first
             buffer = bytearray()
             while True:
-                if message.get("ok") != 1:
-                    raise error_from_answer(message)
-                if message.get("end"):
-                    if buffer:
-                        yield bytes(buffer)
+                pieces, ended = stream_step(message, buffer, chunk_size)
+                for piece in pieces:
+                    yield piece
+                if ended:
                     return
-                buffer += message.get("chunk") or b""
-                while len(buffer) >= chunk_size:
-                    yield bytes(buffer[:chunk_size])
-                    del buffer[:chunk_size]
                 if self._closed:
-                    raise ClosedError("this client was closed before the stream was read to its end; "
-                                      "connect again and call stream again", outcome_unknown=False)
+                    raise stream_closed()
                 try:
                     message = await proto.next(request_id, queue)
                 except (ConnectionError_, TimeoutError_, ClosedError) as e:
                     if self._closed:
-                        raise ClosedError("this client was closed before the stream was read to its end; "
-                                          "connect again and call stream again", outcome_unknown=False) from None
+                        raise stream_closed() from None
                     raise unanswered(e, "stream", False) from None
         finally:
             proto.finish(request_id)  # chunks still arriving for it are dropped

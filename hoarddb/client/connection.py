@@ -510,22 +510,17 @@ class RemoteExecutor:
             message = first
             buffer = bytearray()
             while True:
-                if message.get("ok") != 1:
+                try:
+                    pieces, complete = stream_step(message, buffer, chunk_size)
+                except HoardError:  # an error answer: the stream is over too
                     complete = True
-                    raise error_from_answer(message)
-                if message.get("end"):
-                    complete = True
-                    if buffer:
-                        yield bytes(buffer)
+                    raise
+                yield from pieces
+                if complete:
                     return
-                buffer += message.get("chunk") or b""
-                while len(buffer) >= chunk_size:
-                    yield bytes(buffer[:chunk_size])
-                    del buffer[:chunk_size]
                 with self._lock:
                     if self._closed:
-                        raise ClosedError("this client was closed before the stream was read to its end; "
-                                          "connect again and call stream again", outcome_unknown=False)
+                        raise stream_closed()
                     try:
                         message = conn.receive(request_id)
                     except (ConnectionError_, TimeoutError_) as e:
@@ -584,6 +579,28 @@ class RemoteExecutor:
                     self._conn = None
             finally:
                 self._lock.release()
+
+
+def stream_step(message: dict, buffer: bytearray, chunk_size: int) -> tuple[list[bytes], bool]:
+    """One message of a blob stream (both clients): the pieces of ``chunk_size`` bytes it
+    completes (the rest stays in ``buffer``; the last message gives the rest too) and
+    whether it was the last. An error answer raises."""
+    if message.get("ok") != 1:
+        raise error_from_answer(message)
+    if message.get("end"):
+        return ([bytes(buffer)] if buffer else []), True
+    buffer += message.get("chunk") or b""
+    pieces = []
+    while len(buffer) >= chunk_size:
+        pieces.append(bytes(buffer[:chunk_size]))
+        del buffer[:chunk_size]
+    return pieces, False
+
+
+def stream_closed() -> ClosedError:
+    """What reading a stream on a client closed meanwhile raises (both clients)."""
+    return ClosedError("this client was closed before the stream was read to its end; "
+                       "connect again and call stream again", outcome_unknown=False)
 
 
 def nothing_sent(error: HoardError) -> HoardError:

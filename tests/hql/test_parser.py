@@ -338,6 +338,33 @@ def test_a_body_may_open_on_the_next_line():
 
 # ---- errors ----------------------------------------------------------------------------------
 
+#: Common mistakes, each explained at its position: what to write instead.
+MISTAKES = [
+    # JavaScript and mongosh habits: the message names what HQL writes instead
+    ("db.C.push({at: new Date()})", 1, 16,
+     "HQL calls a value constructor without `new`: Date(\"2026-09-29\"), or Date() for now"),
+    ('db.C.push({at: new ISODate("2026-01-01")})', 1, 16, "without `new`: ISODate("),
+    ("db.C.push({at: Date.now()})", 1, 16, "the current time is now()"),
+    ("db.C.push({content-type: 1})", 1, 12, 'a key with \'-\' in it is quoted: write "content-type"'),
+    ("create bucket Q { segment-size: 1 }", 1, 19, "an option or field name is letters, digits and _"),
+    ("db.C.push({a: /ab/})", 1, 15, "no /regex/ literal; write Regex("),
+    ("db.C.push({a: +5})", 1, 15, "no '+' sign"),
+    ("db.C.push({a: 1}) # note", 1, 19, "'--' starts a comment"),
+    ("db.C.push({a: `x`})", 1, 15, "not backticks"),
+    ("db.C.push({a = 1})", 1, 14, "with ':'"),
+    ("db.C.push({a: \u201cx\u201d})", 1, 15, "a typographic quote"),
+    ("db.C.push({a: 1_000})", 1, 15, "1_000 is not a number HQL reads"),
+    ("db.C.push({a: 1n})", 1, 15, "1n is not a number HQL reads"),
+    # unbalanced brackets: which one is open, or that nothing is
+    ("db.C.push({a: 1}))", 1, 18, "this ')' closes nothing, no bracket is open"),
+    ("db.C.push({a: [1, 2}})", 1, 20, "the '[' at line 1, column 15 is still open: close it with ']' first"),
+    ("db.C.push({a: 1,\n  b: 2\ndb.C.pop()", 3, 1, "(the '{' at line 1, column 11 is still open)"),
+    ("db.C.push({a: 1,\n  b: [2, 3}\n)", 2, 11, "the '[' at line 2, column 6 is still open"),
+    # two statements on a line need a ';'
+    ("db.C.push({a: 1}) db.C.pop()", 1, 19, "unexpected 'db'; expected ';' or the end of the line"),
+]
+
+
 @pytest.mark.parametrize("text,line,column,fragment", [
     ("show tables", 1, 6, "unexpected 'tables'; expected buckets or databases"),
     ("use app\ncreate bucket X { type: fifo\n  Email string unique \"x\" }", 3, 23, "unexpected '\"x\"'"),
@@ -346,6 +373,7 @@ def test_a_body_may_open_on_the_next_line():
     ("creat database x", 1, 1, "expected alter, create, db"),
     ("db.Comments.push({a: 1});\ndb.Comments.pop(@)", 2, 17, "unexpected character '@'"),
     ("create bucket X {", 1, 18, "incomplete"),
+    *MISTAKES,
 ])
 def test_syntax_error_positions(text, line, column, fragment):
     with pytest.raises(SyntaxError_) as e:
@@ -390,38 +418,6 @@ def test_is_complete(text, complete):
 
 
 # ---- audit: the mistakes a newcomer makes get a hint, at the right column --------------------------
-
-@pytest.mark.parametrize("text,line,column,fragment", [
-    # JavaScript and mongosh habits: the message names what HQL writes instead
-    ("db.C.push({at: new Date()})", 1, 16,
-     "HQL calls a value constructor without `new`: Date(\"2026-09-29\"), or Date() for now"),
-    ('db.C.push({at: new ISODate("2026-01-01")})', 1, 16, "without `new`: ISODate("),
-    ("db.C.push({at: Date.now()})", 1, 16, "the current time is now()"),
-    ("db.C.push({content-type: 1})", 1, 12, 'a key with \'-\' in it is quoted: write "content-type"'),
-    ("create bucket Q { segment-size: 1 }", 1, 19, "an option or field name is letters, digits and _"),
-    ("db.C.push({a: /ab/})", 1, 15, "no /regex/ literal; write Regex("),
-    ("db.C.push({a: +5})", 1, 15, "no '+' sign"),
-    ("db.C.push({a: 1}) # note", 1, 19, "'--' starts a comment"),
-    ("db.C.push({a: `x`})", 1, 15, "not backticks"),
-    ("db.C.push({a = 1})", 1, 14, "with ':'"),
-    ("db.C.push({a: \u201cx\u201d})", 1, 15, "a typographic quote"),
-    ("db.C.push({a: 1_000})", 1, 15, "1_000 is not a number HQL reads"),
-    ("db.C.push({a: 1n})", 1, 15, "1n is not a number HQL reads"),
-    # unbalanced brackets: which one is open, or that nothing is
-    ("db.C.push({a: 1}))", 1, 18, "this ')' closes nothing, no bracket is open"),
-    ("db.C.push({a: [1, 2}})", 1, 20, "the '[' at line 1, column 15 is still open: close it with ']' first"),
-    ("db.C.push({a: 1,\n  b: 2\ndb.C.pop()", 3, 1, "(the '{' at line 1, column 11 is still open)"),
-    ("db.C.push({a: 1,\n  b: [2, 3}\n)", 2, 11, "the '[' at line 2, column 6 is still open"),
-    # two statements on a line need a ';'
-    ("db.C.push({a: 1}) db.C.pop()", 1, 19, "unexpected 'db'; expected ';' or the end of the line"),
-])
-def test_common_mistakes_are_explained(text, line, column, fragment):
-    with pytest.raises(SyntaxError_) as e:
-        parse(text)
-    assert fragment in e.value.message
-    assert (e.value.line, e.value.column) == (line, column), e.value.message
-    assert e.value.message.startswith(f"line {line}, column {column}: ")
-
 
 def test_an_unclosed_bracket_at_the_end_names_where_it_opened():
     with pytest.raises(SyntaxError_) as e:
