@@ -7,7 +7,7 @@
 
     >>> from hoarddb.testing import ServerThread
     >>> with ServerThread(tmp_path / "data", insecure=True) as server:
-    ...     client = hoarddb.connect(server.url)
+    ...     client = hoarddb.connect(server.url())
 """
 
 from .proxy import FaultProxy
