@@ -16,7 +16,10 @@ connection and are pipelined: each is sent at once and its answer matched by id.
 The connection is asyncio's own (an :class:`asyncio.Protocol` over the sans-IO
 :class:`hoarddb.wire.ClientProtocol`); it reconnects on the next call after a loss.
 A lost connection fails every request waiting on it at once: a read is sent again on a
-new connection, a write raises with ``outcome_unknown = True`` (never resent). A call
+new connection, a write raises with ``outcome_unknown = True`` (never resent). Before a
+call sends, the loop reads what already arrived, so a connection the server closed while
+the loop was busy elsewhere (a restart, an idle timeout) is found dead then and the
+request goes on a new one, as with the blocking client. A call
 waits at most ``timeout`` seconds of silence from the server; ``close()`` fails the
 calls in flight with ClosedError.
 """
@@ -24,6 +27,7 @@ calls in flight with ClosedError.
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 from collections import deque
 from collections.abc import Mapping
@@ -108,13 +112,37 @@ class _Protocol(asyncio.Protocol):
         #: The loop's time when the server last sent something: a call times out only after
         #: ``timeout`` seconds in which nothing came (a long pipeline that keeps answering does not).
         self.last_heard = self.loop.time()
+        self._fd: int | None = None  # the socket's, to see whether something arrived the loop has not read
+        self._poll = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._fd = sock.fileno()
+            if hasattr(select, "poll"):
+                self._poll = select.poll()
+                self._poll.register(self._fd, select.POLLIN)
         transport.write(self.core.start())
+
+    async def settle(self) -> None:
+        """Let the loop read what already arrived before a request goes out. When the loop was
+        busy elsewhere (a coroutine that blocked it) while the server closed the connection (a
+        restart, an idle timeout), its goodbye or end of file waits unread in the socket, and a
+        request written now would be lost with it; once read, the connection is known closed."""
+        for _ in range(_SETTLE_ROUNDS):
+            if self.closed or not self._unread():
+                return
+            await asyncio.sleep(0)  # one turn of the loop: it reads the socket, then reports the loss
+
+    def _unread(self) -> bool:
+        """Whether bytes (or the end of the stream) wait in the socket, not yet read by the loop."""
+        if self._poll is not None:
+            return bool(self._poll.poll(0))
+        if self._fd is not None:
+            return bool(select.select([self._fd], [], [], 0)[0])
+        return False
 
     def data_received(self, data: bytes) -> None:
         self.last_heard = self.loop.time()
@@ -261,6 +289,11 @@ class _Protocol(asyncio.Protocol):
         self._fail(error or _closed())
 
 
+#: Turns of the loop a call gives it to read what already arrived (its end of file takes two or
+#: three, through TLS a few more); answers that keep coming for other calls do not hold it longer.
+_SETTLE_ROUNDS = 8
+
+
 def _closed() -> ClosedError:
     return ClosedError("this client is closed; connect again with hoarddb.aio.connect(...)", outcome_unknown=False)
 
@@ -343,6 +376,8 @@ class AsyncExecutor:
         """Run one operation; its answer, or its error raised. A stream's result is an async iterator."""
         if not isinstance(request, Mapping) or not isinstance(request.get("op"), str):
             raise InvalidArgumentError(operations.REQUEST_SHAPE)  # as the engine says it
+        if self._proto is not None:
+            await self._proto.settle()  # a connection closed while the loop was busy: found dead now
         fresh = self._proto is None or self._proto.closed
         try:
             return await self._execute(request)

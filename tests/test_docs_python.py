@@ -34,16 +34,7 @@ BLOCK = re.compile(r"(?:^<!-- (setup|not run):\s*((?:(?!-->).)*?)\s*-->\n)?^```p
 URL = re.compile(r"hoarddb://[^\"'\s]+")
 
 #: Blocks known to fail: page name -> {a line of the block: (the exception it raises, why)}.
-XFAIL: dict[str, dict[str, tuple[type[Exception], str]]] = {
-    "clients.md": {  # being edited by someone else; the fixes are in its review
-        'db.Users.insert({"_id_": "u1"': (hoarddb.errors.DatabaseNotFoundError,
-                                         "no bucket Users, and none with a unique index on Email"),
-        "db.Orders.insert(order)": (NameError, "a fragment: no order, no bucket Orders, and the client is closed"),
-        'with open("sunset.jpg", "rb")': (FileNotFoundError, "no sunset.jpg, and no blob bucket Photos"),
-        "async def main():": (hoarddb.errors.DatabaseNotFoundError, "no bucket Events (no database app), no blob_id"),
-        "with ServerThread(tmp_path": (NameError, "tmp_path is a fixture of pytest, undefined outside a test"),
-    },
-}
+XFAIL: dict[str, dict[str, tuple[type[Exception], str]]] = {}
 
 
 def blocks(page) -> list[tuple[str, tuple[int, str], tuple[int, str]]]:

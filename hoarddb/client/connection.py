@@ -15,6 +15,9 @@ What a call does when the connection fails:
     lost after sending a write                         ConnectionError_ / TimeoutError_ with
                                                        ``outcome_unknown = True``: never resent
     the client closed by another thread meanwhile      ClosedError (``outcome_unknown`` as above)
+    queued behind another thread's call that timed     TimeoutError_, ``outcome_unknown = False``:
+    out, or waiting its turn ``timeout`` seconds       never sent (every caller hears within about
+    while nothing moved on the connection              one timeout of the server falling silent)
 
 Blobs: a ``put`` whose data is a file object or more than 4 MiB is uploaded in 1 MiB
 chunks read as they are sent; ``stream`` gives an iterator that reads the server's
@@ -99,6 +102,11 @@ class Connection:
         #: polls the socket for a moment before a blocking recv (hoarddb/busypoll.py), or None
         self.poller: busypoll.BusyPoll | None = None  # (none during the handshake)
         self._sent: float | None = None  # when the last request went, until the first read after it
+        #: When the connection last moved (time.monotonic()): bytes came from the server, or it took
+        #: a whole request or chunk of ours. A call waiting for its turn counts its silence from here.
+        self.moved = time.monotonic()
+        #: When the server stayed silent for ``timeout`` (time.monotonic()); None while it has not.
+        self.timed_out: float | None = None
         self.sock = self._open()
         try:
             self._handshake()
@@ -184,7 +192,7 @@ class Connection:
         try:
             self.sock.sendall(data)
         except socket.timeout:
-            self.close()
+            self._time_out()
             raise TimeoutError_(f"the server at {self.options.address} took none of our request for "
                                 f"{self.options.timeout:g} s (timeout); the connection is closed") from None
         except (ssl.SSLError, OSError) as exc:
@@ -192,6 +200,7 @@ class Connection:
         except BaseException:  # interrupted (Ctrl-C) halfway: what follows would be read as the rest of it
             self.close()
             raise
+        self.moved = time.monotonic()
 
     def send(self, doc: dict) -> int:
         """Send one request; its id."""
@@ -269,13 +278,14 @@ class Connection:
         try:
             data = self.sock.recv(_RECV)
         except socket.timeout:
-            self.close()
+            self._time_out()
             raise TimeoutError_(f"the server at {self.options.address} sent nothing for {self.options.timeout:g} s "
                                 "while an answer was due (timeout); the connection is closed") from None
         except (ssl.SSLError, OSError) as exc:
             raise self._lost(exc) from None
         if not data:
             raise self._lost(None)
+        self.moved = time.monotonic()
         if sent is not None:  # a wait the poller let pass: how long the answer took tells it about the next
             poller.waited(time.monotonic() - sent)
         self._reader.feed(data)
@@ -350,6 +360,10 @@ class Connection:
 
     # -- closing
 
+    def _time_out(self) -> None:
+        self.timed_out = time.monotonic()
+        self.close()
+
     def _lost(self, exc, handshake: bool = False) -> HoardError:
         self.close()
         o = self.options
@@ -399,10 +413,11 @@ class RemoteExecutor:
     """RemoteExecutor runs operation documents on a server: ``execute(request) -> answer``, ``close()``.
 
     Thread-safe: calls from several threads take turns on the one connection (use one
-    client per thread for parallelism). The connection is opened at construction, so
-    a wrong address or password fails at once, and reopened by the next call after it
-    is lost. ``close()`` may come from any thread: a call waiting for its answer then
-    raises ClosedError at once.
+    client per thread for parallelism). A call's wait for its turn counts toward its
+    timeout, and when a call times out, those queued behind it fail with it, unsent
+    (see :meth:`_take_turn`). The connection is opened at construction, so a wrong address or
+    password fails at once, and reopened by the next call after it is lost. ``close()``
+    may come from any thread: a call waiting for its answer then raises ClosedError at once.
     """
 
     def __init__(self, options: ConnectOptions, *, connect: bool = True):
@@ -410,6 +425,8 @@ class RemoteExecutor:
         self._lock = threading.RLock()
         self._conn: Connection | None = None
         self._closed = False
+        #: When a call last timed out (time.monotonic()): the calls queued before it fail with it.
+        self._timed_out = -1.0
         if connect:
             self._connection()
 
@@ -421,8 +438,54 @@ class RemoteExecutor:
             try:
                 conn = self._conn = Connection(self.options)
             except (ConnectionError_, TimeoutError_) as e:
+                if isinstance(e, TimeoutError_):
+                    self._timed_out = time.monotonic()
                 raise nothing_sent(e) from None
         return conn
+
+    def _take_turn(self, what: str) -> None:
+        """Take the connection for one call (``what``, for errors), after the calls of other threads
+        ahead of it; :meth:`_end_turn` gives it back. Waiting for its turn is waiting for the server
+        too, so it counts toward the call's timeout: the call fails with TimeoutError_, unsent
+        (``outcome_unknown = False``), when a call ahead of it timed out meanwhile (the server fell
+        silent: without this, each call queued would send on a new connection and wait a whole
+        timeout of its own, one after another), or when nothing moved on the connection for
+        ``timeout`` while it waited (another call holds it without using it: an upload whose
+        file reads slowly)."""
+        queued = time.monotonic()
+        if not self._lock.acquire(blocking=False):
+            self._wait_for_turn(queued, what)
+        if self._timed_out > queued:
+            self._lock.release()
+            raise TimeoutError_(f"another call on this client got no answer from the server at "
+                                f"{self.options.address} in time (timeout) while this {what} waited for its "
+                                "turn behind it; it was not sent; the next call reconnects", outcome_unknown=False)
+
+    def _end_turn(self) -> None:
+        self._note_timeout(self._conn)
+        self._lock.release()
+
+    def _note_timeout(self, conn: Connection | None) -> None:
+        """Remember when ``conn`` timed out, if it did (with the lock held): for :meth:`_take_turn`."""
+        if conn is not None and conn.timed_out is not None and conn.timed_out > self._timed_out:
+            self._timed_out = conn.timed_out
+
+    def _wait_for_turn(self, queued: float, what: str) -> None:
+        timeout = self.options.timeout
+        while True:
+            conn = self._conn
+            if timeout is None:
+                wait = -1
+            elif conn is None or conn.closed:
+                wait = timeout  # being opened by the call ahead: connect_timeout bounds that
+            else:
+                wait = timeout - (time.monotonic() - max(queued, conn.moved))
+                if wait <= 0:
+                    raise TimeoutError_(f"this {what} waited {timeout:g} s for its turn behind another call on this "
+                                        f"client while nothing moved on the connection to {self.options.address} "
+                                        "(timeout); it was not sent", outcome_unknown=False)
+            if self._lock.acquire(timeout=wait):
+                return
 
     @property
     def server_info(self) -> dict:
@@ -434,7 +497,8 @@ class RemoteExecutor:
         """Run one operation on the server; its answer, or its error raised as the engine would."""
         if not isinstance(request, Mapping) or not isinstance(request.get("op"), str):
             raise InvalidArgumentError(operations.REQUEST_SHAPE)  # as the engine says it
-        with self._lock:
+        self._take_turn(request["op"])
+        try:
             conn = self._connection()
             fresh = not conn.used
             try:
@@ -444,6 +508,8 @@ class RemoteExecutor:
                 if fresh or not lost or request["op"] not in _RETRYABLE:
                     raise
             return self._execute(self._connection(), request)  # a read on a connection that died: once more
+        finally:
+            self._end_turn()
 
     def _execute(self, conn: Connection, request: Mapping) -> dict:
         op = request["op"]
@@ -524,6 +590,7 @@ class RemoteExecutor:
                     try:
                         message = conn.receive(request_id)
                     except (ConnectionError_, TimeoutError_) as e:
+                        self._note_timeout(conn)
                         raise self._unanswered(e, "stream", False) from None
         finally:
             with self._lock:
@@ -533,7 +600,8 @@ class RemoteExecutor:
         """Send every request before reading any answer; the answers in order (an error answer
         as its exception object, not raised). One round trip for the lot. When the connection
         is lost midway, the error raised holds the answers that came in ``answers``."""
-        with self._lock:
+        self._take_turn("pipeline")
+        try:
             conn = self._connection()
             ids, data = conn.core.requests(requests)
             out = []
@@ -556,6 +624,8 @@ class RemoteExecutor:
                         conn.abandon(request_id)
                 raise
             return out
+        finally:
+            self._end_turn()
 
     def reconnect(self) -> None:
         """Drop the connection and open a new one."""

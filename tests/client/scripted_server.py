@@ -47,6 +47,16 @@ class ScriptedServer:
         except OSError:
             pass
 
+    def drop(self, farewell: bytes = b"") -> None:
+        """Close every connection open now, from the server's side (after sending ``farewell``), as a
+        restarted server or an idle timeout does: the client gets its end of file at once."""
+        for conn in self._conns:
+            try:
+                conn.sendall(farewell)
+                conn.shutdown(socket.SHUT_RDWR)  # wakes the thread reading it: close() alone would not
+            except OSError:
+                pass
+
     def close(self) -> None:
         self._listener.close()
         for conn in self._conns:

@@ -112,6 +112,53 @@ def test_a_write_after_the_server_restarted_goes_on_a_new_connection_once(tmp_pa
         server.stop()
 
 
+@pytest.mark.parametrize("farewell", [b"", goodbye()], ids=["end-of-file", "goodbye"])
+def test_aio_notices_a_connection_closed_while_its_loop_was_blocked(farewell):
+    """Regression: when the server closed the connection while the event loop was busy with the
+    program's own code (a time.sleep in a coroutine), the loop had not seen the end of file yet,
+    and the next write went into the dead connection and failed as "may or may not have been
+    applied". It now sees the connection is dead before sending, and sends on a new one."""
+    pushes: list = []
+
+    def on_request(conn, doc):
+        if doc["op"] == "push":
+            pushes.append(doc["id"])
+        conn.sendall(answer(doc["id"], None))
+
+    with ScriptedServer(on_request) as scripted:
+        async def main():
+            c = await hoarddb.aio.connect(scripted.url)
+            try:
+                await c.execute({"op": "length", "db": "a", "bucket": "Q"})
+                scripted.drop(farewell)
+                time.sleep(0.3)  # the loop is blocked: it reads neither the goodbye nor the end of file
+                await c.execute({"op": "push", "db": "a", "bucket": "Q", "args": {"doc": {"n": 1}}})
+            finally:
+                await c.close()
+        run_within(10, main)
+        assert len(pushes) == 1
+
+
+def test_aio_write_after_a_restart_its_loop_did_not_see_goes_on_a_new_connection_once(tmp_path):
+    """As above, through TLS, against a real server killed and started again while the loop is blocked."""
+    from hoarddb.server.users import UserStore
+    UserStore(tmp_path / "data").add("admin", "admin-pw", ["admin"], iterations=4096)
+    server = ServerProcess(tmp_path / "data", insecure=False).start()
+    try:
+        async def main():
+            c = await hoarddb.aio.connect(server.url("admin", "admin-pw"))
+            await c["app"].create_bucket("H")
+            server.kill()  # blocking calls: the loop runs none of its callbacks meanwhile
+            server.start()
+            time.sleep(0.2)
+            await c["app"].H.insert({"n": 1})  # a generated _id_: sent twice, it would be two documents
+            assert await c["app"].H.count({}) == 1
+            await c.close()
+        run_within(60, main)
+    finally:
+        server.stop()
+
+
 def test_a_write_whose_answer_was_lost_to_a_killed_server_is_not_resent(tmp_path):
     server = ServerProcess(tmp_path / "data").start()
     watcher = None
@@ -351,6 +398,86 @@ def test_every_call_has_a_timeout_by_default(server):
     assert options.timeout is not None and 0 < options.timeout <= 300 and 0 < options.connect_timeout <= 60
     with hoarddb.connect(server.url()) as client:
         assert client._executor._connection().sock.gettimeout() == options.timeout
+
+
+def _push_request(n: int = 1) -> dict:
+    return {"op": "push", "db": "a", "bucket": "Q", "args": {"doc": {"n": n}}}
+
+
+def test_threads_queued_behind_a_timed_out_call_fail_with_it():
+    """Regression: threads sharing a client against a server gone silent each waited a whole
+    timeout in turn (each sent its request on a new connection and waited again): four threads
+    took four timeouts. Now the calls queued behind a timeout fail with it at once, unsent."""
+    silent = threading.Event()
+    silent.set()
+    pushes: list = []
+
+    def on_request(conn, doc):
+        if doc["op"] == "push":
+            pushes.append(doc["id"])
+        if not silent.is_set():
+            conn.sendall(answer(doc["id"], None))
+
+    with ScriptedServer(on_request) as scripted:
+        client = hoarddb.connect(scripted.url, timeout=0.5)
+        failures: list = []
+        threads = [threading.Thread(target=lambda: failures.append(_raised(client.execute, _push_request())))
+                   for _ in range(4)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        took = time.monotonic() - started
+        assert took < 1.5, f"the four calls took {took:.2f} s: each waited a timeout of its own"
+        assert len(failures) == 4 and all(isinstance(e, TimeoutError_) and e.code == 30 for e in failures)
+        sent = [e for e in failures if e.outcome_unknown]
+        assert len(sent) == len(pushes) == 1  # the one that went out; the others never did
+        assert_outcome_unknown(sent[0], "push")
+        for e in failures:
+            if e not in sent:
+                assert e.outcome_unknown is False and "it was not sent" in e.message
+        silent.clear()
+        assert client.execute(_push_request())["ok"] == 1  # the next call reconnects
+        assert len(pushes) == 2
+        client.close()
+
+
+def test_a_call_waiting_for_its_turn_counts_that_wait_in_its_timeout():
+    """A call queued behind another thread's call that holds the connection while nothing moves on
+    it (an upload whose file reads slowly) fails after ``timeout``, unsent: it does not wait for the
+    whole upload and then a timeout of its own."""
+    requests: list = []
+
+    class SlowFile(io.RawIOBase):
+        def __init__(self):
+            self.reads = 0
+
+        def readable(self):
+            return True
+
+        def read(self, size=-1):
+            self.reads += 1
+            if self.reads == 1:
+                return b"x" * 1000
+            if self.reads == 2:
+                time.sleep(2)
+            return b""
+
+    with ScriptedServer(lambda conn, doc: requests.append(doc.get("op"))) as scripted:  # never answers
+        client = hoarddb.connect(scripted.url, timeout=0.5)
+        uploader = threading.Thread(target=_raised, args=(client["a"].B.put, SlowFile()))
+        uploader.start()
+        wait_until(lambda: requests)  # the put went out: it holds the connection, reading its file
+        started = time.monotonic()
+        error = _raised(client.execute, {"op": "length", "db": "a", "bucket": "Q"})
+        took = time.monotonic() - started
+        assert took < 1.2, f"the queued call took {took:.2f} s"
+        assert isinstance(error, TimeoutError_) and error.outcome_unknown is False
+        assert "waited 0.5 s for its turn" in error.message and "it was not sent" in error.message
+        uploader.join(10)
+        assert "length" not in requests
+        client.close()
 
 
 def test_an_aio_upload_to_a_stalled_server_times_out_and_can_be_cancelled(server, proxy):
