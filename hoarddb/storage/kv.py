@@ -549,6 +549,11 @@ class KV:
         log.warning("%s: the acknowledged write LMDB had refused is applied now", self.path)
         self._after_commit()
 
+    def behind(self) -> bool:
+        """Whether LMDB lacks an acknowledged write: a held commit it refused, whose record
+        :meth:`_catch_up` applies before the next write (or a read), or the next open does."""
+        return self._unapplied is not None
+
     def _commit_held_here(self) -> None:
         """Commit this thread's held transaction, if it holds one (before it writes or reads again)."""
         if self._held_by is not None and self._held_by == threading.get_ident():

@@ -177,8 +177,13 @@ class KVStore(Store):
             except StorageError:
                 # The disk refused it. What this store keeps in memory is read again from
                 # what was committed: a write refused after its commit (a flush that
-                # failed) is in LMDB, and in a group... see end_group.
-                if not self.kv.in_group():
+                # failed) is in LMDB, and in a group... see end_group. Not while LMDB is
+                # behind (KV.behind): then the late apply of an acknowledged write refused
+                # this one before it ran, and the memory already holds that write, which
+                # LMDB lacks until it is applied (read again, the count was one short after
+                # the late apply, and a heap lost the element and gave its sequence number
+                # to the next push).
+                if not self.kv.in_group() and not self.kv.behind():
                     self.reload()
                 raise
             self._count = stored[0]

@@ -44,8 +44,8 @@ import heapq
 import math
 import os
 import struct
-import threading
 import time
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import BadValueError, ClaimExpiredError, InvalidArgumentError, NotFoundError
@@ -303,7 +303,8 @@ class ClaimVerbs:
 
     The store supplies where records and elements live:
 
-    - ``_claim_lock``: the lock every verb that touches the table holds;
+    - ``_claim_lock``: what every verb that touches the table holds (``with``): a lock, or for a
+      heap its store's write lock and then its mutex (heap.py says why the order);
     - ``_claims_table(create)``: the table (None when the bucket never claimed, unless ``create``);
     - ``_claims_write(fn)``: run ``fn(txn)`` in one durable LMDB transaction of the table's
       environment; ``fn`` returns ``(result, elements removed)``;
@@ -316,7 +317,7 @@ class ClaimVerbs:
     - ``_bucket_name``: for messages and dead letters.
     """
 
-    _claim_lock: threading.RLock
+    _claim_lock: AbstractContextManager
 
     # -- claim -----------------------------------------------------------------------------
 

@@ -282,7 +282,7 @@ class HashStore(KVStore):
             if set(key) != {"_id_"}:
                 raise BadValueError("get takes a key, or {_id_: key}; to match other fields use find")
             key = key["_id_"]
-        with self.kv.env.begin(buffers=False) as txn:
+        with self.kv.read() as txn:
             raw = txn.get(self.DOC + self._doc_key(key))
         if raw is None:
             return None
@@ -350,7 +350,7 @@ class HashStore(KVStore):
             raise not_ready(ix)
         out: list = []
         if shape.whole:  # unique, every field given: one entry at most, read by its key
-            txn = self.kv.env.begin(buffers=False)  # a read snapshot, as kv.read() gives
+            txn = self.kv.read()
             try:
                 dk = txn.get(prefix)
                 raw = txn.get(self.DOC + dk) if dk is not None else None

@@ -62,8 +62,14 @@ class HeapStore(ClaimVerbs, KVStore):
         super().__init__(directory, declaration, options)
         bucket_options = self.validate_options((declaration or {}).get("options") or {})
         self._bucket_name = (declaration or {}).get("name") or self.directory.name
+        # What is kept in memory (the heap of ready keys, the sequence, the claim table) is
+        # guarded by the mutex. Two locks, one order: the store's write lock (KVStore._wlock),
+        # then the mutex. A server's write group holds the write lock from its first write to
+        # the bucket to its commit, and its verbs take the mutex inside it; a write outside a
+        # group therefore takes both in the same order (_writing), or each would wait for the
+        # other. Reads take the mutex alone, and never the write lock after it.
         self._mutex = threading.RLock()
-        self._claim_lock = self._mutex
+        self._writing = self._claim_lock = _Both(self._wlock, self._mutex)
         self._max_deliveries = bucket_options.get("max_deliveries")
         self._load()
 
@@ -89,7 +95,7 @@ class HeapStore(ClaimVerbs, KVStore):
     def reload(self) -> None:
         """The count, and also the heap and the claims, read again from the last commit
         (a failed group's pushes, pops and claims ran in memory and were not kept)."""
-        with self._mutex:
+        with self._writing:
             super().reload()
             self._load()
 
@@ -107,6 +113,13 @@ class HeapStore(ClaimVerbs, KVStore):
 
     def _claims_read(self):
         return self.kv.read()
+
+    def _claim_counts(self) -> tuple[int, int]:
+        """``(ready again, held)``, as ClaimVerbs counts them, under the mutex alone: a read
+        (length and stats hold the mutex already, and must not take the write lock after it)."""
+        with self._mutex:
+            self._claims.advance(claims.clock())
+            return len(self._claims.ready), self._claims.held
 
     def _element_key(self, key: bytes) -> bytes:
         return self.DOC + key
@@ -138,7 +151,7 @@ class HeapStore(ClaimVerbs, KVStore):
     def batch_push(self, docs: list, _single: bool = False) -> int:
         """Add every element in one write, or none; return how many."""
         prepared = [self._prepare(d, "element" if _single else f"element {i} of the batch") for i, d in enumerate(docs)]
-        with self._mutex:
+        with self._writing:
             keys = []
 
             def fn(txn):
@@ -168,7 +181,7 @@ class HeapStore(ClaimVerbs, KVStore):
         heap; claimed elements are never popped.
         """
         n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")
-        with self._mutex:
+        with self._writing:
             table = self._claims
             table.advance(claims.clock())
             again = table.ready[:n]
@@ -261,6 +274,27 @@ class HeapStore(ClaimVerbs, KVStore):
                 if len(out) >= limit:
                     break
         return out
+
+
+class _Both:
+    """Two locks taken as one, in the order given, and released in reverse (``with``)."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __enter__(self) -> None:
+        self.first.acquire()
+        try:
+            self.second.acquire()
+        except BaseException:
+            self.first.release()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.second.release()
+        self.first.release()
 
 
 def prepare_element(doc: Any, what: str) -> tuple[bytes, bytes]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from hypothesis import given, strategies as st
 
 import hoarddb
 from hoarddb import errors
+from hoarddb.engine import Engine
+from hoarddb.options import Options
 
 
 def test_spec_example(db):
@@ -90,3 +95,53 @@ def test_matches_a_sorted_model(tmp_path_factory, steps):
                     neg, seq = model.pop(0)
                     assert (got["priority"], got["n"]) == (-neg, seq)
         assert h.length() == len(model)
+
+
+# -- the store's write lock, then the heap's mutex: one order on every path --------------------
+
+def _on_a_thread(fn) -> threading.Thread:
+    thread = threading.Thread(target=fn, daemon=True)  # (daemon: a deadlocked one must not keep pytest alive)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("verb", ["push", "pop", "claim"])
+def test_a_heap_write_outside_a_group_waits_for_a_group_on_another_thread_without_a_deadlock(tmp_path, verb):
+    """Regression test: a server's write group takes the store's write lock (and the commit
+    lock), then the heap's mutex in the verb; a heap write outside a group took the mutex
+    first, then the write lock. Run at once on two threads, each waited for the other.
+
+    The steps are driven: a held commit (commits_deferred) keeps the group waiting for the
+    commit lock while it holds the write lock, the write outside the group then starts and
+    waits for the write lock, and the held commit ends."""
+    engine = Engine(tmp_path / "data", Options(sync=False))
+    engine.execute({"op": "create_bucket", "db": "app", "bucket": "H", "options": {"type": "heap"}})
+
+    def request(op, **args):
+        return {"op": op, "db": "app", "bucket": "H", "args": args}
+
+    engine.execute(request("batch_push", docs=[{"priority": p} for p in range(10)]))
+    store = engine._stores[("app", "H")]
+    group = [request("push", doc={"priority": 20}), request("push", doc={"priority": 21})]
+    answers: list = []
+    with engine.commits_deferred():
+        engine.execute(request("push", doc={"priority": 30}))  # its commit, and the commit lock, held to the end
+        grouping = _on_a_thread(lambda: answers.extend(engine.execute_group(group)))
+        deadline = time.monotonic() + 10
+        while store._wlock.acquire(blocking=False):  # until the group holds the write lock
+            store._wlock.release()
+            assert time.monotonic() < deadline, "the group never took the store's write lock"
+            time.sleep(0.001)
+        outside = request(verb, **({"doc": {"priority": 40}} if verb == "push" else {}))
+        alone = _on_a_thread(lambda: answers.append(engine.execute(outside)))
+        time.sleep(0.3)  # it reaches the write lock and waits there
+    # The commit lock is free: the group goes on and calls the heap's verbs, then ends.
+    deadline = time.monotonic() + 10
+    for thread in (grouping, alone):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if grouping.is_alive() or alone.is_alive():  # (the engine is left open: closing it would wait for them too)
+        pytest.fail("deadlock: the group waits for the heap's mutex, the write outside it for the store's "
+                    "write lock; both must take the write lock first")
+    assert len(answers) == 3 and all(a["ok"] == 1 for a in answers), answers
+    assert engine.execute(request("length"))["result"] == (14 if verb == "push" else 12)
+    engine.close()
