@@ -25,7 +25,6 @@ FIELD_OPERATORS = (
 _REGEX_OPTIONS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "u": 0}
 
 Cands = list  # the values a path reaches (see paths.resolve)
-FieldPred = Callable[[Cands], bool]
 DocPred = Callable[[Mapping], bool]
 
 
@@ -113,7 +112,10 @@ def _always(doc) -> bool:
 
 
 def _field_predicate(parts, cond: FieldPred) -> DocPred:
-    return lambda doc: cond(resolve(doc, parts))
+    on_leaves = getattr(cond, "on_leaves", None)
+    if on_leaves is not None:  # the common case: one resolve, no Reach
+        return lambda doc: on_leaves(resolve(doc, parts))
+    return lambda doc: cond(_Reach(doc, parts))
 
 
 def _compile_logical(op: str, value, where: str) -> DocPred:
@@ -130,6 +132,74 @@ def _compile_logical(op: str, value, where: str) -> DocPred:
     if op == "$or":
         return lambda doc: any(m(doc) for m in members)
     return lambda doc: not any(m(doc) for m in members)
+
+
+# ---------------------------------------------------------------------------
+# what a field condition looks at
+
+
+class _Reach:
+    """What one field path reaches in one document, each form found on first use (paths.resolve).
+
+    ``leaves`` is what value conditions test, as MongoDB's matcher: an array at the end of
+    the path as each of its elements and as itself. ``values`` gives arrays whole, for the
+    conditions on the array itself ($size, $elemMatch).
+    """
+
+    __slots__ = ("doc", "parts", "_leaves", "_values")
+
+    def __init__(self, doc, parts):
+        self.doc = doc
+        self.parts = parts
+        self._leaves = None
+        self._values = None
+
+    @property
+    def leaves(self) -> Cands:
+        if self._leaves is None:
+            self._leaves = resolve(self.doc, self.parts)
+        return self._leaves
+
+    @property
+    def values(self) -> Cands:
+        if self._values is None:
+            self._values = resolve(self.doc, self.parts, leaf_arrays=False)
+        return self._values
+
+
+class _Element:
+    """One array element as ``$elemMatch {$op: ...}`` tests it: itself only (an element that is an
+    array is not looked into, as MongoDB)."""
+
+    __slots__ = ("leaves", "values")
+
+    def __init__(self, value):
+        self.leaves = self.values = [value]
+
+
+#: A compiled field condition: ``reach -> bool``. One that only looks at ``reach.leaves``
+#: carries that test as ``.on_leaves`` (``cands -> bool``), so a plain field skips the Reach.
+FieldPred = Callable[[_Reach], bool]
+
+
+def _on_leaves(test: Callable[[Cands], bool]) -> FieldPred:
+    def pred(reach) -> bool:
+        return test(reach.leaves)
+    pred.on_leaves = test
+    return pred
+
+
+def _on_values(test: Callable[[Cands], bool]) -> FieldPred:
+    return lambda reach: test(reach.values)
+
+
+def _all_of(preds: list) -> FieldPred:
+    if len(preds) == 1:
+        return preds[0]
+    tests = [getattr(p, "on_leaves", None) for p in preds]
+    if all(t is not None for t in tests):
+        return _on_leaves(lambda cands: all(t(cands) for t in tests))
+    return lambda reach: all(p(reach) for p in preds)
 
 
 # ---------------------------------------------------------------------------
@@ -175,7 +245,7 @@ def _compile_operators(ops: Mapping, field: str) -> FieldPred:
         if op == "$options":
             continue
         if op == "$regex":
-            preds.append(_regex_pred(_compile_regex(arg, ops.get("$options"), field)))
+            preds.append(_regex_pred(*_compile_regex(arg, ops.get("$options"), field)))
         elif op == "$eq":
             preds.append(_eq_pred(arg, pattern=False))
         elif op == "$ne":
@@ -196,13 +266,14 @@ def _compile_operators(ops: Mapping, field: str) -> FieldPred:
             preds.append(_size_pred(arg, field))
         elif op == "$elemMatch":
             preds.append(_elem_match_pred(arg, field))
-    if len(preds) == 1:
-        return preds[0]
-    return lambda cands: all(p(cands) for p in preds)
+    return _all_of(preds)
 
 
 def _negate(pred: FieldPred) -> FieldPred:
-    return lambda cands: not pred(cands)
+    test = getattr(pred, "on_leaves", None)
+    if test is not None:
+        return _on_leaves(lambda cands: not test(cands))
+    return lambda reach: not pred(reach)
 
 
 def _list_arg(op: str, arg, field: str) -> list:
@@ -213,7 +284,7 @@ def _list_arg(op: str, arg, field: str) -> list:
 
 def _not_arg(arg, field: str) -> FieldPred:
     if _is_regex(arg):
-        return _regex_pred(_native_regex(arg, field))
+        return _regex_pred(_native_regex(arg, field), arg)
     if isinstance(arg, Mapping) and arg and _is_operator_doc(arg, field):
         return _compile_operators(arg, field)
     raise BadValueError(
@@ -227,31 +298,22 @@ def _not_arg(arg, field: str) -> FieldPred:
 def _eq_pred(q, *, pattern: bool = True) -> FieldPred:
     """Equality with ``q``; a regex ``q`` is a pattern to match strings when ``pattern`` (``{f: /x/}``)."""
     if pattern and _is_regex(q):
-        rx = _native_regex(q, "the filter")
-        return lambda cands: any(_regex_matches_or_equal(c, rx, q) for c in cands)
+        return _regex_pred(_native_regex(q, "the filter"), q)
     encode_key(q)  # refuses, up front, a value BSON cannot hold
     if q is None:
         def null_pred(cands) -> bool:
             for c in cands:
                 if c is MISSING or c is None:
                     return True
-                if isinstance(c, (list, tuple)) and any(e is None for e in c):
-                    return True
             return False
-        return null_pred
+        return _on_leaves(null_pred)
 
     def eq_pred(cands) -> bool:
         for c in cands:
-            if c is MISSING:
-                continue
-            if values_equal(c, q):
+            if c is not MISSING and values_equal(c, q):
                 return True
-            if isinstance(c, (list, tuple)):
-                for e in c:
-                    if values_equal(e, q):
-                        return True
         return False
-    return eq_pred
+    return _on_leaves(eq_pred)
 
 
 def _in_pred(values: list, field: str) -> FieldPred:
@@ -281,10 +343,8 @@ def _in_pred(values: list, field: str) -> FieldPred:
                 continue
             if one(c):
                 return True
-            if isinstance(c, (list, tuple)) and any(one(e) for e in c):
-                return True
         return False
-    return in_pred
+    return _on_leaves(in_pred)
 
 
 # -- ordering comparisons ----------------------------------------------------
@@ -315,25 +375,27 @@ def _cmp_pred(op: str, q) -> FieldPred:
             return inclusive and q_nan and is_nan(c)
         return test(compare(c, q))
 
+    # A missing field matches as MongoDB's matcher has it: $gte/$lte null (as {f: null}
+    # does), and the bounds that take every value, $gt/$gte MinKey and $lt/$lte MaxKey.
+    missing_matches = (q is None and inclusive) or (any_type and test(compare(None, q)))
+
     def cmp_pred(cands) -> bool:
         for c in cands:
             if c is MISSING:
-                if q is None and inclusive:
-                    return True  # $gte/$lte null match a missing field, as {f: null} does
+                if missing_matches:
+                    return True
                 continue
             if one(c):
                 return True
-            if isinstance(c, (list, tuple)) and any(one(e) for e in c):
-                return True
         return False
-    return cmp_pred
+    return _on_leaves(cmp_pred)
 
 
 # -- $exists, $size, $all, $elemMatch ----------------------------------------
 
 
 def _exists_pred(want: bool) -> FieldPred:
-    return lambda cands: any(c is not MISSING for c in cands) == want
+    return _on_leaves(lambda cands: any(c is not MISSING for c in cands) == want)
 
 
 def _size_pred(arg, field: str) -> FieldPred:
@@ -341,7 +403,7 @@ def _size_pred(arg, field: str) -> FieldPred:
     if n is None or n != n or abs(n) == float("inf") or n != int(n) or n < 0:
         raise BadValueError(f"$size on {field!r} needs a whole number >= 0, such as {{'$size': 2}}")
     n = int(n)
-    return lambda cands: any(isinstance(c, (list, tuple)) and len(c) == n for c in cands)
+    return _on_values(lambda cands: any(isinstance(c, (list, tuple)) and len(c) == n for c in cands))
 
 
 def _all_pred(values: list, field: str) -> FieldPred:
@@ -355,7 +417,7 @@ def _all_pred(values: list, field: str) -> FieldPred:
             preds.append(_elem_match_pred(v["$elemMatch"], field))
         else:
             preds.append(_eq_pred(v))
-    return lambda cands: all(p(cands) for p in preds)
+    return _all_of(preds)
 
 
 def _elem_match_pred(arg, field: str) -> FieldPred:
@@ -367,30 +429,38 @@ def _elem_match_pred(arg, field: str) -> FieldPred:
         cond = _compile_operators(arg, field)
 
         def element_ok(e) -> bool:
-            return cond([e])
+            return cond(_Element(e))
     else:
         doc_pred = _compile_document(arg, f"$elemMatch on {field!r}")
 
         def element_ok(e) -> bool:
-            return isinstance(e, Mapping) and doc_pred(e)
+            if isinstance(e, Mapping):
+                return doc_pred(e)
+            if isinstance(e, (list, tuple)):
+                # As MongoDB: an element that is an array is a document with fields "0", "1", ...
+                return doc_pred({str(i): v for i, v in enumerate(e)})
+            return False
 
-    return lambda cands: any(
+    return _on_values(lambda cands: any(
         isinstance(c, (list, tuple)) and any(element_ok(e) for e in c) for c in cands
-    )
+    ))
 
 
 # -- regular expressions -----------------------------------------------------
 
 
-def _compile_regex(pattern, options, field: str) -> re.Pattern:
+def _compile_regex(pattern, options, field: str) -> tuple[re.Pattern, Regex]:
+    """(compiled, the BSON regex it is) of ``$regex`` with its ``$options``."""
     if _is_regex(pattern):
+        base, letters = regex_parts(pattern)
         if options is not None:
-            base, letters = regex_parts(pattern)
-            return _build_regex(base, letters + _options_arg(options, field), field)
-        return _native_regex(pattern, field)
+            letters += _options_arg(options, field)
+            return _build_regex(base, letters, field), Regex(base, letters)
+        return _native_regex(pattern, field), Regex(base, letters)
     if not isinstance(pattern, str):
         raise BadValueError(f"$regex on {field!r} needs a string pattern or a regex, not {type(pattern).__name__}")
-    return _build_regex(pattern, "" if options is None else _options_arg(options, field), field)
+    letters = "" if options is None else _options_arg(options, field)
+    return _build_regex(pattern, letters, field), Regex(pattern, letters)
 
 
 def _options_arg(options, field: str) -> str:
@@ -423,6 +493,7 @@ def _build_regex(pattern: str, letters: str, field: str) -> re.Pattern:
 
 
 def _regex_matches_or_equal(c, rx: re.Pattern, q) -> bool:
+    """As MongoDB: a string matches by the pattern, a stored regex by being the same regex."""
     if c is MISSING:
         return False
     rank = type_rank(c)
@@ -430,17 +501,17 @@ def _regex_matches_or_equal(c, rx: re.Pattern, q) -> bool:
         return rx.search(c) is not None
     if rank == REGEX:
         return values_equal(c, q)
-    if isinstance(c, (list, tuple)):
-        return any(_regex_matches_or_equal(e, rx, q) for e in c if not isinstance(e, (list, tuple)))
     return False
 
 
-def _regex_pred(rx: re.Pattern) -> FieldPred:
+def _regex_pred(rx: re.Pattern, q) -> FieldPred:
+    """``{f: /re/}``, ``{f: {$regex: ...}}`` and ``$not: /re/``: strings by ``rx``, stored regexes equal to ``q``."""
     def regex_pred(cands) -> bool:
         for c in cands:
-            if type(c) is str and rx.search(c) is not None:
-                return True
-            if isinstance(c, (list, tuple)) and any(type(e) is str and rx.search(e) for e in c):
+            if type(c) is str:
+                if rx.search(c) is not None:
+                    return True
+            elif _regex_matches_or_equal(c, rx, q):
                 return True
         return False
-    return regex_pred
+    return _on_leaves(regex_pred)

@@ -72,27 +72,41 @@ def get_path(doc, parts, default=MISSING):
     return value
 
 
-def resolve(doc, parts) -> list:
+def resolve(doc, parts, *, leaf_arrays: bool = True) -> list:
     """Every value a path reaches in ``doc`` as MongoDB's query matcher sees it, :data:`MISSING` for a dead end.
 
-    Arrays met on the way are expanded: ``a.b`` on ``{a: [{b: 1}, {b: 2}, 3]}`` gives
-    ``[1, 2, MISSING]``. A numeric part on an array takes that position, and also looks up
-    the field of that name in the array's documents. Nested arrays are not expanded by a
-    name part. The value at the end of the path is given as it is (an array stays an
-    array; the matcher decides whether its elements count). A path that reaches nothing at
-    all gives ``[MISSING]``.
+    Arrays met on the way are expanded: ``a.b`` on ``{a: [{b: 1}, {c: 2}, 3]}`` gives
+    ``[1, MISSING]``: each document of the array gives its ``b`` (MISSING when it has
+    none), other elements give nothing, and nested arrays are not expanded by a name part.
+    A numeric part on an array takes that position, and also looks up the field of that
+    name in the array's documents that have one. A name reaching a value that is neither
+    a document nor an array before the path ends gives MISSING (``a.b`` on ``{a: 5}``); a
+    position reaching one gives nothing (``a.0.b`` on ``{a: [5]}``), as MongoDB.
+
+    An array at the end of the path reached by a name is given element by element and
+    then whole (``[1, 2, [1, 2]]``), so a condition matches when an element or the whole
+    array does; with ``leaf_arrays=False`` (for ``$size`` and ``$elemMatch``) it is given
+    whole only. An array at the end reached by a position is always given whole only:
+    ``a.0`` on ``{a: [[1, 2]]}`` gives ``[[1, 2]]``, never 1 or 2 (MongoDB's rule).
+
+    A path that reaches nothing at all gives ``[MISSING]``. For a path through an array
+    that reaches nothing (``a.b`` on ``{a: [1, 2]}`` or ``{a: []}``, ``a.5`` on a shorter
+    array) MongoDB's matcher finds no value, not even a missing one, so there ``{"a.b":
+    null}`` does not match; we count it as missing (docs/dev/values.md, "Where we depart").
     """
     out: list = []
-    _walk(doc, parts, 0, out)
+    _walk(doc, parts, 0, out, leaf_arrays, False)
     if not out:
         out.append(MISSING)
     return out
 
 
-def _walk(value, parts, i, out) -> None:
+def _walk(value, parts, i, out, leaf_arrays: bool, positional: bool) -> None:
     n = len(parts)
     while True:
         if i == n:
+            if leaf_arrays and not positional and isinstance(value, (list, tuple)):
+                out.extend(value)
             out.append(value)
             return
         part = parts[i]
@@ -102,21 +116,21 @@ def _walk(value, parts, i, out) -> None:
                 return
             value = value[part]
             i += 1
+            positional = False
             continue
         if isinstance(value, (list, tuple)):
             if is_index(part):
                 idx = int(part)
                 if idx < len(value):
-                    _walk(value[idx], parts, i + 1, out)
+                    _walk(value[idx], parts, i + 1, out, leaf_arrays, True)
                 for element in value:
                     if isinstance(element, Mapping) and part in element:
-                        _walk(element, parts, i, out)
+                        _walk(element, parts, i, out, leaf_arrays, False)
                 return
             for element in value:
                 if isinstance(element, Mapping):
-                    _walk(element, parts, i, out)
-                elif not isinstance(element, (list, tuple)):
-                    out.append(MISSING)
+                    _walk(element, parts, i, out, leaf_arrays, False)
             return
-        out.append(MISSING)
+        if not positional:
+            out.append(MISSING)  # a name reached a scalar and the path goes on: missing, as MongoDB
         return

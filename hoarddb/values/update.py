@@ -5,16 +5,19 @@ from __future__ import annotations
 import datetime
 import decimal
 import functools
+import re
 from collections.abc import Mapping
 
 from bson.decimal128 import Decimal128, create_decimal128_context
 from bson.int64 import Int64
+from bson.regex import Regex
 from bson.timestamp import Timestamp
 
 from hoarddb.errors import BadValueError
 
 from .filter import FIELD_OPERATORS, LOGICAL_OPERATORS, compile_filter
-from .order import NUMBER, compare, type_rank, values_equal
+from .literal import literal
+from .order import NUMBER, RANK_NAMES, compare, type_rank, values_equal
 from .paths import MISSING, is_index, split_path
 
 #: The field that holds a document's key; no update may touch it.
@@ -202,10 +205,16 @@ def _sort_spec(path: str, spec):
 
 
 def _pull_condition(path: str, arg):
-    """A predicate on one array element for $pull."""
-    if isinstance(arg, Mapping) and arg:
+    """A predicate on one array element for $pull, chosen as MongoDB chooses it.
+
+    An operator condition (``{$gte: 6}``) or a regex is applied to each element as a field's
+    value would be (so a regex matches strings by the pattern). Any other document, the
+    empty one included, is a filter applied to each element that is a document (``{}``
+    removes every document). Anything else removes the elements equal to it.
+    """
+    if isinstance(arg, Mapping):
         keys = list(arg)
-        if all(isinstance(k, str) and k.startswith("$") and k not in LOGICAL_OPERATORS for k in keys):
+        if keys and all(isinstance(k, str) and k.startswith("$") and k not in LOGICAL_OPERATORS for k in keys):
             unknown = [k for k in keys if k not in FIELD_OPERATORS]
             if unknown:
                 raise BadValueError(
@@ -215,6 +224,9 @@ def _pull_condition(path: str, arg):
             return lambda e: match({"v": e})
         match = compile_filter(arg)
         return lambda e: isinstance(e, Mapping) and match(e)
+    if isinstance(arg, (Regex, re.Pattern)):
+        match = compile_filter({"v": arg})
+        return lambda e: match({"v": e})
     return lambda e: values_equal(e, arg)
 
 
@@ -253,6 +265,20 @@ def _copy(value):
     if isinstance(value, (list, tuple)):
         return [_copy(v) for v in value]
     return value
+
+
+#: A value shown in a message is cut to this many characters.
+_SHOWN_CHARS = 60
+
+
+def _shown(value) -> str:
+    """A stored value for a message: its BSON type and its HQL literal, cut short (``string "x"``)."""
+    if value is None:
+        return "null"
+    text = literal(value)
+    if len(text) > _SHOWN_CHARS:
+        text = text[:_SHOWN_CHARS] + "..."
+    return f"{RANK_NAMES[type_rank(value)]} {text}"
 
 
 def _describe(parts, upto: int) -> str:
@@ -310,7 +336,7 @@ def _cannot_traverse(op, parts, i) -> str:
 def _cannot_create(op, parts, i, value) -> str:
     return (
         f"{op} {'.'.join(parts)!r}: cannot create field {parts[i]!r} inside "
-        f"{_describe(parts, i)!r}, which holds {type(value).__name__} {value!r}, not a document"
+        f"{_describe(parts, i)!r}, which holds {_shown(value)}, not a document"
     )
 
 
@@ -385,7 +411,7 @@ def _op_arith(root, step, now) -> None:
         value = _copy(step.arg) if step.op == "$inc" else _zero_like(step.arg)
     elif not is_number(current):
         raise BadValueError(
-            f"{step.op} of {step.path!r}: the field holds {type(current).__name__} {current!r}, not a number"
+            f"{step.op} of {step.path!r}: the field holds {_shown(current)}, not a number"
         )
     else:
         value = _arith(step.op, current, step.arg)
@@ -412,7 +438,7 @@ def _array_at(root, step, *, create: bool):
         return current
     if not isinstance(current, list):
         raise BadValueError(
-            f"{step.op} of {step.path!r}: the field holds {type(current).__name__} {current!r}, not an array"
+            f"{step.op} of {step.path!r}: the field holds {_shown(current)}, not an array"
         )
     return current
 

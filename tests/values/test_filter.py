@@ -66,7 +66,8 @@ def test_dotted_paths():
     assert m({"items.1.qty": 5})          # array position
     assert not m({"items.0.qty": 5})
     assert m({"tags.0": "a"}) and m({"tags.1": "b"}) and not m({"tags.2": "c"})
-    assert m({"matrix.0": [1, 2]}) and m({"matrix.0": 1}) and m({"matrix.1.0": 3})
+    assert m({"matrix.0": [1, 2]}) and m({"matrix.1.0": 3})
+    assert not m({"matrix.0": 1})          # an array reached by a position is not looked into (MongoDB)
     assert m({"a.0": "field"}, {"a": [{"0": "field"}]})  # a numeric part also names fields of elements
 
 
@@ -134,7 +135,8 @@ def test_comparisons_with_null_and_min_max_keys():
     assert m({"missing": {"$gte": None}}) and m({"missing": {"$lte": None}})
     assert not m({"missing": {"$gt": None}}) and not m({"missing": {"$lt": None}})
     assert m({"name": {"$gt": MinKey()}}) and m({"addr": {"$lt": MaxKey()}})
-    assert not m({"missing": {"$gt": MinKey()}})
+    assert m({"missing": {"$gt": MinKey()}}) and m({"missing": {"$lte": MaxKey()}})  # every value is, even none
+    assert not m({"missing": {"$lt": MinKey()}}) and not m({"missing": {"$gte": MaxKey()}})
 
 
 def test_nan_compares_only_equal():
@@ -198,6 +200,78 @@ def test_all_size_elem_match():
     assert not m({"s": {"$elemMatch": {"$gte": 80, "$lt": 85}}}, {"s": [70, 90]})
     assert m({"s": {"$gte": 80, "$lt": 85}}, {"s": [70, 90]})    # without $elemMatch: any element per bound
     assert m({"items": {"$all": [{"$elemMatch": {"qty": 2}}, {"$elemMatch": {"qty": 5}}]}})
+
+
+# -- MongoDB's own cases: regressions found by the differential audit against MongoDB's matcher ------
+#
+# Each expectation below is what MongoDB's server answers (its jstests: match_numeric_components.js,
+# null_query_semantics.js, null2.js, index_bounds_minkey.js); hoardDB answered otherwise before.
+
+# Shapes of a field "a" holding 42 at depth two, through documents and arrays.
+_NUMERIC_SHAPES = {
+    "scalar": 42, "array": [42], "doc0": {"0": 42}, "array_array": [[42]], "array_doc0": [{"0": 42}],
+    "doc0_array": {"0": [42]}, "array_array_array": [[[42]]], "array_array_doc0": [[{"0": 42}]],
+    "array_doc0_array": [{"0": [42]}], "doc0_array_array": {"0": [[42]]}, "array_doc0_array_array": [{"0": [[42]]}],
+}
+
+
+def _shapes_matching(flt) -> set:
+    return {name for name, a in _NUMERIC_SHAPES.items() if matches({"a": a}, flt)}
+
+
+def test_an_array_reached_by_a_position_is_not_looked_into():
+    # "a.0" on [[42]] reaches the array [42] by its position: it equals [42], it does not hold 42.
+    found = {"array", "doc0", "array_doc0", "doc0_array", "array_doc0_array"}
+    assert _shapes_matching({"a.0": 42}) == found
+    assert _shapes_matching({"a.0": {"$gt": 41}}) == found
+    assert _shapes_matching({"a.0": {"$in": [41, 42]}}) == found
+    assert _shapes_matching({"a.0": {"$all": [42]}}) == found
+    assert _shapes_matching({"a.0": {"$ne": 42}}) == set(_NUMERIC_SHAPES) - found
+    assert _shapes_matching({"a.0.0": 42}) == {"array_array", "array_doc0", "doc0_array", "array_array_doc0",
+                                              "array_doc0_array"}
+    assert m({"a.0": [42]}, {"a": [[42]]}) and not m({"a.0": [42]}, {"a": [[[42]]]})
+    assert m({"tags.0": "a"}, {"tags": ["a"]}) and m({"a.0.b": 2}, {"a": [{"b": [1, 2]}]})  # a name still looks in
+
+
+def test_elem_match_does_not_look_into_an_element_that_is_an_array():
+    assert not m({"a": {"$elemMatch": {"$eq": 5}}}, {"a": [[5]]})
+    assert m({"a": {"$elemMatch": {"$eq": [5]}}}, {"a": [[5]]})
+    assert m({"f.0": {"$elemMatch": {"$eq": 5}}}, {"f": [[3, 5], [5, 7]]})
+    assert not m({"f.0": {"$elemMatch": {"$eq": 5}}}, {"f": [[[0], [3, 5]]]})
+
+
+def test_elem_match_of_a_document_condition_takes_an_array_element_as_a_document():
+    # As MongoDB: an array element is then a document with fields "0", "1", ...
+    assert m({"a": {"$elemMatch": {"b": None}}}, {"a": [[]]})
+    assert m({"a": {"$elemMatch": {"0": 5}}}, {"a": [[5]]})
+    assert not m({"a": {"$elemMatch": {"b": {"$ne": None}}}}, {"a": [[1]]})
+    assert not m({"a": {"$elemMatch": {"b": None}}}, {"a": [5]})
+
+
+def test_min_key_and_max_key_bounds_match_a_missing_field():
+    assert m({"a": {"$gt": MinKey()}}, {}) and m({"a": {"$gte": MinKey()}}, {})
+    assert m({"a": {"$lt": MaxKey()}}, {}) and m({"a": {"$lte": MaxKey()}}, {})
+    assert not m({"a": {"$lt": MinKey()}}, {}) and not m({"a": {"$lte": MinKey()}}, {})
+    assert not m({"a": {"$gt": MaxKey()}}, {}) and not m({"a": {"$gte": MaxKey()}}, {})
+    assert not m({"a": {"$eq": MinKey()}}, {}) and not m({"a": {"$eq": MaxKey()}}, {})
+    assert not m({"a": {"$not": {"$gt": MinKey()}}}, {})
+
+
+def test_a_value_in_an_array_is_not_a_missing_field_beside_it():
+    # {a: [5, {b: 5}]}: "a.b" reaches 5; the element 5 has no "b" but is not a document either.
+    for doc in ({"a": [5, {"b": 5}]}, {"a": [{"b": 1}, 2]}, {"a": [[], {"b": 1}]}):
+        assert not m({"a.b": None}, doc) and not m({"a.b": {"$in": [None]}}, doc)
+        assert m({"a.b": {"$ne": None}}, doc) and m({"a.b": {"$exists": True}}, doc)
+    assert m({"a.b": None}, {"a": [{}, {"b": 5}]})             # a document without "b" is a missing b
+    assert m({"a.b": None}, {"a": [1, 2]}) and m({"a.b": None}, {"a": []})  # reaches nothing: our departure
+
+
+def test_regex_operator_matches_a_stored_regex_as_a_regex_value_does():
+    doc = {"r": Regex("^x", "i")}
+    assert m({"r": Regex("^x", "i")}, doc)
+    assert m({"r": {"$regex": "^x", "$options": "i"}}, doc) and m({"r": {"$regex": Regex("^x", "i")}}, doc)
+    assert not m({"r": {"$regex": "^x"}}, doc)
+    assert not m({"r": {"$not": {"$regex": "^x", "$options": "i"}}}, doc)
 
 
 # -- validation ----------------------------------------------------------------
@@ -310,9 +384,11 @@ _ABSENT = object()
 
 def _model_candidates(doc, parts):
     """What a dotted path reaches, as docs/dev/values.md describes it, written independently of paths.py."""
-    def walk(v, parts):
+    def walk(v, parts, by_position=False):
         if not parts:
-            return [v]
+            if isinstance(v, list) and not by_position:
+                return v + [v]  # an array at the end counts as each of its elements and as itself...
+            return [v]          # ...unless a position reached it: then as itself only
         p, rest = parts[0], parts[1:]
         if isinstance(v, dict):
             return walk(v[p], rest) if p in v else [_ABSENT]
@@ -320,26 +396,18 @@ def _model_candidates(doc, parts):
             out = []
             if p.isdigit():  # a position, and also the field of that name in the array's documents
                 if int(p) < len(v):
-                    out += walk(v[int(p)], rest)
+                    out += walk(v[int(p)], rest, by_position=True)
                 for e in v:
                     if isinstance(e, dict) and p in e:
                         out += walk(e, parts)
                 return out
-            for e in v:  # a name looks into each document of the array (not into nested arrays)
+            for e in v:  # a name looks into each document of the array (not into other elements)
                 if isinstance(e, dict):
                     out += walk(e, parts)
-                elif not isinstance(e, list):
-                    out.append(_ABSENT)
             return out
-        return [_ABSENT]
+        return [] if by_position else [_ABSENT]  # a name that reaches a scalar too early: missing
 
-    found = walk(doc, parts.split(".")) or [_ABSENT]
-    out = []
-    for c in found:  # an array at the end counts as itself and as each of its elements
-        out.append(c)
-        if isinstance(c, list):
-            out += c
-    return out
+    return walk(doc, parts.split(".")) or [_ABSENT]  # a path that reaches nothing at all: missing
 
 
 def _model_equal(c, q) -> bool:
@@ -350,6 +418,8 @@ def _model_equal(c, q) -> bool:
 
 def _model_range(c, q, op) -> bool:
     if c is _ABSENT:
+        if isinstance(q, (MinKey, MaxKey)):  # the bounds every value meets, as MongoDB: even none
+            return op in (("$gt", "$gte") if isinstance(q, MinKey) else ("$lt", "$lte"))
         return q is None and op in ("$gte", "$lte")
     if not isinstance(q, (MinKey, MaxKey)):
         if type_rank(c) != type_rank(q):
@@ -386,8 +456,11 @@ _OPS = ["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"]
 @settings(max_examples=200, deadline=None)
 @given(_model_docs, st.sampled_from(["a", "a.b", "a.0", "a.b.a", "a.0.b", "a.1.0", "b"]), st.sampled_from(_OPS),
        _plain, st.lists(_plain, max_size=3), st.booleans())
-@example({"a": [{"b": 1}, 2]}, "a.b", "$eq", None, [], False)  # a path that reaches nothing counts as missing
+@example({"a": [1, 2]}, "a.b", "$eq", None, [], False)  # a path that reaches nothing counts as missing
+@example({"a": [{"b": 1}, 2]}, "a.b", "$eq", None, [], False)  # ...but this one reaches 1 (MongoDB's null2.js)
+@example({"a": [[1, 2]]}, "a.0", "$eq", 1, [], False)  # an array reached by a position is not looked into
 @example({"b": 1}, "a", "$gt", None, [], False)  # $gt: null matches nothing, not even a missing field
+@example({"b": 1}, "a", "$gt", MinKey(), [], False)  # $gt: MinKey matches everything, even a missing field
 def test_operators_agree_with_a_python_model(doc, path, op, q, q_list, implicit):
     if op in ("$in", "$nin"):
         q = q_list

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import datetime
+import re
 
 import pytest
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
+from bson.regex import Regex
 from bson.timestamp import Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -172,6 +174,18 @@ def test_pull():
         up({"a": 1}, {"$pull": {"a": 1}})
 
 
+def test_pull_with_an_empty_document_removes_every_document():
+    # Regression: {} is a filter every document element matches (MongoDB's $pull), not the value {}.
+    assert up({"a": [{"x": 1}, 2, {}, [3], "s"]}, {"$pull": {"a": {}}}) == {"a": [2, [3], "s"]}
+
+
+def test_pull_with_a_regex_removes_the_strings_it_matches():
+    # Regression: as in a filter, a regex matches strings by its pattern (and a stored regex equal to it).
+    doc = {"a": ["apple", "Avocado", "pear", 5, Regex("^a"), ["abc"]]}
+    assert up(doc, {"$pull": {"a": Regex("^a")}}) == {"a": ["Avocado", "pear", 5]}
+    assert up(doc, {"$pull": {"a": re.compile("^a", re.I)}}) == {"a": ["pear", 5, Regex("^a")]}
+
+
 def test_pull_all_and_pop():
     assert up({"a": [1, 2, 3, 1]}, {"$pullAll": {"a": [1, 3.0]}}) == {"a": [2]}
     assert up({"a": [1, 2, 3]}, {"$pop": {"a": 1}}) == {"a": [1, 2]}
@@ -197,6 +211,17 @@ def test_current_date():
     assert r["t"] == Timestamp(int(NOW.timestamp()), 1)
     r = apply_update({}, {"$currentDate": {"d": True}})
     assert abs(r["d"] - datetime.datetime.now(UTC)) < datetime.timedelta(seconds=5)
+
+
+def test_an_update_refused_halfway_changes_nothing():
+    # The $push and $set before the failing $inc are applied to a copy that is thrown away.
+    doc = {"n": "x", "tags": ["a"], "k": 1}
+    before = copy.deepcopy(doc)
+    with pytest.raises(BadValueError) as err:
+        apply_update(doc, {"$push": {"tags": "b"}, "$set": {"k": 2}, "$inc": {"n": 1}})
+    assert doc == before
+    assert err.value.code == 2
+    assert err.value.message == """$inc of 'n': the field holds string "x", not a number"""  # BSON type names
 
 
 def test_several_operators_apply_in_order():
