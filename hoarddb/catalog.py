@@ -22,10 +22,10 @@ import re
 import threading
 from pathlib import Path
 
-from .errors import (BucketExistsError, BucketNotFoundError, DatabaseExistsError,
+from .errors import (BucketExistsError, BucketNotFoundError, CorruptDataError, DatabaseExistsError,
                      DatabaseNotFoundError, InvalidNameError)
-from .storage.kv import KV
-from .values.codec import decode, encode
+from .storage.kv import DAMAGE_ERRORS, KV, damage_hint
+from .values.codec import DECODE_ERRORS, decode, encode
 
 #: Bytes the catalog's LMDB file keeps allocated ahead of its pages (KV._keep_reserve): room
 #: for dozens of catalog writes on a full disk.
@@ -58,14 +58,19 @@ class Catalog:
         self._lock = threading.RLock()  # re-entrant: bucket() lists the buckets when it refuses
         self._dbs: dict[str, dict] = {}
         self._buckets: dict[tuple[str, str], dict] = {}
-        with self.kv.read() as txn:
-            for key, value in txn.cursor():
-                if key.startswith(b"db:"):
-                    doc = decode(value)
-                    self._dbs[doc["name"]] = doc
-                elif key.startswith(b"bucket:"):
-                    doc = decode(value)
-                    self._buckets[(doc["db"], doc["name"])] = doc
+        try:
+            with self.kv.read() as txn:
+                for key, value in txn.cursor():
+                    if key.startswith(b"db:"):
+                        doc = decode(value)
+                        self._dbs[doc["name"]] = doc
+                    elif key.startswith(b"bucket:"):
+                        doc = decode(value)
+                        self._buckets[(doc["db"], doc["name"])] = doc
+        except (*DAMAGE_ERRORS, *DECODE_ERRORS, KeyError, TypeError) as exc:  # damaged bytes, or a damaged entry
+            self.kv.close()
+            raise CorruptDataError(f"{self.kv.path / 'data.mdb'} is damaged: an entry of the catalog does not read "
+                                   f"({type(exc).__name__}: {exc}). {damage_hint(self.kv.path)}") from None
 
     # -- databases -------------------------------------------------------------------
 

@@ -26,9 +26,9 @@ from . import operations
 from .catalog import Catalog, check_name
 from .indexes.declaration import declare as declare_indexes
 from .indexes.declaration import describe as describe_index
-from .errors import (BadValueError, BucketNotFoundError, ClosedError, DatabaseNotFoundError, HoardError,
-                     InternalError, InvalidArgumentError, StorageError, UnknownOptionError, UnknownVerbError,
-                     VerbNotSupportedError)
+from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
+                     HoardError, InternalError, InvalidArgumentError, StorageError, UnknownOptionError,
+                     UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
 from .indexes.ttl import Sweeper
@@ -36,9 +36,9 @@ from .metrics import Metrics
 from .options import Options
 from .storage.kv import commits_deferred
 from .storage.lock import DirectoryLock
-from .storage.oserrors import is_full, storage_error
+from .storage.oserrors import fsync_directory, is_full, storage_error
 from .stores import store_class
-from .stores.base import Reply, Store
+from .stores.base import DAMAGE, Reply, Store
 from .stores.fields import refusal as field_refusal
 
 log = logging.getLogger("hoarddb.engine")
@@ -215,7 +215,11 @@ class Engine:
     def _check_still_open(self, db: str, bucket: str, store: Store, exc: Exception) -> None:
         """After ``store`` raised ``exc``: if another thread closed the database or dropped the
         bucket meanwhile (so the store was closed under the call), raise what the call
-        would meet now, CLOSED or BUCKET_NOT_FOUND, instead of the closed store's error."""
+        would meet now, CLOSED or BUCKET_NOT_FOUND, instead of the closed store's error.
+        Damaged bytes on disk (``stores.base.DAMAGE``: LMDB's MDB_CORRUPTED, a stored
+        document that does not decode) are CORRUPT_DATA naming the bucket, not a traceback."""
+        if isinstance(exc, DAMAGE):
+            raise store.damaged(exc) from exc
         if self._stores.get((db, bucket)) is store or (isinstance(exc, HoardError) and not isinstance(
                 exc, (ClosedError, StorageError))):
             return
@@ -327,7 +331,15 @@ class Engine:
                 # dropped bucket: it hears BUCKET_NOT_FOUND.
                 decl = self.catalog.bucket(db, bucket)
                 directory = self.path / db / bucket
-                directory.mkdir(parents=True, exist_ok=True)
+                if not directory.is_dir() or not any(directory.iterdir()):
+                    # A create makes the folder and its files durably before the declaration
+                    # (_create_bucket), so no crash leaves a declared bucket without them: they
+                    # were deleted. Making them anew would answer as an empty bucket.
+                    raise CorruptDataError(
+                        f"{directory}: the folder of bucket {bucket!r} of database {db!r} is missing or empty, "
+                        "though the catalog declares the bucket: its files were deleted or moved. Nothing was "
+                        "changed. Restore the bucket from a backup or a dump (hoarddb restore), or drop it and "
+                        "create it again")
                 store = store_class(decl["type"])(directory, decl, self.options)
                 rebuilt = store.open_indexes() if hasattr(store, "open_indexes") else None
                 if rebuilt is not None:
@@ -361,6 +373,11 @@ class Engine:
                 directory.mkdir(parents=True, exist_ok=True)
                 store = store_class(decl["type"])(directory, decl, self.options)
                 opened.append(store)
+                try:  # the folder's entry (and its database's) on disk before the declaration names them (_store)
+                    fsync_directory(directory.parent)
+                    fsync_directory(self.path)
+                except OSError as exc:
+                    raise storage_error(f"creating {directory}", exc, "the bucket was not created") from None
                 rebuilt = store.open_indexes() if hasattr(store, "open_indexes") else None
                 if rebuilt is not None:
                     decl["indexes"] = rebuilt

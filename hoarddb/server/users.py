@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import BadValueError, InvalidNameError, NotFoundError, UnknownOptionError
+from ..storage.oserrors import fsync_directory
 from ..values.codec import decode, encode
 from ..wire import scram
 
@@ -209,8 +210,4 @@ def _write_atomically(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.rename(temp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_directory(path.parent)

@@ -3,6 +3,7 @@
 A blob bucket's directory holds:
 
     _index.bson       append-only log of framed BSON records (hoarddb.storage.framing)
+    _index.closed     only while the bucket is closed cleanly: the index's counts then (see below)
     <DbID>            one blob's bytes, raw: no header, no encoding
     .tmp-<DbID>       a blob being written (only while a put runs, or after a crash)
     .tmp-index        a compacted index being written (likewise)
@@ -21,6 +22,13 @@ removes it. Only appends touch the log, so a put costs the same however many blo
 bucket holds. When dead records (deleted puts and the dels themselves) outnumber live
 ones, :meth:`IndexLog.rewrite` replaces the log with one ``put`` per live blob.
 
+``_index.closed`` is one framed BSON document, ``{records, end}``: the index's records and
+bytes when the store was closed with every write on disk. It is written last at a clean
+close and removed before the first write after the next open, so while it is there no
+put or delete can have been under way. An open that finds it trusts nothing a crash
+could explain: a torn tail, a blob file the index does not name, or an index of another
+length is damage, refused, never repaired by deleting (docs/dev/blobs.md).
+
 This module does the file work (hashing writes, fsyncs, the log); the verbs, their
 arguments and their errors are :mod:`hoarddb.stores.blob`.
 """
@@ -36,23 +44,16 @@ from typing import Iterable, Iterator
 from ..errors import CorruptDataError
 from ..values.codec import decode, encode
 from . import framing
+from .oserrors import fsync_directory
 
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "_index.bson"
+CLOSED_NAME = "_index.closed"
 TEMP_PREFIX = ".tmp-"
 COMPACT_TEMP_NAME = TEMP_PREFIX + "index"
 #: How much of a blob is read, hashed and written at a time.
 CHUNK_SIZE = 1024 * 1024
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make the directory's entries (created, renamed, removed files) durable."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_blob(directory: Path, name: str, chunks: Iterable[bytes], sync: bool) -> tuple[int, str]:
@@ -119,13 +120,14 @@ class IndexLog:
     def exists(self) -> bool:
         return self.path.exists()
 
-    def load(self) -> list[dict]:
+    def load(self, closed_cleanly: bool = False) -> list[dict]:
         """Every record of the log, in order; a torn tail is cut off and logged.
 
         A torn tail is what a crash in the middle of an append leaves: a partial entry,
         or zeros, after the last whole one. Damage *followed* by whole entries is not a
         torn tail (nothing appends past a torn entry) and is refused with
-        :class:`CorruptDataError` instead of cutting away the records after it.
+        :class:`CorruptDataError` instead of cutting away the records after it; so is any
+        torn tail of a log ``closed_cleanly`` (no append was under way).
         """
         created = not self.path.exists()
         with open(self.path, "a+b") as f:
@@ -137,6 +139,13 @@ class IndexLog:
                 end = offset + framing.HEADER_SIZE + len(payload)
             if end < size:
                 later = _later_entry(f, end, size)
+                if closed_cleanly:
+                    raise CorruptDataError(
+                        f"blob index {self.path} is damaged at offset {end}: the entry there fails its checksum "
+                        f"({size - end} bytes from there on), and the bucket was closed cleanly, so no write was "
+                        "cut short there. Restore _index.bson from a backup; nothing was changed, and the blob "
+                        "files themselves are untouched."
+                    )
                 if later is not None:
                     raise CorruptDataError(
                         f"blob index {self.path} is damaged at offset {end}: the entry there fails "
@@ -236,6 +245,41 @@ class IndexLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def read_closed_mark(directory: Path) -> dict | None:
+    """The counts a clean close recorded in ``_index.closed``, or None (none there, or one
+    a crash cut short: then the bucket is opened as after a crash)."""
+    try:
+        raw = (Path(directory) / CLOSED_NAME).read_bytes()
+    except FileNotFoundError:
+        return None
+    header, payload = raw[:framing.HEADER_SIZE], raw[framing.HEADER_SIZE:]
+    if framing.check(header, payload):
+        try:
+            mark = decode(payload)
+        except Exception:
+            mark = None
+        if isinstance(mark, dict) and isinstance(mark.get("records"), int) and isinstance(mark.get("end"), int):
+            return mark
+    log.warning("blob bucket %s: %s does not check; opening as after a crash", directory, CLOSED_NAME)
+    return None
+
+
+def write_closed_mark(directory: Path, records: int, end: int) -> None:
+    """Record a clean close (every write of the bucket is on disk): one write, fsynced."""
+    path = Path(directory) / CLOSED_NAME
+    with open(path, "wb") as f:
+        f.write(framing.frame(encode({"records": records, "end": end})))
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_directory(directory)
+
+
+def remove_closed_mark(directory: Path) -> None:
+    """Before the first write after a clean close: the bucket is open for writes again, durably."""
+    _remove_quietly(Path(directory) / CLOSED_NAME)
+    fsync_directory(directory)
 
 
 def _later_entry(f, start: int, size: int) -> int | None:

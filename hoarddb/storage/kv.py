@@ -17,15 +17,16 @@ import contextlib
 import logging
 import os
 import resource
+import struct
 import threading
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 import lmdb
 
-from ..errors import StorageError
+from ..errors import CorruptDataError, StorageError
 from .oserrors import DiskFullError, reason, storage_error
-from .wal import PUT, Recording, WriteAheadLog, decode_ops, encode_ops, record_exceeds
+from .wal import PUT, Recording, WriteAheadLog, decode_ops, encode_ops, newest_header, record_exceeds
 
 T = TypeVar("T")
 
@@ -60,6 +61,22 @@ MAX_READERS = 254
 #: ... and the bytes that table takes: LMDB's header (at most 256 bytes) and a 64-byte slot per reader.
 LOCK_FILE_BYTES = 256 + 64 * MAX_READERS
 _datasync = getattr(os, "fdatasync", os.fsync)
+#: LMDB's errors that mean its file is not what LMDB wrote (damage), not a refusal of the
+#: operating system: MDB_INVALID, MDB_VERSION_MISMATCH, MDB_CORRUPTED, MDB_PAGE_NOTFOUND.
+DAMAGE_ERRORS = (lmdb.InvalidError, lmdb.VersionMismatchError, lmdb.CorruptedError, lmdb.PageNotFoundError)
+#: An LMDB meta page (pages 0 and 1 of data.mdb, LMDB 0.9's layout), the fields checked
+#: before LMDB maps the file (see KV._check_meta_pages)::
+#:
+#:     0        8     10      12        16       20         24        32         40
+#:     | pgno u64 | pad | flags u16 | lower/upper | magic u32 | version u32 | address | mapsize |
+#:     40: free DB  (MDB_db: pad u32 = page size, flags u16, depth u16, branch, leaf, overflow,
+#:     88: main DB                                                entries, root: u64 each)
+#:     136: last_pg u64 | 144: txnid u64
+_META_HEAD = struct.Struct("<QHH")
+_META_MAGIC = struct.Struct("<II")
+_META_DB = struct.Struct("<IHHQQQQQ")
+_META_TAIL = struct.Struct("<QQ")
+MDB_MAGIC, MDB_DATA_VERSION, P_META, P_INVALID, MDB_INTEGERKEY = 0xBEEFC0DE, 1, 0x08, (1 << 64) - 1, 0x08
 #: Where checkpoints flush LMDB's files, one at a time for every environment of the process,
 #: while their writers go on.
 _CHECKPOINTS = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hoarddb-checkpoint")
@@ -97,6 +114,16 @@ def commits_deferred() -> Iterator[None]:
         _deferring.kvs = None
         for kv in held:
             kv._commit_held()
+
+
+def damage_hint(path: Path) -> str:
+    """What to do about damage to the LMDB environment at ``path``: the catalog's
+    (``DATA/catalog``, a name no database may take) or a bucket's (``kv/``, ``claims/``)."""
+    if Path(path).name == "catalog":
+        return ("The catalog (the list of databases and buckets) cannot be read: restore the data directory "
+                "from a backup, or open a new one and load your dumps into it (hoarddb restore)")
+    return ("Restore the bucket from a backup or a dump (hoarddb restore), or drop it and create it again; the "
+            "other buckets are not affected")
 
 
 class KV:
@@ -151,12 +178,16 @@ class KV:
             # opened again by it), and nothing on disk was changed that the next open
             # does not redo: the log's header still names the checkpoint to recover from.
             self._abandon()
+            if isinstance(exc, DAMAGE_ERRORS):
+                raise CorruptDataError(
+                    f"{self.path / 'data.mdb'} is damaged: LMDB says {exc}. {damage_hint(self.path)}") from None
             if isinstance(exc, (lmdb.Error, OSError)):
                 raise storage_error(f"opening {self.path}", exc, "the bucket was not opened; nothing "
                                     "acknowledged was lost: open it again once this is fixed", self.path) from None
             raise
 
     def _open_and_recover(self, map_size: int) -> None:
+        self._check_data_file()
         restored = self._restore_checkpoint()
         if restored is not None:  # the map must hold the file, whatever the meta pages say
             map_size = max(map_size, (self.path / "data.mdb").stat().st_size)
@@ -207,6 +238,7 @@ class KV:
         try:
             self._allocate_lock_file()
             self._forget_unfinished_creation()
+            self._check_meta_pages()
             return lmdb.open(
                 str(self.path), map_size=map_size, subdir=True, sync=False, metasync=False,
                 max_dbs=0, max_readers=MAX_READERS, readahead=False, lock=True,
@@ -214,7 +246,93 @@ class KV:
         except (lmdb.Error, OSError) as exc:
             if self.wal is not None:
                 self.wal.close()
+            if isinstance(exc, DAMAGE_ERRORS):
+                raise
             raise storage_error(f"opening {self.path}", exc, "the bucket was not opened", self.path) from None
+
+    def _check_data_file(self) -> None:
+        """Refuse a ``data.mdb`` that is missing, empty or shorter than its two meta pages
+        when the log beside it has a whole header: LMDB would make a new, empty file, and
+        the bucket would open empty, as if its data had never been.
+
+        A header is written only after a checkpoint flushed ``data.mdb`` with both meta
+        pages (at the latest when the environment was created), so no crash leaves a log
+        with a header and no data file: such a file was deleted, or cut (a careless copy,
+        a half-restored backup). Without a header, a missing or short file is a creation
+        that never finished (see :meth:`_forget_unfinished_creation`).
+        """
+        data = self.path / "data.mdb"
+        try:
+            size = data.stat().st_size
+        except FileNotFoundError:
+            size = None
+        if size is not None and size >= 2 * self._psize:
+            return
+        if newest_header(self.path) is None:
+            return
+        what = "is missing" if size is None else f"has {size} bytes, less than its two meta pages"
+        raise CorruptDataError(
+            f"{data} {what}, but the write-ahead log beside it (wal.0, wal.1) shows that it held data: the file "
+            f"was deleted or cut short, not by a crash. Nothing was changed. {damage_hint(self.path)}")
+
+    def _check_meta_pages(self) -> None:
+        """Check LMDB's two meta pages before LMDB maps ``data.mdb``; CorruptDataError if
+        they cannot be LMDB's.
+
+        LMDB trusts its meta pages: a meta page naming a page past the end of the file
+        (a file cut short) makes LMDB read past its map (SIGBUS, the process dies), and
+        a root or a last page number that a flipped bit changed sends it reading garbage
+        (a segfault). LMDB keeps no checksums, so this is the only check there is before
+        it reads: magic, version, page size, and every page number within the file.
+        Damage inside other pages is not caught here (docs/user/durability.md).
+        """
+        data = self.path / "data.mdb"
+        try:
+            with open(data, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(_META_DB.size + 40)
+                if size < 2 * self._psize and len(head) < _META_DB.size + 40:
+                    return  # a new file: LMDB writes its meta pages (see _forget_unfinished_creation)
+                psize = _META_DB.unpack_from(head, 40)[0]
+                if psize < 256 or psize > 65536 or psize & (psize - 1):
+                    raise self._bad_meta(0, f"it gives a page size of {psize}")
+                f.seek(0)
+                pages = f.read(2 * psize)
+        except FileNotFoundError:
+            return
+        if len(pages) < 2 * psize:
+            raise self._bad_meta(1, f"the file ({size} bytes) ends before it")
+        for i in (0, 1):
+            page = pages[i * psize:(i + 1) * psize]
+            pgno, _pad, flags = _META_HEAD.unpack_from(page, 0)
+            magic, version = _META_MAGIC.unpack_from(page, 16)
+            if pgno != i or not flags & P_META or magic != MDB_MAGIC:
+                raise self._bad_meta(i, "it is not an LMDB meta page (its number, flags or magic are wrong)")
+            if version != MDB_DATA_VERSION:
+                raise self._bad_meta(i, f"it gives LMDB data format {version}, not {MDB_DATA_VERSION}")
+            free, main = _META_DB.unpack_from(page, 40), _META_DB.unpack_from(page, 88)
+            last_pg, _txnid = _META_TAIL.unpack_from(page, 136)
+            if free[0] != psize:
+                raise self._bad_meta(i, f"it gives a page size of {free[0]}, meta page 0 {psize}")
+            if free[1] != MDB_INTEGERKEY or main[1] != 0:
+                # LMDB's free-page tree is always keyed by integers, and hoardDB's trees are
+                # plain (no duplicates, no reverse or integer keys): other flags would make
+                # LMDB compare keys another way.
+                raise self._bad_meta(i, f"its trees' flags ({free[1]:#x}, {main[1]:#x}) are not LMDB's for a "
+                                     "hoardDB environment")
+            if last_pg < 1 or (last_pg + 1) * psize > size:
+                raise self._bad_meta(i, f"it names page {last_pg} as the last, past the end of the file "
+                                     f"({size // psize} pages): the file was cut short")
+            for name, db in (("free-page", free), ("main", main)):
+                root, pages_used = db[7], db[3] + db[4] + db[5]
+                if root != P_INVALID and not 2 <= root <= last_pg or pages_used > last_pg + 1 or db[2] > 64:
+                    raise self._bad_meta(i, f"its {name} tree's root page ({root}), depth ({db[2]}) or page "
+                                         "count do not fit the file")
+
+    def _bad_meta(self, i: int, why: str) -> CorruptDataError:
+        return CorruptDataError(
+            f"{self.path / 'data.mdb'}: LMDB's meta page {i} is damaged: {why}. LMDB would crash or read "
+            f"garbage through it, so it was not opened, and nothing was changed. {damage_hint(self.path)}")
 
     def _forget_unfinished_creation(self) -> None:
         """Empty a ``data.mdb`` shorter than LMDB's two meta pages, so that LMDB makes it anew.
@@ -416,6 +534,9 @@ class KV:
                 self.wal.take_back(at)
             if isinstance(exc, lmdb.MapFullError):
                 raise
+            if isinstance(exc, DAMAGE_ERRORS):  # LMDB met a page that is not what it wrote
+                raise CorruptDataError(f"writing {self.path / 'data.mdb'} failed: the file is damaged (LMDB says "
+                                       f"{exc}); nothing of this write was kept. {damage_hint(self.path)}") from None
             raise storage_error(f"writing {self.path / 'data.mdb'}", exc, path=self.path) from None
         if big:  # durable only once checkpointed: a checkpoint that fails refuses this write too
             self._commits += 1

@@ -1,5 +1,6 @@
 """What the storage layer says when the operating system refuses a read or write (a StorageError with a
-hint), and the write that goes on after a short one (:func:`pwrite_all`).
+hint), the write that goes on after a short one (:func:`pwrite_all`), and the flush of a
+directory's entries (:func:`fsync_directory`).
 
 Every file hoardDB writes can meet a full disk. Whoever catches the refusal (an
 ``OSError``, or an ``lmdb.Error`` that carries the same errno text) turns it into one
@@ -92,3 +93,12 @@ def pwrite_all(fd: int, data: bytes, offset: int) -> None:
     while view:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
+
+
+def fsync_directory(directory) -> None:
+    """Make the directory's entries (files and folders created, renamed, removed in it) durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -96,9 +96,13 @@ zeros land on zeros or past the end, and every cut (a repair, a lifo pop, an app
 taken back) truncates. A version of hoardDB from before preallocation reads a file with
 zeros as a torn tail and cuts them with a warning, losing no entry.
 
-Damage that no crash explains is refused, never returned: an entry failing its checksum
-while being read, or in a segment before the last when opening with ``sync`` on, raises
-CorruptDataError naming the file and the byte. A write the operating system refuses
+Damage that no crash explains is refused, never returned or cut away: an entry failing
+its checksum while being read raises CorruptDataError naming the file and the byte; so
+does the opener, with ``sync`` on, for a segment before the last that does not check,
+is empty or is missing (the head's, or one in a fifo's numbering), and for a head past
+its segment's end; and, after a clean close (:meth:`SegmentLog.close` records the log's
+counts in the state), for anything irregular at all, a torn tail included, and segment
+files that do not hold what the close counted. A write the operating system refuses
 (disk full) is taken back and raises StorageError; one that fails halfway through a
 commit (an fsync error) leaves the log refusing every call until the database is
 opened again, since only the opener can tell which side of the commit the disk is on.
@@ -118,7 +122,7 @@ from ..errors import ClosedError, CorruptDataError, StorageError
 from ..values.codec import decode, encode
 from . import framing
 from .framing import HEADER, HEADER_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
-from .oserrors import FULL_ERRNOS, pwrite_all, storage_error
+from .oserrors import FULL_ERRNOS, fsync_directory, pwrite_all, storage_error
 
 log = logging.getLogger("hoarddb.segment")
 
@@ -189,8 +193,17 @@ class SegmentLog:
         self._popped = 0
         self._cut = (0, 0, 0)  # (segment, offset, above) of the last cut, (0, 0, 0) for none
         self._last_number = 0  # highest segment number ever used
+        # The state said the log was closed cleanly (see close): nothing was being written
+        # when it was last closed, so nothing a crash leaves can be on disk, and every
+        # irregularity the opener finds is damage. The first change after the open records
+        # that the log is open again (_reopen_for_writes), before it touches a file.
+        self._clean = False
         try:
             self._open()
+        except OSError as exc:  # a file the operating system will not let us open or read
+            self._close_files()
+            raise storage_error(f"opening {exc.filename or self.directory}", exc, "the bucket was not opened") \
+                from None
         except BaseException:
             self._close_files()
             raise
@@ -203,13 +216,22 @@ class SegmentLog:
     def _open(self) -> None:
         pattern = re.compile(r"seg_(\d+)\." + re.escape(self.suffix) + r"$")
         numbers = sorted(int(m.group(1)) for name in os.listdir(self.directory) if (m := pattern.match(name)))
-        self._load_state(bool(numbers))
+        closed = self._load_state(bool(numbers))
+        self._clean = closed is not None
+        # What no crash can leave is refused as damage (never repaired by cutting entries
+        # away): after a clean close, anything irregular; with sync on, anything but a torn
+        # last append. With sync off and no clean close, a power cut may have lost any
+        # unflushed write, so the opener repairs and logs as before.
+        strict = self._clean or self.sync
         head_seg, head_off = self._head
         cut_seg, cut_off, cut_above = self._cut
         # A head segment with entries taken keeps its number even if its file went missing.
         self._last_number = max([head_seg if head_off else head_seg - 1, cut_above, *numbers])
 
         doomed = [n for n in numbers if cut_seg < n <= cut_above]
+        if doomed and self._clean:
+            raise self._damaged(self._path(doomed[0]), "a segment file that a finished pop had removed is there "
+                                "again (a file restored or copied into the bucket)")
         if doomed:  # a lifo pop over several segments committed its cut, then was killed
             log.warning(
                 "%s: finishing an interrupted pop: removing %s and cutting %s at byte %d",
@@ -230,6 +252,18 @@ class SegmentLog:
             log.info("%s: removing consumed segment %s", self.directory, segment_name(n, self.suffix))
             os.unlink(self._path(n))
         numbers = [n for n in numbers if n >= head_seg]
+        tail: tuple | None = None  # after a clean close: the last segment's bytes past its entries, not zeros
+        if numbers and numbers[0] != head_seg and strict:
+            # The head's segment exists as long as anything after it does: its file was
+            # lost, and the entries it held with it.
+            raise self._damaged(self._path(head_seg), "the file holding the head of the queue is missing, "
+                                f"and {len(numbers)} later segment file(s) are there")
+        if strict and self.suffix == "fifo" and numbers and numbers != list(range(numbers[0], numbers[-1] + 1)):
+            # A fifo's segments are numbered one after the other from the head's on (only a
+            # lifo's multi-segment pop leaves a gap): one in the middle is missing.
+            missing = next(n for n in range(numbers[0], numbers[-1] + 1) if n not in numbers)
+            raise self._damaged(self._path(missing), "this segment file is missing between "
+                                f"{segment_name(numbers[0], self.suffix)} and {segment_name(numbers[-1], self.suffix)}")
         if numbers and numbers[0] != head_seg:
             if head_off:
                 log.warning(
@@ -243,6 +277,11 @@ class SegmentLog:
             path = self._path(n)
             size = os.path.getsize(path)
             start = head_off if n == head_seg else 0
+            if start > size and strict:
+                raise self._damaged(path, f"the queue's head is at byte {start}, past the file's end ({size} bytes): "
+                                    "the file was cut short")
+            if size == 0 and not last and strict:
+                raise self._damaged(path, "a segment file before the last is empty")
             if start > size:  # only after a power cut with sync off: the head was durable, the entries not
                 log.warning("%s: head at byte %d is past the end (%d bytes); the segment is empty", path, start, size)
                 start = size
@@ -255,15 +294,17 @@ class SegmentLog:
                     end = off + HEADER_SIZE + len(payload)
             if last and end < size and _zeros_from(path, end, size):
                 self._padded[n] = size  # preallocated (see the module's docstring), or a write that left no byte
-            elif end < size and not last and self.sync:
+            elif end < size and not last and strict:
                 # Only the last segment is ever being appended to; with sync on, an earlier
                 # one was fsynced whole before the next began, so this is damage, not a crash.
-                raise CorruptDataError(
-                    f"{path} at byte {end}: an entry fails its checksum ({size - end} bytes from there on "
-                    "do not check) in a segment that is not the last; the bucket's data is damaged there. "
-                    "Restore the bucket from a backup"
-                )
-            if end < size and n not in self._padded:
+                raise self._damaged(path, f"an entry at byte {end} fails its checksum ({size - end} bytes from "
+                                    "there on do not check) in a segment that is not the last")
+            if end < size and n not in self._padded and self._clean:
+                # Closed cleanly, so no append was torn: either entries are damaged (the
+                # counts the close recorded will not match) or only bytes after the last
+                # entry are (they match), which is cut below.
+                tail = (path, end, size)
+            elif end < size and n not in self._padded:
                 why = "an append that did not finish" if last else "writes lost before a later segment, sync off"
                 log.warning(
                     "%s: cut %d bytes of torn tail from %s at byte %d (%s); %d whole entries kept",
@@ -277,7 +318,16 @@ class SegmentLog:
             if last:
                 self._offsets[n] = offsets
         self._head = (head_seg, head_off)
-        self._cut_torn_batch()
+        if not self._clean:  # (after a clean close no batch was torn: the counts below tell damage)
+            self._cut_torn_batch()
+        else:
+            self._check_closed_counts(closed, tail)
+            if tail is not None:
+                path, end, size = tail
+                log.warning("%s: cut %d bytes after the last entry of %s at byte %d: damaged bytes past the data "
+                            "(every entry the clean close counted is there)",
+                            self.directory, size - end, path.name, end)
+                self._truncate_path(path, end)
 
     def _cut_torn_batch(self) -> None:
         """A batch that spanned segments and was torn leaves MORE entries at the end of the
@@ -305,7 +355,9 @@ class SegmentLog:
             if self._counts[prev]:
                 break
 
-    def _load_state(self, have_segments: bool) -> None:
+    def _load_state(self, have_segments: bool) -> dict | None:
+        """Load the head and cut from the newest slot that checks; the counts a clean
+        close recorded in it (see :meth:`close`), or None if it was not written by one."""
         path = self.directory / STATE_FILE
         try:
             self._state_fd = os.open(path, os.O_RDWR)
@@ -316,10 +368,18 @@ class SegmentLog:
                     "restore the bucket from a backup, or delete its segment files to empty it"
                 ) from None
             self._create_state(path)
-            return
+            return None
         raw = os.pread(self._state_fd, 2 * SLOT_SIZE, 0)
         slots = [_parse_slot(raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE]) for i in range(2)]
         valid = [s for s in slots if s is not None]
+        if have_segments and len(raw) < 2 * SLOT_SIZE and len(valid) < 2:
+            # The file is made whole (both slots) once, and never changes size: a short one
+            # was cut, and the slot it lost may be the newer one (an older head: popped
+            # entries would come back).
+            raise CorruptDataError(
+                f"{path} is {len(raw)} bytes, not {2 * SLOT_SIZE}: the file was cut short and one of its two "
+                "slots is lost, so where the queue's head is is unknown. Restore the bucket from a backup or a "
+                "dump (hoarddb restore), or drop it and create it again")
         if not valid:
             if have_segments:
                 raise CorruptDataError(
@@ -329,7 +389,7 @@ class SegmentLog:
             os.close(self._state_fd)
             self._state_fd = None
             self._create_state(path)  # a crash while the bucket was being created
-            return
+            return None
         state = max(valid, key=lambda s: s["seq"])
         for i, s in enumerate(slots):
             if s is None and raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0"):
@@ -341,6 +401,34 @@ class SegmentLog:
         self._head = (int(state["head_segment"]), int(state["head_offset"]))
         self._popped = int(state.get("popped", 0))
         self._cut = (int(state.get("cut_segment", 0)), int(state.get("cut_offset", 0)), int(state.get("cut_above", 0)))
+        closed = state.get("closed")
+        return closed if isinstance(closed, dict) else None
+
+    def _check_closed_counts(self, closed: dict, tail: tuple | None) -> None:
+        """After a clean close: the segments on disk must be the ones the close counted.
+
+        A segment file deleted, emptied, cut at an entry's end, or replaced by one of
+        another size checks as whole entries on its own; only the counts tell.
+        """
+        found = {"entries": self._length, "segments": len(self._segs),
+                 "last": self._segs[-1] if self._segs else 0, "bytes": sum(self._sizes.values())}
+        if all(closed.get(k) == v for k, v in found.items()):
+            return
+        if tail is not None:
+            path, end, size = tail
+            raise self._damaged(path, f"an entry at byte {end} fails its checksum ({size - end} bytes from there on "
+                                "do not check), and the bucket was closed cleanly, so no write was cut short there")
+        said = ", ".join(f"{k} {closed.get(k)}" for k in found)
+        now = ", ".join(f"{k} {v}" for k, v in found.items())
+        raise self._damaged(self.directory, f"the bucket was closed cleanly with {said} in its segment files, "
+                            f"which now hold {now}: a segment file is missing, cut short, or was replaced")
+
+    def _damaged(self, path: Path, what: str) -> CorruptDataError:
+        """The error for damage the opener found in ``path`` (it repairs nothing then)."""
+        return CorruptDataError(
+            f"{path}: {what}. This is damage, not what a crash leaves, so the bucket is not opened and nothing "
+            "was changed. Restore the bucket from a backup or a dump (hoarddb restore), or drop it and create "
+            "it again")
 
     def _create_state(self, path: Path) -> None:
         self._state_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -351,11 +439,18 @@ class SegmentLog:
     # -- state slots ------------------------------------------------------------------------
 
     def _write_state(self, head: tuple[int, int] | None = None, popped: int | None = None,
-                     cut: tuple[int, int, int] | None = None, durable: bool = True) -> None:
+                     cut: tuple[int, int, int] | None = None, durable: bool = True,
+                     closed: dict | None = None) -> None:
         """Durably record the head (and cut): one pwrite into the slot the last update did not use, one fsync.
 
         ``durable=False`` skips the fsync (a later fsync of the file, or a flush, covers it).
+        ``closed``: the counts a clean close records (:meth:`close`); any other update
+        leaves them out, which says the log is open. The first update after a clean close
+        is always flushed, even with sync off: until it is on disk, the opener would take a
+        change to any other file (a flush puts segments first) for damage.
         """
+        reopening = self._clean and closed is None
+        self._clean = False  # this update says the log is open (unless it is the close's own)
         seq = self._seq + 1
         head = head or self._head
         cut = cut or self._cut
@@ -364,6 +459,8 @@ class SegmentLog:
             "popped": self._popped if popped is None else popped,
             "cut_segment": cut[0], "cut_offset": cut[1], "cut_above": cut[2],
         }
+        if closed is not None:
+            doc["closed"] = closed
         framed = framing.frame(encode(doc))
         assert len(framed) <= SLOT_SIZE, "a state document outgrew its slot"
         slot = seq % 2
@@ -372,7 +469,7 @@ class SegmentLog:
             data += bytes(SLOT_SIZE)
         try:
             pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
-            if self.sync and durable:
+            if (self.sync and durable) or reopening:
                 _datasync(self._state_fd)
             else:
                 self._dirty_state = True
@@ -422,11 +519,7 @@ class SegmentLog:
         if not self.sync:
             self._dirty_dir = True
             return
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(self.directory)
 
     def _close_files(self) -> None:
         for fd in self._fds.values():
@@ -441,6 +534,13 @@ class SegmentLog:
             raise ClosedError(f"the {self.suffix} bucket at {self.directory} is closed; open the database again")
         if self._failed:
             raise StorageError(self._failed)
+
+    def _reopen_for_writes(self) -> None:
+        """Before the first change to the files after a clean close: record, durably, that
+        the log is open again, so that what a crash from now on leaves is repaired, not
+        refused as damage (a fifo's pop needs none: its own state write says it)."""
+        if self._clean:
+            self._write_state()  # flushed, even with sync off (see _write_state)
 
     def _fail(self, exc: OSError, path) -> StorageError:
         """Refuse every later call: a write failed halfway, and only reopening (which repairs) is safe."""
@@ -568,6 +668,7 @@ class SegmentLog:
             return
         with self._lock:
             self._check_open()
+            self._reopen_for_writes()
             # Every entry of the batch but its last is flagged MORE (framing.frame_batch), so a
             # crash inside the batch leaves a tail of MORE entries, which the opener cuts: the
             # batch is all or nothing, also when it spans segments.
@@ -760,6 +861,7 @@ class SegmentLog:
             out = self._read_tail(n)
             if not out:
                 return []
+            self._reopen_for_writes()
             remaining = len(out)
             doomed: list[int] = []
             index = len(self._segs) - 1
@@ -890,11 +992,7 @@ class SegmentLog:
             if state is not None:
                 _datasync(state)
             if sync_dir:
-                fd = os.open(self.directory, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_directory(self.directory)
         except OSError as exc:
             with self._lock:
                 raise self._fail(exc, self.directory) from None
@@ -903,11 +1001,50 @@ class SegmentLog:
                 os.close(fd)
 
     def close(self) -> None:
-        """Close the files; later calls raise ClosedError. Idempotent."""
+        """Make every change durable, record a clean close, and close the files; later calls
+        raise ClosedError. Idempotent.
+
+        The clean close is a state update (into the next slot, as any) that also holds
+        the log's counts — entries, segment files, the last one's number and the bytes
+        of whole entries::
+
+            {seq, head_segment, ..., closed: {entries, segments, last, bytes}}
+
+        It comes after everything else is on disk, so the next open knows that nothing
+        was being written, and that files which do not match these counts, or do not
+        check to their end, were damaged since: it refuses them instead of cutting
+        entries away as it does after a crash. A log whose writes failed (see _fail) is
+        not marked; nor is anything if the flush or the state write fails (logged).
+        """
         with self._lock:
-            if not self._closed:
+            if self._closed:
+                return
+            try:
+                if self._failed is None and not self._clean and self._state_fd is not None:
+                    self._flush_locked()
+                    counts = {"entries": self._length, "segments": len(self._segs),
+                              "last": self._segs[-1] if self._segs else 0, "bytes": sum(self._sizes.values())}
+                    self._write_state(durable=False, closed=counts)
+                    _datasync(self._state_fd)
+                    self._clean = True
+            except (OSError, StorageError) as exc:
+                log.warning("%s: could not record a clean close (%s); the next open treats it as after a crash",
+                            self.directory, getattr(exc, "message", None) or exc)
+            finally:
                 self._closed = True
                 self._close_files()
+
+    def _flush_locked(self) -> None:
+        """:meth:`flush`'s work, holding the lock (at close)."""
+        for n in sorted(self._dirty):
+            if n in self._sizes:
+                _datasync(self._fd(n))
+        if self._dirty_state:
+            _datasync(self._state_fd)
+        if self._dirty_dir:
+            fsync_directory(self.directory)
+        self._dirty.clear()
+        self._dirty_state = self._dirty_dir = False
 
 
 def _end_batch_in_file(path: Path, end: int) -> None:

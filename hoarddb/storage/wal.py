@@ -456,6 +456,30 @@ class WriteAheadLog:
         self.fds = [-1, -1]
 
 
+def newest_header(directory: Path) -> tuple[int, bool] | None:
+    """``(generation, closed)`` of the newest whole header of the log in ``directory``, or
+    None when neither file has one; reads only (:meth:`WriteAheadLog.open_existing` may
+    create a missing file). A whole header says the environment was written: its
+    ``data.mdb`` had been flushed with both meta pages before the header was written."""
+    best = None
+    for i in (0, 1):
+        try:
+            with open(Path(directory) / f"{WAL_NAME}.{i}", "rb") as f:
+                head = f.read(_HEAD.size)
+                if len(head) < _HEAD.size or head[:8] != MAGIC:
+                    continue
+                _magic, gen, psize, flags, crc = _HEAD.unpack(head)
+                if not 256 <= psize <= 65536 or gen % 2 != i:
+                    continue
+                f.seek(0)
+                raw = f.read(64 + 2 * psize)
+        except FileNotFoundError:
+            continue
+        if len(raw) == 64 + 2 * psize and _crc_header(raw) == crc and (best is None or gen > best[0]):
+            best = (gen, bool(flags & CLOSED))
+    return best
+
+
 def _crc_header(raw: bytes) -> int:
     """The crc of a header: its first 24 bytes, then everything after the crc field."""
     return zlib.crc32(raw[_HEAD.size:], zlib.crc32(raw[:_HEAD.size - 4]))

@@ -15,6 +15,8 @@ contract every type keeps.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -24,9 +26,40 @@ from typing import Any, ClassVar
 
 from bson.raw_bson import RawBSONDocument
 
-from ..errors import BadValueError, DocumentTooLargeError, LimitExceededError, NotADocumentError, StorageError
+from ..errors import (BadValueError, CorruptDataError, DocumentTooLargeError, LimitExceededError, NotADocumentError,
+                      StorageError)
 from ..options import Options
-from ..values.codec import MAX_DOCUMENT_SIZE, encode_checked
+from ..storage.kv import DAMAGE_ERRORS, damage_hint
+from ..values.codec import DECODE_ERRORS, MAX_DOCUMENT_SIZE, decode, encode, encode_checked
+
+log = logging.getLogger("hoarddb.stores")
+
+#: What reading damaged bytes raises below a store: LMDB finding that its pages are not
+#: what it wrote (it keeps no checksums, so it finds only some damage), and a stored
+#: document that does not decode. Whoever calls a store's verbs turns them into
+#: CORRUPT_DATA naming the bucket (:meth:`Store.damaged`), never a traceback of the
+#: library's own error: the engine where it already catches a verb's exceptions (a
+#: ``try`` costs nothing until something is raised; a wrapper around every verb cost a
+#: get 5-10%), the store itself while it opens, and store fields in FieldStores.call.
+DAMAGE = (*DAMAGE_ERRORS, *DECODE_ERRORS)
+
+
+def _opening(method):
+    """A store's constructor (or its other once-per-open step, ``open_indexes``) that
+    answers damaged bytes with CORRUPT_DATA, closing what it had opened."""
+    @functools.wraps(method)
+    def opening(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except DAMAGE as exc:
+            try:
+                self.close()
+            except Exception:  # (half opened: what it has, it closes; the damage is what the caller hears)
+                pass
+            raise self.damaged(exc) from exc
+
+    opening.opens = True
+    return opening
 
 
 class Store(ABC):
@@ -44,6 +77,16 @@ class Store(ABC):
     #: Bucket options this type accepts besides ``type``, with a one-line meaning each.
     bucket_options: ClassVar[dict[str, str]] = {}
 
+    def __init_subclass__(cls, **kwargs):
+        # Opening a store reads what it keeps in memory (a count, a heap, claims, index
+        # states): damaged bytes met there are CORRUPT_DATA too (see DAMAGE; the verbs'
+        # are the engine's to answer, at no cost to each call).
+        super().__init_subclass__(**kwargs)
+        for name in ("__init__", "open_indexes"):
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "opens", False):
+                setattr(cls, name, _opening(method))
+
     def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
         self.directory = Path(directory)
         self.declaration = declaration
@@ -59,6 +102,15 @@ class Store(ABC):
 
     def close(self) -> None:
         """Release files and memory; the store is not used again."""
+
+    def damaged(self, exc: BaseException) -> CorruptDataError:
+        """The error for damaged bytes that reading this store met (``exc``, one of :data:`DAMAGE`)."""
+        if isinstance(exc, DAMAGE_ERRORS):
+            what = f"LMDB found its file is not what it wrote ({exc})"
+        else:
+            what = f"a stored document does not decode ({type(exc).__name__}: {exc})"
+        return CorruptDataError(f"the data of bucket {self.directory} is damaged on disk: {what}. "
+                                f"{damage_hint(self.directory)}")
 
     def sync(self) -> None:
         """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit)."""
@@ -128,7 +180,8 @@ class KVStore(Store):
     store-field elements of one bucket live side by side and each is one range:
 
         b"D" + <encoded key>     documents (or elements) of the bucket
-        b"M" + <name>            the store's own counters (b"Mcount": uint64 LE)
+        b"M" + <name>            the store's own counters (b"Mcount": uint64 LE), and
+                                 b"Mbucket": {db, bucket}, whose data this is (see _check_owner)
 
     The count of entries is kept in the same transaction as each write, so ``length``
     is O(1) and never drifts after a crash.
@@ -136,6 +189,7 @@ class KVStore(Store):
 
     DOC = b"D"
     COUNT_KEY = b"Mcount"
+    OWNER_KEY = b"Mbucket"
 
     def __init__(self, directory, declaration, options):
         super().__init__(directory, declaration, options)
@@ -143,9 +197,43 @@ class KVStore(Store):
 
         self.kv = KV(self.directory / "kv", map_size=options.map_size, sync=options.sync)
         self._wlock = threading.RLock()
-        with self.kv.read() as txn:
-            raw = txn.get(self.COUNT_KEY)
+        try:
+            with self.kv.read() as txn:
+                raw = txn.get(self.COUNT_KEY)
+            self._check_owner()
+        except BaseException:
+            self.kv.close()
+            raise
         self._count = int.from_bytes(raw, "little") if raw else 0
+
+    def _check_owner(self) -> None:
+        """Refuse an environment that holds another bucket's data; record whose it is in one
+        that does not say yet (a new bucket, or one made before this check).
+
+        Every file of a bucket checks on its own, so a ``data.mdb`` copied over from
+        another bucket (a careless ``cp``) would open as if it were this bucket's data,
+        its documents and index entries answering this bucket's reads. The owner is
+        ``{db, bucket}``: a bucket's files restored from a backup of the same bucket
+        (another copy of the same data directory) are still its own.
+        """
+        db, name = (self.declaration or {}).get("db"), (self.declaration or {}).get("name")
+        if not db or not name:
+            return  # a store opened outside the engine (tests)
+        with self.kv.read() as txn:
+            raw = txn.get(self.OWNER_KEY)
+        if raw is None:
+            owner = encode({"db": db, "bucket": name})
+            try:
+                self.kv.write(lambda txn: txn.put(self.OWNER_KEY, owner))
+            except StorageError as exc:  # (a full disk): the next open records it
+                log.warning("%s: could not record whose data it holds: %s", self.kv.path, exc.message)
+            return
+        other = decode(raw)
+        if (other.get("db"), other.get("bucket")) != (db, name):
+            raise CorruptDataError(
+                f"{self.kv.path / 'data.mdb'} holds the data of bucket {other.get('bucket')!r} of database "
+                f"{other.get('db')!r}, not of {name!r} of {db!r}: it was copied or moved here from that bucket. "
+                f"Nothing was changed. {damage_hint(self.directory)}")
 
     def length(self) -> int:
         return self._count

@@ -34,7 +34,7 @@ from ..options import Options
 from ..chunks import chunks as _chunks
 from ..storage import blobfiles
 from ..storage.blobfiles import CHUNK_SIZE, INDEX_NAME, TEMP_PREFIX, IndexLog
-from ..storage.oserrors import is_full, storage_error
+from ..storage.oserrors import fsync_directory, is_full, storage_error
 from .base import Store, check_limit
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,29 @@ class BlobStore(Store):
         self._stale_in_order = 0
         self._index = IndexLog(self.directory, options.sync)
         self._closed = False
-        self._open()
+        self._clean = False  # _index.closed was there (see storage/blobfiles.py) and nothing was written since
+        self._putting = 0  # puts between their first file and their index record (a close then marks nothing)
+        try:
+            self._open()
+        except BaseException as exc:
+            self._index.close()
+            if isinstance(exc, OSError):
+                raise storage_error(f"opening {exc.filename or self.directory}", exc, "the bucket was not opened") \
+                    from None
+            raise
 
     # -- opening -------------------------------------------------------------------------
 
     def _open(self) -> None:
-        """Load the index and make the directory agree with it (see the put's crash table)."""
+        """Load the index and make the directory agree with it (see the put's crash table).
+
+        After a clean close (``_index.closed``) no put or delete was under way, so what a
+        crash would explain is damage instead: refused (torn tail, another length, blob
+        files the index does not name), or, for a blob whose file is gone, kept in the
+        index so that reading it answers CORRUPT_DATA while the others stay readable.
+        """
+        mark = blobfiles.read_closed_mark(self.directory)
+        self._clean = mark is not None
         for path in self.directory.iterdir():
             if path.name.startswith(TEMP_PREFIX) and path.is_file():  # a put or compaction cut short
                 log.warning("blob bucket %s: removing %s, left by an interrupted write", self.directory, path.name)
@@ -89,11 +106,15 @@ class BlobStore(Store):
                 f"blob bucket {self.directory} holds {len(blob_files)} blob files but no {INDEX_NAME}; "
                 "hoardDB will not guess their metadata. Restore the index from a backup."
             )
-        for record in self._index.load():
+        for record in self._index.load(closed_cleanly=self._clean):
             if record["op"] == "put":
                 self._records[record["_id_"]] = record
             else:
                 self._records.pop(record["_id_"], None)
+        if self._clean:
+            self._check_clean(mark, blob_files)
+            self._order = sorted(self._records)
+            return
         for name in sorted(blob_files - self._records.keys()):
             # Renamed into place but never indexed (or deleted but not yet unlinked).
             log.warning("blob bucket %s: removing blob file %s, which the index does not record", self.directory, name)
@@ -114,6 +135,37 @@ class BlobStore(Store):
                             "again", self.directory, blob_id, exc.strerror or exc)
         self._order = sorted(self._records)
         self._maybe_compact()
+
+    def _check_clean(self, mark: dict, blob_files: set[str]) -> None:
+        """After a clean close: the index must be the one the close counted, and name every blob file."""
+        index = self.directory / INDEX_NAME
+        if (self._index.records, self._index.end) != (mark["records"], mark["end"]):
+            raise CorruptDataError(
+                f"blob index {index} held {mark['records']} records ({mark['end']} bytes) when the bucket was closed "
+                f"cleanly, and now holds {self._index.records} ({self._index.end} bytes): it was cut short, "
+                "replaced or written to since. Restore _index.bson from a backup; nothing was changed, and the "
+                "blob files are untouched.")
+        unnamed = sorted(blob_files - self._records.keys())
+        if unnamed:
+            raise CorruptDataError(
+                f"blob bucket {self.directory} holds {len(unnamed)} blob file(s) its index does not name (such as "
+                f"{unnamed[0]}), and it was closed cleanly, so no put was cut short: the index lost their records "
+                "or is another bucket's. Restore _index.bson from a backup; nothing was changed or deleted.")
+        for blob_id in sorted(self._records.keys() - blob_files):
+            r = self._records[blob_id]
+            log.error("blob bucket %s: the file of blob %s (name %r, %d bytes, sha256 %s) is missing, though the "
+                      "bucket was closed cleanly; reading it answers CORRUPT_DATA: restore the file from a backup, "
+                      "or delete the blob", self.directory, blob_id, r.get("name"), r.get("size", 0), r.get("sha256"))
+
+    def _reopen_for_writes(self) -> None:
+        """Before the first write after a clean close (lock held): remove ``_index.closed``,
+        durably, so that what a crash leaves from now on is repaired as a crash's."""
+        if self._clean:
+            try:
+                blobfiles.remove_closed_mark(self.directory)
+            except OSError as exc:
+                raise storage_error(f"writing to blob bucket {self.directory.name}", exc) from None
+            self._clean = False
 
     # -- writing -------------------------------------------------------------------------
 
@@ -149,6 +201,17 @@ class BlobStore(Store):
         return self._put(data, name, type, uuid7(), _now_ms())
 
     def _put(self, data, name, type, blob_id: str, created, sha256_expected: str | None = None) -> str:
+        with self._lock:
+            self._check_open()
+            self._reopen_for_writes()
+            self._putting += 1
+        try:
+            return self._put_files(data, name, type, blob_id, created, sha256_expected)
+        finally:
+            with self._lock:
+                self._putting -= 1
+
+    def _put_files(self, data, name, type, blob_id: str, created, sha256_expected: str | None) -> str:
         try:
             size, sha256 = blobfiles.write_blob(self.directory, blob_id, _chunks(data), self.options.sync)
         except OSError as exc:  # (write_blob removed what it wrote: no partial blob stays)
@@ -210,6 +273,9 @@ class BlobStore(Store):
         """Make every blob put since the last sync durable (with ``options.sync`` off)."""
         with self._lock:
             pending, self._unsynced = self._unsynced, []
+        self._sync(pending)
+
+    def _sync(self, pending: list[str]) -> None:
         for blob_id in pending:
             try:
                 fd = os.open(self.directory / blob_id, os.O_RDONLY)
@@ -219,7 +285,7 @@ class BlobStore(Store):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        blobfiles.fsync_directory(self.directory)
+        fsync_directory(self.directory)
         self._index.flush()
 
     def delete(self, id: Any) -> dict:
@@ -245,6 +311,7 @@ class BlobStore(Store):
         with self._lock:
             self._check_open()
             record = self._record(blob_id)
+            self._reopen_for_writes()
             try:
                 self._index.append({"op": "del", "_id_": blob_id})
             except OSError as exc:
@@ -263,7 +330,7 @@ class BlobStore(Store):
         path = self.directory / blob_id
         _unlink_quietly(path)
         if self.options.sync:
-            blobfiles.fsync_directory(self.directory)
+            fsync_directory(self.directory)
         log.warning("blob bucket %s: the disk is full; removed blob %s's file before recording its delete",
                     self.directory, blob_id)
         try:
@@ -280,8 +347,9 @@ class BlobStore(Store):
         if self._index.records > COMPACT_MIN_RECORDS and self._index.records - live > live:
             before = self._index.records
             try:
+                self._reopen_for_writes()
                 self._index.rewrite(self._records[i] for i in sorted(self._records))
-            except OSError as exc:  # the old log is still whole and in use; try again later
+            except (OSError, StorageError) as exc:  # the old log is still whole and in use; try again later
                 log.warning("blob bucket %s: compacting %s failed: %s", self.directory, INDEX_NAME, exc)
             else:
                 log.info("blob bucket %s: compacted %s from %d records to %d",
@@ -363,10 +431,26 @@ class BlobStore(Store):
         return out
 
     def close(self) -> None:
-        """Close the index file; later calls raise ClosedError."""
+        """Make every write durable, record a clean close (``_index.closed``), and close the
+        index file; later calls raise ClosedError. A close that cannot record it (a full
+        disk) leaves the bucket to be opened as after a crash (logged)."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            self._index.close()
+            try:
+                if self._putting:  # its file may be in place and its record never come: no clean close
+                    log.info("blob bucket %s: closed while a put was under way; the next open checks it as after a "
+                             "crash", self.directory)
+                elif not self._clean:
+                    pending, self._unsynced = self._unsynced, []
+                    self._sync(pending)
+                    blobfiles.write_closed_mark(self.directory, self._index.records, self._index.end)
+            except OSError as exc:
+                log.warning("blob bucket %s: could not record a clean close (%s); the next open treats it as "
+                            "after a crash", self.directory, exc.strerror or exc)
+            finally:
+                self._index.close()
 
     # -- helpers -------------------------------------------------------------------------
 

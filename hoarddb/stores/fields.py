@@ -48,7 +48,7 @@ from ..storage.oserrors import storage_error
 from ..values.codec import decode, encode
 from ..values.keys import decode_key, encode_key
 from ..values.literal import literal
-from .base import check_limit, encode_document
+from .base import DAMAGE, check_limit, encode_document
 
 log = logging.getLogger("hoarddb.fields")
 
@@ -99,7 +99,10 @@ class FieldStores:
             raise refusal(self.bucket, field, ftype, verb)
         dk = self.owner.doc_key(key)
         where = f'{self.bucket}["{key}"].{field}' if isinstance(key, str) else f"{self.bucket}[{literal(key)}].{field}"
-        return handler(_Field(self, dk, fno, ftype, where, key, field), *positional, **keywords)
+        try:
+            return handler(_Field(self, dk, fno, ftype, where, key, field), *positional, **keywords)
+        except DAMAGE as exc:
+            raise self.owner.damaged(exc) from exc
 
     # -- cascade -----------------------------------------------------------------------
 

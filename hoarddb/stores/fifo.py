@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Mapping
 
 from ..errors import BadValueError, ClosedError, HoardError, InvalidArgumentError
 from ..options import MIN_SEGMENT_SIZE, Options
+from ..storage.oserrors import fsync_directory
 from ..storage.segment import SegmentLog
 from ..values.codec import RAW_CODEC_OPTIONS, decode
 from bson.raw_bson import RawBSONDocument
@@ -279,8 +280,8 @@ class FifoStore(ClaimVerbs, SegmentStore):
         kv = KV(path, map_size=min(self.options.map_size, CLAIMS_MAP_SIZE), sync=self.options.sync)
         try:
             if created:  # the new folder's name must survive a power cut with the claims in it
-                _fsync_dir(path)
-                _fsync_dir(self.directory)
+                fsync_directory(path)
+                fsync_directory(self.directory)
             with kv.read() as txn:
                 records = load_records(txn)
                 raw = txn.get(TAKEN)
@@ -458,9 +459,3 @@ TAKEN = b"Mtaken"
 CLAIMS_MAP_SIZE = 64 * 1024 * 1024
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

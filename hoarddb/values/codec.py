@@ -48,8 +48,14 @@ def encode_checked(doc, what: str = "the document") -> bytes:
 
 
 def decode(data) -> dict:
-    """The document a BSON byte string holds."""
+    """The document a BSON byte string holds (raises one of :data:`DECODE_ERRORS` on bytes
+    that are not BSON)."""
     return _bson_to_dict(data, CODEC_OPTIONS)
+
+
+#: What decoding bytes that are not a BSON document raises (stored bytes damaged on disk,
+#: for a reader of files; the wire catches more, since its bytes come from anyone).
+DECODE_ERRORS = (bson.errors.BSONError, UnicodeDecodeError)
 
 
 # bson.encode/decode check their arguments in Python before calling these C functions;

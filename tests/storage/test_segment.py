@@ -51,6 +51,13 @@ def open_log(directory: Path, suffix: str = "fifo", size: int = SMALL, sync: boo
     return SegmentLog(directory, suffix, size, sync=sync, preallocate=preallocate)
 
 
+def abandon(log: SegmentLog) -> None:
+    """Leave the log as a killed process would: its files closed without a clean close, so
+    that the next open repairs what a crash leaves (a log closed cleanly refuses it)."""
+    log._closed = True
+    log._close_files()
+
+
 def data_end(path: Path) -> int:
     """Where the whole entries of a segment file end (zeros may follow: preallocation)."""
     with open(path, "rb") as f:
@@ -186,7 +193,7 @@ def test_a_corrupt_newest_slot_falls_back_to_the_other(bucket, caplog):
     log.append([payload(i) for i in range(5)])
     log.take_head(1)  # seq 1, slot 1
     log.take_head(1)  # seq 2, slot 0
-    log.close()
+    abandon(log)  # (a clean close would write seq 3)
     with open(bucket / STATE_FILE, "r+b") as f:  # flip a byte inside slot 0's BSON
         f.seek(20)
         b = f.read(1)
@@ -208,7 +215,7 @@ def test_a_corrupt_older_slot_changes_nothing(bucket):
     log.append([payload(i) for i in range(5)])
     log.take_head(1)
     log.take_head(1)  # newest is slot 0
-    log.close()
+    abandon(log)  # (a clean close would write the newest into slot 1)
     with open(bucket / STATE_FILE, "r+b") as f:
         f.seek(SLOT_SIZE + 10)
         f.write(b"\xAA\xBB")
@@ -246,7 +253,7 @@ def test_a_torn_tail_is_cut_back_to_the_last_whole_entry(bucket, caplog, damage,
     log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     for i in range(5):  # five appends: five batches of one
         log.append([payload(i, 50)])
-    log.close()
+    abandon(log)
     path = bucket / "seg_00001.fifo"
     whole = data_end(path)
     assert (path.stat().st_size > whole) == (preallocate is None)
@@ -377,7 +384,7 @@ def test_a_cut_interrupted_by_a_crash_is_finished_on_open(bucket, caplog):
     log.append([payload(i, 900) for i in range(10)])
     saved = {name: (bucket / name).read_bytes() for name in seg_files(bucket, "lifo")}
     log.take_tail(7)
-    log.close()
+    abandon(log)
     for name, data in saved.items():  # as if killed right after the cut's state write
         (bucket / name).write_bytes(data)
     with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
@@ -436,7 +443,7 @@ def test_a_batch_torn_by_a_crash_leaves_none_of_it(bucket, preallocate):
     log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     log.append([payload(0, 50)])
     log.append([payload(i, 50) for i in range(1, 6)])
-    log.close()
+    abandon(log)
     path = bucket / "seg_00001.fifo"
     entry = len(framing.frame(payload(0, 50)))
     end = data_end(path)
@@ -456,13 +463,13 @@ def test_a_torn_batch_that_spanned_segments_is_cut_in_both(bucket, caplog):
     log = open_log(bucket, size=size)
     log.append([payload(0, 50)])
     log.append([payload(i, 1000) for i in range(1, 9)])  # spans two or three segments
-    log.close()
+    abandon(log)
     segs = sorted(p for p in bucket.iterdir() if p.name.startswith("seg_"))
     assert len(segs) >= 2
     for p in segs[1:]:
-        os.truncate(p, 0)  # the later segments' writes were lost
+        os.truncate(p, 0)  # the later segments' writes were lost: a power cut with sync off
     with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
-        log = open_log(bucket, size=size)
+        log = open_log(bucket, size=size, sync=False)
     assert everything(log) == [0]
     assert "did not finish" in caplog.text
     log.append([payload(9, 50)])
@@ -704,3 +711,42 @@ def test_a_preallocated_log_killed_mid_append_reopens_with_every_acknowledged_en
             assert zeros_after_data(directory / names[-1])
         model = actual
     assert next_id > 50, "the child appended too little to test anything"
+
+
+def test_a_power_cut_in_the_first_group_after_a_clean_close_is_repaired_not_refused(bucket, monkeypatch):
+    """With sync off (a server), a pop and a push after an open run unflushed, and a flush
+    puts the segments on disk before the state. The pop's state write is the first after
+    the clean close: unless it is on disk before anything else is, a power cut can leave
+    the clean close's counts beside a longer segment, which the opener refuses as damage.
+
+    The disk is simulated: the state file as its last fdatasync left it, the segment
+    files as written (the kernel may have written them back at any moment)."""
+    import hoarddb.storage.segment as segment
+
+    durable: dict[str, bytes] = {}
+    real = segment._datasync
+
+    def datasync(fd: int) -> None:
+        real(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith(STATE_FILE):
+            with open(path, "rb") as f:
+                durable[path] = f.read()
+
+    monkeypatch.setattr(segment, "_datasync", datasync)
+    log = open_log(bucket, sync=False, preallocate=SMALL)
+    log.append([payload(i) for i in range(5)])
+    log.close()  # clean: the counts are recorded (and flushed)
+
+    log = open_log(bucket, sync=False, preallocate=SMALL)
+    assert ids(log.take_head(1)) == [0]
+    log.append([payload(5)])
+    abandon(log)  # the power goes before the group's flush
+    state = bucket / STATE_FILE
+    state.write_bytes(durable[str(state)])
+
+    log = open_log(bucket, sync=False, preallocate=SMALL)  # a crash, repaired: not CORRUPT_DATA
+    try:
+        assert everything(log) == [1, 2, 3, 4, 5]
+    finally:
+        log.close()

@@ -50,6 +50,13 @@ def store(bucket: Path):
     s.close()
 
 
+def abandon(store: BlobStore) -> None:
+    """Leave the store as a killed process would: no clean close (``_index.closed``), so the
+    next open repairs what a crash leaves (after a clean close it refuses it as damage)."""
+    store._closed = True
+    store._index.close()
+
+
 def reopen(store: BlobStore, **options) -> BlobStore:
     store.close()
     return open_store(store.directory, **options)
@@ -525,7 +532,7 @@ def test_torn_index_tail_is_cut_back_and_its_blob_removed(store, caplog):
     a = store.put(b"first")
     b = store.put(b"second")
     index = store.directory / INDEX_NAME
-    store.close()
+    abandon(store)
     whole = index.stat().st_size
     os.truncate(index, whole - 10)  # a crash in the middle of b's append
     with caplog.at_level(logging.WARNING):
@@ -548,7 +555,7 @@ def test_torn_index_tail_is_cut_back_and_its_blob_removed(store, caplog):
 def test_zeros_and_partial_headers_at_the_tail_are_cut(store, caplog):
     a = store.put(b"first")
     index = store.directory / INDEX_NAME
-    store.close()
+    abandon(store)
     good = index.stat().st_size
     with open(index, "ab") as f:
         f.write(b"\x00" * 4096)
@@ -563,7 +570,7 @@ def test_zeros_and_partial_headers_at_the_tail_are_cut(store, caplog):
 def test_damage_before_whole_records_is_refused_not_cut(store):
     ids = [store.put(b"x%d" % i) for i in range(3)]
     index = store.directory / INDEX_NAME
-    store.close()
+    abandon(store)  # even after a crash: this is no torn tail
     flip_byte(index, framing.HEADER_SIZE + 20)  # inside the first record
     with pytest.raises(CorruptDataError, match=r"whole entries follow"):
         open_store(store.directory)
@@ -578,7 +585,7 @@ def test_blob_files_without_an_index_are_refused(bucket):
 
 def test_open_removes_temp_files_and_unindexed_blob_files(store, caplog):
     kept = store.put(b"kept")
-    store.close()
+    abandon(store)  # (a crash: after a clean close an unnamed blob file is refused)
     (store.directory / ".tmp-0192a3b4-c5d6-7890-abcd-ef12345678a1").write_bytes(b"half a put")
     (store.directory / ".tmp-index").write_bytes(b"half a compaction")
     orphan = uuid7()
@@ -598,7 +605,7 @@ def test_open_removes_temp_files_and_unindexed_blob_files(store, caplog):
 def test_open_drops_index_records_whose_file_is_missing(store, caplog):
     kept = store.put(b"kept")
     lost = store.put(b"lost", name="lost.jpg")
-    store.close()
+    abandon(store)  # a crash (sync off, or a delete on a full disk): after a clean close the record stays
     os.unlink(store.directory / lost)
     with caplog.at_level(logging.WARNING):
         again = open_store(store.directory)
