@@ -404,7 +404,9 @@ class AsyncExecutor:
                 if op == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
                     args = request.get("args") or {}
                     size = args.get("chunk_size") if isinstance(args, Mapping) else None
-                    return {"ok": 1, "result": self._chunks(proto, request_id, queue, answer, size or STREAM_CHUNK)}
+                    stream = self._chunks(proto, request_id, queue, answer, size or STREAM_CHUNK)
+                    await stream.__anext__()  # into its try: dropped unread, it still finishes (see _chunks)
+                    return {"ok": 1, "result": stream}
                 proto.finish(request_id)
         except (ConnectionError_, TimeoutError_, ClosedError) as e:
             if isinstance(e, ClosedError) and not self._closed:
@@ -435,6 +437,10 @@ class AsyncExecutor:
 
     async def _chunks(self, proto: _Protocol, request_id, queue, first: dict, chunk_size: int) -> AsyncIterator[bytes]:
         try:
+            # _execute takes this first yield: a generator never started runs no finally (and
+            # the loop's finalizer only closes those started), so a stream dropped unread would
+            # keep its waiter, and every chunk still to come, for the connection's life.
+            yield b""
             message = first
             buffer = bytearray()
             while True:

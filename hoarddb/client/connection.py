@@ -529,7 +529,9 @@ class RemoteExecutor:
                     args = request.get("args") or {}
                     size = args.get("chunk_size") if isinstance(args, Mapping) else None
                     conn.stream_started(request_id)
-                    return {"ok": 1, "result": self._chunks(conn, request_id, answer, size or STREAM_CHUNK)}
+                    stream = self._chunks(conn, request_id, answer, size or STREAM_CHUNK)
+                    next(stream)  # into its try: dropped unread, it still finishes the stream (see _chunks)
+                    return {"ok": 1, "result": stream}
         except (ConnectionError_, TimeoutError_) as e:
             raise self._unanswered(e, op, op not in _RETRYABLE) from None
         answer.pop("id", None)
@@ -573,6 +575,10 @@ class RemoteExecutor:
     def _chunks(self, conn: Connection, request_id: int, first: dict, chunk_size: int) -> Iterator[bytes]:
         complete = False
         try:
+            # _execute takes this first yield: a generator never started runs no finally, so a
+            # stream dropped unread would keep its spool, and every chunk still to come, for
+            # the connection's life. Started, it is finished when read, closed or collected.
+            yield b""
             message = first
             buffer = bytearray()
             while True:

@@ -80,8 +80,12 @@ class UploadReader:
             self._cv.notify_all()
 
     def fail(self, error: HoardError) -> None:
+        """The upload will not complete (the connection closed, the client aborted): the
+        engine's next read raises ``error``, and the chunks buffered are dropped now."""
         with self._cv:
             self._error = error
+            self._chunks.clear()  # never read: read() raises first
+            self.buffered = 0
             self._cv.notify_all()
 
     @property
@@ -99,7 +103,10 @@ class UploadReader:
             if not self._cv.wait_for(lambda: self._chunks or self._ended or self._error, self._timeout):
                 raise TimeoutError_(f"a blob upload received no data for {self._timeout:g} s; nothing was stored")
             if self._error is not None:
-                raise self._error
+                # A fresh error each time: raising the one kept would tie its traceback, whose
+                # frames hold this reader (and through it the connection), to the reader, a
+                # cycle only a full collection frees, with every chunk the reader still held.
+                raise type(self._error)(self._error.message, **self._error.details)
             if not self._chunks:
                 return b""
             chunk = self._chunks.popleft()
@@ -148,6 +155,7 @@ class Connection(asyncio.Protocol):
         self._corked: list[bytes] | None = None  # answers held to leave in one send (cork)
         self._corked_bytes = 0
         self.poller = None  # a BusyPoll, if the server busy-polls a lone connection
+        self._grace: asyncio.TimerHandle | None = None  # cuts a closing connection that reads nothing
 
     # -- asyncio.Protocol
 
@@ -190,6 +198,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        if self._grace is not None:  # closed in time: the timer would only keep this object 5 s more
+            self._grace.cancel()
+            self._grace = None
         self.core.close()
         for upload in self.uploads.values():
             upload.fail(ConnectionError_("the connection closed during a blob upload; nothing was stored"))
@@ -400,7 +411,7 @@ class Connection(asyncio.Protocol):
             self.transport.close()
             # close() first sends what is buffered; a peer that reads nothing would keep the
             # connection, and its slot, for good: cut it after a grace period
-            self.loop.call_later(CLOSE_GRACE, self._abort_if_open)
+            self._grace = self.loop.call_later(CLOSE_GRACE, self._abort_if_open)
 
     def _abort_if_open(self) -> None:
         if not self.closed and self.transport is not None:

@@ -332,6 +332,7 @@ class Server:
                     self.metrics.rejected.labels("idle_timeout").inc()
                     conn.abort_with(TimeoutError_(
                         f"idle for {idle_timeout:g} s (idle_timeout); closing. Reconnect to go on"))
+            conn = None  # else the last one swept stays alive in this frame, closed or not, until another comes
 
     def _close_stalled_reader(self, conn: Connection, now: float) -> None:
         """Close a connection that has read none of its answers for idle_timeout while they backed
@@ -426,7 +427,13 @@ class Server:
         return None
 
     def _read(self, conn: Connection, doc: dict) -> dict:
-        """On a read-pool thread: a read's answer, refusals included (dispatch authorized it)."""
+        """On a read-pool thread: a read's answer, refusals included (dispatch authorized it).
+
+        Not run when its connection closed while it waited for a thread: clients that send
+        a scan and hang up would otherwise leave the pool a queue of scans nobody reads,
+        growing as long as they come faster than the scans run."""
+        if conn.closed:
+            return ConnectionError_("the connection closed before this read ran; it was not run").to_answer()
         try:
             return self._visible(conn, doc, self.engine.execute(doc))
         except HoardError as e:
