@@ -607,7 +607,7 @@ def run(config: ServerConfig) -> int:
         with asyncio.Runner(loop_factory=config.loop_factory()) as runner:
             runner.run(server.serve())
     except HoardError as e:
-        log.error("%s", e.message)
+        log.error("%s: %s", e.codeName, e.message)
         return 1
     except OSError as e:
         log.error("cannot listen on %s:%s: %s", config.host, config.port, e)

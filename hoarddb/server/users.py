@@ -10,6 +10,11 @@ No password and no plain hash of one is stored: only the salted, iterated SCRAM 
 temporary file, fsynced and renamed, so a crash leaves the old or the new file, never a
 mix. ``hoarddb user add`` may run while the server runs: the server rereads the file
 when it changes. (``_users`` cannot clash with a database: those begin with a letter.)
+
+The file has no checksum. What reads it checks its shape instead: a file that is not
+BSON, or a record with a field missing or of the wrong type, is CorruptDataError naming
+the file, when it is read (so a server refuses to start on it), never a failure at login.
+A changed byte inside a salt, a key or a name still reads as a valid record.
 """
 
 from __future__ import annotations
@@ -19,15 +24,16 @@ import datetime
 import fcntl
 import hmac
 import hashlib
+import logging
 import os
 import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import BadValueError, InvalidNameError, NotFoundError, UnknownOptionError
-from ..storage.oserrors import fsync_directory
-from ..values.codec import decode, encode
+from ..errors import BadValueError, CorruptDataError, HoardError, InvalidNameError, NotFoundError, UnknownOptionError
+from ..storage.oserrors import fsync_directory, storage_error
+from ..values.codec import DECODE_ERRORS, decode, encode
 from ..wire import scram
 
 USERS_DIR = "_users"
@@ -38,6 +44,8 @@ FORMAT = 1
 DB_ROLES = ("read", "readWrite", "dbAdmin")
 CLUSTER_ROLES = ("admin",)
 USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+
+log = logging.getLogger("hoarddb.server")
 
 
 def parse_role(text) -> dict:
@@ -78,20 +86,30 @@ class UserStore:
         self.path = self.directory / USERS_FILE
         self._cache: dict | None = None
         self._stamp = None
+        self._damage: tuple | None = None  # (stamp, message) of a file found damaged
         self._mutex = threading.Lock()
 
     # -- reading
 
     def _load(self) -> dict:
+        """The file's document, checked (CorruptDataError when it is damaged)."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
             return {"format": FORMAT, "secret": b"", "users": []}
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         with self._mutex:
+            if self._damage is not None and self._damage[0] == stamp:
+                raise CorruptDataError(self._damage[1])  # a new one: raising the same would grow its traceback
             if self._cache is None or stamp != self._stamp:
-                self._cache = decode(self.path.read_bytes())
-                self._stamp = stamp
+                try:
+                    doc = read_users_file(self.path)
+                except CorruptDataError as exc:
+                    if self._cache is not None:  # it read before: damaged under a running server
+                        log.error("every login is refused until the users file is repaired: %s", exc.message)
+                    self._cache, self._stamp, self._damage = None, None, (stamp, exc.message)
+                    raise
+                self._cache, self._stamp, self._damage = doc, stamp, None
             return self._cache
 
     def users(self) -> list[dict]:
@@ -164,7 +182,7 @@ class UserStore:
         fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            doc = decode(self.path.read_bytes()) if self.path.exists() else {"format": FORMAT, "users": []}
+            doc = read_users_file(self.path) if self.path.exists() else {"format": FORMAT, "users": []}
             if not doc.get("secret"):
                 doc["secret"] = os.urandom(16)
             yield doc
@@ -201,6 +219,82 @@ def _check_credentials(c) -> dict:
                             f"iterations ≥ {scram.MIN_ITERATIONS}")
     return {"mechanism": scram.MECHANISM, "salt": salt, "iterations": iterations,
             "stored_key": stored, "server_key": server}
+
+
+def read_users_file(path: Path) -> dict:
+    """The document of a users file, its shape checked: CorruptDataError naming the file and
+    what is wrong when it is not BSON or a record lacks a field (or has one of the wrong type)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise storage_error(f"reading {path}", exc, "nothing was changed") from None
+    try:
+        doc = decode(data)
+    except DECODE_ERRORS as exc:
+        raise _damaged(path, f"it does not read as BSON ({len(data)} bytes; {type(exc).__name__}: {exc})") from None
+    problem = _shape_problem(doc)
+    if problem:
+        raise _damaged(path, problem)
+    return doc
+
+
+def _damaged(path: Path, what: str) -> CorruptDataError:
+    return CorruptDataError(
+        f"the users file {path} is damaged: {what}. Nothing was changed. Restore it from a backup, or move "
+        f"it aside and add the users again with `hoarddb user add NAME --role ROLE --data {path.parent.parent}`")
+
+
+def _shape_problem(doc: dict) -> str | None:
+    """What is wrong with the shape of a users file's document; None when nothing is."""
+    if doc.get("format") != FORMAT:
+        return f"its format is {doc.get('format')!r:.40}, not {FORMAT}"
+    if not isinstance(doc.get("secret"), bytes) or not doc["secret"]:
+        return "its 'secret' is missing or not bytes"
+    users = doc.get("users")
+    if not isinstance(users, list):
+        return "its 'users' is missing or not a list"
+    names = set()
+    for i, record in enumerate(users):
+        where = f"user {i + 1} of {len(users)}"
+        if not isinstance(record, dict):
+            return f"{where} is not a document"
+        name = record.get("name")
+        if not isinstance(name, str) or not USER_RE.match(name):
+            return f"{where} has no valid 'name' (it has {name!r:.40})"
+        where += f" ({name})"
+        if name in names:
+            return f"{where}: two users have this name"
+        names.add(name)
+        roles = record.get("roles")
+        if not isinstance(roles, list):
+            return f"{where}: 'roles' is missing or not a list"
+        for role in roles:
+            if not _is_role(role):
+                return f"{where}: {role!r:.60} is not a role"
+        if not _are_credentials(record.get("credentials")):
+            return (f"{where}: its 'credentials' are not {scram.MECHANISM} keys (mechanism, a salt of 8 bytes or "
+                    f"more, iterations ≥ {scram.MIN_ITERATIONS}, stored_key and server_key of 32 bytes)")
+        if not isinstance(record.get("created"), datetime.datetime):
+            return f"{where}: 'created' is missing or not a date"
+    return None
+
+
+def _is_role(role) -> bool:
+    """Whether a stored role is one :func:`parse_role` made."""
+    if not isinstance(role, dict) or not isinstance(role.get("db", ""), str):
+        return False
+    try:
+        return parse_role(role) == role
+    except HoardError:
+        return False
+
+
+def _are_credentials(c) -> bool:
+    """Whether stored credentials are the keys :func:`_check_credentials` lets in."""
+    try:
+        return _check_credentials(c) == c
+    except HoardError:
+        return False
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

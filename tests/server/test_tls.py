@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import hoarddb
-from hoarddb.errors import BadValueError, ConnectionError_
+from hoarddb.errors import BadValueError, ConnectionError_, CorruptDataError
 from hoarddb.server import ServerConfig
 from hoarddb.server.tls import cert_fingerprint, make_self_signed
 from hoarddb.testing import ServerThread
@@ -141,3 +141,60 @@ def test_the_server_warns_at_start_of_an_expired_certificate(tmp_path, caplog):
             with hoarddb.connect(server.url("admin", "admin-pw")) as client:  # a pinned client does not look at dates
                 client.databases()
     assert "expired on" in caplog.text and "c.pem" in caplog.text
+
+
+@pytest.mark.parametrize("missing", ["server.crt", "server.key"])
+def test_one_file_of_the_generated_pair_missing_is_refused_not_replaced(tmp_path, missing):
+    """A backup restored halfway: the other file is kept as it is and the start refused (before:
+    a new pair replaced it silently, and pinned clients found a new fingerprint)."""
+    data = tmp_path / "data"
+    add_users(data)
+    with ServerThread(data):
+        pass
+    tls = data / "tls"
+    (tls / missing).unlink()
+    (kept,) = [p for p in tls.iterdir() if p.name != missing]
+    before = kept.read_bytes()
+    with pytest.raises(CorruptDataError, match=f"{missing} is missing but {kept.name} is there") as caught:
+        ServerThread(data).start()
+    assert "delete both" in caught.value.message and "pin the old fingerprint" in caught.value.message
+    assert kept.read_bytes() == before and not (tls / missing).exists()
+
+
+def test_a_pair_made_again_where_buckets_are_is_warned_about(tmp_path, caplog):
+    """Both files deleted: a new pair is made (as the docs tell to replace it), with a warning
+    naming the new fingerprint when the data directory holds buckets (before: an info line);
+    none at a first start, even with its users added before it."""
+    data = tmp_path / "data"
+    add_users(data)
+    with caplog.at_level("INFO", logger="hoarddb.server"):
+        with ServerThread(data) as server:
+            first = server.fingerprint
+            with hoarddb.connect(server.url("admin", "admin-pw")) as client:
+                client["app"].create_bucket("H", type="hash")
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "fingerprint" in r.getMessage()]
+    for name in ("server.crt", "server.key"):
+        (data / "tls" / name).unlink()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="hoarddb.server"):
+        with ServerThread(data) as server:
+            with hoarddb.connect(server.url("admin", "admin-pw")) as client:
+                assert client["app"].buckets() == ["H"]
+    assert server.fingerprint != first
+    (warning,) = [r.getMessage() for r in caplog.records
+                  if r.levelname == "WARNING" and "fingerprint" in r.getMessage()]
+    assert server.fingerprint in warning and "not its first start" in warning and "pin" in warning
+
+
+def test_a_first_start_cut_short_between_its_two_renames_is_finished(tmp_path):
+    """The pair is written as two temporary files and renamed, key first: a crash between the
+    renames leaves the key beside server.crt.tmp, which the next start puts in place."""
+    cert_pem, key_pem = make_self_signed("127.0.0.1")
+    data = tmp_path / "data"
+    add_users(data)
+    (data / "tls").mkdir()
+    (data / "tls" / "server.key").write_bytes(key_pem)
+    (data / "tls" / "server.crt.tmp").write_bytes(cert_pem)
+    with ServerThread(data) as server:
+        assert server.fingerprint == cert_fingerprint(data / "tls" / "server.crt")
+    assert (data / "tls" / "server.crt").read_bytes() == cert_pem
