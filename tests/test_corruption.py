@@ -380,6 +380,10 @@ for pkg in (hoarddb.stores, hoarddb.storage):
     for m in pkgutil.iter_modules(pkg.__path__):
         importlib.import_module(pkg.__name__ + "." + m.name)
 from hoarddb import errors
+import tempfile
+with tempfile.TemporaryDirectory() as warm, hoarddb.open(warm) as c:  # what an open imports late (lmdb's own
+    for kind in ("fifo", "blob", "hash"):                              # modules), while root can still read it:
+        c["w"].create_bucket(kind, type=kind).length()                 # the checkout may be root's alone
 os.setgid(int(sys.argv[3]))
 os.setuid(int(sys.argv[2]))
 with hoarddb.open(sys.argv[1]) as c:
