@@ -30,7 +30,8 @@ class FrameReader:
     """FrameReader buffers bytes and hands out whole BSON documents, in order.
 
     ``feed(data)`` then ``next_frame()`` until it returns None. Memory held is at most
-    one partial message plus what was fed and not yet taken.
+    one partial message plus what was fed and not yet taken: once everything fed has been
+    taken the buffer is let go (a 16 MiB message is not kept until the next one arrives).
     """
 
     def __init__(self, max_size: int = MAX_MESSAGE_SIZE, limit_note: str = ""):
@@ -72,8 +73,9 @@ class FrameReader:
             return None
         if buf[end - 1] != 0:
             raise ProtocolError(f"a message of {length} bytes does not end with 0x00: not a BSON document")
-        self._pos = end
-        return bytes(buf[pos:end])
+        frame = bytes(buf[pos:end])
+        self._taken(end)
+        return frame
 
 
     def next_frames(self) -> bytes:
@@ -91,8 +93,17 @@ class FrameReader:
             if pos + length > size:
                 break
             pos += length
-        self._pos = pos
-        return bytes(buf[start:pos])
+        frames = bytes(buf[start:pos])
+        self._taken(pos)
+        return frames
+
+    def _taken(self, end: int) -> None:
+        """Everything up to ``end`` was handed out; all of it: the buffer is emptied (and freed)."""
+        if end == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        else:
+            self._pos = end
 
 
 def split_frames(data: bytes) -> list[bytes]:

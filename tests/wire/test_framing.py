@@ -97,3 +97,25 @@ def test_decode_frames_refuses_what_is_not_bson():
     bad[4] = 0x7F  # an element type BSON does not have
     with pytest.raises(ProtocolError):
         decode_frames(encode({"id": 0}) + bytes(bad))
+
+
+def test_a_big_message_is_not_kept_once_taken():
+    """A connection's reader let go of nothing until the next message came: each idle
+    connection could hold a copy of the last message it received, up to 16 MiB."""
+    import tracemalloc
+
+    big = encode({"blob": b"x" * (4 << 20)})
+    reader = FrameReader()
+    tracemalloc.start()
+    try:
+        reader.feed(big)
+        before = tracemalloc.get_traced_memory()[0]
+        frame = reader.next_frame()
+        assert frame == big
+        del frame
+        assert tracemalloc.get_traced_memory()[0] < before - (3 << 20)  # the buffer's 4 MiB went
+        reader.feed(big + big[:10])
+        assert len(reader.next_frames()) == len(big) and reader.buffered == 10  # the rest kept
+        assert reader.next_frame() is None
+    finally:
+        tracemalloc.stop()
