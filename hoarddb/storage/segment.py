@@ -410,8 +410,7 @@ class SegmentLog:
         A segment file deleted, emptied, cut at an entry's end, or replaced by one of
         another size checks as whole entries on its own; only the counts tell.
         """
-        found = {"entries": self._length, "segments": len(self._segs),
-                 "last": self._segs[-1] if self._segs else 0, "bytes": sum(self._sizes.values())}
+        found = self._totals()
         if all(closed.get(k) == v for k, v in found.items()):
             return
         if tail is not None:
@@ -980,12 +979,25 @@ class SegmentLog:
         # stay valid even if a pop unlinks and closes a segment meanwhile.
         with self._lock:
             self._check_open()
-            numbers = sorted(n for n in self._dirty if n in self._sizes)
-            fds = [os.dup(self._fd(n)) for n in numbers]
-            state = os.dup(self._state_fd) if self._dirty_state else None
-            sync_dir = self._dirty_dir
-            self._dirty.clear()
-            self._dirty_state = self._dirty_dir = False
+            taken = self._take_dirty()
+        try:
+            self._sync_taken(*taken)
+        except OSError as exc:
+            with self._lock:
+                raise self._fail(exc, self.directory) from None
+
+    def _take_dirty(self) -> tuple[list[int], int | None, bool]:
+        """What is unflushed, taken (holding the lock): duplicated descriptors of the dirty
+        segments and of the state (or None), and whether the directory is."""
+        fds = [os.dup(self._fd(n)) for n in sorted(n for n in self._dirty if n in self._sizes)]
+        state = os.dup(self._state_fd) if self._dirty_state else None
+        sync_dir = self._dirty_dir
+        self._dirty.clear()
+        self._dirty_state = self._dirty_dir = False
+        return fds, state, sync_dir
+
+    def _sync_taken(self, fds: list[int], state: int | None, sync_dir: bool) -> None:
+        """Flush what :meth:`_take_dirty` took, in the order the opener relies on, and close the descriptors."""
         try:
             for fd in fds:
                 _datasync(fd)
@@ -993,9 +1005,6 @@ class SegmentLog:
                 _datasync(state)
             if sync_dir:
                 fsync_directory(self.directory)
-        except OSError as exc:
-            with self._lock:
-                raise self._fail(exc, self.directory) from None
         finally:
             for fd in fds + ([state] if state is not None else []):
                 os.close(fd)
@@ -1021,10 +1030,8 @@ class SegmentLog:
                 return
             try:
                 if self._failed is None and not self._clean and self._state_fd is not None:
-                    self._flush_locked()
-                    counts = {"entries": self._length, "segments": len(self._segs),
-                              "last": self._segs[-1] if self._segs else 0, "bytes": sum(self._sizes.values())}
-                    self._write_state(durable=False, closed=counts)
+                    self._sync_taken(*self._take_dirty())
+                    self._write_state(durable=False, closed=self._totals())
                     _datasync(self._state_fd)
                     self._clean = True
             except (OSError, StorageError) as exc:
@@ -1034,17 +1041,10 @@ class SegmentLog:
                 self._closed = True
                 self._close_files()
 
-    def _flush_locked(self) -> None:
-        """:meth:`flush`'s work, holding the lock (at close)."""
-        for n in sorted(self._dirty):
-            if n in self._sizes:
-                _datasync(self._fd(n))
-        if self._dirty_state:
-            _datasync(self._state_fd)
-        if self._dirty_dir:
-            fsync_directory(self.directory)
-        self._dirty.clear()
-        self._dirty_state = self._dirty_dir = False
+    def _totals(self) -> dict:
+        """What a clean close records of the log, and the opener checks against the files."""
+        return {"entries": self._length, "segments": len(self._segs),
+                "last": self._segs[-1] if self._segs else 0, "bytes": sum(self._sizes.values())}
 
 
 def _end_batch_in_file(path: Path, end: int) -> None:

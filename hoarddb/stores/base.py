@@ -199,16 +199,17 @@ class KVStore(Store):
         self._wlock = threading.RLock()
         try:
             with self.kv.read() as txn:
-                raw = txn.get(self.COUNT_KEY)
-            self._check_owner()
+                raw, owner = txn.get(self.COUNT_KEY), txn.get(self.OWNER_KEY)
+            self._check_owner(owner)
         except BaseException:
             self.kv.close()
             raise
         self._count = int.from_bytes(raw, "little") if raw else 0
 
-    def _check_owner(self) -> None:
-        """Refuse an environment that holds another bucket's data; record whose it is in one
-        that does not say yet (a new bucket, or one made before this check).
+    def _check_owner(self, raw: bytes | None) -> None:
+        """Refuse an environment that holds another bucket's data (``raw``: what its owner key
+        holds); record whose it is in one that does not say yet (a new bucket, or one made
+        before this check).
 
         Every file of a bucket checks on its own, so a ``data.mdb`` copied over from
         another bucket (a careless ``cp``) would open as if it were this bucket's data,
@@ -219,8 +220,6 @@ class KVStore(Store):
         db, name = (self.declaration or {}).get("db"), (self.declaration or {}).get("name")
         if not db or not name:
             return  # a store opened outside the engine (tests)
-        with self.kv.read() as txn:
-            raw = txn.get(self.OWNER_KEY)
         if raw is None:
             owner = encode({"db": db, "bucket": name})
             try:
