@@ -94,9 +94,11 @@ class UniqueMachine(RuleBasedStateMachine):
             assert len(self.b.search({"E": value})) == 1
 
     def teardown(self):
-        if hasattr(self, "client"):
-            self.client.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+        if hasattr(self, "dir"):
+            try:
+                self.client.close()
+            finally:  # a close that raises must not leave the folder behind in /tmp
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 TestUnique = UniqueMachine.TestCase

@@ -1014,9 +1014,11 @@ def test_against_a_model(kind):
             assert sorted(ids(self.jobs.export(limit=1000)["docs"])) == sorted(m.order)  # claimed ones too
 
         def teardown(self):
-            self.client.close()
-            claims.clock = self.saved
-            shutil.rmtree(self.directory, ignore_errors=True)
+            try:
+                self.client.close()
+            finally:  # a close that raises must not leave the folder behind in /tmp
+                claims.clock = self.saved
+                shutil.rmtree(self.directory, ignore_errors=True)
 
     ClaimMachine.TestCase.settings = settings(max_examples=300 if SLOW else 40, stateful_step_count=50, deadline=None)
     ClaimMachine.TestCase().runTest()

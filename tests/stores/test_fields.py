@@ -307,8 +307,10 @@ class FieldMachine(RuleBasedStateMachine):
         assert self.b["d"].H.length() == len(self.hash)
 
     def teardown(self):
-        self.client.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            self.client.close()
+        finally:  # a close that raises must not leave the folder behind in /tmp
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 TestFieldMachine = FieldMachine.TestCase

@@ -445,8 +445,10 @@ def run_state_machine(store_class, lifo: bool) -> None:
             assert self.store.length() == len(self.model)
 
         def teardown(self):
-            self.store.close()
-            shutil.rmtree(self.directory, ignore_errors=True)
+            try:
+                self.store.close()
+            finally:  # a close that raises must not leave the folder behind in /tmp
+                shutil.rmtree(self.directory, ignore_errors=True)
 
     SegmentMachine.TestCase.settings = settings(
         max_examples=300 if SLOW else 40, stateful_step_count=50, deadline=None
