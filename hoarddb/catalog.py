@@ -214,3 +214,40 @@ def _bucket_key(db: str, bucket: str) -> bytes:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+
+
+def check_entries(txn) -> tuple[list[str], list[str], list[dict]]:
+    """``(problems, databases, bucket declarations)`` of the catalog read through ``txn`` (a
+    read of its closed environment, hoarddb check): every entry decodes, its key names what
+    it holds, each bucket's database is declared, and no key is outside the layout above."""
+    from .operations import STORE_TYPES
+
+    problems, dbs, buckets = [], [], []
+    for key, value in txn.cursor():
+        key = bytes(key)
+        try:
+            doc = decode(value) if key.startswith((b"db:", b"bucket:", b"version")) else None
+        except DECODE_ERRORS as exc:
+            problems.append(f"the entry {key[:80]!r} does not decode ({exc})")
+            continue
+        if key.startswith(b"db:"):
+            if doc.get("name") != key[3:].decode("utf-8", "replace"):
+                problems.append(f"the entry {key[:80]!r} declares database {doc.get('name')!r}")
+            dbs.append(key[3:].decode("utf-8", "replace"))
+        elif key.startswith(b"bucket:"):
+            if _bucket_key(str(doc.get("db")), str(doc.get("name"))) != key:
+                problems.append(f"the entry {key[:80]!r} declares bucket {doc.get('name')!r} of {doc.get('db')!r}")
+            elif doc.get("type") not in STORE_TYPES:
+                problems.append(f"bucket {doc.get('name')!r} of {doc.get('db')!r} has the type {doc.get('type')!r}, "
+                                f"not one of {', '.join(STORE_TYPES)}")
+            else:
+                buckets.append(doc)
+        elif key == b"version":
+            if not isinstance(doc.get("version"), int):
+                problems.append(f"the catalog's version entry holds {doc!r:.80}")
+        else:
+            problems.append(f"the key {key[:80]!r} is no part of the catalog's layout")
+    for doc in buckets:
+        if doc["db"] not in dbs:
+            problems.append(f"bucket {doc['name']!r} belongs to database {doc['db']!r}, which is not declared")
+    return problems, sorted(dbs), buckets

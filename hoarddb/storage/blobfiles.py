@@ -301,3 +301,32 @@ def _later_entry(f, start: int, size: int) -> int | None:
         if framing.check(tail[i:i + n], tail[i + n:i + n + length]):
             return start + i
     return None
+
+
+def read_index(directory: Path) -> tuple[list[dict], int, int]:
+    """``(records, end, size)`` of a blob bucket's ``_index.bson``, reading only (a check):
+    every record up to the first entry that does not check, the offset just past the last
+    whole one, and the file's size (``end < size``: damage, or a torn tail).
+
+    FileNotFoundError when there is no index; CorruptDataError for an entry that checks but
+    is not a put or del record.
+    """
+    index = IndexLog(directory, sync=False)
+    with open(index.path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        records, end = [], 0
+        for offset, payload in framing.scan(f, 0):
+            records.append(index._decode(offset, payload))
+            end = offset + framing.HEADER_SIZE + len(payload)
+    return records, end, size
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """``(size, sha256 hex)`` of a blob's file, read a chunk at a time (a check)."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for chunk in read_chunks(f, CHUNK_SIZE):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()

@@ -1094,3 +1094,106 @@ def _parse_slot(raw: bytes) -> dict | None:
         if not isinstance(doc.get(key), int):
             return None
     return doc
+
+
+# -- checking a closed log, reading only (hoarddb check) ------------------------------------
+
+
+def _read_state(directory: Path) -> tuple[bytes | None, list[dict | None]]:
+    """The raw bytes of ``state.bson`` (None when missing) and its two slots (None: does not check)."""
+    try:
+        with open(Path(directory) / STATE_FILE, "rb") as f:
+            raw = f.read(2 * SLOT_SIZE)
+    except FileNotFoundError:
+        return None, [None, None]
+    return raw, [_parse_slot(raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE]) for i in range(2)]
+
+
+def closed_cleanly(directory: Path) -> bool:
+    """Whether the log in ``directory`` was last closed cleanly (:meth:`SegmentLog.close`),
+    so that opening it repairs nothing; reads only."""
+    _raw, slots = _read_state(directory)
+    valid = [s for s in slots if s is not None]
+    return bool(valid) and isinstance(max(valid, key=lambda s: s["seq"]).get("closed"), dict)
+
+
+def verify(directory: Path, suffix: str) -> list[tuple[str, str]]:
+    """What is wrong with the closed log in ``directory``, as ``(file name, what)`` pairs; reads only.
+
+    Every entry from the head on is read and must pass its crc and decode as BSON; the
+    state must have a valid slot, and the files what the clean close counted (the
+    opener's own checks after a clean close, without its repairs: nothing is written).
+    """
+    directory = Path(directory)
+    problems: list[tuple[str, str]] = []
+    pattern = re.compile(r"seg_(\d+)\." + re.escape(suffix) + r"$")
+    numbers = sorted(int(m.group(1)) for name in os.listdir(directory) if (m := pattern.match(name)))
+    raw, slots = _read_state(directory)
+    valid = [s for s in slots if s is not None]
+    if raw is None:
+        if numbers:
+            problems.append((STATE_FILE, "is missing, so where the queue's head is is unknown"))
+        return problems
+    if not valid:
+        if numbers:
+            problems.append((STATE_FILE, "has no slot that checks, so where the queue's head is is unknown"))
+        return problems
+    state = max(valid, key=lambda s: s["seq"])
+    if len(raw) < 2 * SLOT_SIZE:
+        problems.append((STATE_FILE, f"is {len(raw)} bytes, not {2 * SLOT_SIZE}: the file was cut short"))
+    for i, s in enumerate(slots):
+        if s is None and raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0"):
+            problems.append((STATE_FILE, f"slot {i} does not check (its other slot, the state in use, does)"))
+    head_seg, head_off = int(state["head_segment"]), int(state["head_offset"])
+    cut_seg, cut_above = int(state.get("cut_segment", 0)), int(state.get("cut_above", 0))
+    for n in numbers:
+        if cut_seg < n <= cut_above:
+            problems.append((segment_name(n, suffix), "a finished pop had removed this segment file, and it is "
+                                                      "there again (a file restored or copied into the bucket)"))
+    live = [n for n in numbers if n >= head_seg and not cut_seg < n <= cut_above]
+    if live and live[0] != head_seg:
+        problems.append((segment_name(head_seg, suffix), f"is missing: it holds the head of the queue, and "
+                                                         f"{len(live)} later segment file(s) are there"))
+        head_off = 0
+    if suffix == "fifo" and live and live != list(range(live[0], live[-1] + 1)):
+        missing = next(n for n in range(live[0], live[-1] + 1) if n not in live)
+        problems.append((segment_name(missing, suffix), f"is missing between {segment_name(live[0], suffix)} "
+                                                        f"and {segment_name(live[-1], suffix)}"))
+    entries = total = 0
+    for i, n in enumerate(live):
+        last = i == len(live) - 1
+        path = directory / segment_name(n, suffix)
+        size = os.path.getsize(path)
+        start = head_off if n == head_seg else 0
+        if start > size:
+            problems.append((path.name, f"the queue's head is at byte {start}, past the file's end ({size} bytes)"))
+            continue
+        if size == 0 and not last:
+            problems.append((path.name, "is empty, and it is not the last segment"))
+        end = start
+        with open(path, "rb", buffering=_WALK_CHUNK) as f:
+            for off, payload in framing.scan(f, start, whole_batches=last):
+                try:
+                    decode(payload)
+                except Exception as exc:  # a crc that checks over bytes that are not BSON
+                    problems.append((path.name, f"the entry at byte {off} is not a BSON document ({exc})"))
+                entries += 1
+                end = off + HEADER_SIZE + len(payload)
+        total += end
+        if end < size and not (last and _zeros_from(path, end, size)):
+            problems.append((path.name, f"the entry at byte {end} fails its checksum ({size - end} bytes from "
+                                        "there on do not check)"))
+    closed = state.get("closed")
+    if isinstance(closed, dict):
+        found = {"entries": entries, "segments": len(live), "last": live[-1] if live else 0,
+                 "bytes": total}
+        last = closed.get("last")
+        if isinstance(last, int) and last and last not in live and last > (live[-1] if live else 0):
+            problems.append((segment_name(last, suffix), "is missing: the clean close counted it as the last "
+                                                         "segment"))
+        if any(closed.get(k) != v for k, v in found.items()):
+            said = ", ".join(f"{k} {closed.get(k)}" for k in found)
+            now = ", ".join(f"{k} {v}" for k, v in found.items())
+            problems.append((STATE_FILE, f"the clean close counted {said} in the segment files, which now hold "
+                                         f"{now}: a segment file is missing, cut short, or was replaced"))
+    return problems

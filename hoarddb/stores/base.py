@@ -22,7 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator, NamedTuple
 
 from bson.raw_bson import RawBSONDocument
 
@@ -42,6 +42,37 @@ log = logging.getLogger("hoarddb.stores")
 #: ``try`` costs nothing until something is raised; a wrapper around every verb cost a
 #: get 5-10%), the store itself while it opens, and store fields in FieldStores.call.
 DAMAGE = (*DAMAGE_ERRORS, *DECODE_ERRORS)
+
+#: What to do about entries that disagree with the documents (index entries, counts): a
+#: dump reads the documents alone, and its restore writes every entry and count again.
+REBUILD = ("dump the bucket and restore it (hoarddb dump, then hoarddb restore --drop), which writes its index "
+           "entries and counts again from its documents")
+
+
+class Problems(list):
+    """Problems is the list a check fills: it keeps the first ``limit`` and counts the rest
+    (``more``), so that a bucket damaged everywhere costs a check no more memory than that."""
+
+    def __init__(self, limit: int = 1000):
+        super().__init__()
+        self.limit = limit
+        self.more = 0
+
+    def append(self, problem) -> None:
+        if len(self) < self.limit:
+            super().append(problem)
+        else:
+            self.more += 1
+
+
+class Problem(NamedTuple):
+    """Problem is one thing a check found wrong in a bucket: the file (relative to the
+    bucket's folder), what is wrong, and what to do (None: restore the bucket, the remedy
+    for damaged data; the check tool says how)."""
+
+    file: str
+    what: str
+    todo: str | None = None
 
 
 def _opening(method):
@@ -102,6 +133,18 @@ class Store(ABC):
 
     def close(self) -> None:
         """Release files and memory; the store is not used again."""
+
+    @classmethod
+    def check(cls, directory: Path, declaration: Mapping[str, Any]) -> list[Problem]:
+        """Read every file of the bucket in ``directory`` (closed, and not open anywhere) and
+        say what is wrong with it; an empty list when it is sound. Writes nothing.
+
+        A check reads what a read of the bucket would not (every entry, every index entry,
+        every count, every blob's bytes) and goes on past what it finds. The check tool
+        (hoarddb/tools/check.py) runs it in a child process when the bucket keeps data in
+        LMDB, whose damaged pages can stop the process.
+        """
+        raise NotImplementedError(f"{cls.__name__} has no check")
 
     def damaged(self, exc: BaseException) -> CorruptDataError:
         """The error for damaged bytes that reading this store met (``exc``, one of :data:`DAMAGE`)."""
@@ -331,6 +374,82 @@ class KVStore(Store):
 
     def close(self) -> None:
         self.kv.close()
+
+    # -- checking (hoarddb check): the store closed, its environment read only --------------
+
+    #: The file a check of an LMDB store names, relative to the bucket's folder.
+    KV_FILE = "kv/data.mdb"
+    #: The key namespaces this type keeps in its environment (see the class docstring).
+    NAMESPACES: ClassVar[bytes] = b"DM"
+
+    @classmethod
+    def check(cls, directory, declaration):
+        """Walk every key of the bucket's environment (see :meth:`check_kv`); refuse nothing."""
+        from ..storage.kv import read_only
+
+        problems = Problems()
+        try:
+            with read_only(Path(directory) / "kv") as txn:
+                cls.check_kv(txn, declaration, Path(directory), problems)
+        except (CorruptDataError, StorageError) as exc:
+            problems.append(Problem(cls.KV_FILE, exc.message))
+        except DAMAGE_ERRORS as exc:
+            problems.append(Problem(cls.KV_FILE, f"LMDB found its pages are not what it wrote ({exc}); what "
+                                                 "comes after the damage was not checked"))
+        return problems
+
+    @classmethod
+    def check_kv(cls, txn, declaration: Mapping[str, Any], directory: Path, problems: list[Problem]) -> None:
+        """What every LMDB store keeps right: no key outside the type's namespaces, and the
+        owner key naming this bucket. A type adds its entries' own checks (and the count)."""
+        check_namespaces(txn, cls.NAMESPACES, cls.KV_FILE, problems)
+        raw = txn.get(cls.OWNER_KEY)
+        if raw is not None:
+            try:
+                owner = decode(raw)
+            except DECODE_ERRORS as exc:
+                problems.append(Problem(cls.KV_FILE, f"the record of whose data it holds does not decode ({exc})"))
+                return
+            want = ((declaration or {}).get("db"), (declaration or {}).get("name"))
+            if (owner.get("db"), owner.get("bucket")) != want and all(want):
+                problems.append(Problem(cls.KV_FILE, f"it holds the data of bucket {owner.get('bucket')!r} of "
+                                                     f"database {owner.get('db')!r}: it was copied here from there"))
+
+    @classmethod
+    def check_count(cls, txn, found: int, problems: list[Problem]) -> None:
+        """The stored count (``b"Mcount"``) must be the number of entries ``found``."""
+        raw = txn.get(cls.COUNT_KEY)
+        stored = int.from_bytes(raw, "little") if raw else 0
+        if raw is not None and len(raw) != 8:
+            problems.append(Problem(cls.KV_FILE, f"its count is {len(raw)} bytes, not 8", REBUILD))
+        elif stored != found:
+            problems.append(Problem(cls.KV_FILE, f"its count says {stored} entries, and {found} are there", REBUILD))
+
+
+def scan(txn, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` of every key of an LMDB transaction that starts with ``prefix``, in order."""
+    cursor = txn.cursor()
+    if not cursor.set_range(prefix):
+        return
+    for key, value in cursor:
+        if not key.startswith(prefix):
+            return
+        yield key, value
+
+
+def check_namespaces(txn, namespaces: bytes, file: str, problems: list[Problem]) -> None:
+    """Walk every key of the environment (keys only) and report those outside ``namespaces``
+    (first bytes), one line per stray namespace."""
+    stray: dict[int, list] = {}
+    for key in txn.cursor().iternext(values=False):
+        if not key or key[0] not in namespaces:
+            first = key[0] if key else -1
+            if first in stray:
+                stray[first][1] += 1
+            else:
+                stray[first] = [bytes(key), 1]
+    for first, (key, n) in stray.items():
+        problems.append(Problem(file, f"{n} key(s) that are no part of this bucket's layout, such as {key[:40]!r}"))
 
 
 class Reply:

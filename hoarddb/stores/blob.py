@@ -35,7 +35,7 @@ from ..chunks import chunks as _chunks
 from ..storage import blobfiles
 from ..storage.blobfiles import CHUNK_SIZE, INDEX_NAME, TEMP_PREFIX, IndexLog
 from ..storage.oserrors import fsync_directory, is_full, storage_error
-from .base import Store, check_limit
+from .base import Problem, Problems, Store, check_limit
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,56 @@ class BlobStore(Store):
                 raise storage_error(f"opening {exc.filename or self.directory}", exc, "the bucket was not opened") \
                     from None
             raise
+
+    # -- checking (hoarddb check) ------------------------------------------------------
+
+    @classmethod
+    def check(cls, directory, declaration):
+        """The index reads whole to its end, holding what its clean close counted; every
+        blob file it names is there with the SHA-256 and size it records; it names every
+        blob file. Every blob's bytes are read."""
+        directory = Path(directory)
+        problems = Problems()
+        fix_file = "restore the file from a backup, or delete the blob"
+        files = {p.name for p in directory.iterdir() if _ID_TEXT.match(p.name) and p.is_file()}
+        try:
+            records, end, size = blobfiles.read_index(directory)
+        except FileNotFoundError:
+            if files:
+                problems.append(Problem(INDEX_NAME, f"is missing, and {len(files)} blob files are there"))
+            return problems
+        except CorruptDataError as exc:
+            problems.append(Problem(INDEX_NAME, exc.message))
+            return problems
+        if end < size:
+            problems.append(Problem(INDEX_NAME, f"the entry at byte {end} fails its checksum ({size - end} bytes from "
+                                                "there on do not check): the records from there on are lost"))
+        mark = blobfiles.read_closed_mark(directory)
+        if mark is not None and (mark["records"], mark["end"]) != (len(records), end):
+            problems.append(Problem(INDEX_NAME, f"held {mark['records']} records ({mark['end']} bytes) when the bucket "
+                                                f"was closed cleanly, and holds {len(records)} ({end} bytes): it was "
+                                                "cut short, replaced or written to since"))
+        live: dict[str, dict] = {}
+        for record in records:
+            if record["op"] == "put":
+                live[record["_id_"]] = record
+            else:
+                live.pop(record["_id_"], None)
+        for name in sorted(files - live.keys()):
+            problems.append(Problem(name, "the index does not name this blob file",
+                                    "restore _index.bson from a backup, or delete the file"))
+        for blob_id in sorted(live):
+            record = live[blob_id]
+            if blob_id not in files:
+                problems.append(Problem(blob_id, f"the file of blob {blob_id} (name {record.get('name')!r}, "
+                                                 f"{record.get('size')} bytes) is missing", fix_file))
+                continue
+            found_size, sha256 = blobfiles.file_digest(directory / blob_id)
+            if sha256 != record.get("sha256") or found_size != record.get("size"):
+                problems.append(Problem(blob_id, f"blob {blob_id} is corrupt: its file has {found_size} bytes of "
+                                                 f"sha256 {sha256}, recorded at put {record.get('size')} bytes of "
+                                                 f"{record.get('sha256')}", fix_file))
+        return problems
 
     # -- opening -------------------------------------------------------------------------
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import BadValueError, MissingKeyError, NotADocumentError
-from ..values.codec import decode
+from ..errors import BadValueError, HoardError, MissingKeyError, NotADocumentError
+from ..values.codec import DECODE_ERRORS, decode
 from ..values.filter import compile_filter
 from ..values.keys import encode_key
+from ..values.literal import literal
 from ..values.order import NUMBER, is_nan, type_rank
-from .base import KVStore, Reply, check_limit, encode_document
-from .fields import FieldStores
+from .base import REBUILD, KVStore, Problem, Reply, check_limit, encode_document, scan
+from .fields import NAMESPACES as FIELD_NAMESPACES
+from .fields import FieldStores, check_fields
 
 SEQ_KEY = b"Mseq"
 RANGE_OPERATORS = ("$gt", "$gte", "$lt", "$lte", "$eq", "$prefix")
@@ -36,6 +38,42 @@ class BTreeStore(KVStore):
 
     type_name = "btree"
     bucket_options = {"key": "the field whose value sorts the entries (default: _id_, else the first field)"}
+    NAMESPACES = KVStore.NAMESPACES + FIELD_NAMESPACES
+
+    @classmethod
+    def check_kv(cls, txn, declaration, directory, problems) -> None:
+        """Every entry decodes and sits under its own sort key, with a sequence number the
+        counter (``b"Mseq"``) has passed; the count is theirs; the store fields check."""
+        super().check_kv(txn, declaration, directory, problems)
+        key_field = (declaration.get("options") or {}).get("key")
+        raw = txn.get(SEQ_KEY)
+        last = int.from_bytes(raw, "big") if raw else 0
+        count = 0
+        for key, raw in scan(txn, cls.DOC):
+            count += 1
+            shown = repr(bytes(key[1:])[:40])
+            try:
+                doc = decode(raw)
+            except DECODE_ERRORS as exc:
+                problems.append(Problem(cls.KV_FILE, f"the entry under key {shown} does not decode ({exc})"))
+                continue
+            try:
+                value = _sort_value(doc, key_field, declaration.get("name", ""))
+                if len(key) < 10 or encode_key(value) != key[1:-8]:
+                    problems.append(Problem(cls.KV_FILE, f"the entry with sort key {literal(value)} is stored under "
+                                                         f"the key of another, {shown}"))
+            except HoardError as exc:
+                problems.append(Problem(cls.KV_FILE, f"the entry under key {shown} has no sort key: {exc.message}"))
+            if int.from_bytes(key[-8:], "big") > last:
+                problems.append(Problem(cls.KV_FILE, f"the entry under key {shown} has a sequence number past the "
+                                                     f"counter's ({last})", REBUILD))
+        cls.check_count(txn, count, problems)
+
+        def document_exists(dk: bytes) -> bool:
+            cursor = txn.cursor()
+            return cursor.set_range(cls.DOC + dk) and _is_entry_of(cursor.key(), cls.DOC + dk)
+
+        check_fields(txn, declaration, directory, document_exists, problems)
 
     @classmethod
     def validate_options(cls, bucket_options):
@@ -65,18 +103,7 @@ class BTreeStore(KVStore):
 
     def sort_key(self, doc: Mapping) -> Any:
         """The value an entry sorts by (see the module docstring)."""
-        if self.key_field is not None:
-            if self.key_field not in doc:
-                raise MissingKeyError(
-                    f"btree bucket {self.declaration['name']!r} is keyed by {self.key_field!r}, "
-                    f"and this document has no {self.key_field!r}: add it"
-                )
-            return doc[self.key_field]
-        if "_id_" in doc:
-            return doc["_id_"]
-        for value in doc.values():
-            return value
-        raise MissingKeyError("an empty document has no sort key: give it an _id_ or a first field")
+        return _sort_value(doc, self.key_field, self.declaration["name"])
 
     def _encoded(self, value: Any) -> bytes:
         ek = encode_key(value)
@@ -375,6 +402,21 @@ class BTreeStore(KVStore):
             if op in ("$lte", "$eq"):
                 upper = min(upper, ek + b"\xff" * 9)
         return lower, upper
+
+
+def _sort_value(doc: Mapping, key_field: str | None, bucket: str) -> Any:
+    """The value an entry of btree bucket ``bucket`` sorts by (BTreeStore.sort_key; a check has no store open)."""
+    if key_field is not None:
+        if key_field not in doc:
+            raise MissingKeyError(
+                f"btree bucket {bucket!r} is keyed by {key_field!r}, and this document has no {key_field!r}: add it"
+            )
+        return doc[key_field]
+    if "_id_" in doc:
+        return doc["_id_"]
+    for value in doc.values():
+        return value
+    raise MissingKeyError("an empty document has no sort key: give it an _id_ or a first field")
 
 
 def string_stem(prefix: str) -> bytes:

@@ -40,15 +40,16 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Iterator
 
-from ..errors import (BadValueError, CorruptDataError, DuplicateKeyError, L2LimitError,
+from ..errors import (BadValueError, CorruptDataError, DuplicateKeyError, L2LimitError, NotADocumentError,
                       NotFoundError, TooManyElementsError, VerbNotSupportedError)
 from ..ids import uuid7
 from ..storage import blobfiles
 from ..storage.oserrors import storage_error
-from ..values.codec import decode, encode
-from ..values.keys import decode_key, encode_key
+from ..values.codec import DECODE_ERRORS, decode, encode
+from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
-from .base import DAMAGE, check_limit, encode_document
+from .base import DAMAGE, REBUILD, Problem, check_limit, encode_document
+from .base import scan as _scan
 
 log = logging.getLogger("hoarddb.fields")
 
@@ -597,3 +598,141 @@ def _checked_chunks(fh, meta: dict, chunk_size: int, where: str) -> Iterator[byt
                 return
             yield chunk
             chunk = ahead
+
+
+# -- checking (hoarddb check) ----------------------------------------------------------------
+
+#: The key namespaces store fields keep in their bucket's environment.
+NAMESPACES = FIELD + COUNT + BLOB
+
+
+def check_fields(txn, declaration: Mapping, directory: Path, document_exists, problems: list) -> None:
+    """What a check finds wrong with a bucket's store fields (``txn``: a read of its closed
+    environment; ``document_exists(doc key)``: the owner type's test), into ``problems``.
+
+    Every element belongs to a declared field of a document that exists, decodes, and sits
+    under the key its type gives it (a heap element under its priority); each store's
+    count record holds its number of elements and a sequence no element passed; each blob
+    element has its owner record and its file in ``fields/``, whose bytes match the
+    SHA-256 and size recorded, and every file there belongs to one.
+    """
+    from .heap import prepare_element
+
+    kv = "kv/data.mdb"
+    fields = {i: (f["name"], f["type"]) for i, f in enumerate(declaration.get("store_fields") or [])}
+    counted: dict[bytes, list[int]] = {}  # doc key + field no -> [elements, highest seq]
+    orphaned: set[bytes] = set()
+    stray: dict[int, int] = {}
+    blob_dir = Path(directory) / "fields"
+    owned: set[str] = set()
+    for key, raw in _scan(txn, FIELD):
+        key = bytes(key)
+        try:
+            pos = key_end(key, 1)
+            if pos >= len(key):
+                raise BadValueError("no field number after the document key")
+        except BadValueError as exc:
+            problems.append(Problem(kv, f"a store-field element's key does not parse ({exc.message}): {key[:40]!r}",
+                                    REBUILD))
+            continue
+        dk, fno, ek = key[1:pos], key[pos], key[pos + 1:]
+        if fno not in fields:
+            stray[fno] = stray.get(fno, 0) + 1
+            continue
+        name, ftype = fields[fno]
+        where = f"store field {name} of document {_shown(dk)}"
+        slot = counted.setdefault(dk + bytes([fno]), [0, 0])
+        slot[0] += 1
+        if dk + bytes([fno]) not in orphaned and not document_exists(dk):
+            orphaned.add(dk + bytes([fno]))
+            problems.append(Problem(kv, f"{where} holds elements, and the document does not exist", REBUILD))
+        try:
+            element = decode(raw)
+        except DECODE_ERRORS as exc:
+            problems.append(Problem(kv, f"an element of {where} does not decode ({exc})"))
+            continue
+        if ftype in QUEUES or ftype == "heap":
+            expected = 8
+            if ftype == "heap":
+                try:
+                    priority_key = prepare_element(element, "element")[0]
+                    expected += len(priority_key)
+                    if ek[:-8] != priority_key:
+                        raise BadValueError("it is not under its priority")
+                except (BadValueError, NotADocumentError) as exc:
+                    problems.append(Problem(kv, f"an element of {where}: {exc.message}", REBUILD))
+                    continue
+            if len(ek) != expected:
+                problems.append(Problem(kv, f"an element of {where} has a key of {len(ek)} bytes, not {expected}",
+                                        REBUILD))
+                continue
+            slot[1] = max(slot[1], int.from_bytes(ek[-8:], "big"))
+        elif ftype in KEYED:
+            try:
+                if key_end(ek, 0) != len(ek):
+                    raise BadValueError("bytes after the element's key")
+            except BadValueError as exc:
+                problems.append(Problem(kv, f"an element key of {where} does not parse ({exc.message})", REBUILD))
+        else:  # blob: the metadata, its owner record, its file
+            blob_id = element.get("_id_")
+            if not isinstance(blob_id, str) or encode_key(blob_id) != ek:
+                problems.append(Problem(kv, f"a blob of {where} is recorded under another id than its own "
+                                            f"({blob_id!r:.60})", REBUILD))
+                continue
+            owned.add(blob_id)
+            owner = txn.get(BLOB + blob_id.encode())
+            if owner is None or bytes(owner) != dk + bytes([fno]):
+                problems.append(Problem(kv, f"blob {blob_id} of {where} has no record of its owner", REBUILD))
+            path = blob_dir / blob_id
+            try:
+                size, sha256 = blobfiles.file_digest(path)
+            except FileNotFoundError:
+                problems.append(Problem(f"fields/{blob_id}", f"the file of blob {blob_id} of {where} is missing",
+                                        "restore the file from a backup, or delete the blob"))
+                continue
+            if sha256 != element.get("sha256") or size != element.get("size"):
+                problems.append(Problem(f"fields/{blob_id}", f"blob {blob_id} of {where} is corrupt: its file has "
+                                                             f"{size} bytes of sha256 {sha256}, recorded at put "
+                                                             f"{element.get('size')} bytes of {element.get('sha256')}",
+                                        "restore the file from a backup, or delete the blob"))
+    for key, raw in _scan(txn, COUNT):
+        at = bytes(key[1:])
+        elements, top = counted.pop(at, (0, 0))
+        if len(raw) != _COUNTER.size:
+            problems.append(Problem(kv, f"a store field's count record is {len(raw)} bytes, not {_COUNTER.size}",
+                                    REBUILD))
+            continue
+        count, seq = _COUNTER.unpack(raw)
+        name = fields.get(at[-1], ("#" + str(at[-1]), ""))[0] if at else "?"
+        where = f"store field {name} of document {_shown(at[:-1])}"
+        if at[-1:] and at[-1] not in fields:
+            continue  # counted with the stray elements
+        if count and not document_exists(at[:-1]) and at not in orphaned:
+            problems.append(Problem(kv, f"{where} has a count, and the document does not exist", REBUILD))
+        if count != elements:
+            problems.append(Problem(kv, f"{where} counts {count} elements, and {elements} are there", REBUILD))
+        if seq < top:
+            problems.append(Problem(kv, f"{where}'s sequence is {seq}, behind its element {top}", REBUILD))
+    for at, (elements, _top) in counted.items():
+        problems.append(Problem(kv, f"store field {fields[at[-1]][0]} of document {_shown(at[:-1])} holds {elements} "
+                                    "elements and has no count record", REBUILD))
+    for key, raw in _scan(txn, BLOB):
+        blob_id = bytes(key[1:]).decode("utf-8", "replace")
+        if txn.get(FIELD + bytes(raw) + encode_key(blob_id)) is None:
+            problems.append(Problem(kv, f"blob {blob_id} has a record of its owner, and no store field holds it",
+                                    REBUILD))
+    for fno, n in stray.items():
+        problems.append(Problem(kv, f"{n} store-field elements of field number {fno}, which the bucket does not "
+                                    "declare", REBUILD))
+    if blob_dir.is_dir():
+        for path in sorted(blob_dir.iterdir()):
+            if not path.name.startswith(blobfiles.TEMP_PREFIX) and path.name not in owned:
+                problems.append(Problem(f"fields/{path.name}", "no blob of a store field names this file",
+                                        "delete the file if you do not miss it: no document owns it"))
+
+
+def _shown(dk: bytes) -> str:
+    try:
+        return literal(decode_key(dk))
+    except Exception:
+        return repr(bytes(dk)[:40])

@@ -28,14 +28,16 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from ..errors import BadValueError, ClosedError, HoardError, InvalidArgumentError
+from ..errors import BadValueError, ClosedError, CorruptDataError, HoardError, InvalidArgumentError, StorageError
 from ..options import MIN_SEGMENT_SIZE, Options
 from ..storage.oserrors import fsync_directory
+from ..storage import segment
 from ..storage.segment import SegmentLog
-from ..values.codec import RAW_CODEC_OPTIONS, decode
+from ..values.codec import DECODE_ERRORS, RAW_CODEC_OPTIONS, decode
 from bson.raw_bson import RawBSONDocument
 from . import claims
-from .base import Reply, Store, check_limit, directory_bytes, encode_document
+from .base import REBUILD, Problem, Problems, Reply, Store, check_limit, check_namespaces, directory_bytes, \
+    encode_document, scan
 from .claims import CLAIM, CLAIM_OPTIONS, ClaimTable, ClaimVerbs, load_records, validate_claim_options
 
 log = logging.getLogger("hoarddb.segment")
@@ -68,6 +70,15 @@ class SegmentStore(Store):
                 f"(the default is 64 MiB = 67108864); got {size!r}"
             )
         return checked
+
+    @classmethod
+    def check(cls, directory, declaration):
+        """Every entry of every segment from the head on passes its crc and decodes, and the
+        segment files are what the state's clean close counted (:func:`hoarddb.storage.segment.verify`)."""
+        problems = Problems()
+        for name, what in segment.verify(Path(directory), cls.type_name):
+            problems.append(Problem(name, what))
+        return problems
 
     # -- the end each type takes from ------------------------------------------------------
 
@@ -262,6 +273,47 @@ class FifoStore(ClaimVerbs, SegmentStore):
         checked = super().validate_options(bucket_options)
         validate_claim_options(checked)
         return checked
+
+    @classmethod
+    def check(cls, directory, declaration):
+        """The segments (:meth:`SegmentStore.check`), then the claim environment, if the
+        bucket has one: every claim record whole and beside its element, every element
+        decoding and claimed, none at a position the head has not passed (``Mtaken``)."""
+        from ..storage.kv import DAMAGE_ERRORS, read_only
+
+        problems = super().check(directory, declaration)
+        path = Path(directory) / CLAIMS_DIR
+        if not path.exists():
+            return problems
+        file = f"{CLAIMS_DIR}/data.mdb"
+        try:
+            with read_only(path) as txn:
+                check_namespaces(txn, CLAIM + ELEMENT + b"M", file, problems)
+                raw = txn.get(TAKEN)
+                taken = int.from_bytes(raw, "big") if raw else 0
+                for key, raw in scan(txn, CLAIM):
+                    position = int.from_bytes(key[1:], "big")
+                    if len(key) != 9 or len(raw) != claims.HEADER.size:
+                        problems.append(Problem(file, f"the claim record {bytes(key)[:40]!r} is not one"))
+                    elif txn.get(ELEMENT + key[1:]) is None:
+                        problems.append(Problem(file, f"the claim of element {position} has no element", REBUILD))
+                    elif position >= taken:
+                        problems.append(Problem(file, f"element {position} is claimed, and the queue's head has not "
+                                                      f"passed it (Mtaken {taken})", REBUILD))
+                for key, raw in scan(txn, ELEMENT):
+                    try:
+                        decode(raw)
+                    except DECODE_ERRORS as exc:
+                        problems.append(Problem(file, f"claimed element {int.from_bytes(key[1:], 'big')} does not "
+                                                      f"decode ({exc})"))
+                    if txn.get(CLAIM + key[1:]) is None:
+                        problems.append(Problem(file, f"element {int.from_bytes(key[1:], 'big')} was taken by a "
+                                                      "claim that is not there", REBUILD))
+        except (CorruptDataError, StorageError) as exc:
+            problems.append(Problem(file, exc.message))
+        except DAMAGE_ERRORS as exc:
+            problems.append(Problem(file, f"LMDB found its pages are not what it wrote ({exc})"))
+        return problems
 
     def _take(self, n: int) -> list[bytes]:
         return self.log.take_head(n)

@@ -27,17 +27,18 @@ from ..errors import BadValueError
 from ..errors import DuplicateKeyError, HoardError, TooManyElementsError
 from ..ids import uuid7
 from ..indexes.declaration import FORMAT
-from ..indexes.maintenance import IndexSet
+from ..indexes.maintenance import LMDB_MAX_KEY, PREFIX, IndexSet
 from ..indexes.planner import FULL_SCAN, Shapes, not_ready, plan
 from bson.raw_bson import RawBSONDocument
 
-from ..values.codec import decode, raw_get, raw_with
+from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
 from ..values.filter import compile_filter
-from ..values.keys import encode_key
+from ..values.keys import decode_key, decode_keys, encode_key, key_end
 from ..values.literal import literal
 from ..values.update import apply_update, validate_update
-from .base import KVStore, Reply, check_limit, encode_document
-from .fields import FieldStores
+from .base import REBUILD, KVStore, Problem, Reply, check_limit, encode_document
+from .fields import NAMESPACES as FIELD_NAMESPACES
+from .fields import FieldStores, check_fields
 
 log = logging.getLogger("hoarddb.indexes")
 MAX_KEY_BYTES = 480  # LMDB keys are at most 511 bytes, with room for the namespace
@@ -52,6 +53,23 @@ class HashStore(KVStore):
 
     type_name = "hash"
     bucket_options: dict[str, str] = {}
+    NAMESPACES = KVStore.NAMESPACES + PREFIX + FIELD_NAMESPACES
+
+    @classmethod
+    def check_kv(cls, txn, declaration, directory, problems) -> None:
+        """Every document decodes and sits under its own ``_id_``; the count is theirs; every
+        entry of each ready or conflicted index (unique, compound, TTL; a conflicted one's
+        claims too) points to a document that holds its values, and every document has all
+        of its entries, no two holding one unique value; the store fields check
+        (:func:`~hoarddb.stores.fields.check_fields`). An index being built, or declared by a
+        newer hoardDB, is not checked: the next open writes it again, or this one cannot read it."""
+        super().check_kv(txn, declaration, directory, problems)
+        indexes = IndexSet(declaration.get("indexes") or [], declaration.get("name", ""))
+        checked = [ix for ix in indexes.indexes if ix.state in ("ready", "conflicted")]
+        count = _check_documents(txn, indexes, checked, problems)
+        cls.check_count(txn, count, problems)
+        _check_entries(txn, indexes, checked, problems)
+        check_fields(txn, declaration, directory, lambda dk: txn.get(cls.DOC + dk) is not None, problems)
 
     def __init__(self, directory, declaration, options):
         super().__init__(directory, declaration, options)
@@ -663,3 +681,131 @@ def _batched_scan(txn, prefix: bytes, convert, batch: int = 1000):
         if len(got) < batch:
             return
         start = got[-1][0] + b"\x00"  # the next key after the last one read
+
+
+# -- checking (hoarddb check) ----------------------------------------------------------------
+
+
+def _check_documents(txn, indexes: IndexSet, checked: list, problems: list) -> int:
+    """Every document decodes, sits under its own ``_id_``, and has every entry of each
+    checked index (in a unique one: its own, or a claim beside the holder's); how many there are."""
+    count = 0
+    for key, raw in _scan(txn, HashStore.DOC):
+        count += 1
+        dk = bytes(key[1:])
+        try:
+            doc = decode(raw)
+        except DECODE_ERRORS as exc:
+            problems.append(Problem(HashStore.KV_FILE,
+                                    f"the document under key {_shown_key(dk)} does not decode ({exc})"))
+            continue
+        ident = doc.get("_id_", _MISSING)
+        if ident is _MISSING:
+            problems.append(Problem(HashStore.KV_FILE, f"the document under key {_shown_key(dk)} has no _id_"))
+            continue
+        if encode_key(ident) != dk:
+            problems.append(Problem(HashStore.KV_FILE, f"document {literal(ident)} is stored under the key of "
+                                                       f"another _id_, {_shown_key(dk)}"))
+        for ix in checked:
+            try:
+                entries = indexes.entries(ix, doc, dk)
+            except HoardError as exc:
+                problems.append(Problem(HashStore.KV_FILE, f'document {literal(ident)} cannot be in index "{ix.name}": '
+                                                           f"{exc.message}", REBUILD))
+                continue
+            for ekey, (value, values) in entries.items():
+                shown = ", ".join(f"{f} = {literal(v)}" for f, v in zip(ix.fields, values))
+                held = txn.get(ekey)
+                if held is None:
+                    problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has no entry for document '
+                                                               f"{literal(ident)} ({shown})", REBUILD))
+                elif ix.unique and bytes(held) != dk:
+                    claim = ekey + dk
+                    if not ix.claims:
+                        problems.append(Problem(
+                            HashStore.KV_FILE, f"documents {literal(ident)} and {_shown_key(held)} both hold {shown}, "
+                            f'which unique index "{ix.name}" allows one document', "change or delete one of them"))
+                    elif len(claim) <= LMDB_MAX_KEY and txn.get(claim) is None:
+                        problems.append(Problem(HashStore.KV_FILE, f'conflicted unique index "{ix.name}" has no claim '
+                                                                   f"for document {literal(ident)} ({shown})", REBUILD))
+                elif not ix.unique and bytes(held) != value:
+                    problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an entry for document '
+                                                               f"{literal(ident)} ({shown}) holding "
+                                                               f"{bytes(held)[:40]!r}, not nothing", REBUILD))
+    return count
+
+
+def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> None:
+    """Every index entry (and claim) points to a document that has it; entries of no declared index are stray."""
+    by_id = {ix.id: ix for ix in indexes.indexes}
+    stray: dict[int, int] = {}
+    for key, value in _scan(txn, PREFIX):
+        ix = by_id.get(key[1]) if len(key) > 1 else None
+        if ix is None:
+            stray[key[1] if len(key) > 1 else -1] = stray.get(key[1] if len(key) > 1 else -1, 0) + 1
+            continue
+        if ix not in checked:
+            continue
+        key, value = bytes(key), bytes(value)
+        try:
+            pos = len(ix.prefix)
+            for _field in ix.fields:
+                pos = key_end(key, pos)
+            entry, rest = key[:pos], key[pos:]
+            if rest and key_end(rest, 0) != len(rest):
+                raise BadValueError("more than one document key after the values")
+        except BadValueError as exc:
+            problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an entry that does not parse '
+                                                       f"({exc.message}): {key[:40]!r}", REBUILD))
+            continue
+        if ix.unique and not rest:  # an entry: its value is the holder
+            owner, what = value, "entry"
+        elif ix.unique:  # a claim: entry key + the claimant
+            owner, what = rest, "claim"
+            if not ix.claims:
+                problems.append(Problem(HashStore.KV_FILE, f'unique index "{ix.name}" is not conflicted, yet holds a '
+                                                           f"claim for document {_shown_key(rest)}", REBUILD))
+                continue
+            holder = txn.get(entry)
+            if holder is None or bytes(holder) == rest:
+                problems.append(Problem(HashStore.KV_FILE, f'conflicted unique index "{ix.name}" holds a claim for '
+                                                           f"document {_shown_key(rest)} on a value no other document "
+                                                           "holds", REBUILD))
+        else:
+            owner, what = rest, "entry"
+            if not rest:
+                problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an entry without a document key: '
+                                                           f"{key[:40]!r}", REBUILD))
+                continue
+        raw = txn.get(HashStore.DOC + owner)
+        if raw is None:
+            problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an {what} for document '
+                                                       f"{_shown_key(owner)}, which does not exist", REBUILD))
+            continue
+        try:
+            has = indexes.entries(ix, decode(raw), owner)
+        except (HoardError, *DECODE_ERRORS):
+            continue  # said of the document already
+        if (entry if ix.unique else key) not in has:
+            values = ", ".join(literal(v) for v in _decoded_values(entry[len(ix.prefix):]))
+            problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an {what} for document '
+                                                       f"{_shown_key(owner)} with the value(s) {values}, which the "
+                                                       "document does not hold", REBUILD))
+    for index_id, n in stray.items():
+        problems.append(Problem(HashStore.KV_FILE, f"{n} index entries of index id {index_id}, which the bucket does "
+                                                   "not declare", REBUILD))
+
+
+def _shown_key(dk) -> str:
+    """An encoded document key as a literal (its bytes when it does not decode)."""
+    try:
+        return literal(decode_key(bytes(dk)))
+    except Exception:
+        return repr(bytes(dk)[:40])
+
+
+def _decoded_values(encoded: bytes) -> list:
+    try:
+        return decode_keys(encoded)
+    except Exception:
+        return [encoded[:40]]

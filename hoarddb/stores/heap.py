@@ -35,11 +35,11 @@ from typing import Any
 from bson.decimal128 import Decimal128
 
 from ..errors import BadValueError, NotADocumentError
-from ..values.codec import decode
+from ..values.codec import DECODE_ERRORS, decode
 from ..values.keys import encode_key
 from . import claims
-from .base import KVStore, Reply, check_limit, directory_bytes, encode_document
-from .claims import CLAIM, CLAIM_OPTIONS, ClaimTable, ClaimVerbs, load_records, validate_claim_options
+from .base import REBUILD, KVStore, Problem, Reply, check_limit, directory_bytes, encode_document, scan
+from .claims import CLAIM, CLAIM_OPTIONS, HEADER, ClaimTable, ClaimVerbs, load_records, validate_claim_options
 
 SEQ_KEY = b"Mseq"
 _INVERT = bytes(255 - i for i in range(256))
@@ -50,6 +50,42 @@ class HeapStore(ClaimVerbs, KVStore):
 
     type_name = "heap"
     bucket_options: dict[str, str] = dict(CLAIM_OPTIONS)
+    NAMESPACES = KVStore.NAMESPACES + CLAIM
+
+    @classmethod
+    def check_kv(cls, txn, declaration, directory, problems) -> None:
+        """Every element decodes and sits under its own priority, with a sequence number
+        the counter (``b"Mseq"``) has passed; the count is theirs, claimed ones included;
+        every claim record is whole and holds an element."""
+        super().check_kv(txn, declaration, directory, problems)
+        raw = txn.get(SEQ_KEY)
+        last = int.from_bytes(raw, "big") if raw else 0
+        count = 0
+        for key, raw in scan(txn, cls.DOC):
+            count += 1
+            shown = repr(bytes(key[1:])[:40])
+            try:
+                pkey, _data = prepare_element(decode(raw), "the element")
+            except DECODE_ERRORS as exc:
+                problems.append(Problem(cls.KV_FILE, f"the element under key {shown} does not decode ({exc})"))
+                continue
+            except (BadValueError, NotADocumentError) as exc:
+                problems.append(Problem(cls.KV_FILE, f"the element under key {shown}: {exc.message}"))
+                continue
+            if len(key) < 10 or key[1:-8] != pkey:
+                problems.append(Problem(cls.KV_FILE, f"the element under key {shown} is not under its priority"))
+            if int.from_bytes(key[-8:], "big") > last:
+                problems.append(Problem(cls.KV_FILE, f"the element under key {shown} has a sequence number past the "
+                                                     f"counter's ({last})", REBUILD))
+        cls.check_count(txn, count, problems)
+        for key, raw in scan(txn, CLAIM):
+            shown = repr(bytes(key[1:])[:40])
+            if len(raw) != HEADER.size:
+                problems.append(Problem(cls.KV_FILE, f"the claim record of element {shown} is {len(raw)} bytes, not "
+                                                     f"{HEADER.size}"))
+            if txn.get(cls.DOC + bytes(key[1:])) is None:
+                problems.append(Problem(cls.KV_FILE, f"a claim record names element {shown}, which is not there",
+                                        REBUILD))
 
     @classmethod
     def validate_options(cls, bucket_options: Mapping[str, Any]) -> dict:

@@ -14,7 +14,9 @@ wrap them (:mod:`hoarddb.tools.commands`).
 Modules: :mod:`~hoarddb.tools.readers` (BSON and JSON Lines with positions),
 :mod:`~hoarddb.tools.batches` (one write per batch, finding a refused batch's bad
 documents), :mod:`~hoarddb.tools.ingest`, :mod:`~hoarddb.tools.dump`,
-:mod:`~hoarddb.tools.restore`, :mod:`~hoarddb.tools.report` (what each hands back).
+:mod:`~hoarddb.tools.restore`, :mod:`~hoarddb.tools.report` (what each hands back), and
+:mod:`~hoarddb.tools.check` (``hoarddb check``: reads a closed data directory's files whole,
+not through a client, and reports what is wrong).
 """
 
 from __future__ import annotations
