@@ -17,7 +17,10 @@ from .errors import UnknownVerbError
 class Client:
     """Client is an open hoardDB: ``client["app"]`` is a database.
 
-    Use it as a context manager, or call :meth:`close`.
+    Use it as a context manager, or call :meth:`close`. An embedded one that is dropped
+    unclosed (with every handle taken from it) is closed when Python frees it, with a
+    ResourceWarning, and one still open at exit is closed then. One client serves many
+    threads; a process forked from the one that opened it cannot use it.
     """
 
     def __init__(self, executor):

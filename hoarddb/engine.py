@@ -16,9 +16,14 @@ A data directory, as the engine lays it out:
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import shutil
 import threading
+import time
+import warnings
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,8 +32,8 @@ from .catalog import Catalog, check_name
 from .indexes.declaration import declare as declare_indexes
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
-                     HoardError, InternalError, InvalidArgumentError, StorageError, UnknownOptionError,
-                     UnknownVerbError, VerbNotSupportedError)
+                     DataDirLockedError, HoardError, InternalError, InvalidArgumentError, StorageError,
+                     UnknownOptionError, UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
 from .indexes.ttl import Sweeper
@@ -73,6 +78,8 @@ class Engine:
     def __init__(self, path, options: Options | None = None):
         self.path = Path(path)
         self.options = options or Options()
+        _refuse_inherited(self.path)
+        _wait_for_forgotten_close(self.path)
         try:
             if self.path.exists() and not self.path.is_dir():
                 raise StorageError(f"cannot open data directory {self.path}: it is a file, not a directory; "
@@ -97,22 +104,18 @@ class Engine:
         self._group_lock = threading.Lock()  # one group of writes at a time (execute_group)
         self._mutex = threading.RLock()
         self._closed = False
+        self._pid = os.getpid()  # the process that opened it: the only one that may use it
+        self._forked = False  # True in a child forked after the open (see _disown_after_fork)
         self.metrics = Metrics()
-        self.sweeper = Sweeper(self._ttl_stores, self.metrics,
+        self.sweeper = Sweeper(_weak_ttl_stores(self), self.metrics,
                                self.options.ttl_sweep_seconds, self.options.ttl_sweep_budget_seconds)
-        self._handlers: dict[str, Callable[[dict], Any]] = {
-            "create_database": lambda r: self.catalog.create_database(_db(r)) and None,
-            "drop_database": self._drop_database,
-            "list_databases": lambda r: self.catalog.databases(),
-            "create_bucket": self._create_bucket,
-            "drop_bucket": self._drop_bucket,
-            "list_buckets": lambda r: self.catalog.buckets(_db(r)),
-            "describe_bucket": self._describe_bucket,
-            "stats": self._stats,
-            "alter_bucket": self._alter_bucket,
-            "metrics": lambda r: self._metrics(),
-            "sweep_ttl": lambda r: self.sweeper.sweep(),
-        }
+        # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,
+        # the handlers are functions of the engine): an engine nobody holds any more is
+        # freed at once, and its finalizer closes what it had open (see _forgotten).
+        self._parts = _Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
+        self._finalizer = weakref.finalize(self, _forgotten, self._parts)
+        self._finalizer.atexit = False  # at exit, _close_at_exit closes it (quietly)
+        _OPEN.add(self)
         self.sweeper.start()
 
     # -- the one entry point -----------------------------------------------------------
@@ -120,11 +123,11 @@ class Engine:
     def execute(self, request: dict) -> dict:
         """Run one operation; its answer ``{ok: 1, result, ...}``, or raise its error."""
         if self._closed:
-            raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+            raise self._closed_error()
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
             raise InvalidArgumentError(operations.REQUEST_SHAPE)
         name = request["op"]
-        handler = self._handlers.get(name)
+        handler = HANDLERS.get(name)
         if handler is not None:
             if name in CATALOG_CHANGES:
                 # Under the mutex, and the cache emptied after the change too: a call that
@@ -132,15 +135,15 @@ class Engine:
                 # thread keeps the store of a dropped bucket, or an old declaration.
                 with self._mutex:
                     if self._closed:
-                        raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+                        raise self._closed_error()
                     self._hot.clear()
                     self._catalog_dirty = True
                     try:
-                        answer = handler(request)
+                        answer = handler(self, request)
                     finally:
                         self._hot.clear()
             else:
-                answer = handler(request)
+                answer = handler(self, request)
             return answer if isinstance(answer, dict) and "ok" in answer else {"ok": 1, "result": answer}
         if "field" in request or "key" in request:
             result = self._field_verb(name, request)
@@ -148,7 +151,7 @@ class Engine:
                 return {"ok": 1, "result": result.result, **result.extras}
             return {"ok": 1, "result": result}
         if name not in operations.VERBS:
-            known = sorted(set(self._handlers) | {op.name for op in operations.VERBS.values()})
+            known = sorted(set(HANDLERS) | {op.name for op in operations.VERBS.values()})
             raise UnknownVerbError(f"unknown operation {name!r}; operations: {', '.join(known)}")
         return self._verb(operations.VERBS[name], request)
 
@@ -168,7 +171,7 @@ class Engine:
         are cached until the next catalog change.
         """
         if self._closed:
-            raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+            raise self._closed_error()
         hot = self._hot.get((db, bucket))
         if hot is None:
             check_name(db, "database")
@@ -224,8 +227,7 @@ class Engine:
                 exc, (ClosedError, StorageError))):
             return
         if self._closed:
-            raise ClosedError("the database was closed while this operation ran; "
-                              "open it again with hoarddb.open(path)") from exc
+            raise self._closed_error(during=True) from exc
         self.catalog.bucket(db, bucket)  # dropped: BucketNotFoundError, naming the buckets there are
         raise BucketNotFoundError(f"bucket {bucket!r} of database {db!r} was dropped while this operation ran "
                                   "(it has been created again since); nothing of it was kept") from exc
@@ -325,7 +327,7 @@ class Engine:
             store = self._stores.get((db, bucket))
             if store is None:
                 if self._closed:
-                    raise ClosedError("the database is closed; open it again with hoarddb.open(path)")
+                    raise self._closed_error()
                 # The declaration as it is now, under the mutex that drops take: a caller that
                 # read it before a drop must not reopen (and re-create the folder of) the
                 # dropped bucket: it hears BUCKET_NOT_FOUND.
@@ -738,20 +740,99 @@ class Engine:
     # -- life cycle --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every store, the catalog and the lock; idempotent."""
+        """Close every store, the catalog and the lock; idempotent.
+
+        A call of another thread that is running meanwhile either completes or raises
+        ClosedError; calls made after raise ClosedError. In a process forked from the one
+        that opened the database, close touches nothing (the parent's files and locks are
+        the parent's): it only refuses later calls.
+        """
+        if self._forked:
+            self._closed = True
+            return
         with self._mutex:
             if self._closed:
                 return
             self._closed = True
+        self._finalizer.detach()  # closed on purpose: no warning, nothing to do when it is freed
+        _OPEN.discard(self)
+        self._parts.close()
+
+    def _closed_error(self, during: bool = False) -> ClosedError:
+        """What a call on a closed engine hears: closed (``during`` the call), or used in a forked child."""
+        if self._forked:
+            return ClosedError(
+                f"this database was opened by process {self._pid}, and this process is a child forked from it "
+                "after the open: a forked process cannot use its parent's open database (LMDB forbids it, and it "
+                "would corrupt the parent's locks). Open a database in the process that uses it: fork before "
+                "opening it, or start workers with multiprocessing's 'spawn' method; or serve it (hoarddb server) "
+                "and connect from every process")
+        if during:
+            return ClosedError("the database was closed while this operation ran; "
+                               "open it again with hoarddb.open(path)")
+        return ClosedError("the database is closed; open it again with hoarddb.open(path)")
+
+
+#: The operations the engine handles itself (catalog, metrics, TTL), as functions of
+#: ``(engine, request)``: the engine refers to them without their referring back to it.
+HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
+    "create_database": lambda e, r: e.catalog.create_database(_db(r)) and None,
+    "drop_database": Engine._drop_database,
+    "list_databases": lambda e, r: e.catalog.databases(),
+    "create_bucket": Engine._create_bucket,
+    "drop_bucket": Engine._drop_bucket,
+    "list_buckets": lambda e, r: e.catalog.buckets(_db(r)),
+    "describe_bucket": Engine._describe_bucket,
+    "stats": Engine._stats,
+    "alter_bucket": Engine._alter_bucket,
+    "metrics": lambda e, r: e._metrics(),
+    "sweep_ttl": lambda e, r: e.sweeper.sweep(),
+}
+
+
+# -- what outlives an Engine object: closing it when forgotten, at exit, and after fork ----------
+#
+# An engine is closed by close(); one dropped without it is closed by its finalizer when
+# it is freed (with a ResourceWarning, as Python's files are); one still open when the
+# interpreter exits is closed by _close_at_exit before the interpreter tears down; and in
+# a child forked after the open, every engine is disowned: refused, and never closed there.
+
+#: Every engine open in this process (held weakly).
+_OPEN: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+#: Data directories whose forgotten engine a thread of their own is closing (see _forgotten).
+_CLOSING: dict[str, threading.Thread] = {}
+#: In a forked child: the data directories its parent had open at the fork -> the parent's pid.
+_INHERITED: dict[str, int] = {}
+
+
+class _Parts:
+    """_Parts is what an open engine must close, kept apart from the Engine so that the
+    engine's finalizer can close it once the Engine object is gone."""
+
+    def __init__(self, path: Path, sweeper: Sweeper, mutex, stores: dict, catalog: Catalog, lock: DirectoryLock):
+        self.path = path
+        self.sweeper = sweeper
+        self.mutex = mutex
+        self.stores = stores
+        self.catalog = catalog
+        self.lock = lock
+
+    def close(self) -> None:
+        """Stop the sweeper, close every store (so flushed) and the catalog, release the lock.
+
+        Every store is closed even when one of them cannot be, and the lock is released
+        whatever fails: the first failure is raised at the end.
+        """
         self.sweeper.stop()
-        with self._mutex:
-            # Every store is closed (and so flushed) even when one of them cannot be, and the
-            # lock is released whatever fails: the first failure is raised at the end.
+        with self.mutex:
             failure: BaseException | None = None
             try:
-                for key in list(self._stores):
+                for key in list(self.stores):
+                    store = self.stores.pop(key, None)
+                    if store is None:
+                        continue
                     try:
-                        self._close_store(*key)
+                        store.close()
                     except Exception as exc:
                         log.error("closing bucket %s.%s failed: %s", key[0], key[1], exc)
                         failure = failure or exc
@@ -760,9 +841,126 @@ class Engine:
                 except Exception as exc:
                     failure = failure or exc
             finally:
-                self._lock.release()
+                self.lock.release()
             if failure is not None:
                 raise failure
+
+    def close_logged(self) -> None:
+        """close(), logging a failure instead of raising it (nobody is there to hear it)."""
+        try:
+            self.close()
+        except Exception as exc:
+            log.error("closing the database at %s failed: %s; the next open recovers every acknowledged write",
+                      self.path, exc)
+
+
+def _forgotten(parts: _Parts) -> None:
+    """The finalizer of an engine freed without close(): warn, and close what it had open.
+
+    It runs where the last reference went, or where the garbage collector found the
+    engine: on any thread, at any allocation. Closing takes the stores' locks and waits
+    for the sweeper and for flushes on the checkpoint thread, so on one of hoardDB's own
+    threads (the sweeper ending a pass, the checkpoint thread collecting garbage) it
+    hands the close to a thread of its own, which the next open of the directory waits
+    for; elsewhere no lock of this engine can be held (nothing holds the engine), and it
+    closes at once, so that the next open of the directory just works.
+    """
+    warnings.warn(f"hoarddb: the database at {parts.path} was never closed; it is closed now. Call close() on "
+                  "the client, or open it in a with block", ResourceWarning, stacklevel=3)
+    if threading.current_thread().name.startswith("hoarddb-"):
+        thread = threading.Thread(target=parts.close_logged, name="hoarddb-close")
+        _CLOSING[_directory_key(parts.path)] = thread  # before it starts: an open may come at once
+        try:
+            thread.start()
+            return
+        except RuntimeError:  # (the interpreter is shutting down: no new threads)
+            _CLOSING.pop(_directory_key(parts.path), None)
+    parts.close_logged()
+
+
+def _directory_key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def _wait_for_forgotten_close(path: Path, timeout: float = 60.0) -> None:
+    """Before opening ``path``: let a forgotten engine of it that another thread is closing finish."""
+    thread = _CLOSING.get(_directory_key(path))
+    if thread is not None:
+        if thread.ident is not None:  # (started)
+            thread.join(timeout)
+        else:  # about to start: give it a moment
+            deadline = time.monotonic() + timeout
+            while thread.ident is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if not thread.is_alive():
+            _CLOSING.pop(_directory_key(path), None)
+
+
+def _refuse_inherited(path: Path) -> None:
+    """In a forked child, refuse a directory its parent had open at the fork: py-lmdb counts
+    the environments the child inherited as open in the child for as long as it lives (it
+    may neither use nor close them), and refuses to open them again."""
+    parent = _INHERITED.get(_directory_key(path))
+    if parent is not None:
+        raise DataDirLockedError(
+            f"data directory {path} was open in process {parent} when it forked this process, and a forked "
+            "process can never open a database its parent had open (LMDB's files stay the parent's). Open it in "
+            "a process that did not inherit it: fork before opening it, or start workers with multiprocessing's "
+            "'spawn' method; or serve it (hoarddb server) and connect", pid=str(parent))
+
+
+def _weak_ttl_stores(engine: Engine) -> Callable[[], Any]:
+    """The sweeper's view of the engine's TTL stores, holding the engine weakly: None once it is gone."""
+    ref = weakref.ref(engine)
+
+    def ttl_stores():
+        alive = ref()
+        return None if alive is None else alive._ttl_stores()
+
+    return ttl_stores
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """At interpreter exit, close every engine still open, so the next open replays nothing.
+
+    (Registered when this module is imported; atexit runs after the interpreter has
+    joined its non-daemon threads and before it tears modules down.)
+    """
+    for engine in list(_OPEN):
+        if engine._closed or engine._forked:
+            continue
+        try:
+            engine.close()
+        except Exception as exc:
+            log.error("closing the database at %s at exit failed: %s", engine.path, exc)
+    for thread in list(_CLOSING.values()):
+        thread.join()
+
+
+def _disown_after_fork() -> None:
+    """In a child just forked: refuse every engine the parent had open, and never close one.
+
+    LMDB forbids using an environment in a process forked from the one that opened it:
+    its reader slots and locks are the parent's, and a child that read through them, or
+    closed them (even by exiting), would release the parent's pinned snapshots under it.
+    So the child's copy is left as it is (py-lmdb frees its objects without touching
+    LMDB in a child), and the child's copy of the directory lock's descriptor is closed:
+    that does not unlock it, and lets the parent's close unlock it.
+    """
+    for engine in list(_OPEN):
+        engine._forked = True
+        engine._closed = True
+        engine._finalizer.detach()
+        engine._lock.forget()
+        _INHERITED[_directory_key(engine.path)] = engine._pid
+    _OPEN.clear()
+    _CLOSING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_after_fork)
 
 
 def _index_states(store: Store, decl: dict) -> list[dict]:

@@ -18,7 +18,12 @@ log = logging.getLogger("hoarddb.ttl")
 
 
 class Sweeper:
-    """Sweeper runs sweep passes on a daemon thread until stopped."""
+    """Sweeper runs sweep passes on a daemon thread until stopped.
+
+    ``stores()`` gives the stores to sweep, or None once their owner is gone: the thread
+    then ends. The engine gives a function that holds it weakly, so that the thread never
+    keeps an engine its user dropped alive (its finalizer stops the sweeper).
+    """
 
     def __init__(self, stores: Callable[[], Iterable], metrics, interval: float, budget: float):
         self.stores = stores
@@ -35,8 +40,10 @@ class Sweeper:
             self._thread.start()
 
     def stop(self) -> None:
+        """Stop sweeping, and wait for a pass under way to end (unless called from the
+        sweeper's own thread: an engine freed as a pass ends is closed there)."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
     def _run(self) -> None:
@@ -53,7 +60,11 @@ class Sweeper:
         with self._pass_lock:
             deadline = time.monotonic() + self.budget
             total = {"expired": 0, "skipped": 0, "backlog": 0, "exhausted": False, "failed": 0}
-            for store in self.stores():
+            stores = self.stores()
+            if stores is None:  # the engine is gone: nothing to sweep, ever again
+                self._stop.set()
+                return total
+            for store in stores:
                 if self._stop.is_set():
                     break
                 try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 from pathlib import Path
 
 from ..errors import DataDirLockedError
@@ -14,6 +15,22 @@ LOCK_NAME = "LOCK"
 PID_BYTES = 32
 
 log = logging.getLogger("hoarddb.engine")
+
+#: The data directories this process holds, by their LOCK file's (device, inode), and the
+#: pid that took each: a second open in the same process is refused from here, before the
+#: pid note is read (another thread's open may have the flock and not have written it yet),
+#: and an entry a forked child inherited names its parent, not the child.
+_HELD: dict[tuple[int, int], int] = {}
+_HELD_MUTEX = threading.Lock()
+
+
+def _new_mutex_after_fork() -> None:
+    global _HELD_MUTEX
+    _HELD_MUTEX = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_mutex_after_fork)
 
 
 class DirectoryLock:
@@ -26,25 +43,32 @@ class DirectoryLock:
     def __init__(self, directory: Path):
         self.path = Path(directory) / LOCK_NAME
         self._fd: int | None = None
+        self._key: tuple[int, int] | None = None
 
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, PID_BYTES, 0).decode("ascii", "replace").strip() or "unknown"
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            with _HELD_MUTEX:
+                if _HELD.get(key) == os.getpid():
+                    raise self._held_here(str(os.getpid()))
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, PID_BYTES, 0).decode("ascii", "replace").strip() or "unknown"
+                    if holder == str(os.getpid()):
+                        raise self._held_here(holder) from None
+                    raise DataDirLockedError(
+                        f"data directory {self.path.parent} is open in another process (pid {holder}); "
+                        "close that process, or connect to it as a server instead of opening the directory",
+                        pid=holder,
+                    ) from None
+                _HELD[key] = os.getpid()
+        except BaseException:
             os.close(fd)
-            if holder == str(os.getpid()):
-                raise DataDirLockedError(
-                    f"data directory {self.path.parent} is open already in this process; use the client that "
-                    "opened it (one hoarddb.open per directory and process), or close it first",
-                    pid=holder,
-                ) from None
-            raise DataDirLockedError(
-                f"data directory {self.path.parent} is open in another process (pid {holder}); "
-                "close that process, or connect to it as a server instead of opening the directory",
-                pid=holder,
-            ) from None
+            raise
+        self._key = key
         # The pid is only a note for the error a second opener reads, so writing it is no
         # reason to refuse the open: on a full disk the lock holds without it. It is written
         # over the file in place, padded to a fixed width, so that it never needs a block
@@ -59,7 +83,33 @@ class DirectoryLock:
                         "same", self.path, exc.strerror or exc)
         self._fd = fd
 
+    def _held_here(self, pid: str) -> DataDirLockedError:
+        return DataDirLockedError(
+            f"data directory {self.path.parent} is open already in this process; use the client that "
+            "opened it (one hoarddb.open per directory and process), or close it first",
+            pid=pid,
+        )
+
     def release(self) -> None:
+        with _HELD_MUTEX:
+            if self._key is not None and _HELD.get(self._key) == os.getpid():
+                del _HELD[self._key]
+            self._key = None
+            if self._fd is not None:
+                os.close(self._fd)  # closing the descriptor drops the flock
+                self._fd = None
+
+    def forget(self) -> None:
+        """In a child forked while the lock was held: close the child's copy of the descriptor.
+
+        The lock stays the parent's (a flock belongs to the open file, which the parent's
+        descriptor still holds), and the parent's release then really unlocks it: with the
+        child's copy left open, the directory would stay locked until the child exited.
+        """
+        self._key = None
         if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
             self._fd = None
