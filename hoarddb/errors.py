@@ -225,6 +225,12 @@ class ClaimExpiredError(HoardError):
     code, codeName = 32, "CLAIM_EXPIRED"
 
 
+class RegexTimeoutError(HoardError):
+    """RegexTimeoutError is a regular expression of a filter that matched one value for longer than its limit (regex_timeout)."""
+
+    code, codeName = 33, "REGEX_TIMEOUT"
+
+
 #: Every error class by its code: the wire and the shell map answers back through it.
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):

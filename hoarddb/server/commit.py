@@ -26,6 +26,10 @@ connection that arrives meanwhile waits for that one flush. A refusal is answere
 its group: a refused write wrote nothing, and the sync of a group that wrote nothing
 costs nothing.
 
+Writes that may take long (``may_be_long``: an update or delete that scans, a batch of
+many documents) run on the flush thread even for a lone connection, so that the loop
+keeps serving connections that arrive meanwhile, /metrics and /healthz.
+
 A lone flush of one write, with nothing else in flight (``quiet``: no request of that
 connection read and waiting behind it, no task in the server's pools), holds its LMDB
 commit until its answer is sent (``Engine.commits_deferred``). Its log record is
@@ -66,12 +70,16 @@ class GroupCommitter:
         server holds each connection's answers and writes them with one send).
     :param alone: whether one connection is all there is (its flushes run on the loop).
     :param quiet: whether nothing is in flight but the flush's writes (see above).
+    :param limits: a context manager each group's writes run inside (the server's limits
+        on a request's evaluation, such as its regex_timeout).
     """
 
     def __init__(self, engine, executor: concurrent.futures.ThreadPoolExecutor, metrics=None,
                  answering: Callable[[], ContextManager] = contextlib.nullcontext,
-                 alone: Callable[[], bool] = lambda: False, quiet: Callable[[], bool] = lambda: False):
+                 alone: Callable[[], bool] = lambda: False, quiet: Callable[[], bool] = lambda: False,
+                 limits: Callable[[], ContextManager] = contextlib.nullcontext):
         self._answering = answering
+        self._limits = limits
         self._alone = alone
         self._quiet = quiet
         self._commits_deferred = engine.commits_deferred
@@ -122,7 +130,8 @@ class GroupCommitter:
         writes, self._writes = self._writes, []
         waiting, self._waiting = self._waiting, []
         self._running = True
-        if self._alone():  # nobody to serve meanwhile: no hand-off
+        # nobody to serve meanwhile: no hand-off (unless a write may take long, see may_be_long)
+        if self._alone() and not any(may_be_long(request) for request, _ in writes):
             self.inline += 1
             if len(writes) == 1 and not waiting and self._quiet():  # its commit after its answer
                 self.deferred += 1
@@ -143,7 +152,8 @@ class GroupCommitter:
     def _group(self, requests: list[dict]) -> tuple[list, HoardError | None, int, float]:
         """On the flush thread: run the writes, then make everything written durable."""
         try:
-            results = self._execute_group(requests) if requests else []
+            with self._limits():
+                results = self._execute_group(requests) if requests else []
         except BaseException as exc:  # a bug: every write of the group hears of it
             log.exception("a group of %d writes failed", len(requests))
             results = [InternalError(f"{type(exc).__name__}: {exc} (please report this)")] * len(requests)
@@ -189,3 +199,33 @@ class GroupCommitter:
         while self._scheduled or self._running or self._writes or self._waiting:
             self._schedule()
             await self._idle.wait()
+
+
+#: Verbs that write many documents given in the request: long when they are given many.
+_BATCHES = frozenset({"batch_insert", "batchInsert", "batch_put", "batchPut", "batch_push", "batchPush", "load"})
+#: More documents than this in one batch make it a long write.
+LONG_BATCH = 100
+
+
+def may_be_long(request: dict) -> bool:
+    """Whether a write may take long: an update or delete by a filter other than one key
+    (it scans), or a batch of many documents. Even a lone connection's flush then runs on
+    the flush thread, not the event loop: an update of a whole bucket took seconds there,
+    and a connection arriving meanwhile, /metrics and /healthz, waited for all of it."""
+    op = request.get("op")
+    args = request.get("args")
+    if not isinstance(args, dict):
+        return False
+    if op in ("update", "delete"):
+        return not _one_key(args.get("filter") if op == "update" else args.get("target"))
+    if op in _BATCHES:
+        docs = args.get("docs")
+        return isinstance(docs, list) and len(docs) > LONG_BATCH
+    return False
+
+
+def _one_key(target) -> bool:
+    """A delete's target or an update's filter that names one document by its key."""
+    if not isinstance(target, dict):
+        return True  # a key (or no target: refused at once)
+    return list(target) == ["_id_"] and not isinstance(target["_id_"], dict)

@@ -80,6 +80,12 @@ class ServerConfig:
     #: on a virtual machine. Only with one connection open and two CPUs or more; polls
     #: that see no request in time make the next ones rarer (hoarddb/busypoll.py).
     busy_poll: int = 200
+    #: Seconds a regular expression may spend matching one value before its request is
+    #: refused with REGEX_TIMEOUT (0: no limit). Matching lets go of the GIL,
+    #: so it holds only its own thread; the limit stops a pattern that backtracks
+    #: catastrophically (``(a|aa)+$``), which would hold that thread and a CPU for hours, and
+    #: an update's or delete's in the group commit holds every write meanwhile.
+    regex_timeout: float = 1.0
 
     def check(self) -> "ServerConfig":
         """The config, checked; BadValueError naming the option otherwise."""
@@ -98,7 +104,7 @@ class ServerConfig:
         for name in ("max_connections", "max_pipeline", "write_buffer", "read_threads", "write_threads"):
             if getattr(self, name) < 1:
                 raise BadValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout"):
+        for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout", "regex_timeout"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise BadValueError(f"{name} must be a finite number of seconds ≥ 0, got {value!r}")

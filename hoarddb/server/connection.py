@@ -353,15 +353,18 @@ class Connection(asyncio.Protocol):
         self.server.metrics.sent += len(data)
         self.last_activity = self.loop.time()
 
-    def send(self, answer: dict) -> None:
+    def send(self, answer: dict | bytes) -> None:
+        """Send an answer: a document, or the bytes of one already encoded (a read thread
+        encodes a long answer, see Server.run_read)."""
+        data = answer if type(answer) is bytes else self.core.encode(answer)
         if self._corked is not None:
-            self._corked.append(self.core.encode(answer))
-            self._corked_bytes += len(self._corked[-1])
+            self._corked.append(data)
+            self._corked_bytes += len(data)
             if self._corked_bytes > CORK_MAX:  # held enough: out it goes (and may pause us)
                 self.uncork()
                 self.cork()
         else:
-            self.write(self.core.encode(answer))
+            self.write(data)
 
     def cork(self) -> bool:
         """Hold answers until :meth:`uncork`, to write them with one send; False if already corked."""

@@ -21,15 +21,21 @@ import logging
 import os
 import signal
 import ssl
+import struct
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from .. import __version__, operations
 from ..engine import Engine
-from ..errors import (ConnectionError_, HoardError, InternalError, StorageError, TimeoutError_)
+from ..errors import (ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
+                      TimeoutError_)
 from ..options import Options
+from ..values.codec import encode_checked
+from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
+from ..wire.framing import encode_message
 from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Request
 from . import auth, tls
@@ -140,7 +146,8 @@ class Server:
         try:
             if group:
                 self.committer = GroupCommitter(self.engine, self._syncs, self.metrics, self._answers_together,
-                                                alone=lambda: len(self.connections) <= 1, quiet=self._quiet)
+                                                alone=lambda: len(self.connections) <= 1, quiet=self._quiet,
+                                                limits=self._limits)
             if self.config.auth:
                 self._bootstrap_admin()
             context = None
@@ -363,6 +370,17 @@ class Server:
         return (len(self.connections) <= 1 and not any(conn.queue for conn in self.connections)
                 and not self._reads.busy and not self._writes.busy)
 
+    def _limits(self):
+        """The limits a request's evaluation runs inside, on any thread: the regex_timeout."""
+        if self.config.regex_timeout == DEFAULT_REGEX_TIMEOUT:  # the filters' own default: nothing to set
+            return contextlib.nullcontext()
+        return regex_time_limit(self.config.regex_timeout)
+
+    def _run(self, doc: dict) -> dict:
+        """The engine's answer to ``doc``, within the server's limits (on whichever thread)."""
+        with self._limits():
+            return self.engine.execute(doc)
+
     # -- requests
 
     def dispatch(self, conn: Connection, request: Request) -> str:
@@ -392,7 +410,8 @@ class Server:
         verb = operations.VERBS.get(op)
         if verb is not None and verb.write:
             return "write" if self.committer is not None else "pool"
-        if op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)):
+        if op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
+                                          and not _matches_by_regex(doc)):
             return "inline"
         return "read" if op != "stream" and not is_write(op) else "pool"
 
@@ -404,7 +423,7 @@ class Server:
                 if request.id in conn.uploads:  # a refused upload: its chunks are dropped as they come
                     conn.finish_upload(request.id)
                 raise request.refusal
-            answer = self._visible(conn, doc, self.engine.execute(doc))
+            answer = self._visible(conn, doc, self._run(doc))
         except HoardError as e:
             answer = e.to_answer()
         except Exception as e:  # a bug: say so in the same shape, keep serving
@@ -416,15 +435,26 @@ class Server:
         (READ_WAIT) and answers at once if it is done: None. A longer one finishes in the
         background while the loop serves others: the task that answers it."""
         doc = request.doc
-        future = self._reads.submit(self._read, conn, doc)
+        future = self._reads.submit(self._read_encoded, conn, doc, request.id)
         try:
-            answer = future.result(READ_WAIT)
+            answer, data = future.result(READ_WAIT)
         except concurrent.futures.TimeoutError:
             async def rest():
-                self._answer(conn, request.id, doc.get("op"), await asyncio.wrap_future(future), arrived)
+                answer, data = await asyncio.wrap_future(future)
+                self._answer(conn, request.id, doc.get("op"), answer, arrived, data)
             return conn.finish_later(request, arrived, rest())
-        self._answer(conn, request.id, doc.get("op"), answer, arrived)
+        self._answer(conn, request.id, doc.get("op"), answer, arrived, data)
         return None
+
+    def _read_encoded(self, conn: Connection, doc: dict, rid) -> tuple[dict, bytes]:
+        """On a read-pool thread: a read's answer and its message's bytes, encoded here (a
+        list of documents one at a time, see encode_answer), not on the event loop."""
+        answer = self._read(conn, doc)
+        try:
+            return answer, encode_answer({"id": rid, **answer}, conn.core.max_message_size)
+        except HoardError as e:
+            answer = e.to_answer()
+            return answer, conn.core.encode({"id": rid, **answer})
 
     def _read(self, conn: Connection, doc: dict) -> dict:
         """On a read-pool thread: a read's answer, refusals included (dispatch authorized it).
@@ -435,7 +465,7 @@ class Server:
         if conn.closed:
             return ConnectionError_("the connection closed before this read ran; it was not run").to_answer()
         try:
-            return self._visible(conn, doc, self.engine.execute(doc))
+            return self._visible(conn, doc, self._run(doc))
         except HoardError as e:
             return e.to_answer()
         except Exception as e:  # a bug: say so in the same shape, keep serving
@@ -498,7 +528,7 @@ class Server:
             else:
                 args["doc"] = upload
             request["args"] = args
-        answer = await self.loop.run_in_executor(self._writes if write else self._reads, self.engine.execute, request)
+        answer = await self.loop.run_in_executor(self._writes if write else self._reads, self._run, request)
         return self._visible(conn, doc, answer)
 
     def _visible(self, conn: Connection, doc: dict, answer: dict) -> dict:
@@ -538,10 +568,11 @@ class Server:
             for conn in corked:
                 conn.uncork()
 
-    def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float) -> None:
+    def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float, data: bytes | None = None) -> None:
+        """Send an answer (``data``: its message, encoded already) and count it."""
         if self._corking is not None and conn.cork():
             self._corking.append(conn)
-        conn.send({"id": rid, **answer})
+        conn.send({"id": rid, **answer} if data is None else data)
         self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
         conn.done()
 
@@ -582,6 +613,47 @@ class Server:
             except HoardError:
                 pass
         return self.metrics.exposition() + engine_text
+
+
+_RESULT_KEY = b"\x04result\x00"
+#: Answers of at most this many documents are encoded in one call (short: one call is quicker).
+ONE_CALL = 64
+
+
+def encode_answer(answer: dict, max_size: int) -> bytes:
+    """The message of an answer; one whose ``result`` is a list of documents is encoded a
+    document at a time. DocumentTooLargeError as soon as the message passes ``max_size``.
+
+    bson's encoder holds the GIL for the whole of one call: a find answering 100,000
+    documents (28 MB), encoded in one call on the event loop, held every connection for
+    280 ms. A read thread encodes its answer a document at a time, and the loop runs in
+    between (it takes the GIL back within the interpreter's switch interval, 5 ms).
+    """
+    result = answer.get("result")
+    if type(result) is not list or len(result) <= ONE_CALL or not all(isinstance(v, Mapping) for v in result):
+        return encode_message(answer, max_size)
+    head = encode_checked({k: v for k, v in answer.items() if k != "result"}, "an answer")
+    size = len(head) + len(_RESULT_KEY) + 5
+    parts = []
+    for i, value in enumerate(result):
+        part = b"\x03" + str(i).encode() + b"\x00" + encode_checked(value, "a document of the answer")
+        size += len(part)
+        if size > max_size:
+            raise DocumentTooLargeError(
+                f"the answer is over the {max_size}-byte limit of one message (its first {i + 1} of "
+                f"{len(result)} documents pass it); ask for fewer with limit, narrow the filter, or read "
+                "the whole bucket in pages with export", size=size)
+        parts.append(part)
+    array = b"".join(parts)
+    body = head[4:-1] + _RESULT_KEY + struct.pack("<i", len(array) + 5) + array + b"\x00"
+    return struct.pack("<i", len(body) + 5) + body + b"\x00"
+
+
+def _matches_by_regex(doc: dict) -> bool:
+    """Whether a request's filter holds a regular expression: a quick read that does is run
+    in the read pool, not on the loop (its matching may take up to regex_timeout)."""
+    args = doc.get("args")
+    return isinstance(args, dict) and filter_has_regex(args.get("filter"))
 
 
 def _role_text(role: dict) -> str:

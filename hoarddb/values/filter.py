@@ -1,19 +1,36 @@
-"""Filter matching with MongoDB's meaning: compile a filter document once, then test documents against it."""
+"""Filter matching with MongoDB's meaning: compile a filter document once, then test documents against it.
+
+Regular expressions run on the ``regex`` package (``re``'s syntax in its V0 mode), not on
+``re``: its matching lets go of the GIL, so a long match holds only its own thread, and it
+stops at a time limit. A regular expression may spend at most :func:`regex_timeout` seconds
+matching one value; past that the filter raises RegexTimeoutError. A pattern that
+backtracks catastrophically (``(a|aa)+$`` on forty ``a``s and a ``b``) would otherwise run
+for hours. The limit is per value, not per request, so a scan of many documents with an
+ordinary pattern is never refused for being long.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
+import regex
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from bson.regex import Regex
 
-from hoarddb.errors import BadValueError
+from hoarddb.errors import BadValueError, RegexTimeoutError
 
 from .keys import encode_key
 from .order import NUMBER, REGEX, STRING, compare, is_nan, number_value, regex_parts, type_rank, values_equal
 from .paths import MISSING, resolve, split_path
+
+try:  # re's own parser: checks a pattern's syntax and size before the regex package compiles it
+    from re import _parser as _re_parser  # Python 3.11+
+except ImportError:  # pragma: no cover
+    import sre_parse as _re_parser
 
 #: Operators accepted at the top of a filter (or of an ``$and``/``$or``/``$nor`` member).
 LOGICAL_OPERATORS = ("$and", "$or", "$nor")
@@ -22,7 +39,13 @@ FIELD_OPERATORS = (
     "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$not",
     "$regex", "$options", "$all", "$size", "$elemMatch",
 )
-_REGEX_OPTIONS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "u": 0}
+#: Option letters and their flags (the same bits in re and in the regex package).
+_REGEX_OPTIONS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL, "x": regex.VERBOSE, "u": 0}
+
+#: Seconds a regular expression may spend matching one value, unless
+#: :func:`regex_time_limit` says otherwise (the server's ``regex_timeout`` option).
+DEFAULT_REGEX_TIMEOUT = 1.0
+_regex_timeout: contextvars.ContextVar[float] = contextvars.ContextVar("regex_timeout", default=DEFAULT_REGEX_TIMEOUT)
 
 Cands = list  # the values a path reaches (see paths.resolve)
 DocPred = Callable[[Mapping], bool]
@@ -40,9 +63,33 @@ def compile_filter(filter) -> Callable[[dict], bool]:  # noqa: A002 - the name c
     """A predicate ``doc -> bool`` for a MongoDB-style filter, validated as a whole up front.
 
     Raises BadValueError for a filter that is not a document, an unknown operator, or an
-    operator given the wrong kind of value; the message lists what is accepted.
+    operator given the wrong kind of value; the message lists what is accepted. The
+    predicate raises RegexTimeoutError when one of the filter's regular expressions
+    matched one value for :func:`regex_timeout` seconds (the limit when it was compiled).
     """
     return _compile_document(filter, "filter")
+
+
+def regex_timeout() -> float:
+    """Seconds a regular expression of a filter compiled now may match one value for (0: no limit)."""
+    return _regex_timeout.get()
+
+
+@contextlib.contextmanager
+def regex_time_limit(seconds: float) -> Iterator[None]:
+    """Inside, filters compiled in this thread (or task) allow their regular expressions
+    ``seconds`` of matching per value (0: no limit, which lets one pattern run for hours).
+
+        with regex_time_limit(10):
+            bucket.find({"Log": {"$regex": "timeout.*retry"}})
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise BadValueError(f"a regex time limit is a number of seconds >= 0 (0: none), got {seconds!r}")
+    token = _regex_timeout.set(float(seconds))
+    try:
+        yield
+    finally:
+        _regex_timeout.reset(token)
 
 
 def matches(doc, filter) -> bool:  # noqa: A002
@@ -65,6 +112,22 @@ def equality_fields(filter, check: bool = True) -> dict:  # noqa: A002
     pinned: dict = {}
     _collect_equalities(filter, pinned)
     return pinned
+
+
+def filter_has_regex(filter) -> bool:  # noqa: A002
+    """Whether a filter (valid or not) holds a regular expression anywhere: a regex value or ``$regex``."""
+    stack = [filter]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            if "$regex" in value:
+                return True
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif _is_regex(value):
+            return True
+    return False
 
 
 def _collect_equalities(flt: Mapping, pinned: dict) -> None:
@@ -410,14 +473,33 @@ def _all_pred(values: list, field: str) -> FieldPred:
     if not values:
         return lambda cands: False  # as MongoDB: $all of nothing matches nothing
     preds = []
+    plain: dict[bytes, object] = {}  # the plain values, each once (a value repeated adds nothing)
     for v in values:
         if isinstance(v, Mapping) and _is_operator_doc(v, field):
             if list(v) != ["$elemMatch"]:
                 raise BadValueError(f"$all on {field!r} takes values or {{'$elemMatch': ...}} documents")
             preds.append(_elem_match_pred(v["$elemMatch"], field))
-        else:
+        elif v is None or _is_regex(v):
             preds.append(_eq_pred(v))
+        else:
+            plain.setdefault(encode_key(v), v)
+    if len(plain) > _ALL_BY_KEYS:
+        # Many values: key the field's values once per document, instead of scanning them
+        # once per value (an $all of 10,000 values against arrays of 10,000 elements was
+        # 10^8 comparisons per document).
+        needed = frozenset(plain)
+
+        def all_by_keys(cands) -> bool:
+            have = {encode_key(c) for c in cands if c is not MISSING}
+            return needed <= have
+        preds.insert(0, _on_leaves(all_by_keys))
+    else:
+        preds[:0] = [_eq_pred(v) for v in plain.values()]
     return _all_of(preds)
+
+
+#: Above this many plain values, $all keys the field's values (see _all_pred).
+_ALL_BY_KEYS = 8
 
 
 def _elem_match_pred(arg, field: str) -> FieldPred:
@@ -449,7 +531,7 @@ def _elem_match_pred(arg, field: str) -> FieldPred:
 # -- regular expressions -----------------------------------------------------
 
 
-def _compile_regex(pattern, options, field: str) -> tuple[re.Pattern, Regex]:
+def _compile_regex(pattern, options, field: str) -> tuple["_Pattern", Regex]:
     """(compiled, the BSON regex it is) of ``$regex`` with its ``$options``."""
     if _is_regex(pattern):
         base, letters = regex_parts(pattern)
@@ -469,47 +551,127 @@ def _options_arg(options, field: str) -> str:
     return options
 
 
-def _native_regex(value, field: str) -> re.Pattern:
-    if isinstance(value, re.Pattern):
-        if isinstance(value.pattern, bytes):
-            raise BadValueError(f"a regex on {field!r} must have a str pattern, not bytes")
-        return value
+def _native_regex(value, field: str) -> "_Pattern":
+    if isinstance(value, re.Pattern) and isinstance(value.pattern, bytes):
+        raise BadValueError(f"a regex on {field!r} must have a str pattern, not bytes")
     pattern, letters = regex_parts(value)
     return _build_regex(pattern, letters, field)
 
 
-def _build_regex(pattern: str, letters: str, field: str) -> re.Pattern:
-    flags = 0
+def _build_regex(pattern: str, letters: str, field: str) -> "_Pattern":
+    flags = regex.V0
     for letter in letters:
         if letter == "l":
             continue  # locale-dependent matching: not applicable to str patterns
         if letter not in _REGEX_OPTIONS:
             raise BadValueError(f"unknown regex option {letter!r} on {field!r}; accepted: i, m, s, x")
         flags |= _REGEX_OPTIONS[letter]
+    if len(pattern) > MAX_REGEX_LENGTH:
+        raise BadValueError(
+            f"the regular expression on {field!r} is {len(pattern)} characters long; the limit is "
+            f"{MAX_REGEX_LENGTH}. To match one of many strings use $in with the strings themselves")
+    # The syntax accepted is re's, as before: re's parser checks it and measures what the
+    # regex package would expand (it spells out a fixed repeat such as a{1000} item by
+    # item, so (?:(?:a{1000}){1000}){1000} would take tens of gigabytes to compile).
     try:
-        return re.compile(pattern, flags)
-    except re.error as exc:
-        raise BadValueError(f"bad regular expression {pattern!r} on {field!r}: {exc}") from None
+        parsed = _re_parser.parse(pattern, flags & ~regex.V0)  # only i, m, s, x left: re's bits too
+    except (re.error, ValueError, OverflowError, RecursionError) as exc:
+        raise BadValueError(f"bad regular expression {_shown(pattern)!r} on {field!r}: {exc}") from None
+    if _expanded_size(parsed) > MAX_REGEX_EXPANSION:
+        raise BadValueError(
+            f"the regular expression {_shown(pattern)!r} on {field!r} repeats too much: its fixed repeats "
+            f"({{n}}) multiply to over {MAX_REGEX_EXPANSION} items. Use open repeats such as {{1,1000}}, "
+            "or smaller counts")
+    try:
+        compiled = regex.compile(pattern, flags)
+    except (regex.error, ValueError, OverflowError, RecursionError, MemoryError) as exc:
+        raise BadValueError(f"bad regular expression {_shown(pattern)!r} on {field!r}: {exc}") from None
+    return _Pattern(compiled, pattern, field, _regex_timeout.get())
 
 
-def _regex_matches_or_equal(c, rx: re.Pattern, q) -> bool:
+#: The longest regular expression a filter may hold, in characters (compiling one takes
+#: time in proportion: about 5 ms per thousand characters).
+MAX_REGEX_LENGTH = 32_768
+#: The most items the fixed repeats of one regular expression may multiply to (see
+#: _expanded_size): about 270 bytes each once compiled, so some 30 MB at most.
+MAX_REGEX_EXPANSION = 100_000
+
+
+def _expanded_size(parsed) -> int:
+    """How many items the regex package spells out for a parsed pattern (re's parse tree):
+    each repeat counts its body times its lower bound, so ``(?:a{1000}){1000}`` is a million."""
+    total = 0
+    for op, arg in parsed:
+        name = str(op)
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, _high, body = arg
+            total += max(1, low) * _expanded_size(body)
+        elif name in ("SUBPATTERN", "ASSERT", "ASSERT_NOT"):  # (group, flags..., body), (direction, body)
+            total += _expanded_size(arg[-1])
+        elif name == "ATOMIC_GROUP":
+            total += _expanded_size(arg)
+        elif name == "BRANCH":
+            total += sum(_expanded_size(branch) for branch in arg[1])
+        elif name == "GROUPREF_EXISTS":
+            total += sum(_expanded_size(branch) for branch in arg[1:] if branch is not None)
+        else:
+            total += 1
+        if total > MAX_REGEX_EXPANSION:
+            return total
+    return total
+
+
+def _shown(pattern: str) -> str:
+    return pattern if len(pattern) <= 60 else pattern[:57] + "..."
+
+
+class _Pattern:
+    """A compiled regular expression of a filter: its matching lets go of the GIL (so the
+    server's event loop and other requests run meanwhile) and stops after ``limit``
+    seconds on one value (0: never)."""
+
+    __slots__ = ("rx", "pattern", "field", "limit", "_timeout_arg")
+
+    def __init__(self, rx, pattern: str, field: str, limit: float):
+        self.rx, self.pattern, self.field, self.limit = rx, pattern, field, limit
+        self._timeout_arg = limit if limit > 0 else None
+
+    def search(self, text: str) -> bool:
+        """Whether the pattern occurs in ``text``; RegexTimeoutError when finding out takes too long."""
+        try:
+            return self.rx.search(text, timeout=self._timeout_arg, concurrent=True) is not None
+        except TimeoutError:
+            raise self._timeout() from None
+
+    def _timeout(self) -> RegexTimeoutError:
+        return RegexTimeoutError(
+            f"the regular expression {_shown(self.pattern)!r} on {self.field!r} was still matching one value "
+            f"when the {self.limit:g} s it may spend on one ran out (regex_timeout). Nested repeats "
+            "such as (a+)+ or (a|aa)* take exponential time on some strings: rewrite the pattern without "
+            "them, anchor it (^prefix, which also lets it stop early), or narrow the documents first with "
+            "an indexed field (search); a server's regex_timeout option raises the limit")
+
+
+def _regex_matches_or_equal(c, rx: _Pattern, q) -> bool:
     """As MongoDB: a string matches by the pattern, a stored regex by being the same regex."""
     if c is MISSING:
         return False
     rank = type_rank(c)
     if rank == STRING:
-        return rx.search(c) is not None
+        return rx.search(c)
     if rank == REGEX:
         return values_equal(c, q)
     return False
 
 
-def _regex_pred(rx: re.Pattern, q) -> FieldPred:
+def _regex_pred(rx: _Pattern, q) -> FieldPred:
     """``{f: /re/}``, ``{f: {$regex: ...}}`` and ``$not: /re/``: strings by ``rx``, stored regexes equal to ``q``."""
+    search = rx.search
+
     def regex_pred(cands) -> bool:
         for c in cands:
             if type(c) is str:
-                if rx.search(c) is not None:
+                if search(c):
                     return True
             elif _regex_matches_or_equal(c, rx, q):
                 return True

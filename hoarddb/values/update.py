@@ -16,6 +16,7 @@ from bson.timestamp import Timestamp
 from hoarddb.errors import BadValueError
 
 from .filter import FIELD_OPERATORS, LOGICAL_OPERATORS, compile_filter
+from .keys import encode_key
 from .literal import literal
 from .order import NUMBER, RANK_NAMES, compare, type_rank, values_equal
 from .paths import MISSING, is_index, split_path
@@ -476,10 +477,25 @@ def _compare_by_fields(spec, x, y) -> int:
     return 0
 
 
+#: Above this many element-value comparisons, $addToSet and $pullAll key the elements
+#: instead (encode_key: equal values, equal bytes), in time linear in the two lists.
+_KEYED_ABOVE = 4096
+
+
 def _op_add_to_set(root, step, now) -> None:
     array = _array_at(root, step, create=True)
+    if len(array) * len(step.extra) <= _KEYED_ABOVE:
+        for item in step.extra:
+            if not any(values_equal(e, item) for e in array):
+                array.append(_copy(item))
+        return
+    # Regression: 2,000 values added to an array of 200,000 compared every pair, 70 s in
+    # the group commit, every other client's write waiting.
+    have = {encode_key(e) for e in array}
     for item in step.extra:
-        if not any(values_equal(e, item) for e in array):
+        key = encode_key(item)
+        if key not in have:
+            have.add(key)
             array.append(_copy(item))
 
 
@@ -492,8 +508,13 @@ def _op_pull(root, step, now) -> None:
 
 def _op_pull_all(root, step, now) -> None:
     array = _array_at(root, step, create=False)
-    if array is not None:
+    if array is None:
+        return
+    if len(array) * len(step.arg) <= _KEYED_ABOVE:
         array[:] = [e for e in array if not any(values_equal(e, v) for v in step.arg)]
+    else:
+        drop = {encode_key(v) for v in step.arg}
+        array[:] = [e for e in array if encode_key(e) not in drop]
 
 
 def _op_pop(root, step, now) -> None:
