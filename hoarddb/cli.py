@@ -16,6 +16,10 @@
     hoarddb check DIR [--db NAME] [--bucket NAME] [--json]
         read every file of a data directory that nothing has open and say what is wrong
         (exit 0: sound, 1: problems found, 2: usage, or the directory in use)
+    hoarddb compact DIR [--db NAME] [--bucket NAME] [--json]
+        give back the disk space deleted data left in the LMDB files of a data directory
+        that nothing has open (exit 0: done, 1: some could not be compacted, 2: usage, or
+        the directory in use)
     hoardDB [same options as hoarddb shell] [-insecure]
         the same shell; -insecure reaches a local server without TLS
 
@@ -336,6 +340,37 @@ def check_command(directory, db, bucket, json_mode):
         report = check(directory, db=db, bucket=bucket)
     except HoardError as e:
         click.echo(f"hoarddb check: {e.message}", err=True)
+        sys.exit(2)
+    if json_mode:
+        click.echo(format_json(report))
+    else:
+        for line in report.lines():
+            click.echo(line)
+        click.echo(report.summary())
+    sys.exit(0 if report.ok else 1)
+
+
+@main.command("compact")
+@click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))
+@click.option("--db", "db", metavar="NAME", default=None, help="Compact only this database's buckets.")
+@click.option("--bucket", "bucket", metavar="NAME", default=None, help="Compact only this bucket (of --db).")
+@click.option("--json", "json_mode", is_flag=True, help="Print the report as one line of JSON.")
+def compact_command(directory, db, bucket, json_mode):
+    """Give back the disk space deleted data left in the LMDB files of the data directory DIR.
+
+    Nothing may have DIR open (a server, another process): compacting takes its lock.
+    Repairs a crash left run first, as at any open. Files are done one at a time, each
+    needing free disk space for its compacted copy (at most its own size). Exit status:
+    0 when every file was compacted (or already was), 1 when some could not be (one line
+    each says why; they are left as they were), 2 for a usage error or a directory that
+    cannot be compacted now. docs/user/compact.md says more.
+    """
+    from .tools.compact import compact, format_json
+
+    try:
+        report = compact(directory, db=db, bucket=bucket)
+    except HoardError as e:
+        click.echo(f"hoarddb compact: {e.message}", err=True)
         sys.exit(2)
     if json_mode:
         click.echo(format_json(report))

@@ -77,6 +77,10 @@ _META_MAGIC = struct.Struct("<II")
 _META_DB = struct.Struct("<IHHQQQQQ")
 _META_TAIL = struct.Struct("<QQ")
 MDB_MAGIC, MDB_DATA_VERSION, P_META, P_INVALID, MDB_INTEGERKEY = 0xBEEFC0DE, 1, 0x08, (1 << 64) - 1, 0x08
+#: The folder inside an environment's folder where ``hoarddb compact`` writes the compacted
+#: ``data.mdb`` before it takes the place of the environment's own (hoarddb/tools/compact.py
+#: draws the steps); an open removes what a compaction cut short left there.
+COMPACTING = "compacting"
 #: Where checkpoints flush LMDB's files, one at a time for every environment of the process,
 #: while their writers go on.
 _CHECKPOINTS = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hoarddb-checkpoint")
@@ -284,6 +288,7 @@ class KV:
             raise
 
     def _open_and_recover(self, map_size: int) -> None:
+        self._forget_unfinished_compaction()
         self._check_data_file()
         restored = self._restore_checkpoint()
         if restored is not None:  # the map must hold the file, whatever the meta pages say
@@ -371,6 +376,26 @@ class KV:
         raise CorruptDataError(
             f"{data} {what}, but the write-ahead log beside it (wal.0, wal.1) shows that it held data: the file "
             f"was deleted or cut short, not by a crash. Nothing was changed. {damage_hint(self.path)}")
+
+    def _forget_unfinished_compaction(self) -> None:
+        """Remove what a compaction cut short left in :data:`COMPACTING`, before anything reads
+        ``data.mdb``: a copy that never took the place of ``data.mdb`` (the compaction is
+        undone: ``data.mdb`` is the old file, whole), or the empty folder of one that did
+        (it is finished: ``data.mdb`` is the new file, whole, and its log's header says it
+        was closed cleanly, so it is opened as found). hoarddb/tools/compact.py draws the steps.
+        """
+        staging = self.path / COMPACTING
+        if not staging.is_dir():
+            return
+        try:
+            copy = staging / "data.mdb"
+            if copy.exists():
+                log.warning("%s: a compaction did not finish; its copy is removed, and the environment "
+                            "opens as it was before it", self.path)
+                copy.unlink()
+            staging.rmdir()
+        except OSError as exc:  # only room it takes: the next open, or compaction, tries again
+            log.warning("%s: could not remove %s left by a compaction: %s", self.path, staging, reason(exc))
 
     def _check_meta_pages(self) -> None:
         """Check LMDB's two meta pages before LMDB maps ``data.mdb`` (:func:`check_meta_pages`)."""

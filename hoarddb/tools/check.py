@@ -120,7 +120,7 @@ def check(path, db: str | None = None, bucket: str | None = None) -> CheckReport
         raise InvalidArgumentError(f"{root} is not a hoardDB data directory (a directory holding catalog/); give the "
                                    "directory a server's --data or hoarddb.open() uses")
     report = CheckReport(str(root))
-    _repair(root, db, bucket, report)
+    repair_first(root, db, bucket, report)
     lock = DirectoryLock(root)
     lock.acquire()
     try:
@@ -128,7 +128,7 @@ def check(path, db: str | None = None, bucket: str | None = None) -> CheckReport
             found = _check_catalog(root, reader, report)
             if found is not None:
                 dbs, decls = found
-                chosen = _chosen(decls, dbs, db, bucket)
+                chosen = chosen_buckets(decls, dbs, db, bucket)
                 _check_folders(root, dbs, decls, db, bucket, report)
                 for decl in chosen:
                     if _has_folder(root, decl):
@@ -166,7 +166,7 @@ def _unclean(root: Path, db: str | None, bucket: str | None) -> list[Path]:
     return out
 
 
-def _repair(root: Path, db: str | None, bucket: str | None, report: CheckReport) -> None:
+def repair_first(root: Path, db: str | None, bucket: str | None, report: CheckReport) -> None:
     """Open the directory as any open does when a crash left something to repair: the
     opener of each such bucket (and of the catalog) runs, then everything is closed."""
     from ..engine import Engine
@@ -341,7 +341,7 @@ def _check_catalog(root: Path, reader: _Reader, report: CheckReport) -> tuple[li
     return answer["databases"], answer["declarations"]
 
 
-def _chosen(decls: list[dict], dbs: list[str], db: str | None, bucket: str | None) -> list[dict]:
+def chosen_buckets(decls: list[dict], dbs: list[str], db: str | None, bucket: str | None) -> list[dict]:
     """The declarations to check, in order; a ``db`` or ``bucket`` not declared is refused, naming those that are."""
     if db is not None and db not in dbs:
         raise DatabaseNotFoundError(f"database {db!r} does not exist in this data directory; its databases: "
