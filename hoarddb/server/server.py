@@ -35,7 +35,8 @@ from ..errors import (ConnectionError_, DocumentTooLargeError, HoardError, Inter
 from ..options import Options
 from ..values.codec import encode_checked
 from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
-from ..wire.framing import encode_message
+from ..stores.base import answer_limit
+from ..wire.framing import MAX_MESSAGE_SIZE, encode_message
 from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Request
 from . import auth, tls
@@ -377,8 +378,9 @@ class Server:
         return regex_time_limit(self.config.regex_timeout)
 
     def _run(self, doc: dict) -> dict:
-        """The engine's answer to ``doc``, within the server's limits (on whichever thread)."""
-        with self._limits():
+        """The engine's answer to ``doc``, within the server's limits (on whichever thread):
+        the regex_timeout, and no read gathering more documents than one message can carry."""
+        with self._limits(), answer_limit(MAX_MESSAGE_SIZE):
             return self.engine.execute(doc)
 
     # -- requests

@@ -24,7 +24,7 @@ from ..values.filter import compile_filter
 from ..values.keys import encode_key
 from ..values.literal import literal
 from ..values.order import NUMBER, is_nan, type_rank
-from .base import REBUILD, KVStore, Problem, Reply, check_limit, encode_document, scan
+from .base import REBUILD, KVStore, Problem, Reply, answer_bytes, answer_too_large, check_limit, encode_document, scan
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
 
@@ -311,6 +311,7 @@ class BTreeStore(KVStore):
             rest = {k: v for k, v in ops.items() if k != "$prefix"}
             check = compile_filter({"k": rest}) if rest else None
         out, others = [], []
+        room, taken = answer_bytes(), 0  # the answer's byte limit (a server's): see base.answer_limit
         with self.kv.read() as txn:
             cursor = txn.cursor()
             for key, raw in _walk(cursor, lower, upper, reverse):
@@ -326,6 +327,10 @@ class BTreeStore(KVStore):
                     if prefix is not None and not (isinstance(value, str) and value.startswith(prefix)):
                         continue
                 out.append(doc)
+                if room is not None:
+                    taken += len(raw)
+                    if taken > room:
+                        raise answer_too_large(taken, room, "range")
                 if limit is not None and len(out) >= limit:
                     break
         if others and not out:

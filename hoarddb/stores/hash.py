@@ -36,7 +36,7 @@ from ..values.filter import compile_filter
 from ..values.keys import decode_key, decode_keys, encode_key, key_end
 from ..values.literal import literal
 from ..values.update import apply_update, validate_update
-from .base import REBUILD, KVStore, Problem, Reply, check_limit, encode_document
+from .base import REBUILD, KVStore, Problem, Reply, answer_bytes, answer_too_large, check_limit, encode_document
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
 
@@ -405,7 +405,7 @@ class HashStore(KVStore):
                     doc_keys = sorted(found)  # in key order, as find answers
                 doc_ns = self.DOC
                 raws = (raw for raw in (txn.get(doc_ns + dk) for dk in doc_keys) if raw is not None)
-                docs_examined = _matching(raws, matcher, limit, out)
+                docs_examined = _matching(raws, matcher, limit, out, "search")
         if explain:
             return Reply(out, index_used=ix.name, explain={
                 "index_used": ix.name, "considered": shape.explained(),
@@ -438,7 +438,7 @@ class HashStore(KVStore):
                             doc_keys.add(p.index.doc_key_of(key, value))
                 # in key order, as find answers
                 raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
-            docs_examined = _matching(raws, matcher, limit, out)
+            docs_examined = _matching(raws, matcher, limit, out, "search")
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
@@ -633,15 +633,22 @@ def expires_at(value: Any, ttl: float) -> float | None:
     return None
 
 
-def _matching(raws, matcher, limit: int | None, out: list) -> int:
+def _matching(raws, matcher, limit: int | None, out: list, verb: str = "find") -> int:
     """Append to ``out`` the decoded documents of ``raws`` that match (all of them when
-    ``matcher`` is None), up to ``limit``; how many were read."""
+    ``matcher`` is None), up to ``limit``; how many were read. DocumentTooLargeError once
+    they pass the answer's byte limit (:func:`~.base.answer_limit`, a server's)."""
     examined = 0
+    room = answer_bytes()
+    taken = 0
     for raw in raws:
         examined += 1
         doc = decode(raw)
         if matcher is None or matcher(doc):
             out.append(doc)
+            if room is not None:
+                taken += len(raw)
+                if taken > room:
+                    raise answer_too_large(taken, room, verb)
             if limit is not None and len(out) >= limit:
                 break
     return examined

@@ -196,3 +196,29 @@ def test_a_long_answer_encoded_a_document_at_a_time_is_the_same_message():
     big = {"id": 1, "ok": 1, "result": [{"_id_": i, "v": "x" * 1000} for i in range(200)]}
     with pytest.raises(DocumentTooLargeError, match="limit"):
         encode_answer(big, 100_000)
+
+
+def test_a_find_whose_answer_cannot_be_sent_stops_reading_at_the_limit(tmp_path):
+    # Before, every matching document was decoded into memory (100,000 small documents
+    # took 180 MB for an answer the server then refused); now the read stops as soon as
+    # it has gathered more than one message can carry, for find, search and range alike.
+    import tracemalloc
+
+    from hoarddb.stores import base
+
+    with hoarddb.open(tmp_path / "data") as client:
+        many = client["app"].create_bucket("Many", type="hash", indices=[{"field": "k"}])
+        many.batch_insert([{"_id_": i, "k": 1, "pad": "x" * 2_000} for i in range(3_000)])  # ~6 MB
+        tree = client["app"].create_bucket("Tree", type="btree", key="s")
+        tree.batch_insert([{"s": i, "pad": "x" * 2_000} for i in range(3_000)])
+        assert len(many.find({})) == 3_000  # embedded: no limit
+        with base.answer_limit(1_000_000):
+            for read in (lambda: many.find({}), lambda: many.search({"k": 1}), lambda: tree.range({})):
+                tracemalloc.start()
+                with pytest.raises(DocumentTooLargeError, match="over the 1000000-byte limit of one answer"):
+                    read()
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+                assert peak < 4_000_000, f"{peak} bytes held before the refusal"
+            assert len(many.find({}, limit=100)) == 100  # under the limit: answered
+            assert len(tree.range({}, limit=100)) == 100
