@@ -84,8 +84,12 @@ COMPACTING = "compacting"
 #: Where checkpoints flush LMDB's files, one at a time for every environment of the process,
 #: while their writers go on.
 _CHECKPOINTS = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hoarddb-checkpoint")
-#: The environments whose commit this thread holds back: inside a commits_deferred() block.
-_deferring = threading.local()
+class _Deferring(threading.local):
+    #: The environments whose commit this thread holds back: inside a commits_deferred() block.
+    kvs: list | None = None
+
+
+_deferring = _Deferring()
 
 
 @contextlib.contextmanager
@@ -108,7 +112,7 @@ def commits_deferred() -> Iterator[None]:
     disk) cannot be answered any more: its record is applied again before the next write
     (writes are refused until that works), or by the next open (:meth:`KV._commit_held`).
     """
-    if getattr(_deferring, "kvs", None) is not None:  # nested: the outer block commits
+    if _deferring.kvs is not None:  # nested: the outer block commits
         yield
         return
     _deferring.kvs = held = []
@@ -518,9 +522,10 @@ class KV:
         Inside a group (:meth:`begin_group`, on the group's thread) the transaction is a
         child of the group's: its commit costs no fsync, and its abort undoes only it.
         """
-        if self._outer_thread == threading.get_ident():  # (even if the group has failed)
+        if self._outer_thread is not None and self._outer_thread == threading.get_ident():  # (even if it failed)
             return self._write_in_group(fn)
-        self._commit_held_here()
+        if self._held_by is not None:
+            self._commit_held_here()
         made_room = False
         while True:
             self._commit_lock.acquire()
@@ -587,7 +592,7 @@ class KV:
             txn.abort()
             raise
         if may_hold and at is not None:
-            holders = getattr(_deferring, "kvs", None)
+            holders = _deferring.kvs
             if holders is not None:
                 self._held, self._held_body, self._held_by = txn, body, threading.get_ident()
                 holders.append(self)
@@ -632,10 +637,18 @@ class KV:
         return True
 
     def _after_commit(self) -> None:
-        """:meth:`_committed`, for a write whose record is in the log: the write stands
-        whatever happens to the checkpoint (a failed one refuses the writes after it)."""
+        """After a commit whose record is in the log: count it, finish a checkpoint that is
+        done, begin one that is due. The write stands whatever happens to the checkpoint (a
+        failed one refuses the writes after it)."""
+        self._commits += 1
         try:
-            self._committed()
+            if self._inflight is not None:
+                self._settle()
+            if self._inflight is None and (
+                    self._commits >= CHECKPOINT_COMMITS
+                    or self._last_used - self._used_at_checkpoint > CHECKPOINT_GROWTH
+                    or self.wal.end - self.wal.records_at > CHECKPOINT_LOG):
+                self._begin_checkpoint()
         except Exception:
             log.exception("%s: a checkpoint after a commit failed", self.path)
         if self.reserve:
@@ -667,13 +680,6 @@ class KV:
         except OSError:  # no room for it now: the next commit tries again
             return
         self._reserved_to = want
-
-    def _committed(self) -> None:
-        """After a logged commit: count it, finish a checkpoint that is done, begin one that is due."""
-        self._commits += 1
-        self._settle()
-        if self._inflight is None and self._checkpoint_due():
-            self._begin_checkpoint()
 
     def _commit_held(self) -> None:
         """Commit the transaction a :func:`commits_deferred` block held, and release the
@@ -746,11 +752,6 @@ class KV:
         """Commit this thread's held transaction, if it holds one (before it writes or reads again)."""
         if self._held_by is not None and self._held_by == threading.get_ident():
             self._commit_held()
-
-    def _checkpoint_due(self) -> bool:
-        return (self._commits >= CHECKPOINT_COMMITS
-                or self._last_used - self._used_at_checkpoint > CHECKPOINT_GROWTH
-                or self.wal.end - self.wal.records_at > CHECKPOINT_LOG)
 
     # -- groups: many writes, one commit ---------------------------------------------------
     #

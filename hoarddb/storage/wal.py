@@ -142,7 +142,7 @@ class Recording:
         self.cursor = txn.cursor
 
     def put(self, key, value, dupdata=True, overwrite=True, append=False):
-        done = self.txn.put(key, value, dupdata=dupdata, overwrite=overwrite, append=append)
+        done = self.txn.put(key, value, dupdata, overwrite, append)  # (by position: py-lmdb parses keywords slowly)
         if done:
             self.ops.append((PUT, key, value))
         return done
@@ -188,7 +188,7 @@ class WriteAheadLog:
         self.generation = 0              # the newest header's (the recovery base)
         self.metas: bytes | None = None
         self.closed = False              # the newest header was written by a clean close
-        self.writing = 1                 # the generation records are appended to
+        self._write_generation(1)        # the generation records are appended to
         self.end = self.records_at       # where the next record goes, in that generation's file
         # How far the next generation is past the newest header's: 3 after a crash (see
         # read_header), so that records of generation + 1 left by the crash can never be
@@ -218,6 +218,12 @@ class WriteAheadLog:
                     raise storage_error(f"creating {self.directory / WAL_NAME}.{i}", exc,
                                         "the bucket was not opened") from None
                 self._filled[i] = self.header_size
+
+    def _write_generation(self, generation: int) -> None:
+        """Append records as ``generation`` from now on (:attr:`writing`); their crc starts
+        from the generation's number, computed here once rather than per record."""
+        self.writing = generation
+        self._seed = zlib.crc32(_GEN.pack(generation))
 
     @property
     def fd(self) -> int:
@@ -266,7 +272,7 @@ class WriteAheadLog:
         if best is None:
             return False
         self.generation, self.metas, self.closed = best
-        self.writing = self.generation
+        self._write_generation(self.generation)
         # A crash may have left records of the next generation (a checkpoint in flight):
         # they are replayed once, and must not be replayed again after newer writes. Were
         # the next generation numbered generation + 1 again, its records would overwrite
@@ -313,7 +319,7 @@ class WriteAheadLog:
         are flushed first, so that no record of the next generation can reach the disk
         before one of this generation (a replay must never skip a record)."""
         self.flush()  # every record of this generation durable before any of the next
-        self.writing = self.generation + self._step
+        self._write_generation(self.generation + self._step)
         self.end = self.records_at
 
     def commit_generation(self, metas: bytes, closed: bool = False) -> None:
@@ -356,16 +362,16 @@ class WriteAheadLog:
         the same as after any torn record.
         """
         at = self.end
-        crc = zlib.crc32(body, zlib.crc32(_GEN.pack(self.writing)))
-        record = _RECORD.pack(len(body), crc) + body
-        stop = at + len(record)
+        n = len(body)
+        record = _RECORD.pack(n, zlib.crc32(body, self._seed)) + body
+        stop = at + _RECORD.size + n
         i = self.writing % 2
         size = self._filled[i]
         try:
             if stop > size:
                 self._fill(i, stop)
                 size = self._filled[i]
-            if os.pwrite(self.fds[i], record, at) != len(record):  # a short write: the rest, or ENOSPC
+            if os.pwrite(self.fds[i], record, at) != stop - at:  # a short write: the rest, or ENOSPC
                 pwrite_all(self.fds[i], record, at)
         except OSError as exc:
             self._unwrite(i, at, stop, size)
