@@ -129,7 +129,7 @@ class HashStore(KVStore):
                     raw = raw_with(raw, "_id_", ident)
                     doc = RawBSONDocument(raw, doc.codec_options)
                 return self._doc_key(ident), ident, doc, encode_document(doc)
-            if not isinstance(doc, Mapping):
+            if type(doc) is not dict and not isinstance(doc, Mapping):
                 encode_document(doc)  # raises NotADocumentError with the message
             if need_id and "_id_" not in doc:
                 raise BadValueError(_NO_ID)

@@ -35,7 +35,7 @@ def encode(doc) -> bytes:
 def encode_checked(doc, what: str = "the document") -> bytes:
     """:func:`encode`, refusing a value BSON cannot hold with BadValueError (saying which)."""
     try:
-        return encode(doc)
+        return _dict_to_bson(doc, False, CODEC_OPTIONS)  # (encode's body: one call less on every write)
     except bson.errors.InvalidDocument as exc:
         raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
     except OverflowError as exc:

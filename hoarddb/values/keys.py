@@ -128,7 +128,9 @@ _INVERT = bytes(255 - i for i in range(256))
 
 def encode_key(value) -> bytes:
     """The order-preserving, self-delimiting key bytes of one BSON value."""
-    if type(value) is str:  # the common keys: skip the general path
+    if type(value) is str:  # the common keys: skip the general path (and the escaping, when there is no NUL)
+        if "\x00" not in value:
+            return _STRING_TAG + value.encode("utf-8", "surrogatepass") + b"\x00\x01"
         return _STRING_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff") + b"\x00\x01"
     if type(value) is ObjectId:
         return _OBJECTID_TAG + value.binary
