@@ -83,6 +83,9 @@ class Index:
         self.id: int = decl["id"]
         self.name: str = decl["name"]
         self.fields: list[str] = list(decl["fields"])
+        #: The field of a single-field index (None for a compound one): its entries are made
+        #: without the general path when the value is not an array (see entries).
+        self.single: str | None = self.fields[0] if len(self.fields) == 1 else None
         self.unique: bool = bool(decl.get("unique"))
         self.ttl = decl.get("expire_after_seconds")
         self.prefix = PREFIX + bytes([self.id])
@@ -136,11 +139,30 @@ class Index:
         else:
             key, value = self.prefix + encoded_values + doc_key, b""
         if len(key) > MAX_ENTRY_KEY:
-            raise BadValueError(
-                f"the value of {', '.join(self.fields)} is too long to index in {self.name!r} "
-                f"({len(key)} bytes once encoded; at most {MAX_ENTRY_KEY}, for each element of an array)"
-            )
+            raise self._too_long(key)
         return key, value
+
+    def entries(self, doc: dict, doc_key: bytes, bucket: str) -> list[tuple[bytes, bytes, tuple]]:
+        """``(key, value, values)`` of each entry a document has in this index: :meth:`entry`
+        of each of :meth:`value_tuples`, and for a single field that holds no array (nearly
+        every entry) the same made in one step."""
+        if self.single is not None:
+            v = doc.get(self.single)
+            if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
+                if self.unique:
+                    key, value = self.prefix + encode_key(v), doc_key
+                else:
+                    key, value = self.prefix + encode_key(v) + doc_key, b""
+                if len(key) > MAX_ENTRY_KEY:
+                    raise self._too_long(key)
+                return [(key, value, (v,))]
+        return [(*self.entry(encoded, doc_key), values) for encoded, values in self.value_tuples(doc, bucket)]
+
+    def _too_long(self, key: bytes) -> BadValueError:
+        return BadValueError(
+            f"the value of {', '.join(self.fields)} is too long to index in {self.name!r} "
+            f"({len(key)} bytes once encoded; at most {MAX_ENTRY_KEY}, for each element of an array)"
+        )
 
     def doc_key_of(self, key: bytes, value: bytes) -> bytes:
         """The encoded ``_id_`` an entry points to."""
@@ -158,6 +180,9 @@ class IndexSet:
     def __init__(self, declarations: Iterable[dict], bucket: str):
         self.bucket = bucket
         self.indexes = [Index(d) for d in declarations]
+        #: The indexes writes keep: all but unreadable ones (a state set only when an index is
+        #: read from its declaration, never changed after).
+        self.maintained = [ix for ix in self.indexes if ix.maintained]
 
     def __bool__(self) -> bool:
         return bool(self.indexes)
@@ -175,11 +200,7 @@ class IndexSet:
     def entries(self, ix: Index, doc: dict | None, doc_key: bytes) -> dict[bytes, tuple[bytes, tuple]]:
         if doc is None:
             return {}
-        out = {}
-        for encoded, values in ix.value_tuples(doc, self.bucket):
-            key, value = ix.entry(encoded, doc_key)
-            out[key] = (value, values)
-        return out
+        return {key: (value, values) for key, value, values in ix.entries(doc, doc_key, self.bucket)}
 
     def apply(self, txn, doc_key: bytes, old: dict | None, new: dict | None, *, where: str = "",
               conflicts: dict | None = None) -> None:
@@ -192,16 +213,14 @@ class IndexSet:
             self.remove(txn, doc_key, old)
             return
         if old is None:  # an insert: every entry is new (the common case, without the set arithmetic)
-            for ix in self.indexes:
-                if not ix.maintained:
-                    continue
-                for encoded, values in ix.value_tuples(new, self.bucket):
-                    key, value = ix.entry(encoded, doc_key)
-                    self._add(txn, ix, key, value, values, doc_key, where, conflicts)
+            for ix in self.maintained:
+                for key, value, values in ix.entries(new, doc_key, self.bucket):
+                    if ix.unique and txn.get(key) is not None:  # held already: _add refuses (or notes) it
+                        self._add(txn, ix, key, value, values, doc_key, where, conflicts)
+                    else:
+                        txn.put(key, value)
             return
-        for ix in self.indexes:
-            if not ix.maintained:
-                continue
+        for ix in self.maintained:
             before = self.entries(ix, old, doc_key)
             after = self.entries(ix, new, doc_key)
             for key in before.keys() - after.keys():
@@ -262,9 +281,7 @@ class IndexSet:
         """Delete a document's entries (the hot path of delete and TTL expiry)."""
         if doc is None:
             return
-        for ix in self.indexes:
-            if not ix.maintained:
-                continue
+        for ix in self.maintained:
             for encoded, _values in ix.value_tuples(doc, self.bucket):
                 if ix.unique:
                     self._leave(txn, ix, ix.prefix + encoded, doc_key)
