@@ -157,51 +157,37 @@ class HashStore(KVStore):
 
     def insert(self, doc: Mapping) -> Any:
         """Insert one document; return its ``_id_``. An ``_id_`` or unique value in use is refused (DUPLICATE_KEY)."""
-        return self._insert_many([doc], batch=False)[0]
+        self.indexes.check_writable()
+        dk, ident, doc, data = self._prepare(doc)
+        self._write(lambda txn: (None, self._write_one(txn, dk, ident, doc, data, False)))
+        return ident
 
     def batch_insert(self, docs: list) -> list:
         """Insert every document in one write, or none of them; return their ``_id_`` values in order."""
-        return self._insert_many(docs, batch=True)
-
-    def _insert_many(self, docs: list, batch: bool) -> list:
-        return self._write_many(docs, batch, replace=False)
+        return self._write_many(docs, replace=False)
 
     def put(self, doc: Mapping) -> Any:
         """Store a whole document under its ``_id_``, replacing the one there; return the ``_id_``."""
-        return self._write_many([doc], batch=False, replace=True)[0]
+        self.indexes.check_writable()
+        dk, ident, doc, data = self._prepare(doc, need_id=True)
+        self._write(lambda txn: (None, self._write_one(txn, dk, ident, doc, data, True)))
+        return ident
 
     def batch_put(self, docs: list) -> list:
         """put for many documents in one write, all or none (unique indexes are checked); their ``_id_`` values."""
-        return self._write_many(docs, batch=True, replace=True)
+        return self._write_many(docs, replace=True)
 
-    def _write_many(self, docs: list, batch: bool, replace: bool) -> list:
-        """insert (``replace`` False: a key in use is refused) or put many documents in one write."""
+    def _write_many(self, docs: list, replace: bool) -> list:
+        """batch_insert (``replace`` False) or batch_put: every document in one write."""
         self.indexes.check_writable()
-        prepared = [self._prepare(doc, i if batch else None, need_id=replace) for i, doc in enumerate(docs)]
-        indexed = bool(self.indexes)
+        prepared = [self._prepare(doc, i, need_id=replace) for i, doc in enumerate(docs)]
 
         def fn(txn):
             added = 0
             for i, (dk, ident, doc, data) in enumerate(prepared):
-                key = self.DOC + dk
                 try:
-                    if not replace:
-                        if not txn.put(key, data, overwrite=False):
-                            raise self._duplicate(ident)
-                        if indexed:
-                            self.indexes.apply(txn, dk, None, doc)
-                        added += 1
-                        continue
-                    raw = txn.get(key) if indexed else None
-                    if indexed:
-                        self.indexes.apply(txn, dk, decode(raw) if raw is not None else None, doc)
-                    existed = raw is not None if indexed else not txn.put(key, data, overwrite=False)
-                    if indexed or existed:
-                        txn.put(key, data)
-                    added += not existed
+                    added += self._write_one(txn, dk, ident, doc, data, replace)
                 except DuplicateKeyError as exc:  # name the batch document only when refusing
-                    if not batch:
-                        raise
                     where = f" (batch document {literal(ident)} at position {i}; nothing of the batch was written)"
                     message = exc.message.replace(" is already used.", f" is already used{where}.", 1) \
                         if " is already used." in exc.message else exc.message + where
@@ -210,6 +196,26 @@ class HashStore(KVStore):
 
         self._write(fn)
         return [ident for _, ident, _, _ in prepared]
+
+    def _write_one(self, txn, dk: bytes, ident: Any, doc: Any, data: bytes, replace: bool) -> int:
+        """Write one prepared document (:meth:`_prepare`) and its index entries in ``txn``: an
+        insert (``replace`` False) refuses an ``_id_`` in use, a put replaces that document.
+        1 if the document is new, else 0."""
+        key = self.DOC + dk
+        indexed = self.indexes.indexes
+        if not replace:
+            if not txn.put(key, data, overwrite=False):
+                raise self._duplicate(ident)
+            if indexed:
+                self.indexes.apply(txn, dk, None, doc)
+            return 1
+        raw = txn.get(key) if indexed else None
+        if indexed:
+            self.indexes.apply(txn, dk, decode(raw) if raw is not None else None, doc)
+        existed = raw is not None if indexed else not txn.put(key, data, overwrite=False)
+        if indexed or existed:
+            txn.put(key, data)
+        return 0 if existed else 1
 
     def load(self, docs: list) -> dict:
         """Restore documents as a dump holds them: each is put (replacing one with its ``_id_``).
