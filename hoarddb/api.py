@@ -284,6 +284,15 @@ def _make_verb(op: operations.Operation, name: str):
                 check_ints(op, first, args[0])  # all the checking binding would do of a dict
                 return self._call_bound(op, {filter_name: args[0]})
             return self._call(op, args, kwargs)
+    elif op.single is not None and first.kind in ("doc", "docs"):
+        # insert(doc), push(doc), batch_insert(docs): a dict (a list) is bound as it is, with
+        # no check to make (the engine refuses what is in it when it encodes it).
+        exact = dict if first.kind == "doc" else list
+
+        def verb(self, *args, **kwargs):
+            if not kwargs and len(args) == 1 and type(args[0]) is exact:
+                return self._call_bound(op, {op.single: args[0]})
+            return self._call(op, args, kwargs)
     else:
         def verb(self, *args, **kwargs):
             return self._call(op, args, kwargs)

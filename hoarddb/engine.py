@@ -186,7 +186,9 @@ class Engine:
                 f"a {decl['type']} bucket's verbs: {', '.join(operations.verbs_for(decl['type']))}"
             )
         try:
-            if op.simple:
+            if op.single is not None:
+                result = getattr(store, op.name)(args[op.single])
+            elif op.simple:
                 result = getattr(store, op.name)(*[args[n] for n in op.param_names])
             else:
                 positional = [args.get(p.name) for p in op.params]
@@ -200,7 +202,7 @@ class Engine:
             self._check_still_open(db, bucket, store, exc)
             raise
         if op.write:
-            if not self.options.sync:
+            if not self.options.sync and store not in self._dirty:  # (in it: a sync that takes it covers this write)
                 self._mark_dirty(store)
             if op.name == "claim" and (decl.get("options") or {}).get("dead_letter"):
                 try:

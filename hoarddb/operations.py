@@ -75,6 +75,8 @@ class Operation:
                            and not self.options and all(p.required for p in self.params))
         # every param takes any value: a positional call needs no kind check at all
         object.__setattr__(self, "unchecked", self.simple and all(p.kind == "any" for p in self.params))
+        # the name of the one argument of a simple verb (insert's doc, get's key), else None
+        object.__setattr__(self, "single", self.param_names[0] if self.simple and len(self.params) == 1 else None)
 
     def param(self, name: str) -> Param | None:
         for p in self.params + self.options:
