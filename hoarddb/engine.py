@@ -172,14 +172,15 @@ class Engine:
         """
         if self._closed:
             raise self._closed_error()
-        hot = self._hot.get((db, bucket))
-        if hot is None:
+        try:
+            decl, store = self._hot[(db, bucket)]
+        except KeyError:
             check_name(db, "database")
             check_name(bucket, "bucket")
             with self._mutex:  # not between a catalog change and its emptying of the cache
                 decl = self.catalog.bucket(db, bucket)
-                hot = self._hot[(db, bucket)] = (decl, self._store(db, bucket, decl))
-        decl, store = hot
+                store = self._store(db, bucket, decl)
+                self._hot[(db, bucket)] = (decl, store)
         if decl["type"] not in op.types:
             raise VerbNotSupportedError(
                 f"{decl['type']} bucket {bucket!r} has no verb {op.name!r}; "

@@ -78,17 +78,24 @@ _ZEROS = bytes(FILL)
 _datasync = getattr(os, "fdatasync", os.fsync)
 
 
+#: The four bytes of each length below 512, made once: every key's (LMDB's keys are at most
+#: 511 bytes) and most values' (an index entry's, a count's) are taken from here.
+_LENGTHS = [_LEN.pack(n) for n in range(512)]
+
+
 def encode_ops(ops: list) -> bytes:
     """A record's body: ``ops`` is a list of ``(PUT, key, value)`` and ``(DELETE, key)``."""
     parts = []
-    pack = _LEN.pack
+    pack, lengths = _LEN.pack, _LENGTHS
     for op in ops:
         key = op[1]
+        n = len(key)
         if op[0] == PUT:
             value = op[2]
-            parts += (b"\x01", pack(len(key)), key, pack(len(value)), value)
+            m = len(value)
+            parts += (b"\x01", lengths[n] if n < 512 else pack(n), key, lengths[m] if m < 512 else pack(m), value)
         else:
-            parts += (b"\x02", pack(len(key)), key)
+            parts += (b"\x02", lengths[n] if n < 512 else pack(n), key)
     return b"".join(parts)
 
 

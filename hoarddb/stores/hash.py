@@ -140,7 +140,9 @@ class HashStore(KVStore):
             else:
                 ident = uuid7()
                 doc = {"_id_": ident, **doc}
-            return self._doc_key(ident), ident, doc, encode_document(doc)
+            # (a short string, the common key, encoded here: _doc_key's first case)
+            dk = encode_key(ident) if type(ident) is str and len(ident) < 400 else self._doc_key(ident)
+            return dk, ident, doc, encode_document(doc)
         except HoardError as exc:
             if position is None:
                 raise
