@@ -326,8 +326,6 @@ class KVStore(Store):
         missed: a write applied late (an acknowledged write whose commit a full disk had
         refused, applied before this one: see KV._catch_up), or a group not kept.
         """
-        stored = [0]
-
         def counted(txn):
             result, delta = fn(txn)
             raw = txn.get(self.COUNT_KEY)
@@ -335,12 +333,11 @@ class KVStore(Store):
             if delta:
                 count += delta
                 txn.put(self.COUNT_KEY, count.to_bytes(8, "little"))
-            stored[0] = count
-            return result, delta
+            return result, count
 
         with self._wlock:
             try:
-                result, _delta = self.kv.write(counted)
+                result, count = self.kv.write(counted)
             except StorageError:
                 # The disk refused it. What this store keeps in memory is read again from
                 # what was committed: a write refused after its commit (a flush that
@@ -353,7 +350,7 @@ class KVStore(Store):
                 if not self.kv.in_group() and not self.kv.behind():
                     self.reload()
                 raise
-            self._count = stored[0]
+            self._count = count
             return result
 
     def end_group(self) -> None:
