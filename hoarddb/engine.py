@@ -172,15 +172,14 @@ class Engine:
         """
         if self._closed:
             raise self._closed_error()
-        try:
-            decl, store = self._hot[(db, bucket)]
-        except KeyError:
+        hot = self._hot.get((db, bucket))
+        if hot is None:  # (not in an `except KeyError`: a refusal here would carry that KeyError along)
             check_name(db, "database")
             check_name(bucket, "bucket")
             with self._mutex:  # not between a catalog change and its emptying of the cache
                 decl = self.catalog.bucket(db, bucket)
-                store = self._store(db, bucket, decl)
-                self._hot[(db, bucket)] = (decl, store)
+                hot = self._hot[(db, bucket)] = (decl, self._store(db, bucket, decl))
+        decl, store = hot
         if decl["type"] not in op.types:
             raise VerbNotSupportedError(
                 f"{decl['type']} bucket {bucket!r} has no verb {op.name!r}; "
