@@ -336,18 +336,7 @@ def check_command(directory, db, bucket, json_mode):
     """
     from .tools.check import check, format_json
 
-    try:
-        report = check(directory, db=db, bucket=bucket)
-    except HoardError as e:
-        click.echo(f"hoarddb check: {e.message}", err=True)
-        sys.exit(2)
-    if json_mode:
-        click.echo(format_json(report))
-    else:
-        for line in report.lines():
-            click.echo(line)
-        click.echo(report.summary())
-    sys.exit(0 if report.ok else 1)
+    _report("check", check, format_json, directory, db, bucket, json_mode)
 
 
 @main.command("compact")
@@ -367,10 +356,16 @@ def compact_command(directory, db, bucket, json_mode):
     """
     from .tools.compact import compact, format_json
 
+    _report("compact", compact, format_json, directory, db, bucket, json_mode)
+
+
+def _report(name, tool, format_json, directory, db, bucket, json_mode):
+    """Run a tool on a closed data directory (check, compact) and print its report; exit
+    0 when it found nothing wrong, 1 when it did, 2 when it could not run."""
     try:
-        report = compact(directory, db=db, bucket=bucket)
+        report = tool(directory, db=db, bucket=bucket)
     except HoardError as e:
-        click.echo(f"hoarddb compact: {e.message}", err=True)
+        click.echo(f"hoarddb {name}: {e.message}", err=True)
         sys.exit(2)
     if json_mode:
         click.echo(format_json(report))

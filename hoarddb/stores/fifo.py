@@ -23,7 +23,6 @@ from __future__ import annotations
 from abc import abstractmethod
 
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any, ClassVar, Mapping

@@ -113,12 +113,7 @@ def check(path, db: str | None = None, bucket: str | None = None) -> CheckReport
     from ..storage.lock import DirectoryLock
 
     started = time.monotonic()
-    root = Path(path)
-    if bucket is not None and db is None:
-        raise InvalidArgumentError("--bucket names a bucket of the database --db names; give --db too")
-    if not root.is_dir() or not (root / "catalog").is_dir():
-        raise InvalidArgumentError(f"{root} is not a hoardDB data directory (a directory holding catalog/); give the "
-                                   "directory a server's --data or hoarddb.open() uses")
+    root = data_directory(path, db, bucket)
     report = CheckReport(str(root))
     repair_first(root, db, bucket, report)
     lock = DirectoryLock(root)
@@ -164,6 +159,18 @@ def _unclean(root: Path, db: str | None, bucket: str | None) -> list[Path]:
                     or ((b / blobfiles.INDEX_NAME).exists() and blobfiles.read_closed_mark(b) is None)):
                 out.append(b)
     return out
+
+
+def data_directory(path, db: str | None, bucket: str | None) -> Path:
+    """``path`` as a Path, once it is a data directory and the scope (``db``, ``bucket``) makes
+    sense; InvalidArgumentError otherwise (for check and compact alike)."""
+    root = Path(path)
+    if bucket is not None and db is None:
+        raise InvalidArgumentError("--bucket names a bucket of the database --db names; give --db too")
+    if not root.is_dir() or not (root / "catalog").is_dir():
+        raise InvalidArgumentError(f"{root} is not a hoardDB data directory (a directory holding catalog/); give the "
+                                   "directory a server's --data or hoarddb.open() uses")
+    return root
 
 
 def repair_first(root: Path, db: str | None, bucket: str | None, report: CheckReport) -> None:

@@ -43,7 +43,7 @@ from typing import Callable
 
 import lmdb
 
-from ..errors import CorruptDataError, HoardError, InvalidArgumentError, StorageError
+from ..errors import CorruptDataError, HoardError, StorageError
 from ..storage.kv import COMPACTING, DAMAGE_ERRORS, check_meta_pages
 from ..storage.oserrors import fsync_directory, reason
 from ..storage.wal import WriteAheadLog, newest_header
@@ -171,15 +171,10 @@ def compact(path, db: str | None = None, bucket: str | None = None) -> CompactRe
         could not be compacted is in it, never raised.
     """
     from ..storage.lock import DirectoryLock
-    from .check import CheckReport, chosen_buckets, repair_first
+    from .check import CheckReport, chosen_buckets, data_directory, repair_first
 
     started = time.monotonic()
-    root = Path(path)
-    if bucket is not None and db is None:
-        raise InvalidArgumentError("--bucket names a bucket of the database --db names; give --db too")
-    if not root.is_dir() or not (root / "catalog").is_dir():
-        raise InvalidArgumentError(f"{root} is not a hoardDB data directory (a directory holding catalog/); give the "
-                                   "directory a server's --data or hoarddb.open() uses")
+    root = data_directory(path, db, bucket)
     report = CompactReport(str(root))
     repairs = CheckReport(str(root))
     repair_first(root, db, bucket, repairs)  # (DataDirLockedError when the directory is in use and a crash left work)
