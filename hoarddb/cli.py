@@ -320,11 +320,19 @@ def tour(data):
     sys.exit(result if isinstance(result, int) else 0)
 
 
+def _closed_directory_options(verb: str):
+    """The arguments of a tool run on a closed data directory (check, compact): DIR and its scope."""
+    def decorate(f):
+        f = click.option("--json", "json_mode", is_flag=True, help="Print the report as one line of JSON.")(f)
+        f = click.option("--bucket", "bucket", metavar="NAME", default=None,
+                         help=f"{verb} only this bucket (of --db).")(f)
+        f = click.option("--db", "db", metavar="NAME", default=None, help=f"{verb} only this database's buckets.")(f)
+        return click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))(f)
+    return decorate
+
+
 @main.command("check")
-@click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))
-@click.option("--db", "db", metavar="NAME", default=None, help="Check only this database's buckets.")
-@click.option("--bucket", "bucket", metavar="NAME", default=None, help="Check only this bucket (of --db).")
-@click.option("--json", "json_mode", is_flag=True, help="Print the report as one line of JSON.")
+@_closed_directory_options("Check")
 def check_command(directory, db, bucket, json_mode):
     """Read every file of the data directory DIR and say what is wrong with it.
 
@@ -340,10 +348,7 @@ def check_command(directory, db, bucket, json_mode):
 
 
 @main.command("compact")
-@click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))
-@click.option("--db", "db", metavar="NAME", default=None, help="Compact only this database's buckets.")
-@click.option("--bucket", "bucket", metavar="NAME", default=None, help="Compact only this bucket (of --db).")
-@click.option("--json", "json_mode", is_flag=True, help="Print the report as one line of JSON.")
+@_closed_directory_options("Compact")
 def compact_command(directory, db, bucket, json_mode):
     """Give back the disk space deleted data left in the LMDB files of the data directory DIR.
 

@@ -50,6 +50,11 @@ class Options:
     #: Default: HOARDDB_TTL_SWEEP_BUDGET_SECONDS, else 5.
     ttl_sweep_budget_seconds: float = field(
         default_factory=lambda: _env_seconds("HOARDDB_TTL_SWEEP_BUDGET_SECONDS", 5))
+    #: The most bytes of stored documents one find, search or range gathers before it is
+    #: refused with DOCUMENT_TOO_LARGE (None: no limit). A server sets its message limit
+    #: (16 MiB): a read whose answer could never be sent stops as soon as it knows,
+    #: instead of decoding every match into memory first.
+    max_answer_bytes: int | None = None
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":

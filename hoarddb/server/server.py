@@ -35,7 +35,6 @@ from ..errors import (ConnectionError_, DocumentTooLargeError, HoardError, Inter
 from ..options import Options
 from ..values.codec import encode_checked
 from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
-from ..stores.base import answer_limit
 from ..wire.framing import MAX_MESSAGE_SIZE, encode_message
 from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Request
@@ -141,7 +140,8 @@ class Server:
         data = Path(self.config.data)
         group = self.config.group_commit and hasattr(Engine, "sync")
         try:
-            self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(data, Options(sync=not group)))
+            self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(
+                data, Options(sync=not group, max_answer_bytes=MAX_MESSAGE_SIZE)))  # no read past one message
         except OSError as exc:  # not a listening problem: say which (run() reports OSErrors as those)
             raise StorageError(f"cannot open the data directory {data}: {exc}") from None
         try:
@@ -378,9 +378,8 @@ class Server:
         return regex_time_limit(self.config.regex_timeout)
 
     def _run(self, doc: dict) -> dict:
-        """The engine's answer to ``doc``, within the server's limits (on whichever thread):
-        the regex_timeout, and no read gathering more documents than one message can carry."""
-        with self._limits(), answer_limit(MAX_MESSAGE_SIZE):
+        """The engine's answer to ``doc``, within the server's limits (on whichever thread)."""
+        with self._limits():
             return self.engine.execute(doc)
 
     # -- requests

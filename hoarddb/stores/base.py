@@ -15,8 +15,6 @@ contract every type keeps.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import logging
 import os
@@ -51,31 +49,9 @@ REBUILD = ("dump the bucket and restore it (hoarddb dump, then hoarddb restore -
            "entries and counts again from its documents")
 
 
-#: The most bytes of stored documents one read may gather (None: no limit). A server sets
-#: its message limit around each request (:func:`answer_limit`): a find whose answer could
-#: never be sent then stops as soon as it passes the limit, instead of decoding every
-#: matching document into memory first (100,000 small documents took 180 MB of Python
-#: objects for a 28 MB answer the server then refused). Embedded reads have no limit.
-_ANSWER_BYTES: contextvars.ContextVar[int | None] = contextvars.ContextVar("answer_bytes", default=None)
-
-
-@contextlib.contextmanager
-def answer_limit(max_bytes: int | None) -> Iterator[None]:
-    """Inside, reads on this thread (or task) gather at most ``max_bytes`` of documents."""
-    token = _ANSWER_BYTES.set(max_bytes)
-    try:
-        yield
-    finally:
-        _ANSWER_BYTES.reset(token)
-
-
-def answer_bytes() -> int | None:
-    """The byte limit of this read's answer (:func:`answer_limit`), or None."""
-    return _ANSWER_BYTES.get()
-
-
 def answer_too_large(total: int, limit: int, verb: str) -> DocumentTooLargeError:
-    """The refusal of a read whose documents passed ``limit`` bytes (``total`` so far)."""
+    """The refusal of a read whose documents passed ``limit`` bytes (``total`` so far):
+    ``Options.max_answer_bytes``, which a server sets to its message limit."""
     return DocumentTooLargeError(
         f"the documents this {verb} matches are over the {limit}-byte limit of one answer (it stopped "
         f"reading at {total} bytes); ask for fewer with limit, narrow the filter, or read the whole "

@@ -24,7 +24,7 @@ from ..values.filter import compile_filter
 from ..values.keys import encode_key
 from ..values.literal import literal
 from ..values.order import NUMBER, is_nan, type_rank
-from .base import REBUILD, KVStore, Problem, Reply, answer_bytes, answer_too_large, check_limit, encode_document, scan
+from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document, scan
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
 
@@ -311,7 +311,7 @@ class BTreeStore(KVStore):
             rest = {k: v for k, v in ops.items() if k != "$prefix"}
             check = compile_filter({"k": rest}) if rest else None
         out, others = [], []
-        room, taken = answer_bytes(), 0  # the answer's byte limit (a server's): see base.answer_limit
+        room, taken = self.options.max_answer_bytes, 0  # (a server's message limit)
         with self.kv.read() as txn:
             cursor = txn.cursor()
             for key, raw in _walk(cursor, lower, upper, reverse):

@@ -36,7 +36,7 @@ from ..values.filter import compile_filter
 from ..values.keys import decode_key, decode_keys, encode_key, key_end
 from ..values.literal import literal
 from ..values.update import apply_update, validate_update
-from .base import REBUILD, KVStore, Problem, Reply, answer_bytes, answer_too_large, check_limit, encode_document
+from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
 
@@ -324,7 +324,8 @@ class HashStore(KVStore):
             check_limit(limit, 1 << 62, "find")
         out: list = []
         with self.kv.read() as txn:
-            _matching((raw for _key, raw in self._candidates(txn, filter)), matcher, limit, out)
+            _matching((raw for _key, raw in self._candidates(txn, filter)), matcher, limit, out,
+                      self.options.max_answer_bytes, "find")
         return Reply(out, index_used=FULL_SCAN)
 
     def matches_at_most(self, filter: Any, n: int) -> bool:
@@ -413,7 +414,7 @@ class HashStore(KVStore):
                     doc_keys = sorted(found)  # in key order, as find answers
                 doc_ns = self.DOC
                 raws = (raw for raw in (txn.get(doc_ns + dk) for dk in doc_keys) if raw is not None)
-                docs_examined = _matching(raws, matcher, limit, out, "search")
+                docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
         if explain:
             return Reply(out, index_used=ix.name, explain={
                 "index_used": ix.name, "considered": shape.explained(),
@@ -446,7 +447,7 @@ class HashStore(KVStore):
                             doc_keys.add(p.index.doc_key_of(key, value))
                 # in key order, as find answers
                 raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
-            docs_examined = _matching(raws, matcher, limit, out, "search")
+            docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
@@ -641,12 +642,11 @@ def expires_at(value: Any, ttl: float) -> float | None:
     return None
 
 
-def _matching(raws, matcher, limit: int | None, out: list, verb: str = "find") -> int:
+def _matching(raws, matcher, limit: int | None, out: list, room: int | None, verb: str) -> int:
     """Append to ``out`` the decoded documents of ``raws`` that match (all of them when
     ``matcher`` is None), up to ``limit``; how many were read. DocumentTooLargeError once
-    they pass the answer's byte limit (:func:`~.base.answer_limit`, a server's)."""
+    they pass ``room`` bytes (``Options.max_answer_bytes``, a server's message limit)."""
     examined = 0
-    room = answer_bytes()
     taken = 0
     for raw in raws:
         examined += 1

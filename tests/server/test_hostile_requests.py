@@ -168,7 +168,7 @@ def test_a_long_answer_is_encoded_off_the_event_loop(tmp_path, monkeypatch):
         c["app"].create_bucket("Big", type="hash")
         for i in range(300):  # 300 documents of 60 KB: an answer of 18 MB, over the limit of one message
             c["app"].Big.insert({"_id_": i, "blob": "y" * 60_000})
-        with pytest.raises(DocumentTooLargeError, match="limit"):
+        with pytest.raises(DocumentTooLargeError, match="limit of one answer"):  # stopped reading at 16 MiB
             c["app"].Big.find({})
         assert len(c["app"].Big.find({}, limit=200)) == 200
     assert max(on_loop, default=0) < 1_000_000, f"an answer of {max(on_loop)} bytes was encoded on the loop"
@@ -204,21 +204,20 @@ def test_a_find_whose_answer_cannot_be_sent_stops_reading_at_the_limit(tmp_path)
     # it has gathered more than one message can carry, for find, search and range alike.
     import tracemalloc
 
-    from hoarddb.stores import base
-
     with hoarddb.open(tmp_path / "data") as client:
         many = client["app"].create_bucket("Many", type="hash", indices=[{"field": "k"}])
         many.batch_insert([{"_id_": i, "k": 1, "pad": "x" * 2_000} for i in range(3_000)])  # ~6 MB
         tree = client["app"].create_bucket("Tree", type="btree", key="s")
         tree.batch_insert([{"s": i, "pad": "x" * 2_000} for i in range(3_000)])
-        assert len(many.find({})) == 3_000  # embedded: no limit
-        with base.answer_limit(1_000_000):
-            for read in (lambda: many.find({}), lambda: many.search({"k": 1}), lambda: tree.range({})):
-                tracemalloc.start()
-                with pytest.raises(DocumentTooLargeError, match="over the 1000000-byte limit of one answer"):
-                    read()
-                peak = tracemalloc.get_traced_memory()[1]
-                tracemalloc.stop()
-                assert peak < 4_000_000, f"{peak} bytes held before the refusal"
-            assert len(many.find({}, limit=100)) == 100  # under the limit: answered
-            assert len(tree.range({}, limit=100)) == 100
+        assert len(many.find({})) == 3_000  # embedded: no limit unless asked for
+    with hoarddb.open(tmp_path / "data", max_answer_bytes=1_000_000) as client:  # what a server sets (16 MiB)
+        many, tree = client["app"].Many, client["app"].Tree
+        for read in (lambda: many.find({}), lambda: many.search({"k": 1}), lambda: tree.range({})):
+            tracemalloc.start()
+            with pytest.raises(DocumentTooLargeError, match="over the 1000000-byte limit of one answer"):
+                read()
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert peak < 4_000_000, f"{peak} bytes held before the refusal"
+        assert len(many.find({}, limit=100)) == 100  # under the limit: answered
+        assert len(tree.range({}, limit=100)) == 100

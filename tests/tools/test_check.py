@@ -63,13 +63,14 @@ def data(built, tmp_path):
     return copy
 
 
-def hashes(root: Path) -> dict[str, str]:
-    """Every file below ``root``: its path -> sha256 of its bytes."""
+def hashes(root: Path, but: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every file below ``root`` (but those named in ``but``): its path -> sha256 of its bytes."""
     out = {}
     for where, _dirs, files in os.walk(root):
         for name in files:
             path = Path(where) / name
-            out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+            if name not in but:
+                out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 

@@ -9,9 +9,7 @@ One directory is built and closed per module, most of its data deleted; each tes
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
-import os
 import resource
 import shutil
 import signal
@@ -32,6 +30,7 @@ from hoarddb.tools.check import check
 from hoarddb.tools.compact import compact, compact_environment
 
 from ..killing import run_script
+from .test_check import hashes as check_hashes
 
 AT = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
 #: Store fields of every type on the hash bucket's documents.
@@ -142,14 +141,8 @@ def data(built, tmp_path):
 
 
 def hashes(root: Path) -> dict[str, str]:
-    """Every file below ``root`` (but LOCK, which names the last process to take it): path -> sha256."""
-    out = {}
-    for where, _dirs, files in os.walk(root):
-        for name in files:
-            path = Path(where) / name
-            if name != "LOCK":
-                out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+    """Every file below ``root`` but LOCK (which names the last process to take it): path -> sha256."""
+    return check_hashes(root, but=("LOCK",))
 
 
 def data_sizes(root: Path) -> dict[str, int]:
