@@ -17,6 +17,9 @@ Names (all ``hoarddb_server_*``; the engine adds ``hoarddb_ttl_*`` and ``hoarddb
     fsync_seconds                 how long each one took (histogram)
     busy_polls_total{outcome}     busy polls after a lone client's answer: "request" (one came
                                   in time) or "timeout" (busypoll.py)
+
+and prometheus_client's own ``python_gc_*`` (the garbage collector, by generation) and
+``process_*`` (CPU seconds, memory, open files) of the server's process.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import asyncio
 import bisect
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import GC_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from .. import operations
@@ -67,6 +70,8 @@ class ServerMetrics:
         self.fsync_seconds = _Histogram(_LATENCY)
         self.busy_polls = {"request": 0, "timeout": 0}
         r.register(_Hot(self))
+        r.register(GC_COLLECTOR)
+        r.register(PROCESS_COLLECTOR)
 
     def answered(self, op, seconds: float, error_code: str | None = None) -> None:
         """Count one answered request (on the event loop's thread)."""
