@@ -31,7 +31,7 @@ import pytest
 
 import hoarddb
 from hoarddb import errors
-from hoarddb.storage import framing
+from hoarddb.storage import framing, segment
 
 from .killing import run_script
 
@@ -280,8 +280,8 @@ def test_a_bucket_written_after_reopening_repairs_a_torn_tail_as_after_a_crash(b
     done = run_script(KILLED_AFTER_A_PUSH, data)
     assert done.returncode == 0, done.stderr[-2000:]
     last = data / "app" / "Q" / "seg_00003.fifo"
-    with open(last, "r+b") as f:  # and a torn append after the last entry
-        f.seek(framing.valid_end(f))
+    with open(last, "r+b") as f:  # and a torn append after the last entry (which come after the identity)
+        f.seek(framing.valid_end(f, segment.SEGMENT_HEADER_SIZE))
         f.write(b"\x99" * 10)
     with hoarddb.open(data) as c:
         assert c["app"].Q.length() == 78
@@ -419,3 +419,70 @@ def test_a_file_the_user_may_not_write_is_a_storage_error_not_a_traceback(built,
         assert code == "STORAGE_ERROR" and "Permission denied" in message and rel.split("/")[-1] in message
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- queues: the newest state slot, and a segment of another queue -------------------------------
+
+
+def newest_slot(path: Path) -> int:
+    """Which slot of a queue's ``state.bson`` holds the newest state."""
+    raw = path.read_bytes()
+    found = [(s["seq"], i) for i in range(2)
+             if (s := segment._parse_slot(raw[i * segment.SLOT_SIZE:(i + 1) * segment.SLOT_SIZE])) is not None]
+    return max(found)[1]
+
+
+def test_a_damaged_newest_state_slot_after_a_clean_close_is_whole_in_the_other(built, tmp_path, caplog):
+    """A clean close writes its state into both slots: the one left reads as before, still
+    as after a clean close (a segment lost as well is refused), and the slot is written again.
+    (Before: the update before the close was used, as after a crash: the fifo opened without
+    the entries of a lost last segment, with a warning about the slot only.)"""
+    data = copy(built, tmp_path)
+    state = data / "app" / "Q" / "state.bson"
+    flip(state, newest_slot(state) * segment.SLOT_SIZE + 20)
+    with caplog.at_level("WARNING", logger="hoarddb.segment"), hoarddb.open(data) as c:
+        for name in [*BUCKETS, "C"]:
+            assert read(c, name) == built[1][name], name
+    assert "whole state of the last clean close" in caplog.text
+    assert all(segment._read_state(data / "app" / "Q")[1])  # both slots check again
+
+    data = tmp_path / "again"
+    shutil.copytree(built[0], data)
+    state = data / "app" / "Q" / "state.bson"
+    flip(state, newest_slot(state) * segment.SLOT_SIZE + 20)
+    damage(data, "app/Q/seg_00003.fifo", "delete")
+    with hoarddb.open(data) as c:
+        expect_corrupt(lambda: read(c, "Q"), "app/Q")
+        assert read(c, "Q2") == built[1]["Q2"]
+
+
+def twin_queues(data: Path) -> None:
+    """Queues Z (fifo) and Y (lifo) with twins Z2 and Y2 whose entries have exactly the same
+    sizes, three segments each; and the control bucket."""
+    with hoarddb.open(data) as c:
+        for name, kind in (("Z", "fifo"), ("Z2", "fifo"), ("Y", "lifo"), ("Y2", "lifo")):
+            b = c["app"].create_bucket(name, type=kind, segment_size=4096)
+            tag = name[0].lower() if len(name) == 1 else name[0].upper()
+            b.batch_push([{"n": i, "pad": tag * 900} for i in range(10)])
+        c["ctl"].create_bucket("C", type="hash").batch_insert([{"_id_": f"c{i}", "n": i} for i in range(10)])
+
+
+@pytest.mark.parametrize("rel", ["app/Z/seg_00002.fifo", "app/Z/seg_00003.fifo", "app/Y/seg_00002.lifo",
+                                 "app/Y/seg_00003.lifo"], ids=lambda rel: rel.replace("app/", ""))
+def test_a_queue_segment_swapped_for_a_same_sized_one_of_another_queue_is_refused(tmp_path, rel):
+    """(Before: the other queue's entries were read as this queue's.)"""
+    data = tmp_path / "data"
+    twin_queues(data)
+    with hoarddb.open(data) as c:
+        expected = {name: c["app"][name].list(limit=100) for name in ("Z", "Z2", "Y", "Y2")}
+    twin = data / rel.replace("/Z/", "/Z2/").replace("/Y/", "/Y2/")
+    assert (data / rel).stat().st_size == twin.stat().st_size
+    shutil.copyfile(twin, data / rel)
+    target = rel.split("/")[1]
+    with hoarddb.open(data) as c:
+        error = expect_corrupt(lambda: c["app"][target].list(limit=100), rel.split("/")[-1])
+        assert "belongs to another queue" in error.message
+        for name in expected:
+            if name != target:
+                assert c["app"][name].list(limit=100) == expected[name], name
+        assert c["ctl"].C.length() == 10

@@ -4,13 +4,15 @@ A :class:`SegmentLog` owns every file of one fifo or lifo bucket directory::
 
     <bucket>/
       state.bson       two fixed slots holding the head pointer (and a pending cut), see below
-      seg_00001.fifo   entries, each framed by hoarddb.storage.framing: | len | crc32 | BSON |
-      seg_00002.fifo   (".lifo" in a lifo bucket)
+      seg_00001.fifo   the log's identity (32 bytes, see segment_header), then entries, each
+      seg_00002.fifo   framed by hoarddb.storage.framing: | len | crc32 | BSON |   (".lifo" in a lifo bucket)
 
 Entries are appended to the last segment; a segment holds at most ``segment_size``
 bytes, and an entry that would cross that starts the next segment (an entry larger than
 a whole segment goes alone into a fresh one). Segment numbers only grow and are never
-reused, so a name always means the same file.
+reused, so a name always means the same file (save a last segment that a crash left
+without an acknowledged entry: the opener removes it, and the next segment takes its
+number, so that a fifo's numbering has no gap).
 
 The log is a deque: a fifo bucket takes entries from the head (:meth:`SegmentLog.take_head`),
 a lifo bucket from the tail (:meth:`SegmentLog.take_tail`). The log deals in payload bytes
@@ -54,11 +56,23 @@ happens to this one::
     | len u32 | crc32 u32 | BSON   | len u32 | crc32 u32 | BSON   |
     | ... zero padding ...         | ... zero padding ...         |
     +------------------------------+------------------------------+
-    BSON = {seq, head_segment, head_offset, popped, cut_segment, cut_offset, cut_above}
+    BSON = {seq, head_segment, head_offset, popped, cut_segment, cut_offset, cut_above,
+            queue, tagged_from, closed?}
 
 The opener reads both slots and keeps the one that checks with the higher ``seq``; a torn
 or corrupt slot is the update that did not finish (or a damaged sector), and the other
-slot is the state before it. ``popped`` counts entries ever taken from the head.
+slot is the state before it. ``popped`` counts entries ever taken from the head. A clean
+close (:meth:`SegmentLog.close`) writes its state into both slots, one after the other,
+so after it a damaged slot loses nothing: the other holds the same state, whole.
+
+**Identity.** ``queue`` is a random number the log draws when it is created; every segment
+file it creates begins with it and the segment's own number (:func:`segment_header`), and
+the opener refuses a file that names another queue or another number: a segment of
+another bucket copied over this one's, even with entries of exactly the same sizes.
+Segments numbered below ``tagged_from`` were written before identities and carry none
+(their entries start at byte 0); a log written then draws its identity at its first open,
+with ``tagged_from`` past its last segment, and records it, durably, before it creates a
+segment carrying it. Nothing written earlier is rewritten.
 
 **Preallocation** (``preallocate`` > 0; a fifo's log, not a lifo's, whose pops truncate
 the tail and would throw the zeros away each time). An fdatasync after an append that
@@ -98,14 +112,18 @@ zeros as a torn tail and cuts them with a warning, losing no entry.
 
 Damage that no crash explains is refused, never returned or cut away: an entry failing
 its checksum while being read raises CorruptDataError naming the file and the byte; so
-does the opener, with ``sync`` on, for a segment before the last that does not check,
-is empty or is missing (the head's, or one in a fifo's numbering), and for a head past
-its segment's end; and, after a clean close (:meth:`SegmentLog.close` records the log's
-counts in the state), for anything irregular at all, a torn tail included, and segment
-files that do not hold what the close counted. A write the operating system refuses
-(disk full) is taken back and raises StorageError; one that fails halfway through a
-commit (an fsync error) leaves the log refusing every call until the database is
-opened again, since only the opener can tell which side of the commit the disk is on.
+does the opener, always, for a segment file that names another queue or another number
+(or whose identity does not check though the entry after it does), with ``sync`` on, for
+a segment before the last that does not check, is empty or is missing (the head's, or
+one in a fifo's numbering), and for a head past its segment's end; and, after a clean
+close (:meth:`SegmentLog.close` records the log's counts in the state), for anything
+irregular at all, a torn tail included, and segment files that do not hold what the
+close counted. The one identity a crash can spoil is that of the last segment, in the
+write that created it (the identity and its first entries share a block): the opener
+writes the identity again and cuts the rest, as a torn append. A write the operating
+system refuses (disk full) is taken back and raises StorageError; one that fails halfway
+through a commit (an fsync error) leaves the log refusing every call until the database
+is opened again, since only the opener can tell which side of the commit the disk is on.
 """
 
 from __future__ import annotations
@@ -114,7 +132,9 @@ import bisect
 import logging
 import os
 import re
+import struct
 import threading
+import zlib
 from array import array
 from pathlib import Path
 
@@ -141,6 +161,14 @@ _OPEN_FDS = 4
 #: How many segments' entry offsets stay in memory besides the tail's.
 _CACHED_OFFSETS = 2
 
+#: The identity a segment file begins with (see segment_header): its first 8 bytes, which as a
+#: frame's length word would give more than MAX_PAYLOAD, so no file of entries begins with them.
+SEGMENT_MAGIC = b"hoardseg"
+_SEGMENT_HEADER = struct.Struct("<8sQQI4x")
+#: Bytes of a segment file's identity; its entries start after them (a file written before the
+#: identity has none, and its entries start at byte 0).
+SEGMENT_HEADER_SIZE = _SEGMENT_HEADER.size  # 32
+
 # fdatasync writes the data and the metadata needed to read it back (the file size),
 # which is all a segment append, a truncation or a slot write needs; it skips mtime.
 _datasync = getattr(os, "fdatasync", os.fsync)
@@ -149,6 +177,81 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 def segment_name(number: int, suffix: str) -> str:
     """The file name of segment ``number``: ``seg_00001.fifo``."""
     return f"seg_{number:05d}.{suffix}"
+
+
+def new_queue_id() -> int:
+    """A random identity for a log, which every segment file it creates carries (63 bits: a BSON int64)."""
+    return int.from_bytes(os.urandom(8), "little") >> 1
+
+
+def segment_header(queue: int, number: int) -> bytes:
+    """The first bytes of segment ``number`` of log ``queue``: who the file belongs to.
+
+    Written with the file's first entries, in the same ``pwrite`` at byte 0; the entries
+    start at byte 32::
+
+        0          8               16               24          28       32
+        +----------+---------------+----------------+-----------+--------+------------
+        | hoardseg | queue u64 LE  | number u64 LE  | crc32 u32 | 0 0 0 0| entries ...
+        +----------+---------------+----------------+-----------+--------+------------
+        crc32 covers bytes 0..23
+
+    A crash halfway through that write leaves the file without a whole identity (zeros,
+    part of it, or nothing) and without a whole entry after it, since they share the
+    file's first block; none of the write's entries was acknowledged. The opener writes
+    the identity again and cuts the rest, as a torn append (see check_identity).
+    """
+    head = SEGMENT_MAGIC + queue.to_bytes(8, "little") + number.to_bytes(8, "little")
+    return _SEGMENT_HEADER.pack(SEGMENT_MAGIC, queue, number, zlib.crc32(head))
+
+
+def _header_base(path: Path) -> int:
+    """Where the entries of the segment file at ``path`` start: after its identity, if it begins with one."""
+    with open(path, "rb") as f:
+        return SEGMENT_HEADER_SIZE if f.read(len(SEGMENT_MAGIC)) == SEGMENT_MAGIC else 0
+
+
+def check_identity(path: Path, number: int, queue: int | None, tagged_from: int | None) -> tuple[int, str | None, bool]:
+    """Whether segment file ``path`` is segment ``number`` of log ``queue``: ``(where its
+    entries start, what is wrong or None, whether a crash can have left that)``.
+
+    A log knows its identity (``queue``) and the first segment number that carries it
+    (``tagged_from``; segments below it were written before identities, and carry none).
+    ``queue`` None: a log that has no identity yet, none of whose segments carries one.
+    The only wrong a crash can leave is a file that should carry the identity and has no
+    whole one (the write that creates a segment was cut short).
+    """
+    with open(path, "rb") as f:
+        raw = f.read(SEGMENT_HEADER_SIZE)
+    if raw[:len(SEGMENT_MAGIC)] == SEGMENT_MAGIC and len(raw) == SEGMENT_HEADER_SIZE:
+        _magic, owner, said, crc = _SEGMENT_HEADER.unpack(raw)
+        if crc == zlib.crc32(raw[:24]):
+            if queue is None or owner != queue:
+                return SEGMENT_HEADER_SIZE, ("this file belongs to another queue (its first bytes name queue "
+                                             f"{owner:016x}, not this one's): a file copied or restored into the "
+                                             "wrong bucket"), False
+            if said != number:
+                return SEGMENT_HEADER_SIZE, (f"this file is segment {said} of this queue, not segment {number}: a "
+                                             "file copied or renamed"), False
+            if tagged_from is not None and number < tagged_from:
+                return SEGMENT_HEADER_SIZE, ("this file carries the queue's identity, which segments numbered "
+                                             f"below {tagged_from} were written without"), False
+            return SEGMENT_HEADER_SIZE, None, False
+    if queue is not None and tagged_from is not None and number >= tagged_from:
+        with open(path, "rb") as f:
+            legacy = next(framing.scan(f), None) is not None
+            entries = next(framing.scan(f, SEGMENT_HEADER_SIZE), None) is not None
+        if legacy:  # whole entries from byte 0: a file written without an identity
+            return 0, ("this file does not begin with the queue's identity, which every segment numbered from "
+                       f"{tagged_from} on carries: a file of another queue (or one written before identities) "
+                       "copied or restored into this bucket"), False
+        # The identity and the first entry go to disk in one write, in the same block: a
+        # crash in that write leaves neither whole; a whole entry after a broken identity is damage.
+        if not raw:
+            return SEGMENT_HEADER_SIZE, "this file is empty: not even the 32 bytes naming its queue are there", True
+        return SEGMENT_HEADER_SIZE, ("its first 32 bytes, which name the queue it belongs to, do not check"
+                                     + (" (the entries after them do)" if entries else "")), not entries
+    return 0, None, False
 
 
 class SegmentLog:
@@ -183,7 +286,8 @@ class SegmentLog:
         self._state_fd: int | None = None
         self._fds: dict[int, int] = {}
         self._segs: list[int] = []  # segment numbers on disk, ascending; [0] is the head segment
-        self._sizes: dict[int, int] = {}  # bytes of whole entries in each segment
+        self._sizes: dict[int, int] = {}  # where the whole entries of each segment end (bytes)
+        self._base: dict[int, int] = {}  # where they start: after the identity (32), or 0 in a file without one
         self._padded: dict[int, int] = {}  # file size of the last segment when zeros follow its entries
         self._counts: dict[int, int] = {}  # entries not yet taken in each segment
         self._offsets: dict[int, array] = {}  # entry offsets of a few segments (always the tail's when known)
@@ -193,6 +297,14 @@ class SegmentLog:
         self._popped = 0
         self._cut = (0, 0, 0)  # (segment, offset, above) of the last cut, (0, 0, 0) for none
         self._last_number = 0  # highest segment number ever used
+        # The log's identity, which each segment numbered from tagged_from on carries in its
+        # first bytes (segment_header); a log written before identities gets one at its open,
+        # numbered past its segments, and the state must hold it (durably) before the first
+        # segment that carries it exists: _identity_durable.
+        self._queue: int | None = None
+        self._tagged_from: int | None = None
+        self._identity_durable = False
+        self._slot_damaged: int | None = None  # a state slot that did not check on open (for messages)
         # The state said the log was closed cleanly (see close): nothing was being written
         # when it was last closed, so nothing a crash leaves can be on disk, and every
         # irregularity the opener finds is damage. The first change after the open records
@@ -239,7 +351,7 @@ class SegmentLog:
                 segment_name(cut_seg, self.suffix), cut_off,
             )
             if cut_seg in numbers:
-                _end_batch_in_file(self._path(cut_seg), cut_off)
+                _end_batch_in_file(self._path(cut_seg), cut_off, _header_base(self._path(cut_seg)))
                 if os.path.getsize(self._path(cut_seg)) > cut_off:
                     self._truncate_path(self._path(cut_seg), cut_off)
             for n in doomed:
@@ -252,6 +364,27 @@ class SegmentLog:
             log.info("%s: removing consumed segment %s", self.directory, segment_name(n, self.suffix))
             os.unlink(self._path(n))
         numbers = [n for n in numbers if n >= head_seg]
+        for n in numbers:  # each file must be this log's segment n (see segment_header)
+            base, wrong, crash = check_identity(self._path(n), n, self._queue, self._tagged_from)
+            if wrong is None:
+                self._base[n] = base
+            elif crash and not self._clean and (n == numbers[-1] or not strict):
+                # The write that created the segment was cut short, and none of its entries
+                # was acknowledged: the file becomes the empty segment it was meant to start as.
+                size = os.path.getsize(self._path(n))
+                log.warning("%s: %s: %s (a write that created it did not finish); writing them again and "
+                            "cutting the %d bytes after them", self.directory, segment_name(n, self.suffix),
+                            wrong, max(0, size - SEGMENT_HEADER_SIZE))
+                fd = os.open(self._path(n), os.O_RDWR)
+                try:
+                    pwrite_all(fd, segment_header(self._queue, n), 0)
+                    os.ftruncate(fd, SEGMENT_HEADER_SIZE)
+                    _datasync(fd)  # (repairs are made durable even with sync off)
+                finally:
+                    os.close(fd)
+                self._base[n] = base
+            else:
+                raise self._damaged(self._path(n), wrong)
         tail: tuple | None = None  # after a clean close: the last segment's bytes past its entries, not zeros
         if numbers and numbers[0] != head_seg and strict:
             # The head's segment exists as long as anything after it does: its file was
@@ -276,11 +409,14 @@ class SegmentLog:
             last = i == len(numbers) - 1
             path = self._path(n)
             size = os.path.getsize(path)
-            start = head_off if n == head_seg else 0
+            base = self._base[n]
+            if n == head_seg and head_off < base:  # (a head moved to a segment before it was made)
+                head_off = base
+            start = head_off if n == head_seg else base
             if start > size and strict:
                 raise self._damaged(path, f"the queue's head is at byte {start}, past the file's end ({size} bytes): "
                                     "the file was cut short")
-            if size == 0 and not last and strict:
+            if size <= base and not last and strict:
                 raise self._damaged(path, "a segment file before the last is empty")
             if start > size:  # only after a power cut with sync off: the head was durable, the entries not
                 log.warning("%s: head at byte %d is past the end (%d bytes); the segment is empty", path, start, size)
@@ -328,6 +464,10 @@ class SegmentLog:
                             "(every entry the clean close counted is there)",
                             self.directory, size - end, path.name, end)
                 self._truncate_path(path, end)
+        if self._queue is None:  # a log written before identities: its next segments carry one
+            self._queue, self._tagged_from = new_queue_id(), self._last_number + 1
+        if self._clean and self._slot_damaged is not None:
+            self._heal_slot(closed)
 
     def _cut_torn_batch(self) -> None:
         """A batch that spanned segments and was torn leaves MORE entries at the end of the
@@ -335,7 +475,7 @@ class SegmentLog:
         while len(self._segs) > 1 and self._counts[self._segs[-1]] == 0:
             empty, prev = self._segs[-1], self._segs[-2]
             head_seg, head_off = self._head
-            start = head_off if prev == head_seg else 0
+            start = head_off if prev == head_seg else self._base[prev]
             with open(self._path(prev), "rb") as f:
                 kept = [off for off, _ in framing.scan(f, start, self._sizes[prev], whole_batches=True)]
             with open(self._path(prev), "rb") as f:
@@ -354,6 +494,11 @@ class SegmentLog:
                 self._offsets[prev] = array("q", kept)
             if self._counts[prev]:
                 break
+        # The numbers of segments removed here held nothing acknowledged, and may be used
+        # again: a fifo's next segment must follow its last one (a gap is refused as damage).
+        head_seg, head_off = self._head
+        self._last_number = max([head_seg if head_off > self._base.get(head_seg, 0) else head_seg - 1,
+                                 self._cut[2], *self._segs])
 
     def _load_state(self, have_segments: bool) -> dict | None:
         """Load the head and cut from the newest slot that checks; the counts a clean
@@ -391,18 +536,35 @@ class SegmentLog:
             self._create_state(path)  # a crash while the bucket was being created
             return None
         state = max(valid, key=lambda s: s["seq"])
+        closed = state.get("closed")
+        closed = closed if isinstance(closed, dict) else None
         for i, s in enumerate(slots):
-            if s is None and raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0"):
+            if s is not None or not (closed is not None or raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0")):
+                continue
+            self._slot_damaged = i
+            if closed is None:
                 log.warning(
                     "%s: slot %d does not check (an update that did not finish, or damage); "
                     "the state comes from slot %d (seq %d)", path, i, 1 - i, state["seq"],
+                )
+            else:
+                # A clean close writes its state into both slots (see close), so the slot that
+                # does not check held the same state, or an update after it that did not finish
+                # (the first update after an open is on disk before any other file changes):
+                # either way the state in the other slot is whole, and nothing is lost.
+                log.warning(
+                    "%s: slot %d does not check (damaged); slot %d holds the whole state of the last clean close "
+                    "(seq %d), which is used, and is written into slot %d again once the bucket opened",
+                    path, i, 1 - i, state["seq"], i,
                 )
         self._seq = state["seq"]
         self._head = (int(state["head_segment"]), int(state["head_offset"]))
         self._popped = int(state.get("popped", 0))
         self._cut = (int(state.get("cut_segment", 0)), int(state.get("cut_offset", 0)), int(state.get("cut_above", 0)))
-        closed = state.get("closed")
-        return closed if isinstance(closed, dict) else None
+        queue, tagged_from = state.get("queue"), state.get("tagged_from")
+        if isinstance(queue, int) and isinstance(tagged_from, int):  # (else: written before identities)
+            self._queue, self._tagged_from, self._identity_durable = queue, tagged_from, True
+        return closed
 
     def _check_closed_counts(self, closed: dict, tail: tuple | None) -> None:
         """After a clean close: the segments on disk must be the ones the close counted.
@@ -419,8 +581,24 @@ class SegmentLog:
                                 "do not check), and the bucket was closed cleanly, so no write was cut short there")
         said = ", ".join(f"{k} {closed.get(k)}" for k in found)
         now = ", ".join(f"{k} {v}" for k, v in found.items())
+        slot = "" if self._slot_damaged is None else (
+            f" (or slot {self._slot_damaged} of {STATE_FILE}, which does not check, held the state of writes "
+            "made after that close)")
         raise self._damaged(self.directory, f"the bucket was closed cleanly with {said} in its segment files, "
-                            f"which now hold {now}: a segment file is missing, cut short, or was replaced")
+                            f"which now hold {now}: a segment file is missing, cut short, or was replaced{slot}")
+
+    def _heal_slot(self, closed: dict) -> None:
+        """After a clean close whose copy in one slot is damaged: write the state into that
+        slot again, so both hold it whole (as the close left them). Failing is no error:
+        the next update writes that slot anyway."""
+        try:
+            pwrite_all(self._state_fd, self._slot_bytes(self._seq + 1, closed), (self._seq + 1) % 2 * SLOT_SIZE)
+            _datasync(self._state_fd)
+            self._seq += 1
+            self._identity_durable = True
+        except OSError as exc:
+            log.warning("%s: could not rewrite the damaged state slot (%s); the next update writes it",
+                        self.directory / STATE_FILE, exc)
 
     def _damaged(self, path: Path, what: str) -> CorruptDataError:
         """The error for damage the opener found in ``path`` (it repairs nothing then)."""
@@ -432,6 +610,7 @@ class SegmentLog:
     def _create_state(self, path: Path) -> None:
         self._state_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._seq = -1
+        self._queue, self._tagged_from = new_queue_id(), 1  # every segment of a new log carries its identity
         self._write_state()  # seq 0 into slot 0, the full 1024 bytes so later updates never grow the file
         self._sync_dir()
 
@@ -446,36 +625,44 @@ class SegmentLog:
         ``closed``: the counts a clean close records (:meth:`close`); any other update
         leaves them out, which says the log is open. The first update after a clean close
         is always flushed, even with sync off: until it is on disk, the opener would take a
-        change to any other file (a flush puts segments first) for damage.
+        change to any other file (a flush puts segments first) for damage. So is the first
+        that records the log's identity, which must be on disk before a segment carrying it is.
         """
-        reopening = self._clean and closed is None
+        reopening = (self._clean and closed is None) or not self._identity_durable
         self._clean = False  # this update says the log is open (unless it is the close's own)
         seq = self._seq + 1
-        head = head or self._head
-        cut = cut or self._cut
-        doc = {
-            "seq": seq, "head_segment": head[0], "head_offset": head[1],
-            "popped": self._popped if popped is None else popped,
-            "cut_segment": cut[0], "cut_offset": cut[1], "cut_above": cut[2],
-        }
-        if closed is not None:
-            doc["closed"] = closed
-        framed = framing.frame(encode(doc))
-        assert len(framed) <= SLOT_SIZE, "a state document outgrew its slot"
+        data = self._slot_bytes(seq, closed, head, popped, cut)
         slot = seq % 2
-        data = framed.ljust(SLOT_SIZE, b"\0")
         if seq == 0:
             data += bytes(SLOT_SIZE)
         try:
             pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
             if (self.sync and durable) or reopening:
                 _datasync(self._state_fd)
+                self._identity_durable = True
             else:
                 self._dirty_state = True
         except OSError as exc:
             # The slot may hold the new state or not; the opener will know, this log cannot.
             raise self._fail(exc, self.directory / STATE_FILE) from None
         self._seq = seq
+
+    def _slot_bytes(self, seq: int, closed: dict | None = None, head: tuple[int, int] | None = None,
+                    popped: int | None = None, cut: tuple[int, int, int] | None = None) -> bytes:
+        """The 512 bytes of state update ``seq``: the head and cut given, else the log's own."""
+        head = head or self._head
+        cut = cut or self._cut
+        doc = {
+            "seq": seq, "head_segment": head[0], "head_offset": head[1],
+            "popped": self._popped if popped is None else popped,
+            "cut_segment": cut[0], "cut_offset": cut[1], "cut_above": cut[2],
+            "queue": self._queue, "tagged_from": self._tagged_from,
+        }
+        if closed is not None:
+            doc["closed"] = closed
+        framed = framing.frame(encode(doc))
+        assert len(framed) <= SLOT_SIZE, "a state document outgrew its slot"
+        return framed.ljust(SLOT_SIZE, b"\0")
 
     # -- files --------------------------------------------------------------------------------
 
@@ -502,6 +689,7 @@ class SegmentLog:
         self._segs.remove(number)
         self._length -= self._counts.pop(number)
         del self._sizes[number]
+        del self._base[number]
         self._padded.pop(number, None)
         self._offsets.pop(number, None)
 
@@ -588,7 +776,7 @@ class SegmentLog:
         offsets = self._offsets.get(number)
         if offsets is None:
             head_seg, head_off = self._head
-            start = head_off if number == head_seg else 0
+            start = head_off if number == head_seg else self._base[number]
             offsets = self._walk(number, start, self._sizes[number])
             self._trim_offsets()
             self._offsets[number] = offsets
@@ -639,7 +827,8 @@ class SegmentLog:
                 taken.append((number, len(got)))
             if len(out) >= n or index + 1 >= len(self._segs):
                 return out, taken, (number, offset)
-            index, offset = index + 1, 0
+            index += 1
+            offset = self._base[self._segs[index]]
 
     # -- the log's interface --------------------------------------------------------------------
 
@@ -674,11 +863,14 @@ class SegmentLog:
             groups: list[list] = []  # [number, start, frames, created]
             number = self._segs[-1] if self._segs else None
             size = self._sizes[number] if number is not None else 0
+            base = self._base[number] if number is not None else 0
             next_number = self._last_number + 1
             for fr in frames:
-                if number is None or (size > 0 and size + len(fr) > self.segment_size):
-                    number, size, next_number = next_number, 0, next_number + 1
-                    groups.append([number, 0, [], True])
+                if number is None or (size > base and size + len(fr) > self.segment_size):
+                    # A new segment: its identity, then its entries (segment_header)
+                    number, next_number = next_number, next_number + 1
+                    size = base = SEGMENT_HEADER_SIZE
+                    groups.append([number, base, [], True])
                 elif not groups:
                     groups.append([number, size, [], False])
                 groups[-1][2].append(fr)
@@ -694,6 +886,8 @@ class SegmentLog:
                 end = last_start + sum(len(fr) for fr in last_parts)
                 if end > self._padded.get(last_number, last_start):  # the write runs past the file's end
                     pad_end = max(end, min(end + self.preallocate, self.segment_size))
+            if groups[-1][3] and not self._identity_durable:
+                self._write_state()  # the identity the new segment carries, durably first (see _write_state)
             try:
                 if trim is not None and groups[0][0] != trim:
                     self._trim(trim, self._sizes[trim])
@@ -701,13 +895,15 @@ class SegmentLog:
                     number, start, parts, created = group
                     fd = self._fd(number, create=created)
                     written.append(group)
-                    data = b"".join(parts)
-                    pwrite_all(fd, data, start)
+                    data, at = b"".join(parts), start
+                    if created:  # one pwrite from byte 0: the identity, then the entries
+                        data, at = segment_header(self._queue, number) + data, 0
+                    pwrite_all(fd, data, at)
                     if number == trim:
-                        os.ftruncate(fd, start + len(data))
+                        os.ftruncate(fd, at + len(data))
                         self._padded.pop(number)
-                    elif number == last_number and pad_end > start + len(data):
-                        pad_end = self._pad(fd, start + len(data), pad_end)
+                    elif number == last_number and pad_end > at + len(data):
+                        pad_end = self._pad(fd, at + len(data), pad_end)
                     if self.sync:
                         _datasync(fd)
                     else:
@@ -722,9 +918,9 @@ class SegmentLog:
             for number, start, parts, created in groups:
                 if created:
                     if not self._segs:
-                        self._head = (number, 0)
+                        self._head = (number, start)
                     self._segs.append(number)
-                    self._sizes[number], self._counts[number] = 0, 0
+                    self._sizes[number], self._counts[number], self._base[number] = start, 0, start
                     self._offsets[number] = array("q")
                     self._last_number = number
                     self._trim_offsets()
@@ -808,7 +1004,8 @@ class SegmentLog:
             out, taken, (number, offset) = self._read_forward(0, self._head[1], n)
             index = self._segs.index(number)
             while offset == self._sizes[number] and index + 1 < len(self._segs):
-                index, number, offset = index + 1, self._segs[index + 1], 0
+                index, number = index + 1, self._segs[index + 1]
+                offset = self._base[number]
             if len(out) == self._length and self._sizes[self._segs[-1]] >= min(_RESET_BYTES, self.segment_size // 2):
                 # Emptied, and the last segment is big: the head moves to the segment the next
                 # push will create, so the files go now instead of lingering until a rollover.
@@ -962,7 +1159,7 @@ class SegmentLog:
             index += 1
         number = self._segs[index]
         if after == 0:
-            start = self._head[1] if number == self._head[0] else 0
+            start = self._head[1] if number == self._head[0] else self._base[number]
         else:
             offsets, lo = self._entry_offsets(number)
             start = offsets[lo + after]
@@ -1015,7 +1212,7 @@ class SegmentLog:
 
         The clean close is a state update (into the next slot, as any) that also holds
         the log's counts — entries, segment files, the last one's number and the bytes
-        of whole entries::
+        of whole entries (where the entries of each segment end, its identity counted)::
 
             {seq, head_segment, ..., closed: {entries, segments, last, bytes}}
 
@@ -1024,6 +1221,13 @@ class SegmentLog:
         check to their end, were damaged since: it refuses them instead of cutting
         entries away as it does after a crash. A log whose writes failed (see _fail) is
         not marked; nor is anything if the flush or the state write fails (logged).
+
+        It is written twice, update ``seq`` then ``seq + 1`` (the other slot), each
+        fdatasync'd before the next write: both slots then hold the same state, so damage
+        to either after the close loses nothing (the opener uses the other, whole, and
+        writes the damaged one again), where one copy would leave the update before the
+        close, which the opener must take for a crash. A crash between the two writes
+        leaves one copy and the update before it, as a close from before this did.
         """
         with self._lock:
             if self._closed:
@@ -1031,8 +1235,10 @@ class SegmentLog:
             try:
                 if self._failed is None and not self._clean and self._state_fd is not None:
                     self._sync_taken(*self._take_dirty())
-                    self._write_state(durable=False, closed=self._totals())
-                    _datasync(self._state_fd)
+                    totals = self._totals()
+                    for _copy in range(2):  # one slot, then (once that is on disk) the other
+                        self._write_state(durable=False, closed=totals)
+                        _datasync(self._state_fd)
                     self._clean = True
             except (OSError, StorageError) as exc:
                 log.warning("%s: could not record a clean close (%s); the next open treats it as after a crash",
@@ -1047,11 +1253,12 @@ class SegmentLog:
                 "last": self._segs[-1] if self._segs else 0, "bytes": sum(self._sizes.values())}
 
 
-def _end_batch_in_file(path: Path, end: int) -> None:
-    """:meth:`SegmentLog._end_batch_at` for the opener: clear MORE on the entry ending at ``end``, durably."""
+def _end_batch_in_file(path: Path, end: int, start: int) -> None:
+    """:meth:`SegmentLog._end_batch_at` for the opener: clear MORE on the entry ending at ``end``
+    (the file's entries start at ``start``), durably."""
     last = None
     with open(path, "rb") as f:
-        for off, payload in framing.scan(f, 0, end):
+        for off, payload in framing.scan(f, start, end):
             if off + HEADER_SIZE + len(payload) == end:
                 last = (off, payload)
     if last is None:
@@ -1139,11 +1346,18 @@ def verify(directory: Path, suffix: str) -> list[tuple[str, str]]:
             problems.append((STATE_FILE, "has no slot that checks, so where the queue's head is is unknown"))
         return problems
     state = max(valid, key=lambda s: s["seq"])
+    closed = state.get("closed") if isinstance(state.get("closed"), dict) else None
     if len(raw) < 2 * SLOT_SIZE:
         problems.append((STATE_FILE, f"is {len(raw)} bytes, not {2 * SLOT_SIZE}: the file was cut short"))
     for i, s in enumerate(slots):
-        if s is None and raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0"):
+        if s is None and closed is not None:
+            problems.append((STATE_FILE, f"slot {i} does not check; slot {1 - i} holds the whole state of the last "
+                                         "clean close, which the next open uses and writes into it again"))
+        elif s is None and raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0"):
             problems.append((STATE_FILE, f"slot {i} does not check (its other slot, the state in use, does)"))
+    queue, tagged_from = state.get("queue"), state.get("tagged_from")
+    if not (isinstance(queue, int) and isinstance(tagged_from, int)):
+        queue = tagged_from = None  # written before identities: no segment carries one
     head_seg, head_off = int(state["head_segment"]), int(state["head_offset"])
     cut_seg, cut_above = int(state.get("cut_segment", 0)), int(state.get("cut_above", 0))
     for n in numbers:
@@ -1164,11 +1378,15 @@ def verify(directory: Path, suffix: str) -> list[tuple[str, str]]:
         last = i == len(live) - 1
         path = directory / segment_name(n, suffix)
         size = os.path.getsize(path)
-        start = head_off if n == head_seg else 0
+        base, wrong, _crash = check_identity(path, n, queue, tagged_from)
+        if wrong is not None:
+            problems.append((path.name, wrong))
+            continue
+        start = max(head_off, base) if n == head_seg else base
         if start > size:
             problems.append((path.name, f"the queue's head is at byte {start}, past the file's end ({size} bytes)"))
             continue
-        if size == 0 and not last:
+        if size <= base and not last:
             problems.append((path.name, "is empty, and it is not the last segment"))
         end = start
         with open(path, "rb", buffering=_WALK_CHUNK) as f:

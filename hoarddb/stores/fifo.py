@@ -72,8 +72,9 @@ class SegmentStore(Store):
 
     @classmethod
     def check(cls, directory, declaration):
-        """Every entry of every segment from the head on passes its crc and decodes, and the
-        segment files are what the state's clean close counted (:func:`hoarddb.storage.segment.verify`)."""
+        """Every entry of every segment from the head on passes its crc and decodes, each
+        segment file names this queue and its own number, and the segment files are what
+        the state's clean close counted (:func:`hoarddb.storage.segment.verify`)."""
         problems = Problems()
         for name, what in segment.verify(Path(directory), cls.type_name):
             problems.append(Problem(name, what))

@@ -10,12 +10,15 @@ import pytest
 
 from hoarddb.errors import ClosedError, CorruptDataError
 from hoarddb.storage import framing
-from hoarddb.storage.segment import SLOT_SIZE, STATE_FILE, SegmentLog, _parse_slot, segment_name
+from hoarddb.storage.segment import SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE, SegmentLog, \
+    _parse_slot, segment_name
 from hoarddb.values.codec import decode, encode
 
 from ..killing import SAY_READY, kill_midway, run_script
 
 SMALL = 4096
+#: The identity every segment file begins with (a file written before identities has none).
+HDR = SEGMENT_HEADER_SIZE
 
 
 def payload(i: int, pad: int = 0) -> bytes:
@@ -58,10 +61,16 @@ def abandon(log: SegmentLog) -> None:
     log._close_files()
 
 
+def entries_start(path: Path) -> int:
+    """Where the entries of a segment file start: after its identity, if it begins with one."""
+    with open(path, "rb") as f:
+        return HDR if f.read(len(SEGMENT_MAGIC)) == SEGMENT_MAGIC else 0
+
+
 def data_end(path: Path) -> int:
     """Where the whole entries of a segment file end (zeros may follow: preallocation)."""
     with open(path, "rb") as f:
-        return framing.valid_end(f)
+        return framing.valid_end(f, entries_start(path))
 
 
 # -- layout --------------------------------------------------------------------------------
@@ -82,7 +91,8 @@ def test_entries_are_framed_bson_in_numbered_segments(bucket):
     log.append([payload(1), payload(2)])
     assert seg_files(bucket) == ["seg_00001.fifo"]
     with open(bucket / "seg_00001.fifo", "rb") as f:
-        assert ids([p for _, p in framing.scan(f)]) == [1, 2]
+        assert f.read(HDR)[:8] == b"hoardseg"  # the log's identity (segment.segment_header), then the entries
+        assert ids([p for _, p in framing.scan(f, HDR)]) == [1, 2]
     assert segment_name(12, "lifo") == "seg_00012.lifo"
     log.close()
 
@@ -97,8 +107,8 @@ def test_a_segment_never_crosses_its_size_and_a_big_entry_goes_alone(bucket):
         assert (bucket / name).stat().st_size <= SMALL
     log.append([payload(10, 10_000), payload(11)])
     names = seg_files(bucket)
-    assert (bucket / names[-2]).stat().st_size == len(framing.frame(payload(10, 10_000)))
-    assert data_end(bucket / names[-1]) == len(framing.frame(payload(11)))
+    assert (bucket / names[-2]).stat().st_size == HDR + len(framing.frame(payload(10, 10_000)))
+    assert data_end(bucket / names[-1]) == HDR + len(framing.frame(payload(11)))
     assert (bucket / names[-1]).stat().st_size == SMALL  # zeros up to the segment's size (preallocation)
     assert everything(log) == list(range(12))
     log.close()
@@ -278,11 +288,11 @@ def test_a_torn_tail_is_cut_back_to_the_last_whole_entry(bucket, caplog, damage,
             f.seek(whole)
             f.write(framing.frame(payload(5, 50))[:5])
         kept = 5
-    cut = path.stat().st_size - kept * entry  # the zeros after a torn append go with it
+    cut = path.stat().st_size - HDR - kept * entry  # the zeros after a torn append go with it
     with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
         log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     assert everything(log) == list(range(kept))
-    assert path.stat().st_size == kept * entry
+    assert path.stat().st_size == HDR + kept * entry
     assert f"cut {cut} bytes of torn tail from seg_00001.fifo" in caplog.text
     log.append([payload(99)])  # appends go after the last whole entry
     log.close()
@@ -325,7 +335,7 @@ def test_damage_found_while_reading_is_an_error_not_a_document(bucket):
     log = open_log(bucket)
     log.append([payload(i, 100) for i in range(3)])
     with open(bucket / "seg_00001.fifo", "r+b") as f:
-        f.seek(30)
+        f.seek(HDR + 30)
         f.write(b"\x00\x01")
     with pytest.raises(CorruptDataError, match="checksum"):
         log.read_head(3)
@@ -375,7 +385,7 @@ def test_a_lifo_pop_over_several_segments_commits_a_cut(bucket):
     log = open_log(bucket, "lifo")
     assert everything(log) == [0, 1, 2, 20, 21]
     assert ids(log.take_tail(5)) == [21, 20, 2, 1, 0]
-    assert (bucket / "seg_00001.lifo").stat().st_size == 0
+    assert (bucket / "seg_00001.lifo").stat().st_size == HDR  # emptied: its identity stays
     log.close()
 
 
@@ -454,7 +464,7 @@ def test_a_batch_torn_by_a_crash_leaves_none_of_it(bucket, preallocate):
         os.truncate(path, end - entry // 2)
     log = open_log(bucket, size=1 << 20, preallocate=preallocate)
     assert everything(log) == [0]
-    assert path.stat().st_size == entry
+    assert path.stat().st_size == HDR + entry
     log.close()
 
 
@@ -514,10 +524,10 @@ def test_a_fifo_append_preallocates_zeros_and_the_next_appends_land_on_them(buck
     log.append([payload(0, 100)])
     path = bucket / "seg_00001.fifo"
     entry = len(framing.frame(payload(0, 100)))
-    assert path.stat().st_size == entry + 8192 and data_end(path) == entry and zeros_after_data(path)
+    assert path.stat().st_size == HDR + entry + 8192 and data_end(path) == HDR + entry and zeros_after_data(path)
     for i in range(1, 8192 // entry + 1):  # these fit in the zeros: the file keeps its size
         log.append([payload(i, 100)])
-        assert path.stat().st_size == entry + 8192
+        assert path.stat().st_size == HDR + entry + 8192
     log.append([payload(99, 100)])  # this one runs past the end: zeros again after it
     assert path.stat().st_size == data_end(path) + 8192 and zeros_after_data(path)
     count = len(log)
@@ -534,7 +544,7 @@ def test_preallocation_never_runs_past_the_segment_size(bucket):
     log.append([payload(0)])
     assert (bucket / "seg_00001.fifo").stat().st_size == SMALL
     log.append([payload(1, 3 * SMALL)])  # bigger than a segment: alone, no zeros
-    assert (bucket / "seg_00002.fifo").stat().st_size == len(framing.frame(payload(1, 3 * SMALL)))
+    assert (bucket / "seg_00002.fifo").stat().st_size == HDR + len(framing.frame(payload(1, 3 * SMALL)))
     log.close()
 
 
@@ -750,3 +760,201 @@ def test_a_power_cut_in_the_first_group_after_a_clean_close_is_repaired_not_refu
         assert everything(log) == [1, 2, 3, 4, 5]
     finally:
         log.close()
+
+
+# -- a clean close writes its state twice; every segment carries the log's identity -------------
+
+
+def flip_slot(directory: Path, slot: int) -> None:
+    """Damage one state slot: a byte inside its BSON."""
+    with open(directory / STATE_FILE, "r+b") as f:
+        f.seek(slot * SLOT_SIZE + 20)
+        b = f.read(1)
+        f.seek(slot * SLOT_SIZE + 20)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def newest_slot(directory: Path) -> int:
+    return max((s["seq"], i) for i, s in enumerate(slots(directory)) if s is not None)[1]
+
+
+def test_a_clean_close_writes_its_state_into_both_slots(bucket):
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(10)])
+    log.take_head(3)
+    log.close()
+    first, second = slots(bucket)
+    assert first["closed"] == second["closed"]
+    assert (first["closed"]["entries"], first["closed"]["segments"], first["closed"]["last"]) == (7, 3, 3)
+    assert abs(first["seq"] - second["seq"]) == 1
+    for key in ("head_segment", "head_offset", "popped", "queue", "tagged_from"):
+        assert first[key] == second[key], key
+
+
+@pytest.mark.parametrize("which", ["newest", "older"])
+def test_a_damaged_slot_after_a_clean_close_is_whole_in_the_other_and_written_again(bucket, caplog, which):
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(10)])
+    log.take_head(3)
+    log.close()
+    damaged = newest_slot(bucket) if which == "newest" else 1 - newest_slot(bucket)
+    flip_slot(bucket, damaged)
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket)
+    assert f"slot {damaged} does not check (damaged)" in caplog.text
+    assert "whole state of the last clean close" in caplog.text
+    assert everything(log) == list(range(3, 10)) and log.popped == 3
+    assert all(s is not None and "closed" in s for s in slots(bucket))  # written again: both whole
+    log.close()
+
+
+def test_a_damaged_newest_slot_after_a_clean_close_keeps_the_close_s_checks(bucket):
+    """The clean close's counts survive in the other slot, so a lost last segment is still
+    refused (with one copy only, the opener fell back to the update before the close, took
+    the log for one after a crash, and opened it without the lost entries)."""
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(10)])
+    log.take_head(3)
+    log.close()
+    flip_slot(bucket, newest_slot(bucket))
+    (bucket / "seg_00003.fifo").unlink()
+    with pytest.raises(CorruptDataError, match="closed cleanly"):
+        open_log(bucket)
+
+
+def twin_logs(tmp_path: Path, suffix: str = "fifo") -> tuple[Path, Path]:
+    """Two logs whose segments hold entries of exactly the same sizes (different values), closed."""
+    out = []
+    for name, base in (("A", 0), ("B", 1000)):
+        directory = tmp_path / name
+        directory.mkdir()
+        log = open_log(directory, suffix)
+        log.append([payload(base + i, 900) for i in range(10)])  # 4 + 4 + 2
+        log.close()
+        out.append(directory)
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["after a clean close", "after a crash"])
+@pytest.mark.parametrize("suffix", ["fifo", "lifo"])
+@pytest.mark.parametrize("name", ["seg_00002", "seg_00003"], ids=["middle segment", "last segment"])
+def test_a_segment_of_another_log_with_the_same_sizes_is_refused(tmp_path, name, suffix, crash):
+    a, b = twin_logs(tmp_path, suffix)
+    if crash:  # the next open repairs what a crash leaves, and still refuses this
+        log = open_log(a, suffix)
+        log.append([payload(50, 900)])
+        log.take_tail(1) if suffix == "lifo" else None
+        abandon(log)
+    file = f"{name}.{suffix}"
+    assert (a / file).stat().st_size == (b / file).stat().st_size
+    (a / file).write_bytes((b / file).read_bytes())
+    with pytest.raises(CorruptDataError, match=f"{file}: this file belongs to another queue") as caught:
+        open_log(a, suffix)
+    assert "Restore the bucket" in caught.value.message
+    assert (a / file).read_bytes() == (b / file).read_bytes()  # nothing cut or removed
+
+
+def test_a_segment_copied_over_another_of_the_same_log_is_refused(bucket):
+    log = open_log(bucket)
+    for first in (0, 4, 8):  # a batch of four per segment
+        log.append([payload(i, 900) for i in range(first, first + 4)])
+    log.close()
+    (bucket / "seg_00003.fifo").write_bytes((bucket / "seg_00002.fifo").read_bytes())
+    with pytest.raises(CorruptDataError, match="this file is segment 2 of this queue, not segment 3"):
+        open_log(bucket)
+
+
+def write_old_log(directory: Path, segments: list[list[bytes]], closed: bool, popped: int = 0) -> None:
+    """A log as hoardDB wrote it before identities: entries from byte 0 of each segment,
+    and no identity in the state (which ``closed`` says was written by a clean close)."""
+    sizes = []
+    for number, entries in enumerate(segments, 1):
+        data = b"".join(framing.frame_batch(entries))
+        (directory / segment_name(number, "fifo")).write_bytes(data)
+        sizes.append(len(data))
+    docs = [{"seq": 0, "head_segment": 1, "head_offset": 0, "popped": 0, "cut_segment": 0, "cut_offset": 0,
+             "cut_above": 0}]
+    docs.append({**docs[0], "seq": 1})
+    if closed:
+        docs[1]["closed"] = {"entries": sum(map(len, segments)), "segments": len(segments), "last": len(segments),
+                             "bytes": sum(sizes)}
+    raw = b"".join(framing.frame(encode(d)).ljust(SLOT_SIZE, b"\0") for d in docs)
+    (directory / STATE_FILE).write_bytes(raw)
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed cleanly", "after a crash"])
+def test_a_log_written_before_identities_opens_and_its_new_segments_carry_one(tmp_path, closed):
+    old, other = tmp_path / "old", tmp_path / "other"
+    old.mkdir(), other.mkdir()
+    write_old_log(old, [[payload(i, 900) for i in range(4)], [payload(i, 900) for i in range(4, 6)]], closed)
+    before = {n: (old / n).read_bytes() for n in seg_files(old)}
+    log = open_log(old)
+    assert everything(log) == list(range(6))
+    assert {n: (old / n).read_bytes() for n in seg_files(old)} == before  # nothing rewritten
+    log.append([payload(i, 900) for i in range(6, 12)])  # fills seg 2, then seg 3 (the first with an identity)
+    assert ids(log.take_head(1)) == [0]
+    log.close()
+    assert entries_start(old / "seg_00002.fifo") == 0 and entries_start(old / "seg_00003.fifo") == HDR
+    state = max(filter(None, slots(old)), key=lambda s: s["seq"])
+    assert state["tagged_from"] == 3 and isinstance(state["queue"], int)
+    log = open_log(old)
+    assert everything(log) == list(range(1, 12))
+    log.close()
+    # A segment with an identity stands where one without it was (and the other way round): refused.
+    write_old_log(other, [[payload(i, 900) for i in range(4)]] * 3, closed=True)
+    saved = (old / "seg_00003.fifo").read_bytes()
+    (old / "seg_00003.fifo").write_bytes((other / "seg_00003.fifo").read_bytes())
+    with pytest.raises(CorruptDataError, match="does not begin with the queue's identity"):
+        open_log(old)
+    (old / "seg_00003.fifo").write_bytes(saved)
+    (old / "seg_00002.fifo").write_bytes(saved)
+    with pytest.raises(CorruptDataError, match="seg_00002.fifo: this file is segment 3 of this queue"):
+        open_log(old)
+
+
+def test_a_segment_whose_creating_write_was_torn_is_removed_after_a_crash(bucket, caplog):
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(4)])
+    log.append([payload(4, 900)])  # creates seg_00002
+    abandon(log)
+    last = bucket / "seg_00002.fifo"
+    with open(last, "r+b") as f:  # none of that write's first block reached the disk
+        f.write(bytes(HDR + 100))
+    with caplog.at_level(logging.WARNING, logger="hoarddb.segment"):
+        log = open_log(bucket)
+    assert "seg_00002.fifo: its first 32 bytes" in caplog.text
+    assert everything(log) == [0, 1, 2, 3]
+    log.append([payload(5, 900)])
+    assert seg_files(bucket) == ["seg_00001.fifo", "seg_00002.fifo"]
+    log.close()
+    assert everything(open_log(bucket)) == [0, 1, 2, 3, 5]
+
+
+def test_an_empty_last_segment_left_by_a_crash_does_not_leave_a_gap_in_a_fifo(bucket):
+    """(Before: the opener removed it, the next segment took the number after it, and the
+    open after that refused the fifo: a segment missing in the middle.)"""
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(4)])
+    log.append([payload(4, 900)])  # creates seg_00002
+    abandon(log)
+    os.truncate(bucket / "seg_00002.fifo", 0)  # created, and nothing of it reached the disk
+    log = open_log(bucket)
+    assert everything(log) == [0, 1, 2, 3]
+    log.append([payload(5, 900)])
+    log.close()
+    log = open_log(bucket)
+    assert everything(log) == [0, 1, 2, 3, 5]
+    log.close()
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["after a clean close", "after a crash"])
+def test_a_damaged_identity_before_whole_entries_is_refused(bucket, crash):
+    log = open_log(bucket)
+    log.append([payload(i, 900) for i in range(6)])
+    abandon(log) if crash else log.close()
+    with open(bucket / "seg_00002.fifo", "r+b") as f:
+        f.seek(10)
+        f.write(b"\xff\xff")
+    with pytest.raises(CorruptDataError, match="seg_00002.fifo: its first 32 bytes, which name the queue"):
+        open_log(bucket)
+    assert (bucket / "seg_00002.fifo").exists()

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 import hoarddb
 from hoarddb.cli import main
 from hoarddb.testing import ServerProcess
+from hoarddb.storage import segment
 from hoarddb.tools import check as check_module
 from hoarddb.tools.check import check
 from hoarddb.values.codec import decode, encode
@@ -299,6 +300,25 @@ def test_a_lifo_whose_segments_disagree_with_its_counts_is_reported(data):
     seg = data / "app" / "S" / "seg_00003.lifo"
     os.truncate(seg, seg.stat().st_size - 1)
     assert_reported(data, "app/S/state.bson", "clean close counted")
+
+
+def test_a_queue_segment_of_another_queue_with_the_same_sizes_is_reported(data):
+    """(Before: it checked as this queue's, its sizes matching what the clean close counted.)"""
+    with hoarddb.open(data, ttl_sweep_seconds=0) as c:
+        for name in ("Z", "Z2"):
+            c["app"].create_bucket(name, type="fifo", segment_size=4096).batch_push(
+                [{"n": i, "pad": name[-1] * 900} for i in range(10)])
+    z = data / "app" / "Z" / "seg_00002.fifo"
+    z.write_bytes((data / "app" / "Z2" / "seg_00002.fifo").read_bytes())
+    assert_reported(data, "app/Z/seg_00002.fifo", "belongs to another queue")
+
+
+def test_a_damaged_state_slot_of_a_queue_closed_cleanly_is_reported_as_whole_in_the_other(data):
+    state = data / "app" / "Q" / "state.bson"
+    raw = state.read_bytes()
+    newest = max((s["seq"], i) for i in range(2) if (s := segment._parse_slot(raw[i * 512:(i + 1) * 512])))[1]
+    flip(state, newest * 512 + 20)
+    assert_reported(data, "app/Q/state.bson", f"slot {newest} does not check", "whole state of the last clean close")
 
 
 # -- blobs ---------------------------------------------------------------------------------------
