@@ -392,6 +392,10 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
+        # The busy poller holds an fd of its own once it has polled (its thread's /proc
+        # schedstat): it goes with the socket, not with this object, which may be kept long
+        # after (by a stream's generator; by the client, when closed by another thread mid-call).
+        self.poller = None
         for spool in self._spools.values():
             spool.close()
         self._spools.clear()
