@@ -22,15 +22,21 @@ adapter feeds ``receive_data`` and writes the bytes the events and methods retur
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import (AuthFailedError, ConnectionError_, HoardError, ProtocolError, UnauthorizedError,
                       error_from_answer)
+from ..values.codec import CODEC_OPTIONS, _dict_to_bson, encode_checked
 from . import scram
-from .framing import FrameReader, decode_frame, encode_message
+from .framing import FrameReader, decode_frame, decode_frames, encode_message, message_too_large, split_frames
 from .messages import (AUTH_CONTINUE, AUTH_START, CHUNK, HANDSHAKE_MAX_MESSAGE, HELLO, MAX_MESSAGE_SIZE,
                        PROTOCOL_VERSION, SCRAM_SHA_256, error_answer, valid_id)
+
+
+#: Ops a READY connection's message may have that are not operations to hand up.
+_NOT_REQUESTS = frozenset({HELLO, AUTH_START, AUTH_CONTINUE, CHUNK})
 
 
 class State(enum.Enum):
@@ -87,13 +93,11 @@ class Principal:
     user: str | None
     roles: list = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def admin(self) -> bool:
-        """Whether one of the roles is the cluster-wide admin (looked up once: every request asks)."""
-        admin = self.__dict__.get("_admin")
-        if admin is None:
-            admin = self.__dict__["_admin"] = any(r.get("role") == "admin" for r in self.roles)
-        return admin
+        """Whether one of the roles is the cluster-wide admin (looked up once: every request asks,
+        and after the first it is an attribute of the instance, read without a call)."""
+        return any(r.get("role") == "admin" for r in self.roles)
 
 
 class ServerProtocol:
@@ -133,22 +137,62 @@ class ServerProtocol:
         return self._reader
 
     def receive_data(self, data: bytes) -> list:
-        """Feed bytes from the peer; the events they make, in order."""
+        """Feed bytes from the peer; the events they make, in order.
+
+        The whole messages among the bytes are decoded in one call (a pipeline's hundred
+        requests come in one read), and a READY connection's plain requests are made
+        into :class:`Request` events without :meth:`_message`'s steps (what they would
+        find is checked in one expression; anything else takes them). Should one of the
+        messages not be BSON, they are decoded one by one again: those before it are
+        handled, it is refused and the connection closed, as one by one.
+        """
         if self.state is State.CLOSED:
             return []
         events: list = []
-        self._reader.feed(data)
+        reader = self._reader
+        reader.feed(data)
         while self.state is not State.CLOSED:
             try:
-                frame = self._reader.next_frame()
-                if frame is None:
-                    break
+                frames = reader.next_frames()
+            except ProtocolError as e:  # a length no message may have
+                self._fail(events, None, e)
+                break
+            if not frames:
+                break
+            try:
+                docs = decode_frames(frames)
+            except ProtocolError:
+                self._one_by_one(frames, events)
+                continue
+            self._messages(docs, events)
+        return events
+
+    def _messages(self, docs: list, events: list) -> None:
+        append = events.append
+        for doc in docs:
+            state = self.state
+            if state is State.READY:  # (nothing a READY connection's message does changes its state)
+                request_id, op = doc.get("id"), doc.get("op")
+                if (type(request_id) is int or type(request_id) is str) and type(op) is str \
+                        and op not in _NOT_REQUESTS:
+                    append(Request(request_id, doc))  # what _message and _in_ready would do
+                    continue
+            elif state is State.CLOSED:  # (the messages after it are dropped, as they would be unread)
+                return
+            self._message(doc, events)
+
+    def _one_by_one(self, frames: bytes, events: list) -> None:
+        """The messages of ``frames``, one of which is not BSON: those before it are handled,
+        then it is refused and the connection closed."""
+        for frame in split_frames(frames):
+            if self.state is State.CLOSED:
+                return
+            try:
                 doc = decode_frame(frame)
             except ProtocolError as e:
                 self._fail(events, None, e)
-                break
+                return
             self._message(doc, events)
-        return events
 
     def _message(self, doc: dict, events: list) -> None:
         request_id = doc.get("id")
@@ -248,8 +292,15 @@ class ServerProtocol:
 
     def encode(self, answer: dict) -> bytes:
         """The bytes of an answer; an answer over the limit becomes its error answer."""
-        try:
-            return encode_message(answer, self.max_message_size)
+        limit = self.max_message_size
+        try:  # encode_message(answer, limit), its encode_checked in one call when the answer encodes
+            try:
+                data = _dict_to_bson(answer, False, CODEC_OPTIONS)
+            except Exception:  # noqa: BLE001 - encoded again, to raise what encode_checked raises
+                data = encode_checked(answer, "a message")
+            if len(data) > limit:
+                raise message_too_large(len(data), limit)
+            return data
         except HoardError as e:
             try:
                 return encode_message(error_answer(answer.get("id"), e), self.max_message_size)

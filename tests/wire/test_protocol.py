@@ -170,3 +170,42 @@ def test_an_answer_whose_id_leaves_no_room_is_still_an_answer():
     server = ServerProtocol()
     answer = decode_all(server.encode({"id": "i" * (MAX_MESSAGE_SIZE - 100), "ok": 1, "result": "x" * 1000}))[0]
     assert answer["codeName"] == "DOCUMENT_TOO_LARGE" and answer["id"] is None
+
+
+def _events_one_read_and_one_by_one(make, messages):
+    """The events of ``messages`` fed in one read, and fed one message a read (Sends by their bytes)."""
+    def plain(events):
+        return [(type(e).__name__, e.data, e.delay) if isinstance(e, Send) else e for e in events]
+    together = plain(make().receive_data(b"".join(messages)))
+    server, apart = make(), []
+    for message in messages:
+        apart += plain(server.receive_data(message))
+    return together, apart
+
+
+def test_messages_read_together_make_the_events_they_make_one_by_one(authenticator):
+    """A pipeline's messages are decoded in one call and plain requests made into events
+    without _message: whatever they hold, the events are those of one message at a time."""
+    big = {"id": 3, "op": "insert", "db": "a", "bucket": "H", "args": {"doc": {"pad": "x" * 20_000}}}
+    messages = [hello(), encode(big), encode({"id": "s", "op": "pop", "db": "a", "bucket": "Q", "args": {}}),
+                encode({"id": True, "op": "pop"}), encode({"id": 4.5, "op": "pop"}), encode({"op": "pop"}),
+                encode({"id": 5, "op": 7}), encode({"id": 6}), encode({"id": 7, "op": "chunk", "data": b"z"}),
+                encode({"id": 8, "op": "chunk", "data": "not binary"}), hello(9),
+                encode({"id": 10, "op": "auth_start", "mechanism": "SCRAM-SHA-256", "payload": "n,,n=ann,r=abc"}),
+                encode({"id": 2**40, "op": "get", "db": "a", "bucket": "H", "args": {"key": "k"}})]
+    together, apart = _events_one_read_and_one_by_one(ServerProtocol, messages)
+    assert together == apart and len(apart) == len(messages)  # one event each
+    together, apart = _events_one_read_and_one_by_one(lambda: ServerProtocol(authenticator=authenticator), messages)
+    assert together == apart and isinstance(apart[-1], Close)  # the big one, before login: refused, closed
+    together, apart = _events_one_read_and_one_by_one(ServerProtocol, [encode({"id": 1, "op": "pop"})] + messages)
+    assert together == apart and isinstance(apart[-1], Close)  # no hello first: refused, closed, the rest unread
+
+
+def test_a_message_that_is_not_bson_among_others_closes_after_those_before_it():
+    bad = bytearray(encode({"id": 3, "op": "pop", "s": "abc"}))
+    bad[4] = 0x7F  # an element type BSON does not have
+    messages = [hello(), encode({"id": 2, "op": "pop"}), bytes(bad), encode({"id": 4, "op": "pop"})]
+    together, apart = _events_one_read_and_one_by_one(ServerProtocol, messages)
+    assert together == apart
+    assert [type(e) for e in apart] == [tuple, Request, tuple, Close]  # hello's answer, the pop, the refusal
+    assert together[1] == Request(2, {"id": 2, "op": "pop"})
