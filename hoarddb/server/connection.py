@@ -148,6 +148,7 @@ class Connection(asyncio.Protocol):
         self.unexecuted = 0  # writes submitted to the group commit that have not run yet
         self.writable = asyncio.Event()
         self.writable.set()
+        self._writable = True  # writable.is_set(), for the pump to read without a call
         self.write_paused_at = 0.0  # when the client last stopped reading (its answers backed up)
         self._reading_paused = False
         self._worker: asyncio.Task | None = None  # the request running in a pool, if any
@@ -186,8 +187,20 @@ class Connection(asyncio.Protocol):
             self.message_started = now
         corked = self.cork()  # the answers of what runs now leave in one send
         try:
+            queued = 0  # requests queued since the last look at whether to stop reading
             for event in events:
+                if type(event) is Request:
+                    if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
+                        self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
+                    self.queue.append((event, now))
+                    queued += 1
+                    continue
+                if queued:
+                    self._queued(queued)
+                    queued = 0
                 self._event(event, now)
+            if queued:
+                self._queued(queued)
             self._pump()
         finally:
             if corked:
@@ -207,28 +220,33 @@ class Connection(asyncio.Protocol):
         self.busy -= len(self.queue)
         self.queue.clear()
         self.writable.set()
+        self._writable = True
         self.server.connection_closed(self)
 
     def pause_writing(self) -> None:
         self.writable.clear()
+        self._writable = False
         self.write_paused_at = self.loop.time()
         self._maybe_pause()
 
     def resume_writing(self) -> None:
         self.writable.set()
+        self._writable = True
         self._pump()
         self._maybe_resume()
 
     # -- events from the protocol
 
+    def _queued(self, n: int) -> None:
+        """``n`` requests were queued: stop reading if they make too many. Looked at once for
+        a run of requests read together (a pipeline's hundred): between them only more
+        requests were queued, and a reading paused once stays paused."""
+        self.busy += n
+        self._maybe_pause()
+
     def _event(self, event, now: float) -> None:
-        if type(event) is Request:
-            if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
-                self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
-            self.queue.append((event, now))
-            self.busy += 1
-            self._maybe_pause()
-        elif isinstance(event, Send):
+        """An event other than a Request (data_received queues those itself)."""
+        if isinstance(event, Send):
             if event.delay > 0:
                 self._pending_sends += 1
                 self.loop.call_later(event.delay, self._delayed_send, event.data)
@@ -279,7 +297,7 @@ class Connection(asyncio.Protocol):
         caught up with, or answers the client has not read past write_buffer (refusals the
         protocol answers itself, such as a flood of hellos, would otherwise pile up unsent)."""
         return (len(self.queue) >= self.config.max_pipeline or self._uploads_full()
-                or not self.writable.is_set())
+                or not self._writable)
 
     def _maybe_pause(self) -> None:
         if self._reading_paused or self.transport is None or self.closed:
@@ -306,18 +324,20 @@ class Connection(asyncio.Protocol):
 
     def _pump(self) -> None:
         """Run the queued requests that can run now, in order; stop at one that must wait."""
-        while self.queue and self._worker is None and not self.closed:
-            if not self.writable.is_set():
+        queue, server = self.queue, self.server
+        while queue and self._worker is None and not self.closed:
+            if not self._writable:
                 return  # the client is not reading its answers: resume_writing pumps again
-            request, arrived = self.queue[0]
-            how = self.server.dispatch(self, request)
+            request, arrived = queue[0]
+            how = server.dispatch(self, request)
             if how != "write" and self.unexecuted:
                 return  # after this connection's writes have run (write_ran pumps again)
-            self.queue.popleft()
-            self._maybe_resume()
+            queue.popleft()
+            if self._reading_paused:
+                self._maybe_resume()
             if how == "write":
                 self.unexecuted += 1
-                self.server.submit_write(self, request, arrived)
+                server.submit_write(self, request, arrived)
             elif how == "inline":
                 self.server.run_inline(self, request, arrived)
             elif how == "read":
