@@ -391,31 +391,37 @@ class Server:
         not waiting). Remembered on the request once it is final: a read behind this
         connection's writes is judged again after they ran (they may make it longer)."""
         how = request.how
-        if how is None:
-            how = self._dispatch(conn, request)
-            if how == "write" or not conn.unexecuted:
-                request.how = how
-        return how
-
-    def _dispatch(self, conn: Connection, request: Request) -> str:
+        if how is not None:
+            return how
         doc = request.doc
         op = doc.get("op")
         principal = conn.core.principal
-        if not principal.admin:
-            try:
-                authorize(principal, doc)
-            except HoardError as e:
-                request.refusal = e
-                return "inline"  # answered at once with its refusal
-        if op in SERVER_OPS or doc.get("upload"):
-            return "pool"
-        verb = operations.VERBS.get(op)
-        if verb is not None and verb.write:
-            return "write" if self.committer is not None else "pool"
-        if op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
-                                          and not _matches_by_regex(doc)):
-            return "inline"
-        return "read" if op != "stream" and not is_write(op) else "pool"
+        if not principal.admin and not self._authorized(principal, request):
+            how = "inline"  # answered at once with its refusal
+        elif op in SERVER_OPS or doc.get("upload"):
+            how = "pool"
+        else:
+            verb = operations.VERBS.get(op)
+            if verb is not None and verb.write:
+                how = "write" if self.committer is not None else "pool"
+            elif op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
+                                                and not _matches_by_regex(doc)):
+                how = "inline"
+            else:
+                how = "read" if op != "stream" and not is_write(op) else "pool"
+        if how == "write" or not conn.unexecuted:
+            request.how = how
+        return how
+
+    @staticmethod
+    def _authorized(principal, request: Request) -> bool:
+        """Whether the principal may run the request; if not, why is kept on it (``refusal``)."""
+        try:
+            authorize(principal, request.doc)
+        except HoardError as e:
+            request.refusal = e
+            return False
+        return True
 
     def run_inline(self, conn: Connection, request: Request, arrived: float) -> None:
         """Run a one-key read (or answer a refusal) on the loop, and answer it."""
@@ -479,7 +485,9 @@ class Server:
 
         def done(result, rid=request.id, op=doc.get("op")):
             conn.write_ran()
-            if isinstance(result, HoardError):
+            if type(result) is dict:  # (the engine's answer: nearly always)
+                answer = result
+            elif isinstance(result, HoardError):
                 answer = result.to_answer()
             elif isinstance(result, BaseException):
                 answer = self._bug(conn, doc, result)
@@ -572,7 +580,8 @@ class Server:
 
     def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float, data: bytes | None = None) -> None:
         """Send an answer (``data``: its message, encoded already) and count it."""
-        if self._corking is not None and conn.cork():
+        if self._corking is not None and conn._corked is None:  # (conn.cork() would say so, in a call)
+            conn.cork()
             self._corking.append(conn)
         conn.send({"id": rid, **answer} if data is None else data)
         self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
