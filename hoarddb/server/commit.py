@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 import time
 from typing import Callable, ContextManager
@@ -88,6 +89,7 @@ class GroupCommitter:
         self._executor = executor
         self._metrics = metrics
         self._writes: list[tuple[dict, Callable]] = []  # submitted, not run yet
+        self._long = False  # whether one of them may take long (may_be_long)
         self._waiting: list[Callable[[HoardError | None], None]] = []  # ran elsewhere, waiting for a sync
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
@@ -104,7 +106,10 @@ class GroupCommitter:
         """Run ``request`` in the next group; ``callback(answer)`` once it is durable, or
         ``callback(error)`` if it was refused (or its group could not be made durable)."""
         self._writes.append((request, callback))
-        self._schedule()
+        if not self._long and request.get("op") in _MAY_BE_LONG and may_be_long(request):
+            self._long = True  # (looked at here, once per write, not at the flush: see _flush)
+        if not self._scheduled and not self._running:  # (_schedule's own test, without its call)
+            self._schedule()
 
     def after_durable(self, callback: Callable[[HoardError | None], None]) -> None:
         """Call ``callback(None)`` once a sync that began after now has returned
@@ -129,9 +134,10 @@ class GroupCommitter:
             return
         writes, self._writes = self._writes, []
         waiting, self._waiting = self._waiting, []
+        long, self._long = self._long, False
         self._running = True
         # nobody to serve meanwhile: no hand-off (unless a write may take long, see may_be_long)
-        if self._alone() and not any(may_be_long(request) for request, _ in writes):
+        if self._alone() and not long:
             self.inline += 1
             if len(writes) == 1 and not waiting and self._quiet():  # its commit after its answer
                 self.deferred += 1
@@ -166,7 +172,8 @@ class GroupCommitter:
             error = StorageError(
                 f"the write was applied but could not be made durable: fsync failed ({exc}); "
                 "check the disk, then read the data back before relying on it")
-        return results, error, sum(1 for r in results if not isinstance(r, HoardError)), time.perf_counter() - started
+        refused = sum(map(isinstance, results, itertools.repeat(HoardError, len(results))))  # (no frame a result)
+        return results, error, len(results) - refused, time.perf_counter() - started
 
     def _finish(self, writes: list, waiting: list, outcome: tuple) -> None:
         """On the event loop: answer the group, then start the next if work came in meanwhile."""
@@ -203,6 +210,8 @@ class GroupCommitter:
 
 #: Verbs that write many documents given in the request: long when they are given many.
 _BATCHES = frozenset({"batch_insert", "batchInsert", "batch_put", "batchPut", "batch_push", "batchPush", "load"})
+#: The verbs of the writes that may take long (may_be_long is False for every other).
+_MAY_BE_LONG = frozenset({"update", "delete"}) | _BATCHES
 #: More documents than this in one batch make it a long write.
 LONG_BATCH = 100
 
