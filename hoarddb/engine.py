@@ -581,7 +581,7 @@ class Engine:
             args = r.get("args") if type(r) is dict else None
             if (r.get("op") != op or r.get("db") != db or r.get("bucket") != bucket or "field" in r or "key" in r
                     or type(args) is not dict or (op == "push" and (len(args) != 1 or type(args.get("doc")) is not dict))
-                    or (op == "pop" and any(v is not None for v in args.values()))):
+                    or (op == "pop" and args and any(v is not None for v in args.values()))):
                 break
             end += 1
         if end - start < 2:
