@@ -2,6 +2,7 @@
 
     python bench/pipeline_cost.py                # cProfile's calls per request, pushes and pops
     python bench/pipeline_cost.py --valgrind     # also instructions per request (valgrind's callgrind)
+    python bench/pipeline_cost.py --depth 1 --pipelines 2000    # a lone client's requests, one at a time
 
 The pipelines of bench/peers.py's "pipelined push" and "pipelined pop" rows (issue 8):
 a client sends 100 requests in one write, ``push`` of a ~190-byte document or ``pop``,
@@ -79,21 +80,21 @@ class Transport:
         return out
 
 
-def pipelines(op: str, count: int, first_id: int) -> list[bytes]:
+def pipelines(op: str, count: int, first_id: int, depth: int) -> list[bytes]:
     """``count`` pipelines' bytes, as ClientProtocol.requests makes them (ids counting up)."""
     out, rid = [], first_id
     for p in range(count):
         if op == "push":
-            docs = [{"op": "push", "db": "bench", "bucket": "Q", "args": {"doc": small_doc(p * DEPTH + k)}}
-                    for k in range(DEPTH)]
+            docs = [{"op": "push", "db": "bench", "bucket": "Q", "args": {"doc": small_doc(p * depth + k)}}
+                    for k in range(depth)]
         else:
-            docs = [{"op": "pop", "db": "bench", "bucket": "P", "args": {}}] * DEPTH
+            docs = [{"op": "pop", "db": "bench", "bucket": "P", "args": {}}] * depth
         out.append(b"".join(encode_message({"id": rid + k, **doc}) for k, doc in enumerate(docs)))
-        rid += DEPTH
+        rid += depth
     return out
 
 
-async def session(modes: list[str], count: int, profile: bool) -> dict[str, float]:
+async def session(modes: list[str], count: int, depth: int, profile: bool) -> dict[str, float]:
     """Set up a server and one connection, warm up, then run each mode; calls per request if ``profile``."""
     from hoarddb.server import server as server_module
     if hasattr(server_module, "collect_less"):
@@ -106,7 +107,7 @@ async def session(modes: list[str], count: int, profile: bool) -> dict[str, floa
         e.execute({"op": "create_database", "db": "bench"})
         for name in ("P", "Q"):
             e.execute({"op": "create_bucket", "db": "bench", "bucket": name, "options": {"type": "fifo"}})
-        for start in range(0, (count + 2 * WARM) * DEPTH, 1000):
+        for start in range(0, (count + 2 * WARM) * depth, 1000):
             e.execute({"op": "batch_push", "db": "bench", "bucket": "P",
                        "args": {"docs": [small_doc(i) for i in range(start, start + 1000)]}})
         e.sync()
@@ -118,8 +119,8 @@ async def session(modes: list[str], count: int, profile: bool) -> dict[str, floa
         rid = 1
         work = {}
         for op in ("push", "pop"):
-            work[op] = pipelines(op, WARM + count, rid)
-            rid += (WARM + count) * DEPTH
+            work[op] = pipelines(op, WARM + count, rid, depth)
+            rid += (WARM + count) * depth
 
         async def run(frames: list[bytes]) -> None:
             for frame in frames:
@@ -135,7 +136,7 @@ async def session(modes: list[str], count: int, profile: bool) -> dict[str, floa
             await run(work[op][:WARM])
             assert srv.committer.inline - inline == WARM, "the flushes did not run inline, one per pipeline"
             answers = transport.answers()
-            assert len(answers) == WARM * DEPTH and all(a["ok"] == 1 for a in answers), answers[:3]
+            assert len(answers) == WARM * depth and all(a["ok"] == 1 for a in answers), answers[:3]
             assert op == "push" or all(a["result"]["Author"] == "Bob" for a in answers)
         assert conn.busy == 0 and not conn.queue
         out = {}
@@ -152,7 +153,7 @@ async def session(modes: list[str], count: int, profile: bool) -> dict[str, floa
                 out[mode] = pstats.Stats(profiler).total_calls
             if mode != "idle":
                 answers = transport.answers()
-                assert len(answers) == count * DEPTH and all(a["ok"] == 1 for a in answers), answers[:3]
+                assert len(answers) == count * depth and all(a["ok"] == 1 for a in answers), answers[:3]
                 assert conn.busy == 0
         await srv.stop()
         return out
@@ -161,22 +162,22 @@ async def session(modes: list[str], count: int, profile: bool) -> dict[str, floa
         shutil.rmtree(data, ignore_errors=True)
 
 
-def run(modes: list[str], count: int, profile: bool) -> dict[str, float]:
+def run(modes: list[str], count: int, depth: int, profile: bool) -> dict[str, float]:
     loop_factory = ServerConfig(data=".", insecure=True).loop_factory()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(session(modes, count, profile))
+        return runner.run(session(modes, count, depth, profile))
 
 
-def instructions(count: int) -> dict[str, int]:
+def instructions(count: int, depth: int) -> dict[str, int]:
     """User-space instructions per request: runs under callgrind with each mode, less the idle run."""
     def collected(mode: str) -> int:
         command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-                   "--mode", mode, "--pipelines", str(count)]
+                   "--mode", mode, "--pipelines", str(count), "--depth", str(depth)]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stderr
         return int(re.search(r"Collected : (\d+)", out).group(1))
 
     idle = collected("idle")
-    return {op: (collected(op) - idle) // (count * DEPTH) for op in ("push", "pop")}
+    return {op: (collected(op) - idle) // (count * depth) for op in ("push", "pop")}
 
 
 def _stub_syncs() -> None:
@@ -189,25 +190,26 @@ def _stub_syncs() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pipelines", type=int, default=PIPELINES, help=f"pipelines of {DEPTH} per kind (default {PIPELINES})")
+    ap.add_argument("--pipelines", type=int, default=PIPELINES, help=f"pipelines per kind (default {PIPELINES})")
+    ap.add_argument("--depth", type=int, default=DEPTH, help=f"requests per pipeline (default {DEPTH})")
     ap.add_argument("--valgrind", action="store_true", help="also count instructions per request (valgrind)")
     ap.add_argument("--mode", choices=("idle", "push", "pop"), help=argparse.SUPPRESS)  # one run under valgrind
     args = ap.parse_args()
     if args.mode is not None:
         _stub_syncs()
-        run([args.mode], args.pipelines, profile=False)
+        run([args.mode], args.pipelines, args.depth, profile=False)
         return
     print(f"hoarddb from {Path(hoarddb.__file__).parent}")
-    calls = run(["idle", "push", "pop"], args.pipelines, profile=True)
-    requests = args.pipelines * DEPTH
+    calls = run(["idle", "push", "pop"], args.pipelines, args.depth, profile=True)
+    requests = args.pipelines * args.depth
     for op in ("push", "pop"):
-        print(f"pipelined {op}: {(calls[op] - calls['idle']) / requests:.1f} calls per request "
-              f"(cProfile, {args.pipelines} pipelines of {DEPTH})")
+        print(f"{op}, {args.depth} deep: {(calls[op] - calls['idle']) / requests:.1f} calls per request "
+              f"(cProfile, {args.pipelines} pipelines of {args.depth})")
     if args.valgrind:
         if shutil.which("valgrind") is None:
             sys.exit("valgrind is not installed (apt-get install valgrind)")
-        for op, n in instructions(args.pipelines).items():
-            print(f"pipelined {op}: {n:,} instructions per request (callgrind, {args.pipelines} pipelines of {DEPTH})")
+        for op, n in instructions(args.pipelines, args.depth).items():
+            print(f"{op}, {args.depth} deep: {n:,} instructions per request (callgrind, {args.pipelines} pipelines of {args.depth})")
 
 
 if __name__ == "__main__":
