@@ -21,7 +21,8 @@ run in the engine and the fifo's segment log, the answers' encoding and metrics.
   turns of the loop, divided by the requests.
 - **instructions** (``--valgrind``) runs this script under ``valgrind --tool=callgrind``
   three times after the same setup: with the pipelines of pushes, with those of pops,
-  and with as many empty turns of the loop; the difference over the requests. Python,
+  and with as many empty turns of the loop (PYTHONHASHSEED=0 in each); the difference
+  over the requests. Python,
   the interpreter, BSON and the loop alike, the kernel not counted (~2 minutes).
 
 Both are counts, not times: they do not move with the machine's load. A/B a change by
@@ -34,6 +35,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import os
 import pstats
 import re
 import shutil
@@ -173,7 +175,8 @@ def instructions(count: int, depth: int) -> dict[str, int]:
     def collected(mode: str) -> int:
         command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
                    "--mode", mode, "--pipelines", str(count), "--depth", str(depth)]
-        out = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+        env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict and set layouts every run
+        out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stderr
         return int(re.search(r"Collected : (\d+)", out).group(1))
 
     idle = collected("idle")
