@@ -69,10 +69,13 @@ so after it a damaged slot loses nothing: the other holds the same state, whole.
 file it creates begins with it and the segment's own number (:func:`segment_header`), and
 the opener refuses a file that names another queue or another number: a segment of
 another bucket copied over this one's, even with entries of exactly the same sizes.
-Segments numbered below ``tagged_from`` were written before identities and carry none
-(their entries start at byte 0); a log written then draws its identity at its first open,
-with ``tagged_from`` past its last segment, and records it, durably, before it creates a
-segment carrying it. Nothing written earlier is rewritten.
+Segments numbered below ``tagged_from`` may have been written before identities and carry
+none (their entries start at byte 0); a log written then draws its identity at its first
+open, with ``tagged_from`` past its last segment, and records it, durably, before it creates
+a segment carrying it. Nothing written earlier is rewritten. A segment created later always
+carries the identity, even under a number below ``tagged_from`` (a lifo that popped its old
+top segment whole numbers the next one as that was): a file naming this queue and its own
+number can only be this queue's.
 
 **Preallocation** (``preallocate`` > 0; a fifo's log, not a lifo's, whose pops truncate
 the tail and would throw the zeros away each time). An fdatasync after an append that
@@ -216,7 +219,8 @@ def check_identity(path: Path, number: int, queue: int | None, tagged_from: int 
     entries start, what is wrong or None, whether a crash can have left that)``.
 
     A log knows its identity (``queue``) and the first segment number that carries it
-    (``tagged_from``; segments below it were written before identities, and carry none).
+    (``tagged_from``; segments below it may have been written before identities, and then
+    carry none: one there is checked if it has one, and accepted if it has none).
     ``queue`` None: a log that has no identity yet, none of whose segments carries one.
     The only wrong a crash can leave is a file that should carry the identity and has no
     whole one (the write that creates a segment was cut short).
@@ -233,9 +237,6 @@ def check_identity(path: Path, number: int, queue: int | None, tagged_from: int 
             if said != number:
                 return SEGMENT_HEADER_SIZE, (f"this file is segment {said} of this queue, not segment {number}: a "
                                              "file copied or renamed"), False
-            if tagged_from is not None and number < tagged_from:
-                return SEGMENT_HEADER_SIZE, ("this file carries the queue's identity, which segments numbered "
-                                             f"below {tagged_from} were written without"), False
             return SEGMENT_HEADER_SIZE, None, False
     if queue is not None and tagged_from is not None and number >= tagged_from:
         with open(path, "rb") as f:

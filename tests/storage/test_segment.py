@@ -11,7 +11,7 @@ import pytest
 from hoarddb.errors import ClosedError, CorruptDataError
 from hoarddb.storage import framing
 from hoarddb.storage.segment import SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE, SegmentLog, \
-    _parse_slot, segment_name
+    _parse_slot, segment_name, verify
 from hoarddb.values.codec import decode, encode
 
 from ..killing import SAY_READY, kill_midway, run_script
@@ -864,13 +864,14 @@ def test_a_segment_copied_over_another_of_the_same_log_is_refused(bucket):
         open_log(bucket)
 
 
-def write_old_log(directory: Path, segments: list[list[bytes]], closed: bool, popped: int = 0) -> None:
+def write_old_log(directory: Path, segments: list[list[bytes]], closed: bool, popped: int = 0,
+                  suffix: str = "fifo") -> None:
     """A log as hoardDB wrote it before identities: entries from byte 0 of each segment,
     and no identity in the state (which ``closed`` says was written by a clean close)."""
     sizes = []
     for number, entries in enumerate(segments, 1):
         data = b"".join(framing.frame_batch(entries))
-        (directory / segment_name(number, "fifo")).write_bytes(data)
+        (directory / segment_name(number, suffix)).write_bytes(data)
         sizes.append(len(data))
     docs = [{"seq": 0, "head_segment": 1, "head_offset": 0, "popped": 0, "cut_segment": 0, "cut_offset": 0,
              "cut_above": 0}]
@@ -910,6 +911,29 @@ def test_a_log_written_before_identities_opens_and_its_new_segments_carry_one(tm
     (old / "seg_00002.fifo").write_bytes(saved)
     with pytest.raises(CorruptDataError, match="seg_00002.fifo: this file is segment 3 of this queue"):
         open_log(old)
+
+
+def test_an_old_lifo_may_number_a_new_segment_below_its_first_with_an_identity(tmp_path):
+    """A lifo written before identities gets its identity at the open, numbered past its last
+    segment (3 here); a pop of exactly that whole segment removes it without a state write,
+    so after a reopen the next segment takes its number again, with an identity. (Before: the
+    open after that refused it, "carries the queue's identity, which segments numbered below
+    3 were written without".)"""
+    old = tmp_path / "Stack"
+    old.mkdir()
+    write_old_log(old, [[payload(i, 900) for i in range(4)], [payload(i, 900) for i in range(4, 6)]], True, suffix="lifo")
+    log = open_log(old, "lifo")
+    assert ids(log.take_tail(2)) == [5, 4]  # the whole of seg 2: removed
+    assert seg_files(old, "lifo") == ["seg_00001.lifo"]
+    log.close()
+    log = open_log(old, "lifo")
+    log.append([payload(10, 900)])  # seg 1 is full: a new seg 2, with the identity
+    log.close()
+    assert entries_start(old / "seg_00002.lifo") == HDR
+    assert verify(old, "lifo") == []
+    log = open_log(old, "lifo")
+    assert everything(log) == [0, 1, 2, 3, 10]
+    log.close()
 
 
 def test_a_segment_whose_creating_write_was_torn_is_removed_after_a_crash(bucket, caplog):
