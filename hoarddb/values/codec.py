@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import uuid
 
 import bson
+import bson.int64
 import bson.errors
 from bson.objectid import ObjectId
 from bson.codec_options import CodecOptions, UuidRepresentation
@@ -29,13 +31,13 @@ MAX_DOCUMENT_SIZE = 16 * 1024 * 1024
 
 def encode(doc) -> bytes:
     """BSON bytes of a mapping (raises ``bson.errors.InvalidDocument`` on values BSON cannot hold)."""
-    return _dict_to_bson(doc, False, CODEC_OPTIONS)
+    return _dict_to_bson(doc, False, _ENCODE_OPTIONS)
 
 
 def encode_checked(doc, what: str = "the document") -> bytes:
     """:func:`encode`, refusing a value BSON cannot hold with BadValueError (saying which)."""
     try:
-        return _dict_to_bson(doc, False, CODEC_OPTIONS)  # (encode's body: one call less on every write)
+        return _dict_to_bson(doc, False, _ENCODE_OPTIONS)  # (encode's body: one call less on every write)
     except bson.errors.InvalidDocument as exc:
         raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
     except OverflowError as exc:
@@ -69,6 +71,36 @@ except ImportError:  # pragma: no cover - other bson builds
 
     def _dict_to_bson(doc, check_keys, options):
         return bson.encode(doc, check_keys, codec_options=options)
+
+
+def _encode_options():
+    """The options :func:`encode` hands pymongo's C encoder: :data:`CODEC_OPTIONS` with
+    ``None`` for its document class, when that encodes byte for byte the same.
+
+    The C encoder reads its options tuple again on every call (``convert_codec_options``
+    in bson/_cbsonmodule.c: the seven fields, the type registry's three maps, and whether
+    the document class has a ``_type_marker``). On Python 3.11 asking ``dict`` that makes
+    the class lookup raise an AttributeError with a formatted message, then clear it:
+    ~2,100 of the ~4,000 instructions the options cost, on every document encoded. The
+    document class is only used to decode (the encoder writes what each value is; of the
+    options it reads the UUID representation and the type registry), and ``None`` answers
+    ``_type_marker`` without raising. Checked here once on a document of every kind the
+    encoder treats by an option; anything else (another bson, the pure Python encoder,
+    which wants a real CodecOptions) keeps :data:`CODEC_OPTIONS`.
+    tests/values/test_codec.py compares the two on generated documents.
+    """
+    fast = (None, *CODEC_OPTIONS[1:])
+    sample = {"_id_": "k", "u": uuid.UUID(int=7), "d": datetime.datetime(2020, 1, 2, tzinfo=datetime.timezone.utc),
+              "n": {"a": [1, 2.5, None, True, b"x", bson.int64.Int64(3)]}}
+    try:
+        if _dict_to_bson(sample, False, fast) == _dict_to_bson(sample, False, CODEC_OPTIONS):
+            return fast
+    except Exception:  # pragma: no cover - a bson that wants a CodecOptions
+        pass
+    return CODEC_OPTIONS  # pragma: no cover
+
+
+_ENCODE_OPTIONS = _encode_options()
 
 
 def decode_all(data) -> list[dict]:
