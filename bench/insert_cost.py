@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import re
 import shutil
@@ -79,7 +80,9 @@ def instructions(durable: bool) -> int:
     def collected(inserts: int) -> int:
         command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
                    "--inserts", str(inserts), *(["--durable"] if durable else [])]
-        out = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+        # (a fixed hash seed: str hashes, and so dict and set probes, are then the same in every run)
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stderr
         return int(re.search(r"Collected : (\d+)", out).group(1))
 
     return (collected(COUNTED) - collected(0)) // COUNTED
