@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import mmap
 import os
 import resource
 import struct
@@ -76,6 +77,10 @@ _META_HEAD = struct.Struct("<QHH")
 _META_MAGIC = struct.Struct("<II")
 _META_DB = struct.Struct("<IHHQQQQQ")
 _META_TAIL = struct.Struct("<QQ")
+#: Where, in the meta pages' first 2 pages, each one's last page number and transaction id are
+#: (offset 136 of each page, the drawing above): LMDB's used size, read as mdb_env_info reads it
+#: (see KV._used); made per environment, since the second page starts one page size in.
+_META_USED = "<136xQQ{}xQQ"
 MDB_MAGIC, MDB_DATA_VERSION, P_META, P_INVALID, MDB_INTEGERKEY = 0xBEEFC0DE, 1, 0x08, (1 << 64) - 1, 0x08
 #: The folder inside an environment's folder where ``hoarddb compact`` writes the compacted
 #: ``data.mdb`` before it takes the place of the environment's own (hoarddb/tools/compact.py
@@ -275,6 +280,10 @@ class KV:
         self.wal: WriteAheadLog | None = None
         self.env: lmdb.Environment | None = None
         self._data_fd: int | None = None
+        # LMDB's two meta pages, mapped read-only, from which the used size is read (see _used);
+        # None where that cannot be trusted, and env.info() is asked instead.
+        self._metas: mmap.mmap | None = None
+        self._map_size = 0  # the map's size (LMDB's; changed only by _grow)
         self._psize = resource.getpagesize()
         try:
             self._open_and_recover(map_size)
@@ -319,6 +328,8 @@ class KV:
             if self.wal is not None:
                 self.wal.close()
             self.wal = WriteAheadLog(self.path, self._psize)
+        self._map_size = self.env.info()["map_size"]
+        self._map_metas()
         self._last_used = self._used_at_checkpoint = self._used()
         self._keep_reserve()
         # Always a fresh log whose header is the state on disk now: after a crash even
@@ -332,6 +343,7 @@ class KV:
             if pin is not None:
                 pin.abort()
         self._pin = self._next_pin = None
+        self._unmap_metas()
         if self.env is not None:
             self.env.close()
         if self.wal is not None:
@@ -816,8 +828,7 @@ class KV:
     def _budget_group(self) -> None:
         """How much of the map the group may take before it is committed and the map grown:
         half of what is free, so that its commit always finds room for its own pages."""
-        info = self.env.info()
-        self._group_room = (info["map_size"] - (info["last_pgno"] + 1) * self._psize) // 2
+        self._group_room = (self._map_size - self._used()) // 2
         self._group_spent = 0
 
     def _write_in_group(self, fn):
@@ -938,7 +949,7 @@ class KV:
             raise self._break(f"a checkpoint could not begin ({getattr(exc, 'message', None) or reason(exc)})") from None
         self._next_pin = next_pin
         self._commits = 0
-        self._used_at_checkpoint = self._used()
+        self._used_at_checkpoint = self._used_checked()
 
     def _seal(self, metas: bytes, closed: bool = False) -> None:
         try:
@@ -981,11 +992,63 @@ class KV:
                 from None
         if pin is not None:
             pin.abort()
-        self._used_at_checkpoint = self._used()
+        self._used_at_checkpoint = self._used_checked()
         self._commits = 0
 
     def _used(self) -> int:
-        return (self.env.info()["last_pgno"] + 1) * self._psize
+        """LMDB's used size, ``(last page + 1) * page size``, as ``env.info()`` gives it:
+        read from the newer of the two meta pages (the one with the higher transaction id,
+        meta 0 on a tie: LMDB's ``mdb_env_pick_meta``), through :attr:`_metas`.
+
+        ``env.info()`` costs ~7,000 instructions (py-lmdb builds a dict of six fields), and
+        every write asks for the used size before it begins (:meth:`_note_used`); this is a
+        few hundred. It reads the same bytes ``mdb_env_info`` reads: LMDB keeps no copy of
+        its meta pages, it reads them through its own read-only shared map of ``data.mdb``,
+        and (without ``MDB_WRITEMAP``) writes them with ``pwrite``; a shared map of the same
+        file sees those writes at once (the page cache, which LMDB itself requires to be
+        unified). Asked holding the commit lock, or with no writer (open), so no commit
+        writes the meta pages meanwhile. Where the map could not be made, or at open did not
+        agree with ``env.info()`` (another LMDB's layout), ``env.info()`` is asked
+        (:meth:`_map_metas`).
+        """
+        metas = self._metas
+        if metas is None:
+            return (self.env.info()["last_pgno"] + 1) * self._psize
+        last0, txnid0, last1, txnid1 = self._meta_used.unpack_from(metas)
+        return ((last1 if txnid0 < txnid1 else last0) + 1) * self._psize
+
+    def _used_checked(self) -> int:
+        """:meth:`_used` asked of ``env.info()`` (at each checkpoint: once per up to 1,000
+        commits), and compared with what the meta map says: should they ever differ, the map
+        is dropped and every later write asks ``env.info()``, as before the map."""
+        used = (self.env.info()["last_pgno"] + 1) * self._psize
+        if self._metas is not None and self._used() != used:
+            log.warning("%s: the used size read from LMDB's meta pages (%d) is not LMDB's (%d); it is asked "
+                        "of env.info() before every write from now on (slower)", self.path, self._used(), used)
+            self._unmap_metas()
+        return used
+
+    def _map_metas(self) -> None:
+        """Map LMDB's two meta pages read-only for :meth:`_used` (at open, LMDB open, no
+        write transaction), if the used size read there is ``env.info()``'s."""
+        self._unmap_metas()
+        try:
+            if os.fstat(self._data_fd).st_size < 2 * self._psize:  # (LMDB wrote both when it opened)
+                raise ValueError("data.mdb is shorter than its two meta pages")
+            self._meta_used = struct.Struct(_META_USED.format(self._psize - 16))
+            self._metas = mmap.mmap(self._data_fd, 2 * self._psize, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            if self._used() == (self.env.info()["last_pgno"] + 1) * self._psize:
+                return
+            why = "the used size read from its meta pages is not LMDB's"
+        except (OSError, ValueError, struct.error) as exc:
+            why = str(exc)
+        self._unmap_metas()
+        log.warning("%s: LMDB's used size is asked of env.info() before every write (slower): %s", self.path, why)
+
+    def _unmap_metas(self) -> None:
+        metas, self._metas = self._metas, None
+        if metas is not None:
+            metas.close()
 
     def read(self) -> lmdb.Transaction:
         """A read transaction (a snapshot); use as a context manager. It sees this thread's
@@ -1003,9 +1066,8 @@ class KV:
     def _note_used(self) -> None:
         """Before a write transaction (holding the commit lock): remember LMDB's used size,
         which checkpoints follow, and double the map if most of it is used."""
-        info = self.env.info()
-        self._last_used = (info["last_pgno"] + 1) * self._psize
-        if self._last_used > info["map_size"] * GROW_AT:
+        self._last_used = used = self._used()
+        if used > self._map_size * GROW_AT:
             self._grow()
 
     def _grow(self) -> None:
@@ -1017,6 +1079,7 @@ class KV:
         self._settle(wait=True)
         size = self.env.info()["map_size"]
         self.env.set_mapsize(size * 2)
+        self._map_size = self.env.info()["map_size"]
         self._pin = None
         self._checkpoint()
 
@@ -1042,6 +1105,7 @@ class KV:
                 if pin is not None:
                     pin.abort()
             self._pin = self._next_pin = None
+            self._unmap_metas()
             self.env.close()
             self.wal.close()
             os.close(self._data_fd)

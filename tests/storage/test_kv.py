@@ -279,3 +279,80 @@ def test_a_log_flush_that_fails_refuses_later_writes_until_reopened(tmp_path, mo
     with kv.read() as txn:
         assert txn.get(b"a") == b"1" and txn.get(b"c") is None
     kv.close()
+
+
+# -- LMDB's used size, read from its meta pages ------------------------------------------------
+
+
+def test_the_used_size_read_from_the_meta_pages_is_lmdbs_after_every_kind_of_write(tmp_path):
+    """KV._used reads LMDB's last page from the meta pages through a map of its own instead
+    of asking env.info() (~7,000 instructions) before every write: it must be env.info()'s
+    number after single writes, big values (overflow pages), deletes, groups, held commits,
+    map growths, checkpoints and a reopen."""
+    import random
+
+    rng = random.Random(5)
+    kv = KV(tmp_path / "kv", map_size=1 << 20)  # small: it grows several times
+    assert kv._metas is not None
+    psize = kv._psize
+
+    def check():
+        assert kv._used() == used_bytes(kv)
+        assert kv._map_size == kv.env.info()["map_size"]
+
+    check()
+    for i in range(1500):
+        choice = rng.random()
+        if choice < 0.6:
+            put(kv, rng.randrange(400), rng.choice([10, 500, 3 * psize]))
+        elif choice < 0.8:
+            kv.write(lambda txn: [txn.delete(b"k%08d" % rng.randrange(400)) for _ in range(3)])
+        elif choice < 0.9:
+            kv.begin_group()
+            for _ in range(rng.randrange(1, 20)):
+                put(kv, rng.randrange(400), rng.choice([10, 2 * psize]))
+            kv.end_group()
+        elif choice < 0.97:
+            with commits_deferred():
+                put(kv, rng.randrange(400), 700)
+                kv.sync()
+        else:
+            kv.checkpoint()
+        check()
+    assert kv._map_size > 1 << 20
+    kv.close()
+    assert kv._metas is None
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    check()
+    kv.close()
+
+
+def test_without_its_meta_map_the_environment_asks_lmdb_and_still_grows(tmp_path, monkeypatch, caplog):
+    """Where the used size read from the meta pages is not LMDB's at open (another layout),
+    it is asked of env.info() before every write, as before."""
+    from hoarddb.storage import kv as kv_module
+
+    monkeypatch.setattr(kv_module, "_META_USED", "<24xQQ{}xQQ")  # the wrong fields
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    assert kv._metas is None and "asked of env.info()" in caplog.text
+    for i in range(2000):
+        put(kv, i)
+    assert kv._used() == used_bytes(kv) and kv.env.info()["map_size"] > 1 << 20
+    kv.close()
+    assert len(records(tmp_path / "kv")) == 2000
+
+
+def test_a_checkpoint_that_finds_the_meta_map_wrong_drops_it(tmp_path, caplog):
+    """Each checkpoint asks env.info() and compares: a map that disagreed would be dropped."""
+    import struct
+
+    kv = KV(tmp_path / "kv", map_size=1 << 20)
+    put(kv, 1)
+    assert kv._metas is not None
+    kv._meta_used = struct.Struct("<24xQQ{}xQQ".format(kv._psize - 16))  # the wrong fields
+    kv.checkpoint()
+    assert kv._metas is None and "is not LMDB's" in caplog.text
+    for i in range(2000):
+        put(kv, i)
+    assert kv._used() == used_bytes(kv) and kv.env.info()["map_size"] > 1 << 20
+    kv.close()
