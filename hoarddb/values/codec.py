@@ -31,13 +31,13 @@ MAX_DOCUMENT_SIZE = 16 * 1024 * 1024
 
 def encode(doc) -> bytes:
     """BSON bytes of a mapping (raises ``bson.errors.InvalidDocument`` on values BSON cannot hold)."""
-    return _dict_to_bson(doc, False, _ENCODE_OPTIONS)
+    return _dict_to_bson(doc, False, ENCODE_OPTIONS)
 
 
 def encode_checked(doc, what: str = "the document") -> bytes:
     """:func:`encode`, refusing a value BSON cannot hold with BadValueError (saying which)."""
     try:
-        return _dict_to_bson(doc, False, _ENCODE_OPTIONS)  # (encode's body: one call less on every write)
+        return _dict_to_bson(doc, False, ENCODE_OPTIONS)  # (encode's body: one call less on every write)
     except bson.errors.InvalidDocument as exc:
         raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
     except OverflowError as exc:
@@ -100,7 +100,9 @@ def _encode_options():
     return CODEC_OPTIONS  # pragma: no cover
 
 
-_ENCODE_OPTIONS = _encode_options()
+#: The options :func:`encode` (and the server's answers, wire/protocol.py) hand pymongo's C
+#: encoder: for encoding only, never for decoding (see _encode_options).
+ENCODE_OPTIONS = _encode_options()
 
 
 def decode_all(data) -> list[dict]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import (AuthFailedError, ConnectionError_, HoardError, ProtocolError, UnauthorizedError,
                       error_from_answer)
-from ..values.codec import CODEC_OPTIONS, _dict_to_bson, encode_checked
+from ..values.codec import ENCODE_OPTIONS, _dict_to_bson, encode_checked
 from . import scram
 from .framing import FrameReader, decode_frame, decode_frames, encode_message, message_too_large, split_frames
 from .messages import (AUTH_CONTINUE, AUTH_START, CHUNK, HANDSHAKE_MAX_MESSAGE, HELLO, MAX_MESSAGE_SIZE,
@@ -295,7 +295,7 @@ class ServerProtocol:
         limit = self.max_message_size
         try:  # encode_message(answer, limit), its encode_checked in one call when the answer encodes
             try:
-                data = _dict_to_bson(answer, False, CODEC_OPTIONS)
+                data = _dict_to_bson(answer, False, ENCODE_OPTIONS)
             except Exception:  # noqa: BLE001 - encoded again, to raise what encode_checked raises
                 data = encode_checked(answer, "a message")
             if len(data) > limit:

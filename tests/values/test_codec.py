@@ -169,5 +169,5 @@ def test_encode_uses_the_prepared_options_with_the_c_encoder():
     """The ~2,000 instructions an encode saves (codec._encode_options) are taken where
     pymongo's C encoder is; elsewhere encode keeps CODEC_OPTIONS."""
     if bson.has_c():
-        assert codec._ENCODE_OPTIONS is not codec.CODEC_OPTIONS and codec._ENCODE_OPTIONS[0] is None
-        assert codec._ENCODE_OPTIONS[1:] == tuple(codec.CODEC_OPTIONS)[1:]
+        assert codec.ENCODE_OPTIONS is not codec.CODEC_OPTIONS and codec.ENCODE_OPTIONS[0] is None
+        assert codec.ENCODE_OPTIONS[1:] == tuple(codec.CODEC_OPTIONS)[1:]
