@@ -40,7 +40,7 @@ from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
 from .storage.kv import commits_deferred
-from .storage.lock import DirectoryLock
+from .storage.lock import DirectoryLock, held_here
 from .storage.oserrors import fsync_directory, is_full, storage_error
 from .stores import store_class
 from .stores.base import DAMAGE, Reply, Store
@@ -885,8 +885,19 @@ def _directory_key(path: Path) -> str:
 
 
 def _wait_for_forgotten_close(path: Path, timeout: float = 60.0) -> None:
-    """Before opening ``path``: let a forgotten engine of it that another thread is closing finish."""
-    thread = _CLOSING.get(_directory_key(path))
+    """Before opening ``path``: let a forgotten engine of it that another thread is closing finish.
+
+    The weak references to a freed engine are cleared before its finalizer runs, so an open
+    may come between the two: the directory is then held in this process by no engine
+    alive, and _CLOSING does not name it yet. That is waited out too (it lasts as long as
+    the finalizer's warning; seen under load as an open refused "open already").
+    """
+    key = _directory_key(path)
+    deadline = time.monotonic() + timeout
+    while key not in _CLOSING and held_here(path) and time.monotonic() < deadline \
+            and not any(_directory_key(engine.path) == key for engine in list(_OPEN)):
+        time.sleep(0.001)
+    thread = _CLOSING.get(key)
     if thread is not None:
         if thread.ident is not None:  # (started)
             thread.join(timeout)

@@ -118,6 +118,31 @@ def test_an_engine_freed_on_its_sweeper_thread_is_closed_there_without_a_deadloc
         assert again["app"].T.length() == 200
 
 
+def test_an_open_waits_for_a_forgotten_engine_whose_finalizer_has_not_begun_to_close_it(tmp_path, monkeypatch):
+    """A freed engine's weak references are cleared before its finalizer runs, and on one of
+    hoardDB's threads the finalizer warns before it hands the close to a thread of its own:
+    an open in between was refused as "open already" (seen under load in the test above)."""
+    c = hoarddb.open(tmp_path / "data")
+    c["app"].create_bucket("H").put({"_id_": 1})
+    ref = weakref.ref(c._executor)
+    warning = threading.Event()
+
+    def slow_warning(*args, **kwargs):  # the finalizer's warning, and the moment after it
+        warning.set()
+        time.sleep(0.5)
+
+    monkeypatch.setattr(warnings, "warn", slow_warning)
+    holder = [c]
+    del c
+    dropper = threading.Thread(target=holder.clear, name="hoarddb-test-dropper")  # the last reference goes there
+    dropper.start()
+    assert warning.wait(10)
+    assert ref() is None
+    with hoarddb.open(tmp_path / "data") as again:
+        assert again["app"].H.get(1) == {"_id_": 1}
+    dropper.join(10)
+
+
 def test_clients_forgotten_again_and_again_leave_no_descriptor_or_thread_behind(tmp_path):
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))

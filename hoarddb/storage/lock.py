@@ -33,6 +33,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_mutex_after_fork)
 
 
+def held_here(directory: Path) -> bool:
+    """Whether this process holds the lock of the data directory at ``directory``."""
+    try:
+        st = os.stat(Path(directory) / LOCK_NAME)
+    except OSError:
+        return False
+    with _HELD_MUTEX:
+        return _HELD.get((st.st_dev, st.st_ino)) == os.getpid()
+
+
 class DirectoryLock:
     """DirectoryLock holds an exclusive ``flock`` on ``DATA/LOCK`` holding the owner's pid.
 
