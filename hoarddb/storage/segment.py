@@ -127,6 +127,16 @@ writes the identity again and cuts the rest, as a torn append. A write the opera
 system refuses (disk full) is taken back and raises StorageError; one that fails halfway
 through a commit (an fsync error) leaves the log refusing every call until the database
 is opened again, since only the opener can tell which side of the commit the disk is on.
+
+After a crash with ``sync`` off, what ``sync`` on refuses is a power cut's, which may keep
+a later segment's writes and lose an earlier one's. A segment before the last that is
+empty, torn, or shorter than the head in it lost writes, and none after it was flushed
+(a flush syncs segments in ascending order, before the state): the opener removes every
+segment after it, durably, then reads it as the last (:meth:`SegmentLog._cut_after`), so
+what is left is a prefix of the log, batches whole. Likewise the segments pushed after a
+lifo cut whose doomed segments are still there. A missing segment is read past, as
+before: a fifo pop's unlinks may reach the disk before its state, and the segments after
+them hold flushed entries (docs/dev/segments.md).
 """
 
 from __future__ import annotations
@@ -345,6 +355,21 @@ class SegmentLog:
         if doomed and self._clean:
             raise self._damaged(self._path(doomed[0]), "a segment file that a finished pop had removed is there "
                                 "again (a file restored or copied into the bucket)")
+        later = [n for n in numbers if n > cut_above] if doomed and not strict else []
+        if later:
+            # (sync off) A doomed segment is there: the pop's unlinks never reached the disk,
+            # so no flush completed since (it fsyncs the directory last), and the segments
+            # made after the pop hold nothing flushed; they go first, durably, as the writes
+            # into the cut segment after the pop go with the cut below: the log is as the
+            # pop left it, not later entries without the earlier ones.
+            log.warning("%s: removing %s, written after an interrupted pop whose removal of %s did not reach the "
+                        "disk (a power cut with sync off), and never flushed", self.directory,
+                        ", ".join(segment_name(n, self.suffix) for n in later),
+                        ", ".join(segment_name(n, self.suffix) for n in doomed))
+            for n in later:
+                os.unlink(self._path(n))
+            fsync_directory(self.directory)  # (repairs are made durable even with sync off)
+            numbers = [n for n in numbers if n not in later]
         if doomed:  # a lifo pop over several segments committed its cut, then was killed
             log.warning(
                 "%s: finishing an interrupted pop: removing %s and cutting %s at byte %d",
@@ -406,7 +431,9 @@ class SegmentLog:
                 )
             head_seg, head_off = numbers[0], 0
 
-        for i, n in enumerate(numbers):
+        i = 0
+        while i < len(numbers):
+            n = numbers[i]
             last = i == len(numbers) - 1
             path = self._path(n)
             size = os.path.getsize(path)
@@ -419,6 +446,11 @@ class SegmentLog:
                                     "the file was cut short")
             if size <= base and not last and strict:
                 raise self._damaged(path, "a segment file before the last is empty")
+            if not last and (size <= base or start > size):
+                # (sync off, after a crash) this segment's writes were lost: so were the later ones
+                numbers = self._cut_after(numbers, i, "it is empty" if size <= base else
+                                          f"the queue's head is at byte {start}, past its end ({size} bytes)")
+                continue  # and this segment is read again, as the last
             if start > size:  # only after a power cut with sync off: the head was durable, the entries not
                 log.warning("%s: head at byte %d is past the end (%d bytes); the segment is empty", path, start, size)
                 start = size
@@ -436,16 +468,18 @@ class SegmentLog:
                 # one was fsynced whole before the next began, so this is damage, not a crash.
                 raise self._damaged(path, f"an entry at byte {end} fails its checksum ({size - end} bytes from "
                                     "there on do not check) in a segment that is not the last")
+            elif end < size and not last:  # (sync off, after a crash) writes lost here, so later ones too
+                numbers = self._cut_after(numbers, i, f"the {size - end} bytes from byte {end} on do not check")
+                continue  # read again as the last: its torn tail (or torn batch) is cut, its zeros kept
             if end < size and n not in self._padded and self._clean:
                 # Closed cleanly, so no append was torn: either entries are damaged (the
                 # counts the close recorded will not match) or only bytes after the last
                 # entry are (they match), which is cut below.
                 tail = (path, end, size)
             elif end < size and n not in self._padded:
-                why = "an append that did not finish" if last else "writes lost before a later segment, sync off"
                 log.warning(
-                    "%s: cut %d bytes of torn tail from %s at byte %d (%s); %d whole entries kept",
-                    self.directory, size - end, path.name, end, why, len(offsets),
+                    "%s: cut %d bytes of torn tail from %s at byte %d (an append that did not finish); "
+                    "%d whole entries kept", self.directory, size - end, path.name, end, len(offsets),
                 )
                 self._truncate_path(path, end)
             self._segs.append(n)
@@ -454,6 +488,7 @@ class SegmentLog:
             self._length += len(offsets)
             if last:
                 self._offsets[n] = offsets
+            i += 1
         self._head = (head_seg, head_off)
         if not self._clean:  # (after a clean close no batch was torn: the counts below tell damage)
             self._cut_torn_batch()
@@ -469,6 +504,28 @@ class SegmentLog:
             self._queue, self._tagged_from = new_queue_id(), self._last_number + 1
         if self._clean and self._slot_damaged is not None:
             self._heal_slot(closed)
+
+    def _cut_after(self, numbers: list[int], i: int, why: str) -> list[int]:
+        """After a crash with sync off, segment ``numbers[i]``, not the last, lost writes
+        (``why``): remove every segment after it, durably, and answer the numbers left.
+
+        Nothing in them was flushed either: they hold only entries appended after that
+        segment's, and a flush fsyncs every segment it has dirty in ascending order before
+        the state and the directory, so one that completed after any of them was written
+        would have made that segment whole. Keeping them would keep later entries without
+        earlier ones (and a batch without its first entries). Done before the segment is
+        cut itself, so a crash in this repair leaves it to be done again. (A missing
+        segment is not such a loss: see the module's docstring.)
+        """
+        later = numbers[i + 1:]
+        log.warning("%s: %s lost writes (%s), a power cut with sync off; removing %s, written after it and "
+                    "never flushed", self.directory, segment_name(numbers[i], self.suffix), why,
+                    ", ".join(segment_name(n, self.suffix) for n in later))
+        for n in later:
+            os.unlink(self._path(n))
+            self._base.pop(n, None)
+        fsync_directory(self.directory)  # (repairs are made durable even with sync off)
+        return numbers[:i + 1]
 
     def _cut_torn_batch(self) -> None:
         """A batch that spanned segments and was torn leaves MORE entries at the end of the
@@ -619,10 +676,11 @@ class SegmentLog:
 
     def _write_state(self, head: tuple[int, int] | None = None, popped: int | None = None,
                      cut: tuple[int, int, int] | None = None, durable: bool = True,
-                     closed: dict | None = None) -> None:
+                     closed: dict | None = None, always: bool = False) -> None:
         """Durably record the head (and cut): one pwrite into the slot the last update did not use, one fsync.
 
-        ``durable=False`` skips the fsync (a later fsync of the file, or a flush, covers it).
+        ``durable=False`` skips the fsync (a later fsync of the file, or a flush, covers it),
+        as ``sync`` off does, unless ``always``.
         ``closed``: the counts a clean close records (:meth:`close`); any other update
         leaves them out, which says the log is open. The first update after a clean close
         is always flushed, even with sync off: until it is on disk, the opener would take a
@@ -638,7 +696,7 @@ class SegmentLog:
             data += bytes(SLOT_SIZE)
         try:
             pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
-            if (self.sync and durable) or reopening:
+            if (self.sync and durable) or always or reopening:
                 _datasync(self._state_fd)
                 self._identity_durable = True
             else:
@@ -996,7 +1054,9 @@ class SegmentLog:
         claim table, see hoarddb/stores/fifo.py): the state write then skips its fsync, a kill
         loses nothing (the kernel has the write) and after a power cut the caller's open moves
         the head again. A move that leaves segments to unlink is made durable all the same,
-        since an unlinked segment under a stale head would shift every entry's number.
+        with ``sync`` off too, before they go: an unlink can reach the disk before a state
+        write the kernel has not written back, and an unlinked segment under a stale head
+        would shift every entry's number (a fifo's claims count entries by number).
         """
         with self._lock:
             self._check_open()
@@ -1013,7 +1073,8 @@ class SegmentLog:
                 # (A small one stays: a queue that is often empty would pay a file creation
                 # and a directory fsync per push.)
                 index, number, offset = len(self._segs), self._last_number + 1, 0
-            self._write_state(head=(number, offset), popped=self._popped + len(out), durable=durable or index > 0)
+            self._write_state(head=(number, offset), popped=self._popped + len(out), durable=durable or index > 0,
+                              always=index > 0)
             # The new head is durable: the segments it left can go (the opener unlinks them if we die here).
             for seg, count in taken:
                 self._counts[seg] -= count
@@ -1081,7 +1142,7 @@ class SegmentLog:
             self._end_batch_at(keep, new_end)  # the new last entry must not say MORE
             if doomed and (shorter or len(doomed) > 1):
                 cut = (keep, new_end, max(doomed))
-                self._write_state(cut=cut)  # the commit
+                self._write_state(cut=cut, always=True)  # the commit (on disk before an unlink, sync off too)
                 self._cut = cut
             try:
                 if shorter:
@@ -1093,8 +1154,8 @@ class SegmentLog:
                         _datasync(self._fd(keep))
                     else:
                         self._dirty.add(keep)
-                if doomed:
-                    self._sync_dir()
+                if doomed:  # with sync off too: a push after the pop must not reach the disk before the unlink
+                    fsync_directory(self.directory)
             except OSError as exc:
                 # Part of the pop may be on disk and the rest not: only the opener can tell
                 # which (it finishes a committed cut), so this log takes no more calls.
