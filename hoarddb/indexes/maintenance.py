@@ -149,13 +149,7 @@ class Index:
         if self.single is not None:
             v = doc.get(self.single)
             if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
-                if self.unique:
-                    key, value = self.prefix + encode_key(v), doc_key
-                else:
-                    key, value = self.prefix + encode_key(v) + doc_key, b""
-                if len(key) > MAX_ENTRY_KEY:
-                    raise self._too_long(key)
-                return [(key, value, (v,))]
+                return [(*self.entry(encode_key(v), doc_key), (v,))]
         return [(*self.entry(encoded, doc_key), values) for encoded, values in self.value_tuples(doc, bucket)]
 
     def _too_long(self, key: bytes) -> BadValueError:
@@ -215,10 +209,7 @@ class IndexSet:
         if old is None:  # an insert: every entry is new (the common case, without the set arithmetic)
             for ix in self.maintained:
                 for key, value, values in ix.entries(new, doc_key, self.bucket):
-                    if ix.unique and txn.get(key) is not None:  # held already: _add refuses (or notes) it
-                        self._add(txn, ix, key, value, values, doc_key, where, conflicts)
-                    else:
-                        txn.put(key, value)
+                    self._add(txn, ix, key, value, values, doc_key, where, conflicts)
             return
         for ix in self.maintained:
             before = self.entries(ix, old, doc_key)

@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import itertools
 import logging
 import time
 from typing import Callable, ContextManager
@@ -106,10 +105,9 @@ class GroupCommitter:
         """Run ``request`` in the next group; ``callback(answer)`` once it is durable, or
         ``callback(error)`` if it was refused (or its group could not be made durable)."""
         self._writes.append((request, callback))
-        if not self._long and request.get("op") in _MAY_BE_LONG and may_be_long(request):
+        if not self._long and may_be_long(request):
             self._long = True  # (looked at here, once per write, not at the flush: see _flush)
-        if not self._scheduled and not self._running:  # (_schedule's own test, without its call)
-            self._schedule()
+        self._schedule()
 
     def after_durable(self, callback: Callable[[HoardError | None], None]) -> None:
         """Call ``callback(None)`` once a sync that began after now has returned
@@ -172,8 +170,7 @@ class GroupCommitter:
             error = StorageError(
                 f"the write was applied but could not be made durable: fsync failed ({exc}); "
                 "check the disk, then read the data back before relying on it")
-        refused = sum(map(isinstance, results, itertools.repeat(HoardError, len(results))))  # (no frame a result)
-        return results, error, len(results) - refused, time.perf_counter() - started
+        return results, error, sum(1 for r in results if not isinstance(r, HoardError)), time.perf_counter() - started
 
     def _finish(self, writes: list, waiting: list, outcome: tuple) -> None:
         """On the event loop: answer the group, then start the next if work came in meanwhile."""
@@ -210,8 +207,6 @@ class GroupCommitter:
 
 #: Verbs that write many documents given in the request: long when they are given many.
 _BATCHES = frozenset({"batch_insert", "batchInsert", "batch_put", "batchPut", "batch_push", "batchPush", "load"})
-#: The verbs of the writes that may take long (may_be_long is False for every other).
-_MAY_BE_LONG = frozenset({"update", "delete"}) | _BATCHES
 #: More documents than this in one batch make it a long write.
 LONG_BATCH = 100
 

@@ -148,7 +148,6 @@ class Connection(asyncio.Protocol):
         self.unexecuted = 0  # writes submitted to the group commit that have not run yet
         self.writable = asyncio.Event()
         self.writable.set()
-        self._writable = True  # writable.is_set(), for the pump to read without a call
         self.write_paused_at = 0.0  # when the client last stopped reading (its answers backed up)
         self._reading_paused = False
         self._worker: asyncio.Task | None = None  # the request running in a pool, if any
@@ -220,18 +219,15 @@ class Connection(asyncio.Protocol):
         self.busy -= len(self.queue)
         self.queue.clear()
         self.writable.set()
-        self._writable = True
         self.server.connection_closed(self)
 
     def pause_writing(self) -> None:
         self.writable.clear()
-        self._writable = False
         self.write_paused_at = self.loop.time()
         self._maybe_pause()
 
     def resume_writing(self) -> None:
         self.writable.set()
-        self._writable = True
         self._pump()
         self._maybe_resume()
 
@@ -297,7 +293,7 @@ class Connection(asyncio.Protocol):
         caught up with, or answers the client has not read past write_buffer (refusals the
         protocol answers itself, such as a flood of hellos, would otherwise pile up unsent)."""
         return (len(self.queue) >= self.config.max_pipeline or self._uploads_full()
-                or not self._writable)
+                or not self.writable.is_set())
 
     def _maybe_pause(self) -> None:
         if self._reading_paused or self.transport is None or self.closed:
@@ -326,7 +322,7 @@ class Connection(asyncio.Protocol):
         """Run the queued requests that can run now, in order; stop at one that must wait."""
         queue, server = self.queue, self.server
         while queue and self._worker is None and not self.closed:
-            if not self._writable:
+            if not self.writable.is_set():
                 return  # the client is not reading its answers: resume_writing pumps again
             request, arrived = queue[0]
             how = server.dispatch(self, request)

@@ -79,9 +79,7 @@ class ServerMetrics:
         row = self.requests.get(label)
         if row is None:
             row = self.requests[label] = _Histogram(_LATENCY)
-        row.buckets[bisect.bisect_left(row.bounds, seconds)] += 1  # (row.observe(seconds), without the call)
-        row.count += 1
-        row.sum += seconds
+        row.observe(seconds)
         if error_code is not None:
             key = (label, error_code)
             self.errors[key] = self.errors.get(key, 0) + 1

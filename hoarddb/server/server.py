@@ -580,8 +580,7 @@ class Server:
 
     def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float, data: bytes | None = None) -> None:
         """Send an answer (``data``: its message, encoded already) and count it."""
-        if self._corking is not None and conn._corked is None:  # (conn.cork() would say so, in a call)
-            conn.cork()
+        if self._corking is not None and conn.cork():
             self._corking.append(conn)
         conn.send({"id": rid, **answer} if data is None else data)
         self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))

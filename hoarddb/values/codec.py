@@ -100,7 +100,7 @@ def _encode_options():
     return CODEC_OPTIONS  # pragma: no cover
 
 
-#: The options :func:`encode` (and the server's answers, wire/protocol.py) hand pymongo's C
+#: The options :func:`encode` and :func:`encode_checked` (every message too) hand pymongo's C
 #: encoder: for encoding only, never for decoding (see _encode_options).
 ENCODE_OPTIONS = _encode_options()
 

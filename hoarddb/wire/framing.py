@@ -136,16 +136,11 @@ def encode_message(doc: dict, max_size: int = MAX_MESSAGE_SIZE) -> bytes:
     """The BSON bytes of one message; DocumentTooLargeError over ``max_size``, BadValueError if unencodable."""
     data = encode_checked(doc, "a message")
     if len(data) > max_size:
-        raise message_too_large(len(data), max_size)
+        raise DocumentTooLargeError(
+            f"a message of {len(data)} bytes is over the {max_size}-byte limit of one message; "
+            "keep documents under 16 MiB, and read or write large blobs with stream() and put(file)",
+            size=len(data))
     return data
-
-
-def message_too_large(size: int, max_size: int) -> DocumentTooLargeError:
-    """What a message of ``size`` bytes over the ``max_size`` limit is refused with."""
-    return DocumentTooLargeError(
-        f"a message of {size} bytes is over the {max_size}-byte limit of one message; "
-        "keep documents under 16 MiB, and read or write large blobs with stream() and put(file)",
-        size=size)
 
 
 def _bad_length(length: int, limit: int, head: bytes, note: str = "") -> str:

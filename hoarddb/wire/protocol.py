@@ -28,9 +28,8 @@ from typing import Any
 
 from ..errors import (AuthFailedError, ConnectionError_, HoardError, ProtocolError, UnauthorizedError,
                       error_from_answer)
-from ..values.codec import ENCODE_OPTIONS, _dict_to_bson, encode_checked
 from . import scram
-from .framing import FrameReader, decode_frame, decode_frames, encode_message, message_too_large, split_frames
+from .framing import FrameReader, decode_frame, decode_frames, encode_message, split_frames
 from .messages import (AUTH_CONTINUE, AUTH_START, CHUNK, HANDSHAKE_MAX_MESSAGE, HELLO, MAX_MESSAGE_SIZE,
                        PROTOCOL_VERSION, SCRAM_SHA_256, error_answer, valid_id)
 
@@ -292,15 +291,8 @@ class ServerProtocol:
 
     def encode(self, answer: dict) -> bytes:
         """The bytes of an answer; an answer over the limit becomes its error answer."""
-        limit = self.max_message_size
-        try:  # encode_message(answer, limit), its encode_checked in one call when the answer encodes
-            try:
-                data = _dict_to_bson(answer, False, ENCODE_OPTIONS)
-            except Exception:  # noqa: BLE001 - encoded again, to raise what encode_checked raises
-                data = encode_checked(answer, "a message")
-            if len(data) > limit:
-                raise message_too_large(len(data), limit)
-            return data
+        try:
+            return encode_message(answer, self.max_message_size)
         except HoardError as e:
             try:
                 return encode_message(error_answer(answer.get("id"), e), self.max_message_size)
