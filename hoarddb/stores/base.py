@@ -190,9 +190,10 @@ def directory_bytes(directory: Path) -> int:
 
 
 def encode_document(doc: Any, what: str = "document") -> bytes:
-    """The BSON of ``doc``, refusing a non-mapping, a value BSON cannot hold, or over 16 MiB."""
+    """The BSON of ``doc``, refusing a non-mapping, a value BSON cannot hold, a field name that begins with
+    ``$`` or holds a ``.`` (see codec.encode_checked), or over 16 MiB."""
     if type(doc) is dict:  # the common case, a mapping without asking the ABC (two calls in Python)
-        data = encode_checked(doc, what)
+        data = encode_checked(doc, what, True)
         if len(data) > MAX_DOCUMENT_SIZE:
             raise DocumentTooLargeError(_too_large(what, len(data)))
         return data
@@ -200,12 +201,14 @@ def encode_document(doc: Any, what: str = "document") -> bytes:
         data = doc.raw
         if len(data) > MAX_DOCUMENT_SIZE:
             raise DocumentTooLargeError(_too_large(what, len(data)))
+        if b"." in data or b"$" in data:  # (a name may hold one: check them as a decoded document's are)
+            encode_checked(decode(data), what, True)
         return data
     if not isinstance(doc, Mapping):
         raise NotADocumentError(
             f"{what} must be a document (a mapping such as {{Name: \"x\"}}), got {type(doc).__name__}: {doc!r:.80}"
         )
-    data = encode_checked(doc, what)
+    data = encode_checked(doc, what, True)
     if len(data) > MAX_DOCUMENT_SIZE:
         raise DocumentTooLargeError(_too_large(what, len(data)))
     return data

@@ -45,7 +45,7 @@ COMPACT_MIN_RECORDS = 1000
 #: whose records must stay small).
 MAX_LABEL_BYTES = 1024
 
-_ID_TEXT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_ID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # (fullmatch: $ takes a "\n")
 _PUT_FIELDS = ("data", "name", "type")
 _ACCEPTED = (
     "bytes, bytearray, memoryview, a binary file object (anything with .read(n)), "
@@ -94,7 +94,7 @@ class BlobStore(Store):
         directory = Path(directory)
         problems = Problems()
         fix_file = "restore the file from a backup, or delete the blob"
-        files = {p.name for p in directory.iterdir() if _ID_TEXT.match(p.name) and p.is_file()}
+        files = {p.name for p in directory.iterdir() if _ID_TEXT.fullmatch(p.name) and p.is_file()}
         try:
             records, end, size = blobfiles.read_index(directory)
         except FileNotFoundError:
@@ -121,6 +121,16 @@ class BlobStore(Store):
         for name in sorted(files - live.keys()):
             problems.append(Problem(name, "the index does not name this blob file",
                                     "restore _index.bson from a backup, or delete the file"))
+        for blob_id in sorted(i for i in live if not _ID_TEXT.fullmatch(i)):
+            problems.append(Problem(repr(blob_id), f"the index names a blob whose id {blob_id!r} is not a DbID (a "
+                                                   "lowercase UUID, nothing around it): no put accepts it",
+                                    "dump the bucket, delete that blob from the dump, and restore it"))
+        own = {INDEX_NAME, blobfiles.CLOSED_NAME}
+        for path in sorted(directory.iterdir()):
+            if path.name not in own and not _ID_TEXT.fullmatch(path.name) and not path.name.startswith(TEMP_PREFIX):
+                problems.append(Problem(repr(path.name), "this file's name is not a blob's id (a lowercase UUID, "
+                                                         "nothing around it): no blob of the bucket is read from it",
+                                        "move it out of the bucket's folder"))
         for blob_id in sorted(live):
             record = live[blob_id]
             if blob_id not in files:
@@ -150,7 +160,7 @@ class BlobStore(Store):
             if path.name.startswith(TEMP_PREFIX) and path.is_file():  # a put or compaction cut short
                 log.warning("blob bucket %s: removing %s, left by an interrupted write", self.directory, path.name)
                 path.unlink()
-        blob_files = {p.name for p in self.directory.iterdir() if _ID_TEXT.match(p.name) and p.is_file()}
+        blob_files = {p.name for p in self.directory.iterdir() if _ID_TEXT.fullmatch(p.name) and p.is_file()}
         if blob_files and not self._index.exists():
             raise CorruptDataError(
                 f"blob bucket {self.directory} holds {len(blob_files)} blob files but no {INDEX_NAME}; "
@@ -603,7 +613,7 @@ def _blob_id(id: Any, what: str = "blob id") -> str:
     if not isinstance(id, str):
         raise BadValueError(f"{what} must be a DbID string or {{_id_: \"<DbID>\"}}, got {_kind(id)}: {id!r:.80}")
     text = id.lower()
-    if not _ID_TEXT.match(text):
+    if not _ID_TEXT.fullmatch(text):
         raise BadValueError(f"{what} {id!r:.80} is not a DbID (a UUID such as 0192a3b4-c5d6-7890-abcd-ef12345678a1)")
     return text
 

@@ -423,3 +423,9 @@ def test_what_an_open_refuses_the_check_reports_naming_the_file(built, tmp_path,
     assert [p for p in report.problems if p.bucket != target] == [], "\n".join(report.lines())
     assert mine, "\n".join(report.lines())
     assert any(named in f"{p.file}: {p.problem}" for p in mine), "\n".join(report.lines())
+
+
+def test_a_blob_file_whose_name_is_an_id_with_a_newline_is_reported(data):
+    odd = data / "app" / "B" / (blob_file(data, "B").name + "\n")
+    shutil.copyfile(blob_file(data, "B"), odd)
+    assert_reported(data, f"app/B/{odd.name!r}", "not a blob's id")
