@@ -5,15 +5,14 @@
     python bench/embedded_insert.py durable --time-fsync   # also: how long hoardDB's log fdatasyncs took
     python bench/embedded_insert.py durable --no-fsync     # hoardDB's log and data.mdb never flushed (not durable!)
 
-The rows of bench/peers.py's SQLite section that are under their bar, measured alone and
+The rows of bench/peers.py's SQLite section nearest their bar, measured alone and
 so with less noise: both sides load ``--docs`` documents (in batches, not timed), then
 insert ``--blocks`` blocks of ``--size`` documents one per transaction, alternating which
 side goes first; the medians of the blocks' µs per insert are printed with the ratio of
-their rates. A hoardDB block ends when its last checkpoint's background flush has (an
-earlier version left it to run on into SQLite's block, which flattered hoardDB). ``--time-fsync`` times hoardDB's log fdatasyncs (``wal._datasync``) and
+their rates. A hoardDB block ends when its last checkpoint's background flush has (left
+to run on into SQLite's block, it would flatter hoardDB). ``--time-fsync`` times hoardDB's log fdatasyncs (``wal._datasync``) and
 ``--no-fsync`` turns them and the checkpoints' flushes of data.mdb (``kv._datasync``) into
-nothing, to split a durable insert into its flushes and the rest (docs/benchmarks.md,
-session 8).
+nothing, to split a durable insert into its flushes and the rest (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     python bench/pipeline_cost.py --valgrind     # also instructions per request (valgrind's callgrind)
     python bench/pipeline_cost.py --depth 1 --pipelines 2000    # a lone client's requests, one at a time
 
-The pipelines of bench/peers.py's "pipelined push" and "pipelined pop" rows (issue 8):
+The pipelines of bench/peers.py's "pipelined push" and "pipelined pop" rows:
 a client sends 100 requests in one write, ``push`` of a ~190-byte document or ``pop``,
 to one fifo bucket. Here a server :class:`Connection` is fed each pipeline's bytes as
 one ``data_received``, through a transport that keeps the answers (and checks them),

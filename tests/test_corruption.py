@@ -171,7 +171,7 @@ def damage(data: Path, rel: str, how: str) -> None:
 # (file, damage, outcome): "corrupt" = the damaged bucket answers CORRUPT_DATA naming `named`
 # (the file, or the bucket's folder) and every other bucket reads as before; "intact" = harmless
 # damage, every bucket reads as before; "open" = the database refuses to open (the catalog).
-# The comment says what the same damage did before it was defended (the audit of session 8).
+# The comment says what the same damage would do without its defence.
 
 CASES = [
     # fifo: a middle segment lost or emptied (before: its entries silently missing)

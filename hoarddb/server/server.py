@@ -694,7 +694,7 @@ def collect_less() -> None:
     several times per pipeline, and each search promotes the requests still in flight
     to older generations; every ~7,000 promotions a full collection walks every object
     of the process (~10 ms here). Measured over 100,000 pipelined pushes and pops: 7% of
-    the server's CPU, and none with this (docs/benchmarks.md, session 13). The server's
+    the server's CPU, and none with this (docs/benchmarks.md). The server's
     requests make no cycles worth collecting sooner. What the imports made (modules,
     classes, functions: three quarters of the objects) is frozen, so that no full
     collection walks it again.
