@@ -1,9 +1,16 @@
-"""Store fields: the stores a document owns (``db.Property["p1"].Expenses``), kept in its bucket's KV.
+"""Store fields: addressing the stores a document owns (``db.Property["p1"].Expenses``), their cascade and limits.
 
 A hash or btree bucket declares store fields (``Expenses lifoStore``); each document
-then owns one store of that type per field. Their elements live in the owning bucket's
-LMDB environment, beside the documents, so a write to a store field and the check that
-its document exists are one transaction:
+then owns one store of that type per field. What a store does is its type's, written
+once for a bucket and a field alike (:class:`~hoarddb.stores.fifo.FifoField`,
+:class:`~hoarddb.stores.heap.HeapField`, :class:`~hoarddb.stores.keyed.KeyedField`,
+:class:`~hoarddb.stores.blob.BlobField`: the type's verbs over a keyspace, see
+:mod:`hoarddb.stores.keyspace`). What only fields have is here: finding a document's
+store (:meth:`FieldStores.store`), the keyspace of one document's one field
+(:class:`FieldSpace`: the document must exist, the count record, the L2 limits), the
+cascade when a document goes, and the check. Their elements live in the owning
+bucket's LMDB environment, beside the documents, so a write to a store field and the
+check that its document exists are one transaction:
 
     b"F" + encode_key(doc key) + field no (1 byte) + element key  ->  element (BSON)
     b"C" + encode_key(doc key) + field no                         ->  count u64 BE, last seq u64 BE
@@ -61,7 +68,7 @@ KEYED = ("hash", "btree")
 
 
 class FieldStores:
-    """FieldStores serves the verbs of every store field of one bucket's documents.
+    """FieldStores finds the store fields of one bucket's documents, and deletes them with their document.
 
     ``owner`` is the hash or btree store of the bucket: it says whether a document
     exists (``owner.document_exists(txn, doc_key)``) and runs write transactions

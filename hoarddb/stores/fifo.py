@@ -1,9 +1,12 @@
-"""The fifo store type: a queue in segment files, popped oldest first; and the verbs fifo and lifo share.
+"""The fifo store type: a queue popped oldest first; and the verbs fifo and lifo share, as a bucket and as a store field.
 
-Both types keep their elements in a :class:`~hoarddb.storage.segment.SegmentLog` (see
-that module for the files, the state slots and what a crash leaves). They differ only
-in which end ``pop`` and ``peek`` take from, so :class:`SegmentStore` holds every verb
-and each type names its end: :class:`FifoStore` here, ``LifoStore`` in
+:class:`QueueVerbs` is what a queue does, once, over its storage ``log``. A bucket keeps
+its elements in a :class:`~hoarddb.storage.segment.SegmentLog` (see that module for the
+files, the state slots and what a crash leaves): :class:`SegmentStore`. A document's
+store field keeps them as keys in its bucket's LMDB environment, a
+:class:`~hoarddb.stores.keyspace.KeyLog` with the same methods: :class:`FifoField`. The
+two types differ only in which end ``pop`` and ``peek`` take from, so each names its end:
+:class:`FifoStore` and :class:`FifoField` here, ``LifoStore`` and ``LifoField`` in
 :mod:`hoarddb.stores.lifo`.
 
     >>> q = FifoStore(directory, {"type": "fifo", "options": {}}, Options())

@@ -1,8 +1,9 @@
 """The lifo store type: a stack in segment files, popped newest first.
 
-Every verb is :class:`~hoarddb.stores.fifo.QueueVerbs`' (a bucket's and a store field's alike); a lifo only takes from the
-tail, where a pop is one truncation of the last segment (see
-:mod:`hoarddb.storage.segment`). ``list`` still reads oldest first, the reverse of pop order.
+Every verb is :class:`~hoarddb.stores.fifo.QueueVerbs`' (a bucket's and a store field's
+alike); a lifo only takes from the tail, where a bucket's pop is one truncation of the
+last segment (see :mod:`hoarddb.storage.segment`). ``list`` still reads oldest first, the
+reverse of pop order.
 """
 
 from __future__ import annotations
