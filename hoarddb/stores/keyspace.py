@@ -12,9 +12,12 @@ keyspace's prefix (as a py-lmdb cursor sees one database), and its count record:
     counter key            ->  count u64 BE, last seq u64 BE     (read before, written after)
 
 A Keyspace says nothing of what the prefix is: a store field's is its document's key and
-field number (:mod:`hoarddb.stores.fields`), and a deeper level would be the same store
-over a longer prefix (:meth:`Keys.nested`). What a write must check besides (that the
-document exists, the L2 limits) is the Keyspace's own business, in :meth:`Keyspace.write`.
+field number (:mod:`hoarddb.stores.fields`), and a store one level deeper (the store of
+an element of a hash field) is the same store class over a longer prefix. A view sees
+every key under its prefix, so a deeper level's keys must not fall under a scan of its
+parent's elements: they need a prefix of their own (another leading namespace byte),
+not the parent's prefix extended. What a write must check besides (that the document
+exists, the L2 limits) is the Keyspace's own business, in :meth:`Keyspace.write`.
 
 :class:`KeyLog` is a queue's storage over a keyspace, with the methods of SegmentLog that
 the queue verbs use, so that :class:`~hoarddb.stores.fifo.QueueVerbs` runs over either;
@@ -95,20 +98,17 @@ class Keys:
                     return
                 ok = cursor.prev()
 
-    def nested(self, key: bytes) -> Keys:
-        """The keys under ``key`` of this keyspace, as a keyspace of their own (no count record)."""
-        return Keys(self.txn, self.prefix + key)
-
 
 class Keyspace:
     """Keyspace is where a store keeps its elements when they are keys of an LMDB
     environment: a prefix, and the two calls a store's verbs make of it.
 
     Subclasses give the transactions (:mod:`hoarddb.stores.fields`: the owning bucket's,
-    checking that the document exists and the limits). ``where`` names the store in
-    messages (``Property["p1"].Expenses``).
+    checking that the document exists and the limits).
     """
 
+    #: The keys' common prefix, and the store's name in messages (``Property["p1"].Expenses``).
+    prefix: bytes = b""
     where: str = ""
 
     def read(self, fn: Callable[[Keys], Any]) -> Any:
