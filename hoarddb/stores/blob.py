@@ -8,9 +8,12 @@
     b'...'
 
 The files and the index log are :mod:`hoarddb.storage.blobfiles`; this module is the
-verbs, their arguments and their errors. The index is held in memory as a dict of
-DbID -> record, rebuilt from ``_index.bson`` on open. Every read checks the SHA-256
-recorded at put, so altered bytes are never returned: :class:`CorruptDataError` instead.
+verbs, their arguments and their errors, for a blob bucket (:class:`BlobStore`) and a
+document's blob store field (:class:`BlobField`) alike: both read through
+:class:`BlobReads`, and differ only in where a blob's record lives (docs/dev/blobs.md).
+A bucket's index is held in memory as a dict of DbID -> record, rebuilt from
+``_index.bson`` on open. Every read checks the SHA-256 recorded at put, so altered bytes
+are never returned: :class:`CorruptDataError` instead.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The heap store type: a priority queue, highest priority first, first in first out among equals.
 
-In the bucket's LMDB environment:
+:class:`HeapVerbs` is what a heap does, once, for a heap bucket (:class:`HeapStore`) and a
+document's heap store field (:class:`HeapField`, the same keys under the field's keyspace
+of its bucket's environment, :mod:`hoarddb.stores.keyspace`). In a heap bucket's LMDB
+environment:
 
     b"D" + ~encode_key(priority) + seq (uint64 big-endian)  ->  BSON of the element
 
