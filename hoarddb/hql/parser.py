@@ -1,7 +1,9 @@
 """HQL text to statements, and statements to operation requests.
 
-The grammar is hql.lark. This module drives lark's LALR parser token by token, which
-lets it do the three things a plain ``Lark.parse`` cannot:
+The grammar is hql.lark. This module drives lark's LALR parser token by token through
+lark's public interactive parser (``parse_interactive``, ``choices``, ``accepts``,
+``copy``, ``feed_token``; never its parse tables), which lets it do the three things a
+plain ``Lark.parse`` cannot:
 
 * parse a script one statement at a time (:func:`statements`), so the shell runs each
   statement before it reads the next, and a syntax error stops only its own statement;
@@ -24,8 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, VisitError
-from lark.parsers.lalr_analysis import Shift
+from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
 
 from .. import operations
 from ..errors import (BadValueError, DatabaseNotFoundError, HoardError, InternalError, InvalidArgumentError,
@@ -277,62 +278,79 @@ def _keyword(tok: Token) -> Token | None:
     return None
 
 
-def _advance(ip, stack: list, kind: str) -> list | None:
-    """The LALR state stack after the parser takes a token of type ``kind``, or None if it cannot.
+class _Parser:
+    """Lark's interactive parser for one statement, fed a token only where the token fits.
 
-    A dry run on the parse table alone: no values are built and the parser is untouched,
-    so the driver can ask "would this fit?" before every token at little cost.
+    Only lark's public interactive-parser API is used (``parse_interactive``, ``choices``,
+    ``accepts``, ``copy``, ``feed_token``, ``feed_eof``), never its parse tables, so a lark
+    upgrade cannot break the shell. ``choices`` lists every token that may fit, and more
+    (an LALR table row can list a token the parser refuses only after a reduction);
+    ``accepts`` is exact but tries each token on a copy, so it is asked only where the
+    driver must know before it feeds (a keyword or a name? a new line or the end?), at
+    most once per position.
     """
-    conf = ip.parser_state.parse_conf
-    states, end_state = conf.states, conf.end_state
-    stack = list(stack)
-    while True:
-        action = states[stack[-1]].get(kind)
-        if action is None:
+
+    def __init__(self, start: str):
+        self.start = start
+        self.ip = _LARK.parse_interactive(start=start)
+        self.fed: list[Token] = []  # the statement's tokens so far, to rebuild the parser after a refusal
+        self._accepts: set[str] | None = None
+
+    def accepts(self) -> set[str]:
+        """The terminals the parser takes next, ``$END`` among them when the statement can end here."""
+        if self._accepts is None:
+            self._accepts = set(self.ip.accepts())
+        return self._accepts
+
+    def fits(self, kind: str) -> bool:
+        """Whether the parser takes a token of type ``kind`` next (asking ``accepts`` only when it may)."""
+        return kind in self.ip.choices() and kind in self.accepts()
+
+    def typed(self, tok: Token) -> Token | None:
+        """``tok`` as the parser would take it (a keyword where a keyword fits, else itself), or None if neither fits."""
+        if tok.type in ("$ERROR", "SEMI"):
             return None
-        what, arg = action
-        if what is Shift:
-            stack.append(arg)
-            return stack
-        size = len(arg.expansion)
-        if size:
-            del stack[-size:]
-        stack.append(states[stack[-1]][arg.origin.name][1])
-        if kind == "$END" and stack[-1] == end_state:
-            return stack
+        kw = _keyword(tok)
+        if kw is not None and self.fits(kw.type):
+            return kw
+        return tok if self.fits(tok.type) else None
 
+    def can_end(self) -> bool:
+        return self.fits("$END")
 
-def _try(ip, tok: Token) -> bool:
-    """Whether the parser accepts ``tok`` next, leaving the parser untouched."""
-    return _advance(ip, ip.parser_state.state_stack, tok.type) is not None
+    def take(self, tok: Token) -> bool:
+        """Feed ``tok`` (as a keyword where a keyword fits); False, the parser as it was, when it does not fit."""
+        choices = self.ip.choices()
+        kw = _keyword(tok)
+        if kw is not None and kw.type in choices and (tok.type not in choices or kw.type in self.accepts()):
+            tok = kw
+        elif tok.type not in choices:
+            return False
+        try:
+            self.ip.feed_token(tok)
+        except UnexpectedToken:
+            # Refused after a reduction, which left the parser changed: rebuild it from the
+            # statement's tokens, so that accepts() says what could have come instead.
+            self.ip = _LARK.parse_interactive(start=self.start)
+            for fed in self.fed:
+                self.ip.feed_token(fed)
+            self._accepts = None
+            return False
+        self.fed.append(tok)
+        self._accepts = None
+        return True
 
+    def after(self, tok: Token) -> _Parser:
+        """A separate parser that has taken ``tok`` too; this one is untouched."""
+        other = _Parser.__new__(_Parser)
+        other.start, other.ip, other.fed, other._accepts = self.start, self.ip.copy(), list(self.fed), None
+        other.ip.feed_token(tok)
+        other.fed.append(tok)
+        return other
 
-def _typed(ip, tok: Token) -> Token:
-    """``tok`` as the parser should see it: a keyword where a keyword is expected, else itself."""
-    kw = _keyword(tok)
-    if kw is not None and kw.type in ip.parser_state.parse_conf.states[ip.parser_state.state_stack[-1]] and _try(ip, kw):
-        return kw
-    return tok
-
-
-def _accepts(ip, tok: Token) -> bool:
-    if tok.type in ("$ERROR", "SEMI"):
-        return False
-    return _try(ip, _typed(ip, tok))
-
-
-def _accepts_after(ip, first: Token, then: Token) -> bool:
-    stack = _advance(ip, ip.parser_state.state_stack, first.type)
-    if stack is None or then.type in ("$ERROR", "SEMI"):
-        return False
-    kw = _keyword(then)
-    return (_advance(ip, stack, then.type) is not None
-            or kw is not None and _advance(ip, stack, kw.type) is not None)
-
-
-def _acceptable(ip) -> set[str]:
-    """The terminals the parser accepts next: exact, unlike LALR's table row, which may list more."""
-    return {name for name in ip.choices() if name.isupper() and _try(ip, Token(name, ""))}
+    def finish(self, last: Token):
+        """The statement's parse tree; :meth:`can_end` said it can end."""
+        return self.ip.feed_eof(last)
 
 
 def _starts_statement(tok: Token) -> bool:
@@ -356,7 +374,7 @@ class _Driver:
             tok = src.next()
         if tok.type == "$END":
             return None
-        ip = _LARK.parse_interactive(start=self.start)
+        parser = _Parser(self.start)
         first, last = tok, None
         self.depth = 0
         self.opened = []
@@ -365,25 +383,25 @@ class _Driver:
             if kind == "$ERROR":
                 raise tok.error
             if kind in ("$END", "SEMI"):
-                return self._finish(ip, first, last or first, tok)
+                return self._finish(parser, first, last or first, tok)
             if kind == "NL":
                 nxt = src.peek_significant()
-                if _try(ip, tok):
+                if parser.fits("NL"):
                     # A line break inside a bucket body separates its lines, unless what
                     # follows can only continue the current line.
-                    if _accepts_after(ip, tok, nxt) or not _accepts(ip, nxt):
-                        ip.feed_token(tok)
-                elif _try(ip, Token.new_borrow_pos("$END", "", tok)):
-                    if nxt.type in ("$END", "SEMI", "$ERROR") or _starts_statement(nxt) or not _accepts(ip, nxt):
-                        return self._finish(ip, first, last or first, tok)
+                    after = parser.after(tok)
+                    if parser.typed(nxt) is None or after.typed(nxt) is not None:
+                        parser = after
+                elif parser.can_end():
+                    if (nxt.type in ("$END", "SEMI", "$ERROR") or _starts_statement(nxt)
+                            or parser.typed(nxt) is None):
+                        return self._finish(parser, first, last or first, tok)
                 tok = src.next()
                 continue
-            typed = _typed(ip, tok)
-            if not _try(ip, typed):
-                message, about = _unexpected(tok, last, self.opened, _acceptable(ip), self.start == "statement",
+            if not parser.take(tok):
+                message, about = _unexpected(tok, last, self.opened, parser.accepts(), self.start == "statement",
                                              src.text)
                 raise _error(SyntaxError_, message, about)
-            ip.feed_token(typed)
             self.depth += _OPEN.get(kind, 0) + _CLOSE.get(kind, 0)
             if kind in _OPEN:
                 self.opened.append(tok)
@@ -392,18 +410,18 @@ class _Driver:
             last = tok
             tok = src.next()
 
-    def _finish(self, ip, first: Token, last: Token, end: Token):
-        if not _try(ip, Token.new_borrow_pos("$END", "", last)):
+    def _finish(self, parser: _Parser, first: Token, last: Token, end: Token):
+        if not parser.can_end():
             at_end = end.type == "$END"
             what = "end of input" if at_end else _show_token(end)
-            message = f"the statement is incomplete at {what}; expected {_expected(_acceptable(ip))}"
+            message = f"the statement is incomplete at {what}; expected {_expected(parser.accepts())}"
             if self.opened and self.opened[-1].line < end.line:
                 inner = self.opened[-1]
                 message += f" (the {inner.value!r} at {_at(inner)} is still open)"
             err = _error(SyntaxError_, message, end, at_end=at_end)
             err.terminated = True
             raise err
-        tree = ip.feed_eof(last)
+        tree = parser.finish(last)
         self.depth = 0
         return tree, first, last
 

@@ -471,3 +471,46 @@ def test_an_unknown_verb_on_a_store_field_is_unknown_verb_before_anything_runs()
     assert "verbs: batch_push, delete, get" in e.value.message
     # a verb that exists but that no store field has still goes to the engine, which explains
     assert request('db.Property["p1"].Expenses.update({a: 1}, {$set: {b: 1}})')["op"] == "update"
+
+
+# ---- lark's public API only --------------------------------------------------------------
+
+def test_the_parser_uses_only_larks_public_api():
+    # A lark upgrade must not break the shell: no import from lark's parser internals
+    # (lark.parsers.lalr_analysis's Shift once was), no reading of its parse tables.
+    import ast
+    from pathlib import Path
+
+    import hoarddb.hql
+
+    for path in Path(hoarddb.hql.__file__).parent.glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lark"):
+                assert node.module in ("lark", "lark.exceptions"), (path.name, node.module)
+            if isinstance(node, ast.Import):
+                assert all(a.name in ("lark",) or not a.name.startswith("lark") for a in node.names), path.name
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in ("parser_state", "parse_conf", "parse_table", "states", "state_stack"), \
+                    (path.name, node.attr, node.lineno)
+
+
+@pytest.mark.parametrize("text,column", [("db.X.push({a: 1}})", 17), ("db.X.push({a: [1,]] })", 19)])
+def test_a_token_refused_after_a_reduction_still_names_what_was_expected(text, column):
+    # LALR may reduce before it finds that a bracket does not fit; the parser is rebuilt
+    # from the statement's tokens so that the message lists what could have come there.
+    found = list(statements(text + "\nshow databases"))
+    assert isinstance(found[0], SyntaxError_) and found[0].column == column
+    assert "expected ')' or ','" in found[0].message or "expected ',' or '}'" in found[0].message
+    assert found[1].request == {"op": "list_databases"}
+
+
+def test_a_body_line_break_lookahead_leaves_the_statement_whole():
+    # A new line in a bucket body is fed to a copy first, to see whether the next line
+    # continues it; what the statement parsed so far stays as it was.
+    text = "create bucket X {\n  type:\n    hash\n  Email string unique\n  Exp lifoStore\n}\nshow buckets"
+    first, second = parse(text)
+    assert first.request["options"] == {"type": "hash",
+                                        "fields": [{"name": "Email", "type": "string", "keywords": ["unique"]}],
+                                        "store_fields": [{"name": "Exp", "type": "lifo"}]}
+    assert second.request == {"op": "list_buckets"}
