@@ -43,6 +43,11 @@ KEYWORDS: dict[str, str] = {
 #: The keywords a statement starts with (db starts a call).
 STATEMENT_KEYWORDS = ("create", "drop", "alter", "describe", "use", "show", "help", "exit", "quit", "db")
 
+#: Statements that end with their line, complete or not, with how each is written: `use` on its
+#: own is refused at its line's end instead of taking the next line as its name.
+ONE_LINE = {"use": ("use NAME",), "show": ("show databases", "show buckets"), "describe": ("describe bucket NAME",),
+            "drop": ("drop database NAME", "drop bucket NAME")}
+
 #: Bucket methods that are not store verbs: ``db.Users.stats()`` is the engine's stats operation.
 BUCKET_METHODS = {"stats": "stats"}
 
@@ -174,6 +179,11 @@ def _unexpected(tok: Token, last: Token | None, opened: list, expected: set, in_
     one (a JavaScript habit, an unbalanced bracket), what to write instead.
     """
     message = f"unexpected {_show_token(tok)}; expected {_expected(expected, in_statement=in_statement)}"
+    if tok.type == "NAME":  # a keyword mistyped: shwo buckets, create buckt X
+        words = [name.lower() for name in expected if name in KEYWORDS.values()]
+        close = difflib.get_close_matches(tok.value.lower(), words, n=1, cutoff=0.6)
+        if close and close[0] != tok.value.lower():
+            message += f"; did you mean {close[0]}?"
     if last is not None and last.type == "NAME" and last.value == "new" and tok.type == "NAME":
         example = literals.CONSTRUCTORS.get(tok.value.lower())
         instead = example.example if example else f"{tok.value}(...)"
@@ -353,6 +363,15 @@ class _Parser:
         return self.ip.feed_eof(last)
 
 
+def _usage(fed: list[Token]) -> str | None:
+    """How the statement begun with the tokens ``fed`` is written, when it is one that ends with its line."""
+    if not fed or fed[0].type == "NAME":
+        return None
+    typed = [t.value.lower() for t in fed]
+    forms = [f for f in ONE_LINE.get(typed[0], ()) if f.split()[:len(typed)] == typed] or ONE_LINE.get(typed[0])
+    return " or ".join(forms) if forms else None
+
+
 def _starts_statement(tok: Token) -> bool:
     return tok.type == "NAME" and tok.value.lower() in STATEMENT_KEYWORDS
 
@@ -396,6 +415,8 @@ class _Driver:
                     if (nxt.type in ("$END", "SEMI", "$ERROR") or _starts_statement(nxt)
                             or parser.typed(nxt) is None):
                         return self._finish(parser, first, last or first, tok)
+                elif _usage(parser.fed):
+                    return self._finish(parser, first, last or first, tok)
                 tok = src.next()
                 continue
             if not parser.take(tok):
@@ -412,14 +433,20 @@ class _Driver:
 
     def _finish(self, parser: _Parser, first: Token, last: Token, end: Token):
         if not parser.can_end():
-            at_end = end.type == "$END"
-            what = "end of input" if at_end else _show_token(end)
+            what = "end of input" if end.type == "$END" else _show_token(end)
             message = f"the statement is incomplete at {what}; expected {_expected(parser.accepts())}"
+            usage = _usage(parser.fed)
+            if usage:
+                message += f"; write {usage}"
             if self.opened and self.opened[-1].line < end.line:
                 inner = self.opened[-1]
                 message += f" (the {inner.value!r} at {_at(inner)} is still open)"
-            err = _error(SyntaxError_, message, end, at_end=at_end)
+            # at_end: more input could finish it (the shell reads another line); a one-line
+            # statement cannot be finished on the next line, so it is answered at once.
+            err = _error(SyntaxError_, message, end, at_end=end.type == "$END" and not usage)
             err.terminated = True
+            if end.type == "$END":
+                err.expected = parser.accepts()  # what may come next, for completion
             raise err
         tree = parser.finish(last)
         self.depth = 0
@@ -655,7 +682,9 @@ class _ToValues(Transformer):
         (bucket, _), key, (field_name, _), verb, args = _tokens(c)
         op = operations.FIELD_VERBS.get(verb.value)
         if op is None and verb.value not in operations.VERBS:  # no verb at all: refused here, as on a bucket
-            raise _Positioned(_unknown_verb(verb.value, operations.FIELD_VERBS), verb)
+            err = unknown_verb(verb.value, operations.FIELD_VERBS)
+            err.called_on = (bucket, field_name, verb.value)
+            raise _Positioned(err, verb)
         if op is None:  # no store field has it (update, range...): the engine refuses it with advice
             name, bound = operations.VERBS[verb.value].name, {}
         else:
@@ -669,7 +698,9 @@ class _ToValues(Transformer):
 
 def _verb_request(bucket: str, verb: Token, args: list) -> dict:
     if verb.value not in operations.VERBS:
-        raise _Positioned(_unknown_verb(verb.value, {**operations.VERBS, **BUCKET_METHODS}), verb)
+        err = unknown_verb(verb.value, {**operations.VERBS, **BUCKET_METHODS})
+        err.called_on = (bucket, None, verb.value)
+        raise _Positioned(err, verb)
     try:
         op = operations.verb(verb.value)
         bound = operations.bind(op, args)
@@ -678,14 +709,21 @@ def _verb_request(bucket: str, verb: Token, args: list) -> dict:
     return {"op": op.name, "bucket": bucket, "args": bound}
 
 
-def _unknown_verb(name: str, known) -> UnknownVerbError:
-    """UNKNOWN_VERB for ``name``: the verbs there are, and the one it is most likely a typo of."""
+def unknown_verb(name: str, known, owner: str | None = None) -> UnknownVerbError:
+    """UNKNOWN_VERB for ``name``: the verbs there are (``known``, aliases among them), and the likeliest typo.
+
+    ``owner`` names what the verbs are of (``fifo bucket 'Comments'``); without it they are
+    every verb. The error's ``called_on`` (set by the parser) is the ``(bucket, store field,
+    verb)`` of the call, so that the shell, which can ask the bucket's type, lists that
+    type's verbs only.
+    """
     names = sorted(known)
     by_lower = {n.lower(): n for n in names}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     guess = f"did you mean {by_lower[close[0]]}? " if close else ""
     shown = sorted({n for n in names if "_" in n or n.islower()})  # one spelling each: batch_push, not batchPush
-    return UnknownVerbError(f"unknown verb {name!r}; {guess}verbs: {', '.join(shown)} (help VERB describes one)")
+    what = f"verbs of {owner}" if owner else "verbs"
+    return UnknownVerbError(f"unknown verb {name!r}; {guess}{what}: {', '.join(shown)} (help VERB describes one)")
 
 
 _TRANSFORMER = _ToValues()
@@ -697,8 +735,11 @@ def _transform(tree, first: Token):
     except VisitError as e:
         orig = e.orig_exc
         if isinstance(orig, _Positioned):
-            raise _error(type(orig.err), orig.err.message if isinstance(orig.err, HoardError) else str(orig.err),
-                         orig.tok or first) from None
+            err = _error(type(orig.err), orig.err.message if isinstance(orig.err, HoardError) else str(orig.err),
+                         orig.tok or first)
+            if hasattr(orig.err, "called_on"):
+                err.called_on = orig.err.called_on
+            raise err from None
         if isinstance(orig, HoardError):
             raise _error(type(orig), orig.message, first) from None
         # A bug: still an error of this statement (the shell prints it and goes on), never a traceback.
@@ -774,6 +815,25 @@ def _no_bare_top(value):
         return _no_bare(value)
     except _Positioned as p:
         raise _error(type(p.err), p.err.message, p.tok) from None
+
+
+def next_keywords(text: str) -> list[str]:
+    """The keywords that may come next at the end of ``text``, lower-case: what completion offers.
+
+    After ``describe`` that is ``bucket``; after ``show``, ``buckets`` and ``databases``; where
+    a statement starts, the words a statement starts with; elsewhere none.
+    """
+    last: Statement | HoardError | None = None
+    for last in statements(text):
+        pass
+    if isinstance(last, HoardError) and getattr(last, "expected", None) is not None:
+        expected = last.expected
+    elif last is None or text.rstrip(" \t\r").endswith((";", "\n")):
+        expected = _Parser("statement").accepts()
+    else:
+        return []
+    return sorted(name.lower() for name in expected
+                  if name in KEYWORDS.values() and name not in ("TRUE", "FALSE", "NULL"))
 
 
 def is_complete(text: str) -> bool:

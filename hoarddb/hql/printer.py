@@ -24,7 +24,7 @@ from ..errors import HoardError
 from ..values.literal import format_date, format_float, format_key, quote, render
 
 __all__ = ["format_value", "format_date", "format_float", "format_key", "quote", "format_answer", "format_bucket",
-           "format_error", "error_answer", "json_line", "settle", "consume_stream"]
+           "format_explain", "format_error", "error_answer", "json_line", "settle", "consume_stream"]
 
 #: Bytes up to this many print in full as BinData(0, "..."); longer ones as a summary.
 BYTES_SHOWN = 1024
@@ -134,7 +134,33 @@ def format_answer(op: str, answer: Mapping) -> str:
     if answer.get("store_fields") and result is not None:  # a document that owns stores: name them
         text += "\n-- stores: " + ", ".join(
             f"{f['name']} {f['type']}Store ({f['length']})" for f in answer["store_fields"])
+    if isinstance(answer.get("explain"), Mapping):  # search(..., {explain: true}): the plan after the documents
+        text += "\n" + format_explain(answer["explain"])
     return text
+
+
+def format_explain(plan: Mapping) -> str:
+    """A search's plan as labelled lines: the index used, what was examined, and each index considered."""
+    rows = [("index used", plan.get("index_used"))]
+    for key in ("keys_examined", "docs_examined", "returned"):
+        if key in plan:
+            rows.append((key.replace("_", " "), plan[key]))
+    for key, value in plan.items():
+        if key not in ("index_used", "keys_examined", "docs_examined", "returned", "considered"):
+            rows.append((str(key).replace("_", " "), value))
+    lines = ["-- plan:"] + [f"--   {label + ':':<15}{v if isinstance(v, str) else format_value(v, width=None)}"
+                            for label, v in rows]
+    considered = plan.get("considered") or []
+    if considered:
+        lines.append("--   considered:")
+    for c in considered:
+        if isinstance(c, Mapping) and "index" in c:
+            covered = c.get("covered")
+            cover = f" (covers {covered} field{'' if covered == 1 else 's'})" if isinstance(covered, int) else ""
+            lines.append(f"--     {c['index']}{cover}: {c.get('reason', '')}".rstrip(": "))
+        else:
+            lines.append(f"--     {format_value(c, width=None)}")
+    return "\n".join(lines)
 
 
 def _answers_nothing(op: str) -> bool:
