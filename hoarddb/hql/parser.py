@@ -300,10 +300,10 @@ class _Parser:
     most once per position.
     """
 
-    def __init__(self, start: str):
+    def __init__(self, start: str, ip=None, fed: list[Token] | None = None):
         self.start = start
-        self.ip = _LARK.parse_interactive(start=start)
-        self.fed: list[Token] = []  # the statement's tokens so far, to rebuild the parser after a refusal
+        self.ip = ip if ip is not None else _LARK.parse_interactive(start=start)
+        self.fed: list[Token] = fed or []  # the statement's tokens so far, to rebuild the parser after a refusal
         self._accepts: set[str] | None = None
 
     def accepts(self) -> set[str]:
@@ -352,10 +352,8 @@ class _Parser:
 
     def after(self, tok: Token) -> _Parser:
         """A separate parser that has taken ``tok`` too; this one is untouched."""
-        other = _Parser.__new__(_Parser)
-        other.start, other.ip, other.fed, other._accepts = self.start, self.ip.copy(), list(self.fed), None
+        other = _Parser(self.start, self.ip.copy(), [*self.fed, tok])
         other.ip.feed_token(tok)
-        other.fed.append(tok)
         return other
 
     def finish(self, last: Token):
