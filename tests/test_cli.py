@@ -242,9 +242,14 @@ def test_ctrl_c_in_a_script_exits_130_without_a_traceback(tmp_path):
                              cwd=REPO, env=ENV)
     try:
         deadline = time.monotonic() + 30
-        while not (data.exists() and any(data.iterdir())) and time.monotonic() < deadline:
-            time.sleep(0.02)  # the database is open: the shell now waits for its script on stdin
-        time.sleep(0.2)
+        wchan = Path(f"/proc/{child.pid}/wchan")
+        if wchan.exists():  # Linux: until the shell sleeps reading its script (stdin is its only pipe)
+            while "pipe" not in wchan.read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            while not (data.exists() and any(data.iterdir())) and time.monotonic() < deadline:
+                time.sleep(0.02)  # the database is open: the shell now waits for its script on stdin
+            time.sleep(0.2)
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)
     finally:
