@@ -268,6 +268,15 @@ class Shell:
         if store_type not in operations.STORE_TYPES:
             return err
         message = unknown_verb(name, self.verbs(bucket, field), owner).message
+        if "did you mean" not in message:  # a verb of another store type: say whose it is
+            table = operations.VERBS if field is None else operations.FIELD_VERBS
+            close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
+            if close:
+                op = table[close[0]]
+                types = [t for t in operations.STORE_TYPES if t in op.types]
+                whose = ", ".join(types[:-1]) + " and " + types[-1] if len(types) > 1 else types[0]
+                message = message.replace("; verbs of ", f"; {close[0]} is a verb of {whose} "
+                                          f"{'store fields' if field else 'buckets'}, not this one; verbs of ", 1)
         if getattr(err, "line", None):
             message = f"line {err.line}, column {err.column}: {message}"
         meant = type(err)(message)

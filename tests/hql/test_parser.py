@@ -514,3 +514,45 @@ def test_a_body_line_break_lookahead_leaves_the_statement_whole():
                                         "fields": [{"name": "Email", "type": "string", "keywords": ["unique"]}],
                                         "store_fields": [{"name": "Exp", "type": "lifo"}]}
     assert second.request == {"op": "list_buckets"}
+
+
+# ---- statements that end with their line, did you mean, what may come next -------------------------
+
+@pytest.mark.parametrize("text,usage", [
+    ("use", "write use NAME"), ("use\n", "write use NAME"), ("show", "write show databases or show buckets"),
+    ("describe bucket", "write describe bucket NAME"), ("drop database;", "write drop database NAME"),
+    ("drop", "write drop database NAME or drop bucket NAME"),
+])
+def test_one_line_statements_are_refused_at_their_lines_end(text, usage):
+    # `use` on its own waited for a name and took the next line as it.
+    assert is_complete(text)  # the shell answers at once instead of reading another line
+    found = list(statements(text + "\nshow databases"))
+    assert isinstance(found[0], SyntaxError_) and found[0].message.endswith(usage)
+    assert found[1].request == {"op": "list_databases"}
+
+
+def test_other_statements_still_span_lines():
+    assert not is_complete("create bucket X {") and not is_complete("db.X.push(")
+    assert parse("create bucket X\n{ type: fifo }")[0].request["options"] == {"type": "fifo"}
+
+
+@pytest.mark.parametrize("text,meant", [("shwo buckets", "show"), ("show bukets", "buckets"),
+                                        ("create buckt X", "bucket"), ("DESCRIBE BUCKT X", "bucket")])
+def test_a_mistyped_keyword_gets_did_you_mean(text, meant):
+    with pytest.raises(SyntaxError_, match=rf"did you mean {meant}\?$"):
+        parse(text)
+
+
+def test_next_keywords_are_what_the_grammar_takes_there():
+    from hoarddb.hql.parser import next_keywords
+
+    starts = ["alter", "create", "db", "describe", "drop", "exit", "help", "quit", "show", "use"]
+    assert next_keywords("") == starts and next_keywords("use app; ") == starts
+    assert next_keywords("describe ") == ["bucket"]
+    assert next_keywords("drop ") == ["bucket", "database"]
+    assert next_keywords("db.X.push(") == [] and next_keywords("create bucket X ") == []
+
+
+def test_an_unknown_verb_says_what_it_was_called_on():
+    found = list(statements('db.Q.psh(1)\ndb.Q["k"].F.pus(1)'))
+    assert [e.called_on for e in found] == [("Q", None, "psh"), ("Q", "F", "pus")]
