@@ -22,6 +22,8 @@
         the directory in use)
     hoardDB [same options as hoarddb shell] [-insecure]
         the same shell; -insecure reaches a local server without TLS
+    hoarddb help [COMMAND...], hoarddb, hoarddb --help
+        the list of commands (each with its first sentence whole), or one command's help
 
 Exit status: 0 when every statement succeeded, 1 when one failed (or the data
 directory could not be opened), 2 for a usage error. An interactive session exits 0:
@@ -139,10 +141,48 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
             return 130
 
 
-@click.group()
+class _Group(click.Group):
+    """A command group whose list of commands shows each command's first sentence whole, never cut with "..."."""
+
+    group_class = type  # its subgroups (hoarddb user) list their commands so too
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, cmd.get_short_help_str(limit=sys.maxsize))
+                for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, invoke_without_command=True)
 @click.version_option(version=__version__, prog_name="hoardDB")
-def main():
-    """hoardDB: a document database whose documents own queues, stacks, sorted lists, heaps and files."""
+@click.pass_context
+def main(ctx):
+    """hoardDB: a document database whose documents own queues, stacks, sorted lists, heaps and files.
+
+    `hoarddb COMMAND --help` (or `hoarddb help COMMAND`) describes a command.
+    """
+    if ctx.invoked_subcommand is None:  # bare `hoarddb`: the help, and success
+        click.echo(ctx.get_help())
+        ctx.exit(0)
+
+
+@main.command("help")
+@click.argument("command", nargs=-1)
+@click.pass_context
+def help_command(ctx, command):
+    """Show this help, or a command's: hoarddb help shell, hoarddb help user add."""
+    target, target_ctx = main, ctx.parent
+    for name in command:
+        sub = target.get_command(target_ctx, name) if isinstance(target, click.Group) else None
+        if sub is None:
+            known = ", ".join(target.list_commands(target_ctx)) if isinstance(target, click.Group) else "none"
+            click.echo(f"hoarddb help: no command {' '.join(command)!r}; commands: {known}", err=True)
+            ctx.exit(2)
+        target_ctx = click.Context(sub, info_name=name, parent=target_ctx)
+        target = sub
+    click.echo(target_ctx.get_help())
 
 
 @main.command()
