@@ -24,7 +24,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from . import operations
+from . import lifecycle, operations
 from .catalog import Catalog, check_name
 from .indexes.declaration import declare as declare_indexes
 from .indexes.declaration import describe as describe_index
@@ -34,7 +34,6 @@ from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDat
 from .indexes.maintenance import Index
 from .indexes.planner import plan
 from .indexes.ttl import Sweeper
-from .lifecycle import _OPEN, _Parts, _forgotten, _refuse_inherited, _wait_for_forgotten_close, _weak_ttl_stores
 from .metrics import Metrics
 from .options import Options
 from .storage.kv import commits_deferred
@@ -76,8 +75,8 @@ class Engine:
     def __init__(self, path, options: Options | None = None):
         self.path = Path(path)
         self.options = options or Options()
-        _refuse_inherited(self.path)
-        _wait_for_forgotten_close(self.path)
+        lifecycle.refuse_inherited(self.path)
+        lifecycle.wait_for_forgotten_close(self.path)
         try:
             if self.path.exists() and not self.path.is_dir():
                 raise StorageError(f"cannot open data directory {self.path}: it is a file, not a directory; "
@@ -103,17 +102,17 @@ class Engine:
         self._mutex = threading.RLock()
         self._closed = False
         self._pid = os.getpid()  # the process that opened it: the only one that may use it
-        self._forked = False  # True in a child forked after the open (see _disown_after_fork)
+        self._forked = False  # True in a child forked after the open (see lifecycle._disown_after_fork)
         self.metrics = Metrics()
-        self.sweeper = Sweeper(_weak_ttl_stores(self), self.metrics,
+        self.sweeper = Sweeper(lifecycle.weak_ttl_stores(self), self.metrics,
                                self.options.ttl_sweep_seconds, self.options.ttl_sweep_budget_seconds)
         # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,
         # the handlers are functions of the engine): an engine nobody holds any more is
-        # freed at once, and its finalizer closes what it had open (see _forgotten).
-        self._parts = _Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
-        self._finalizer = weakref.finalize(self, _forgotten, self._parts)
-        self._finalizer.atexit = False  # at exit, _close_at_exit closes it (quietly)
-        _OPEN.add(self)
+        # freed at once, and its finalizer closes what it had open (see lifecycle.forgotten).
+        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
+        self._finalizer = weakref.finalize(self, lifecycle.forgotten, self._parts)
+        self._finalizer.atexit = False  # at exit, lifecycle._close_at_exit closes it (quietly)
+        lifecycle.OPEN.add(self)
         self.sweeper.start()
 
     # -- the one entry point -----------------------------------------------------------
@@ -755,7 +754,7 @@ class Engine:
                 return
             self._closed = True
         self._finalizer.detach()  # closed on purpose: no warning, nothing to do when it is freed
-        _OPEN.discard(self)
+        lifecycle.OPEN.discard(self)
         self._parts.close()
 
     def _closed_error(self, during: bool = False) -> ClosedError:

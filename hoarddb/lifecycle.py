@@ -31,15 +31,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("hoarddb.engine")
 
 #: Every engine open in this process (held weakly).
-_OPEN: "weakref.WeakSet[Engine]" = weakref.WeakSet()
-#: Data directories whose forgotten engine a thread of their own is closing (see _forgotten).
+OPEN: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+#: Data directories whose forgotten engine a thread of their own is closing (see forgotten).
 _CLOSING: dict[str, threading.Thread] = {}
 #: In a forked child: the data directories its parent had open at the fork -> the parent's pid.
 _INHERITED: dict[str, int] = {}
 
 
-class _Parts:
-    """_Parts is what an open engine must close, kept apart from the Engine so that the
+class Parts:
+    """Parts is what an open engine must close, kept apart from the Engine so that the
     engine's finalizer can close it once the Engine object is gone."""
 
     def __init__(self, path: Path, sweeper: Sweeper, mutex, stores: dict, catalog: Catalog, lock: DirectoryLock):
@@ -87,7 +87,7 @@ class _Parts:
                       self.path, exc)
 
 
-def _forgotten(parts: _Parts) -> None:
+def forgotten(parts: Parts) -> None:
     """The finalizer of an engine freed without close(): warn, and close what it had open.
 
     It runs where the last reference went, or where the garbage collector found the
@@ -115,7 +115,7 @@ def _directory_key(path: Path) -> str:
     return os.path.realpath(path)
 
 
-def _wait_for_forgotten_close(path: Path, timeout: float = 60.0) -> None:
+def wait_for_forgotten_close(path: Path, timeout: float = 60.0) -> None:
     """Before opening ``path``: let a forgotten engine of it that another thread is closing finish.
 
     The weak references to a freed engine are cleared before its finalizer runs, so an open
@@ -126,7 +126,7 @@ def _wait_for_forgotten_close(path: Path, timeout: float = 60.0) -> None:
     key = _directory_key(path)
     deadline = time.monotonic() + timeout
     while key not in _CLOSING and held_here(path) and time.monotonic() < deadline \
-            and not any(_directory_key(engine.path) == key for engine in list(_OPEN)):
+            and not any(_directory_key(engine.path) == key for engine in list(OPEN)):
         time.sleep(0.001)
     thread = _CLOSING.get(key)
     if thread is not None:
@@ -141,7 +141,7 @@ def _wait_for_forgotten_close(path: Path, timeout: float = 60.0) -> None:
             _CLOSING.pop(_directory_key(path), None)
 
 
-def _refuse_inherited(path: Path) -> None:
+def refuse_inherited(path: Path) -> None:
     """In a forked child, refuse a directory its parent had open at the fork: py-lmdb counts
     the environments the child inherited as open in the child for as long as it lives (it
     may neither use nor close them), and refuses to open them again."""
@@ -154,7 +154,7 @@ def _refuse_inherited(path: Path) -> None:
             "'spawn' method; or serve it (hoarddb server) and connect", pid=str(parent))
 
 
-def _weak_ttl_stores(engine: Engine) -> Callable[[], Any]:
+def weak_ttl_stores(engine: Engine) -> Callable[[], Any]:
     """The sweeper's view of the engine's TTL stores, holding the engine weakly: None once it is gone."""
     ref = weakref.ref(engine)
 
@@ -172,7 +172,7 @@ def _close_at_exit() -> None:
     (Registered when this module is imported; atexit runs after the interpreter has
     joined its non-daemon threads and before it tears modules down.)
     """
-    for engine in list(_OPEN):
+    for engine in list(OPEN):
         if engine._closed or engine._forked:
             continue
         try:
@@ -193,13 +193,13 @@ def _disown_after_fork() -> None:
     LMDB in a child), and the child's copy of the directory lock's descriptor is closed:
     that does not unlock it, and lets the parent's close unlock it.
     """
-    for engine in list(_OPEN):
+    for engine in list(OPEN):
         engine._forked = True
         engine._closed = True
         engine._finalizer.detach()
         engine._lock.forget()
         _INHERITED[_directory_key(engine.path)] = engine._pid
-    _OPEN.clear()
+    OPEN.clear()
     _CLOSING.clear()
 
 
