@@ -41,7 +41,7 @@ def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
             )
     warnings: list[str] = []
     options = cls.validate_options({k: v for k, v in raw.items() if k not in COMMON_BUCKET_OPTIONS})
-    fields = _check_fields(raw.get("fields") or [], warnings)
+    fields = check_fields(raw.get("fields") or [], warnings)
     for f in fields:  # `key Score` where `key: Score` was meant: a field line, not the option
         if f["name"] in accepted:
             warnings.append(f"field line {f['name']} {f['type']}{''.join(' ' + k for k in f['keywords'])} "
@@ -74,7 +74,9 @@ def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
     return declaration, warnings
 
 
-def _check_fields(fields, warnings: list[str]) -> list[dict]:
+def check_fields(fields, warnings: list[str]) -> list[dict]:
+    """A bucket's field lines ``[{name, type, keywords}]``, checked (create and alter bucket);
+    a keyword other than ``unique`` is recorded with a warning added to ``warnings``."""
     if not isinstance(fields, list):
         raise InvalidArgumentError("'fields' must be a list of {name, type, keywords}")
     out, seen = [], set()

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from . import lifecycle, operations
 from .catalog import Catalog, check_name
-from .declaration import _check_fields, declare_bucket
+from .declaration import check_fields, declare_bucket
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
@@ -455,7 +455,7 @@ class Engine:
             if key == "type":
                 continue
             if key == "fields":
-                changed["fields"] = _check_fields(value, warnings)
+                changed["fields"] = check_fields(value, warnings)
             elif key == "placement":
                 changed["placement"] = value
             else:
