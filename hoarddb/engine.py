@@ -41,6 +41,7 @@ from .storage.lock import DirectoryLock
 from .storage.oserrors import fsync_directory, is_full, storage_error
 from .stores import store_class
 from .stores.base import DAMAGE, Reply, Store
+from .stores.claims import move_dead_letters
 from .stores.fields import refusal as field_refusal
 
 log = logging.getLogger("hoarddb.engine")
@@ -223,54 +224,9 @@ class Engine:
                                   "(it has been created again since); nothing of it was kept") from exc
 
     def _move_dead_letters(self, db: str, bucket: str, decl: dict, store: Store) -> None:
-        """claim/ack: move what a claim found past ``max_deliveries`` into the bucket's ``dead_letter`` bucket.
-
-        A store never reaches another bucket, so this takes two steps: push the elements
-        (each with ``_deadLetter: {from, deliveries, at}``) into the dead-letter bucket in one
-        durable batch_push, then have the queue drop them in one durable write. A crash
-        between the two leaves an element in both buckets: dead-lettering is at least
-        once. A dead_letter bucket that is missing, is the queue itself, is not a fifo,
-        lifo or heap, or refuses the elements (a heap needs a priority) leaves them held
-        in the queue, logs an error, and the next claim tries again (docs/user/queues.md).
-        """
-        pending = store.pending_dead_letters()
-        if not pending:
-            return
-        target = decl["options"]["dead_letter"]
-        moved: list = []  # the refs pushed into the dead-letter bucket
-        try:
-            if target == bucket:
-                raise BadValueError("it is the queue itself")
-            target_decl = self.catalog.bucket(db, target)
-            if target_decl["type"] not in ("fifo", "lifo", "heap"):
-                raise VerbNotSupportedError(f"it is a {target_decl['type']} bucket, not a fifo, lifo or heap")
-            target_store = self._store(db, target, target_decl)
-            try:
-                target_store.batch_push([doc for _ref, doc in pending])
-                moved = [ref for ref, _doc in pending]
-            except HoardError:  # one element the bucket refuses (a heap needs a priority) holds back none of the others
-                refused = None
-                for ref, doc in pending:
-                    try:
-                        target_store.batch_push([doc])
-                        moved.append(ref)
-                    except HoardError as exc:
-                        refused = refused or exc
-                if refused is not None:
-                    log.error("%s.%s: %d element(s) past max_deliveries stay held: the dead_letter bucket %r refuses "
-                              "them: %s", db, bucket, len(pending) - len(moved), target, refused.message)
-            if moved and not self.options.sync:
-                self._mark_dirty(target_store)
-        except HoardError as exc:
-            log.error("%s.%s: %d element(s) past max_deliveries stay held: cannot push them into the dead_letter "
-                      "bucket %r: %s", db, bucket, len(pending), target, exc.message)
-        finally:
-            if moved:
-                store.finish_dead_letters(moved, True)
-            done = set(moved)  # refs are element keys: one each
-            rest = [ref for ref, _doc in pending if ref not in done]
-            if rest:
-                store.finish_dead_letters(rest, False)
+        """claim's hook: move what a claim found past max_deliveries (stores.claims.move_dead_letters)."""
+        move_dead_letters(store, db, bucket, decl["options"]["dead_letter"], lambda name: self.catalog.bucket(db, name),
+                          lambda name, d: self._store(db, name, d), None if self.options.sync else self._mark_dirty)
 
     def _field_verb(self, name: str, request: dict) -> Any:
         """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""
