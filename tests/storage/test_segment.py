@@ -12,7 +12,8 @@ from hoarddb.errors import ClosedError, CorruptDataError
 from hoarddb.storage import framing
 import hoarddb.storage.segment as segment_module
 from hoarddb.storage.segment import SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE, SegmentLog, \
-    _parse_slot, segment_name, verify
+    segment_name, verify
+from hoarddb.storage.segment_format import _parse_slot
 from hoarddb.values.codec import decode, encode
 
 from ..killing import SAY_READY, kill_midway, run_script
