@@ -3,7 +3,7 @@
 A :class:`SegmentLog` owns every file of one fifo or lifo bucket directory::
 
     <bucket>/
-      state.bson       two fixed slots holding the head pointer (and a pending cut), see below
+      state.bson       two fixed slots holding the head pointer (and a pending cut): segment_state.py
       seg_00001.fifo   the log's identity (32 bytes, see segment_header), then entries, each
       seg_00002.fifo   framed by hoarddb.storage.framing: | len | crc32 | BSON |   (".lifo" in a lifo bucket)
 
@@ -45,25 +45,8 @@ until :meth:`SegmentLog.flush` fsyncs what was left unsynced):
   segments (numbered in ``(segment, above]``) still exist; once they are gone the cut
   is inert, since new segments are numbered above ``above``.
 
-``state.bson`` is never rewritten whole and never renamed. It is two fixed 512-byte slots
-(as LMDB keeps two meta pages); update number ``seq`` goes to slot ``seq % 2`` with one
-``pwrite`` and one fdatasync, so the slot the previous update wrote stays whole whatever
-happens to this one::
-
-    0                              512                            1024
-    +------------------------------+------------------------------+
-    | slot 0 (even seq)            | slot 1 (odd seq)             |
-    | len u32 | crc32 u32 | BSON   | len u32 | crc32 u32 | BSON   |
-    | ... zero padding ...         | ... zero padding ...         |
-    +------------------------------+------------------------------+
-    BSON = {seq, head_segment, head_offset, popped, cut_segment, cut_offset, cut_above,
-            queue, tagged_from, closed?}
-
-The opener reads both slots and keeps the one that checks with the higher ``seq``; a torn
-or corrupt slot is the update that did not finish (or a damaged sector), and the other
-slot is the state before it. ``popped`` counts entries ever taken from the head. A clean
-close (:meth:`SegmentLog.close`) writes its state into both slots, one after the other,
-so after it a damaged slot loses nothing: the other holds the same state, whole.
+``state.bson`` holds the head in two slots written in turn, drawn in
+:mod:`hoarddb.storage.segment_state` beside the code that writes them.
 
 **Identity.** ``queue`` is a random number the log draws when it is created; every segment
 file it creates begins with it and the segment's own number (:func:`segment_header`), and
@@ -128,30 +111,27 @@ import threading
 from array import array
 from pathlib import Path
 
-from ..errors import ClosedError, CorruptDataError, StorageError
-from ..values.codec import encode
-from . import framing
-from .framing import HEADER, HEADER_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
+from ..errors import ClosedError, StorageError
+from . import framing, segment_format
+from .framing import HEADER, HEADER_SIZE
 from .oserrors import FULL_ERRNOS, fsync_directory, pwrite_all, storage_error
-from .segment_format import (_WALK_CHUNK, SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE,  # noqa: F401
-                             _datasync, segment_header, segment_name)
+from .segment_format import (SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE,  # noqa: F401  (callers' names)
+                             segment_header, segment_name)
+from .segment_reads import SegmentReads
 from .segment_recovery import SegmentRecovery, closed_cleanly, verify  # noqa: F401  (segment.verify, as before)
+from .segment_state import SegmentState
 
 log = logging.getLogger("hoarddb.segment")
 
-#: Reads of entries go in chunks of about this many bytes per wanted entry (4 KiB to 1 MiB).
-_READ_GUESS = 512
 #: An emptied fifo drops its last segment when it holds this much (or half a segment).
 _RESET_BYTES = 1 << 20
 #: Zeros a fifo log's append writes after its entries when it grows the last segment.
 PREALLOCATE = 1 << 20
 #: Segment files whose descriptors stay open besides the head and the tail.
 _OPEN_FDS = 4
-#: How many segments' entry offsets stay in memory besides the tail's.
-_CACHED_OFFSETS = 2
 
 
-class SegmentLog(SegmentRecovery):
+class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
     """SegmentLog is one bucket's log of entries in segment files, with a durable head pointer.
 
     ``directory`` exists; ``suffix`` names the segment files (``fifo`` or ``lifo``);
@@ -217,61 +197,12 @@ class SegmentLog(SegmentRecovery):
             self._close_files()
             raise
 
-    # -- reading and repairing what is on disk: SegmentRecovery (segment_recovery.py) -------------
+    # -- opening: SegmentRecovery (segment_recovery.py) ---------------------------------------
+    # -- the state file, flush and close: SegmentState (segment_state.py) -----------------------
+    # -- reading entries: SegmentReads (segment_reads.py) ---------------------------------------
 
     def _path(self, number: int) -> Path:
         return self.directory / segment_name(number, self.suffix)
-
-    # -- state slots ------------------------------------------------------------------------
-
-    def _write_state(self, head: tuple[int, int] | None = None, popped: int | None = None,
-                     cut: tuple[int, int, int] | None = None, durable: bool = True,
-                     closed: dict | None = None, always: bool = False) -> None:
-        """Durably record the head (and cut): one pwrite into the slot the last update did not use, one fsync.
-
-        ``durable=False`` skips the fsync (a later fsync of the file, or a flush, covers it),
-        as ``sync`` off does, unless ``always``.
-        ``closed``: the counts a clean close records (:meth:`close`); any other update
-        leaves them out, which says the log is open. The first update after a clean close
-        is always flushed, even with sync off: until it is on disk, the opener would take a
-        change to any other file (a flush puts segments first) for damage. So is the first
-        that records the log's identity, which must be on disk before a segment carrying it is.
-        """
-        reopening = (self._clean and closed is None) or not self._identity_durable
-        self._clean = False  # this update says the log is open (unless it is the close's own)
-        seq = self._seq + 1
-        data = self._slot_bytes(seq, closed, head, popped, cut)
-        slot = seq % 2
-        if seq == 0:
-            data += bytes(SLOT_SIZE)
-        try:
-            pwrite_all(self._state_fd, data, slot * SLOT_SIZE)
-            if (self.sync and durable) or always or reopening:
-                _datasync(self._state_fd)
-                self._identity_durable = True
-            else:
-                self._dirty_state = True
-        except OSError as exc:
-            # The slot may hold the new state or not; the opener will know, this log cannot.
-            raise self._fail(exc, self.directory / STATE_FILE) from None
-        self._seq = seq
-
-    def _slot_bytes(self, seq: int, closed: dict | None = None, head: tuple[int, int] | None = None,
-                    popped: int | None = None, cut: tuple[int, int, int] | None = None) -> bytes:
-        """The 512 bytes of state update ``seq``: the head and cut given, else the log's own."""
-        head = head or self._head
-        cut = cut or self._cut
-        doc = {
-            "seq": seq, "head_segment": head[0], "head_offset": head[1],
-            "popped": self._popped if popped is None else popped,
-            "cut_segment": cut[0], "cut_offset": cut[1], "cut_above": cut[2],
-            "queue": self._queue, "tagged_from": self._tagged_from,
-        }
-        if closed is not None:
-            doc["closed"] = closed
-        framed = framing.frame(encode(doc))
-        assert len(framed) <= SLOT_SIZE, "a state document outgrew its slot"
-        return framed.ljust(SLOT_SIZE, b"\0")
 
     # -- files --------------------------------------------------------------------------------
 
@@ -306,7 +237,7 @@ class SegmentLog(SegmentRecovery):
         fd = os.open(path, os.O_RDWR)
         try:
             os.ftruncate(fd, size)
-            _datasync(fd)  # repairs are made durable even with sync off: they are rare
+            segment_format.datasync(fd)  # repairs are made durable even with sync off: they are rare
         finally:
             os.close(fd)
 
@@ -345,99 +276,6 @@ class SegmentLog(SegmentRecovery):
             "the database is opened again, which repairs it").message
         log.error("%s", self._failed)
         return StorageError(self._failed)
-
-    # -- entries ------------------------------------------------------------------------------
-
-    def _read_run(self, number: int, start: int, end: int, n: int) -> tuple[list[bytes], int]:
-        """Up to ``n`` payloads of whole entries from ``start`` (before ``end``) of one segment, checked."""
-        fd = self._fd(number)
-        out: list[bytes] = []
-        pos = start
-        buf, base = b"", start
-        while len(out) < n and pos < end:
-            guess = min(max((n - len(out)) * _READ_GUESS, 4096), _WALK_CHUNK)
-            rel = pos - base
-            if rel + HEADER_SIZE > len(buf):
-                buf, base, rel = os.pread(fd, min(guess, end - pos), pos), pos, 0
-                if len(buf) < HEADER_SIZE:
-                    raise self._corrupt(number, pos, "the file is shorter than its entries")
-            length = HEADER.unpack_from(buf, rel)[0] & framing.LENGTH_MASK
-            total = HEADER_SIZE + length
-            if length < MIN_PAYLOAD or length > MAX_PAYLOAD or pos + total > end:
-                raise self._corrupt(number, pos, f"an entry header gives {length} bytes")
-            if rel + total > len(buf):
-                buf, base, rel = os.pread(fd, min(max(total, guess), end - pos), pos), pos, 0
-            header, payload = buf[rel:rel + HEADER_SIZE], buf[rel + HEADER_SIZE:rel + total]
-            if not framing.check(header, payload):
-                raise self._corrupt(number, pos, "the entry fails its checksum")
-            out.append(payload)
-            pos += total
-        return out, pos
-
-    def _corrupt(self, number: int, offset: int, what: str) -> CorruptDataError:
-        return CorruptDataError(
-            f"{self._path(number)} at byte {offset}: {what}; the bucket's data is damaged there. "
-            "Restore the bucket from a backup"
-        )
-
-    def _entry_offsets(self, number: int) -> tuple[array, int]:
-        """The offsets of ``number``'s entries, and the index of the first not yet taken."""
-        offsets = self._offsets.get(number)
-        if offsets is None:
-            head_seg, head_off = self._head
-            start = head_off if number == head_seg else self._base[number]
-            offsets = self._walk(number, start, self._sizes[number])
-            self._trim_offsets()
-            self._offsets[number] = offsets
-        lo = bisect.bisect_left(offsets, self._head[1]) if number == self._head[0] else 0
-        return offsets, lo
-
-    def _trim_offsets(self) -> None:
-        """Forget the offsets of older segments until at most a few besides the tail's are kept."""
-        tail = self._segs[-1] if self._segs else None
-        others = [n for n in self._offsets if n != tail]
-        for n in others[:max(0, len(others) - _CACHED_OFFSETS + 1)]:
-            del self._offsets[n]
-
-    def _walk(self, number: int, start: int, end: int) -> array:
-        """Offsets of the entries in ``[start, end)``, by their headers alone (they checked on open)."""
-        fd = self._fd(number)
-        offsets = array("q")
-        pos = start
-        buf, base = b"", start
-        while pos < end:
-            rel = pos - base
-            if rel + HEADER_SIZE > len(buf):
-                buf, base, rel = os.pread(fd, min(_WALK_CHUNK, end - pos), pos), pos, 0
-                if len(buf) < HEADER_SIZE:
-                    raise self._corrupt(number, pos, "the file is shorter than its entries")
-            length = HEADER.unpack_from(buf, rel)[0] & framing.LENGTH_MASK
-            if length < MIN_PAYLOAD or length > MAX_PAYLOAD:
-                raise self._corrupt(number, pos, f"an entry header gives {length} bytes")
-            offsets.append(pos)
-            pos += HEADER_SIZE + length
-        if pos != end:
-            raise self._corrupt(number, pos, "the last entry runs past the segment's end")
-        return offsets
-
-    def _read_forward(self, index: int, offset: int, n: int) -> tuple[list[bytes], list[tuple[int, int]], tuple[int, int]]:
-        """Up to ``n`` payloads from segment ``self._segs[index]`` at ``offset`` on, oldest first.
-
-        Also answers how many were read from each segment and the position after the last.
-        """
-        out: list[bytes] = []
-        taken: list[tuple[int, int]] = []
-        while True:
-            number = self._segs[index]
-            end = self._sizes[number]
-            if offset < end and len(out) < n:
-                got, offset = self._read_run(number, offset, end, n - len(out))
-                out.extend(got)
-                taken.append((number, len(got)))
-            if len(out) >= n or index + 1 >= len(self._segs):
-                return out, taken, (number, offset)
-            index += 1
-            offset = self._base[self._segs[index]]
 
     # -- the log's interface --------------------------------------------------------------------
 
@@ -514,7 +352,7 @@ class SegmentLog(SegmentRecovery):
                     elif number == last_number and pad_end > at + len(data):
                         pad_end = self._pad(fd, at + len(data), pad_end)
                     if self.sync:
-                        _datasync(fd)
+                        segment_format.datasync(fd)
                     else:
                         self._dirty.add(number)
                 if any(g[3] for g in groups):
@@ -551,7 +389,7 @@ class SegmentLog(SegmentRecovery):
         os.ftruncate(fd, end)
         self._padded.pop(number)
         if self.sync:
-            _datasync(fd)
+            segment_format.datasync(fd)
         else:
             self._dirty.add(number)
 
@@ -584,18 +422,10 @@ class SegmentLog(SegmentRecovery):
                     os.ftruncate(fd, start)
                     self._padded.pop(number, None)
                     if self.sync:
-                        _datasync(fd)
+                        segment_format.datasync(fd)
             return True
         except OSError:
             return False
-
-    def read_head(self, n: int) -> list[bytes]:
-        """Up to ``n`` payloads from the head, oldest first, without taking them."""
-        with self._lock:
-            self._check_open()
-            if not self._length:
-                return []
-            return self._read_forward(0, self._head[1], n)[0]
 
     def take_head(self, n: int, durable: bool = True) -> list[bytes]:
         """Remove and return up to ``n`` payloads from the head, oldest first, in one state write.
@@ -639,26 +469,6 @@ class SegmentLog(SegmentRecovery):
                 self._forget_segment(seg)
             return out
 
-    def read_tail(self, n: int) -> list[bytes]:
-        """Up to ``n`` payloads from the tail, newest first, without taking them."""
-        with self._lock:
-            self._check_open()
-            return self._read_tail(n)
-
-    def _read_tail(self, n: int) -> list[bytes]:
-        out: list[bytes] = []
-        index = len(self._segs) - 1
-        while len(out) < n and index >= 0:
-            number = self._segs[index]
-            if self._counts[number]:
-                offsets, lo = self._entry_offsets(number)
-                k = min(n - len(out), len(offsets) - lo)
-                got, _ = self._read_run(number, offsets[len(offsets) - k], self._sizes[number], k)
-                got.reverse()
-                out.extend(got)
-            index -= 1
-        return out
-
     def take_tail(self, n: int) -> list[bytes]:
         """Remove and return up to ``n`` payloads from the tail, newest first, in one commit.
 
@@ -701,7 +511,7 @@ class SegmentLog(SegmentRecovery):
                     os.unlink(self._path(seg))
                 if shorter:
                     if self.sync:
-                        _datasync(self._fd(keep))
+                        segment_format.datasync(self._fd(keep))
                     else:
                         self._dirty.add(keep)
                 if doomed:  # with sync off too: a push after the pop must not reach the disk before the unlink
@@ -742,124 +552,4 @@ class SegmentLog(SegmentRecovery):
         payload = os.pread(fd, word & framing.LENGTH_MASK, off + HEADER_SIZE)
         pwrite_all(fd, framing.frame(payload)[:HEADER_SIZE], off)
         if self.sync:
-            _datasync(fd)
-
-    def read_range(self, after: int, limit: int) -> list[bytes]:
-        """Up to ``limit`` payloads in storage order (oldest first), skipping the first ``after``."""
-        with self._lock:
-            self._check_open()
-            return self._read_range(after, limit)
-
-    def read_page(self, position: int, limit: int) -> tuple[list[bytes], int]:
-        """Up to ``limit`` payloads from entry number ``position`` on, and the number of the first.
-
-        Entries are numbered from the first ever pushed (``popped`` + place in the log), so
-        a position keeps meaning the same entry while the head moves: a dump can page
-        through a queue that is being popped.
-        """
-        with self._lock:
-            self._check_open()
-            position = max(position, self._popped)
-            return self._read_range(position - self._popped, limit), position
-
-    def _read_range(self, after: int, limit: int) -> list[bytes]:
-        if after >= self._length or limit < 1:
-            return []
-        index = 0
-        while after >= self._counts[self._segs[index]]:
-            after -= self._counts[self._segs[index]]
-            index += 1
-        number = self._segs[index]
-        if after == 0:
-            start = self._head[1] if number == self._head[0] else self._base[number]
-        else:
-            offsets, lo = self._entry_offsets(number)
-            start = offsets[lo + after]
-        return self._read_forward(index, start, limit)[0]
-
-    def flush(self) -> None:
-        """Make every change so far durable: what each write does itself when ``sync`` is on.
-
-        Segments first, then the state, then the directory, so a crash inside leaves
-        states the opener already knows (see the module's docstring).
-        """
-        # What is dirty now is taken under the lock, and synced outside it, so appends and
-        # pops go on during the fsync (they are the next group's); duplicated descriptors
-        # stay valid even if a pop unlinks and closes a segment meanwhile.
-        with self._lock:
-            self._check_open()
-            taken = self._take_dirty()
-        try:
-            self._sync_taken(*taken)
-        except OSError as exc:
-            with self._lock:
-                raise self._fail(exc, self.directory) from None
-
-    def _take_dirty(self) -> tuple[list[int], int | None, bool]:
-        """What is unflushed, taken (holding the lock): duplicated descriptors of the dirty
-        segments and of the state (or None), and whether the directory is."""
-        fds = [os.dup(self._fd(n)) for n in sorted(n for n in self._dirty if n in self._sizes)]
-        state = os.dup(self._state_fd) if self._dirty_state else None
-        sync_dir = self._dirty_dir
-        self._dirty.clear()
-        self._dirty_state = self._dirty_dir = False
-        return fds, state, sync_dir
-
-    def _sync_taken(self, fds: list[int], state: int | None, sync_dir: bool) -> None:
-        """Flush what :meth:`_take_dirty` took, in the order the opener relies on, and close the descriptors."""
-        try:
-            for fd in fds:
-                _datasync(fd)
-            if state is not None:
-                _datasync(state)
-            if sync_dir:
-                fsync_directory(self.directory)
-        finally:
-            for fd in fds + ([state] if state is not None else []):
-                os.close(fd)
-
-    def close(self) -> None:
-        """Make every change durable, record a clean close, and close the files; later calls
-        raise ClosedError. Idempotent.
-
-        The clean close is a state update (into the next slot, as any) that also holds
-        the log's counts — entries, segment files, the last one's number and the bytes
-        of whole entries (where the entries of each segment end, its identity counted)::
-
-            {seq, head_segment, ..., closed: {entries, segments, last, bytes}}
-
-        It comes after everything else is on disk, so the next open knows that nothing
-        was being written, and that files which do not match these counts, or do not
-        check to their end, were damaged since: it refuses them instead of cutting
-        entries away as it does after a crash. A log whose writes failed (see _fail) is
-        not marked; nor is anything if the flush or the state write fails (logged).
-
-        It is written twice, update ``seq`` then ``seq + 1`` (the other slot), each
-        fdatasync'd before the next write: both slots then hold the same state, so damage
-        to either after the close loses nothing (the opener uses the other, whole, and
-        writes the damaged one again), where one copy would leave the update before the
-        close, which the opener must take for a crash. A crash between the two writes
-        leaves one copy and the update before it, as a close from before this did.
-        """
-        with self._lock:
-            if self._closed:
-                return
-            try:
-                if self._failed is None and not self._clean and self._state_fd is not None:
-                    self._sync_taken(*self._take_dirty())
-                    totals = self._totals()
-                    for _copy in range(2):  # one slot, then (once that is on disk) the other
-                        self._write_state(durable=False, closed=totals)
-                        _datasync(self._state_fd)
-                    self._clean = True
-            except (OSError, StorageError) as exc:
-                log.warning("%s: could not record a clean close (%s); the next open treats it as after a crash",
-                            self.directory, getattr(exc, "message", None) or exc)
-            finally:
-                self._closed = True
-                self._close_files()
-
-    def _totals(self) -> dict:
-        """What a clean close records of the log, and the opener checks against the files."""
-        return {"entries": self._length, "segments": len(self._segs),
-                "last": self._segs[-1] if self._segs else 0, "bytes": sum(self._sizes.values())}
+            segment_format.datasync(fd)

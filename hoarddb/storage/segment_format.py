@@ -1,8 +1,11 @@
 """The bytes of a fifo or lifo bucket's files: segment names and identities, and the state file's slots.
 
-The log that writes them, and the drawings of what each write does, are in
-:mod:`hoarddb.storage.segment`; what the opener does with what a crash left, in
-:mod:`hoarddb.storage.segment_recovery`. This module is what both read and write.
+A segment file's identity is drawn at :func:`segment_header`, which makes it. The log
+that writes the files is :mod:`hoarddb.storage.segment` (appends and takes, and what a
+crash in each leaves) with :mod:`hoarddb.storage.segment_state` (the state file's slots,
+drawn there); what the opener does with what a crash left is
+:mod:`hoarddb.storage.segment_recovery`. This module is what all of them read and write
+by, and the one ``datasync`` they call.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ SEGMENT_HEADER_SIZE = _SEGMENT_HEADER.size  # 32
 
 # fdatasync writes the data and the metadata needed to read it back (the file size),
 # which is all a segment append, a truncation or a slot write needs; it skips mtime.
-_datasync = getattr(os, "fdatasync", os.fsync)
+# Every module of the log calls it as segment_format.datasync, so that a test (or a
+# benchmark) that replaces it here replaces every fdatasync of the log's files.
+datasync = getattr(os, "fdatasync", os.fsync)
 
 
 def segment_name(number: int, suffix: str) -> str:

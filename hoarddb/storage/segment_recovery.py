@@ -44,10 +44,10 @@ from pathlib import Path
 
 from ..errors import CorruptDataError
 from ..values.codec import decode
-from . import framing
+from . import framing, segment_format
 from .framing import HEADER, HEADER_SIZE
 from .oserrors import fsync_directory, pwrite_all
-from .segment_format import (_WALK_CHUNK, SEGMENT_HEADER_SIZE, SLOT_SIZE, STATE_FILE, _datasync, _header_base,
+from .segment_format import (_WALK_CHUNK, SEGMENT_HEADER_SIZE, SLOT_SIZE, STATE_FILE, _header_base,
                              _parse_slot, check_identity, new_queue_id, segment_header, segment_name)
 
 log = logging.getLogger("hoarddb.segment")
@@ -126,7 +126,7 @@ class SegmentRecovery:
                 try:
                     pwrite_all(fd, segment_header(self._queue, n), 0)
                     os.ftruncate(fd, SEGMENT_HEADER_SIZE)
-                    _datasync(fd)  # (repairs are made durable even with sync off)
+                    segment_format.datasync(fd)  # (repairs are made durable even with sync off)
                 finally:
                     os.close(fd)
                 self._base[n] = base
@@ -372,7 +372,7 @@ class SegmentRecovery:
         the next update writes that slot anyway."""
         try:
             pwrite_all(self._state_fd, self._slot_bytes(self._seq + 1, closed), (self._seq + 1) % 2 * SLOT_SIZE)
-            _datasync(self._state_fd)
+            segment_format.datasync(self._state_fd)
             self._seq += 1
             self._identity_durable = True
         except OSError as exc:
@@ -408,7 +408,7 @@ def _end_batch_in_file(path: Path, end: int, start: int) -> None:
     try:
         if HEADER.unpack(os.pread(fd, HEADER_SIZE, last[0]))[0] & framing.MORE:
             pwrite_all(fd, framing.frame(last[1])[:HEADER_SIZE], last[0])
-            _datasync(fd)
+            segment_format.datasync(fd)
     finally:
         os.close(fd)
 
