@@ -142,6 +142,12 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
     log and none for a lifo log; see the module's docstring). Opening
     repairs what a crash left (torn tail, unfinished cut, consumed segments not yet
     unlinked). Every method is safe to call from several threads.
+
+    Its methods are in four files, each what a reader needs at once: this one (files,
+    appends and takes), :class:`~.segment_recovery.SegmentRecovery` (opening),
+    :class:`~.segment_state.SegmentState` (the state file, flush, close) and
+    :class:`~.segment_reads.SegmentReads` (reads); mixins, since all of them work on the
+    log's own fields under its one lock.
     """
 
     def __init__(self, directory: Path, suffix: str, segment_size: int, sync: bool = True,
