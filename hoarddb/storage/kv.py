@@ -32,13 +32,15 @@ from typing import Callable, Iterator, TypeVar
 import lmdb
 
 from ..errors import CorruptDataError, StorageError
-from .kv_checkpoint import _CHECKPOINTS, KVCheckpoints  # noqa: F401  (kv._CHECKPOINTS, as before)
+from .kv_checkpoint import KVCheckpoints
 from .kv_group import KVGroups
 from .kv_recovery import KVRecovery
-from .lmdb_files import (COMPACTING, DAMAGE_ERRORS, check_meta_pages, damage_hint,  # noqa: F401  (callers' names)
-                         read_only)
+from .lmdb_files import DAMAGE_ERRORS, damage_hint
 from .oserrors import DiskFullError, reason, storage_error
 from .wal import PUT, Recording, WriteAheadLog, decode_ops, encode_ops, record_exceeds
+# Where callers (stores, catalog, tools, tests) import them from, as before the split:
+from .kv_checkpoint import _CHECKPOINTS  # noqa: F401
+from .lmdb_files import COMPACTING, check_meta_pages, read_only  # noqa: F401
 
 T = TypeVar("T")
 

@@ -115,11 +115,13 @@ from ..errors import ClosedError, StorageError
 from . import framing, segment_format
 from .framing import HEADER, HEADER_SIZE
 from .oserrors import FULL_ERRNOS, fsync_directory, pwrite_all, storage_error
-from .segment_format import (SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE,  # noqa: F401  (callers' names)
-                             segment_header, segment_name)
+from .segment_format import SEGMENT_HEADER_SIZE, segment_header, segment_name
 from .segment_reads import SegmentReads
-from .segment_recovery import SegmentRecovery, closed_cleanly, verify  # noqa: F401  (segment.verify, as before)
+from .segment_recovery import SegmentRecovery
 from .segment_state import SegmentState
+# Where callers (stores, tools, tests) import them from, as before the split:
+from .segment_format import SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE  # noqa: F401
+from .segment_recovery import closed_cleanly, verify  # noqa: F401
 
 log = logging.getLogger("hoarddb.segment")
 
