@@ -11,7 +11,7 @@ insert ``--blocks`` blocks of ``--size`` documents one per transaction, alternat
 side goes first; the medians of the blocks' µs per insert are printed with the ratio of
 their rates. A hoardDB block ends when its last checkpoint's background flush has (left
 to run on into SQLite's block, it would flatter hoardDB). ``--time-fsync`` times hoardDB's log fdatasyncs (``wal._datasync``) and
-``--no-fsync`` turns them and the checkpoints' flushes of data.mdb (``kv._datasync``) into
+``--no-fsync`` turns them and the checkpoints' flushes of data.mdb (``kv_recovery._datasync``) into
 nothing, to split a durable insert into its flushes and the rest (docs/benchmarks.md).
 """
 
@@ -32,6 +32,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import hoarddb  # noqa: E402
 import hoarddb.storage.kv as kv  # noqa: E402
+import hoarddb.storage.kv_recovery as kv_recovery  # noqa: E402
 import hoarddb.storage.wal as wal  # noqa: E402
 from peers_work import user_doc  # noqa: E402
 
@@ -50,7 +51,7 @@ def main() -> None:
 
     synced: list[float] = []
     if args.no_fsync:
-        wal._datasync = kv._datasync = lambda fd: None
+        wal._datasync = kv_recovery._datasync = lambda fd: None
     elif args.time_fsync:
         datasync = wal._datasync
 

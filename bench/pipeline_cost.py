@@ -185,10 +185,10 @@ def instructions(count: int, depth: int) -> dict[str, int]:
 
 def _stub_syncs() -> None:
     """No fsync under valgrind: the kernel's time is not counted, and would only slow the run."""
-    import hoarddb.storage.kv as kv
-    import hoarddb.storage.segment as segment
+    import hoarddb.storage.kv_recovery as kv_recovery
+    import hoarddb.storage.segment_format as segment_format
     import hoarddb.storage.wal as wal
-    kv._datasync = segment._datasync = wal._datasync = lambda fd: None
+    kv_recovery._datasync = segment_format.datasync = wal._datasync = lambda fd: None
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from bson import json_util
 
 from ..catalog import check_name
-from ..engine import declare_bucket
+from ..declaration import declare_bucket
 from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, HoardError,
                       InvalidArgumentError, NotFoundError, VerbNotSupportedError)
 from ..operations import STORE_TYPES

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import hoarddb
 from hoarddb.cli import main
 from hoarddb.testing import ServerProcess
-from hoarddb.storage import segment
+from hoarddb.storage import segment_format
 from hoarddb.tools import check as check_module
 from hoarddb.tools.check import check
 from hoarddb.values.codec import decode, encode
@@ -316,7 +316,7 @@ def test_a_queue_segment_of_another_queue_with_the_same_sizes_is_reported(data):
 def test_a_damaged_state_slot_of_a_queue_closed_cleanly_is_reported_as_whole_in_the_other(data):
     state = data / "app" / "Q" / "state.bson"
     raw = state.read_bytes()
-    newest = max((s["seq"], i) for i in range(2) if (s := segment._parse_slot(raw[i * 512:(i + 1) * 512])))[1]
+    newest = max((s["seq"], i) for i in range(2) if (s := segment_format._parse_slot(raw[i * 512:(i + 1) * 512])))[1]
     flip(state, newest * 512 + 20)
     assert_reported(data, "app/Q/state.bson", f"slot {newest} does not check", "whole state of the last clean close")
 
