@@ -1,7 +1,7 @@
 """The ``hoarddb ingest``, ``hoarddb dump`` and ``hoarddb restore`` commands: thin wrappers of hoarddb.tools.
 
     hoarddb ingest PATH --into-db DB | --into DB.BUCKET [--type T] [--allow-dots]
-                   [--on-error stop|skip] [--yes] [--batch-size N]
+                   [--on-error stop|skip] [--yes] [--batch-size N] [--json]
         load a mongodump folder or file (.bson, .bson.gz) or JSON Lines (.jsonl, .json)
     hoarddb dump --db DB --out DIR [--bucket B ...]
         write DIR/DB/<bucket>.bson, <bucket>.metadata.json (and <bucket>.blobs/)
@@ -10,7 +10,8 @@
 
 Each takes ``--data DIR`` (an embedded data directory) or a server: ``--host/--port``
 (or ``--url``), with ``--insecure`` or ``--tls-ca``/``--tls-fingerprint``, ``--user``,
-``--password`` — built with :func:`hoarddb.connect`. Exit status: 0 when
+``--password`` — built with :func:`hoarddb.connect`. ``--json`` prints the report as one
+line of JSON (:meth:`~hoarddb.tools.report.Report.to_dict`) instead of the summary. Exit status: 0 when
 everything was moved, 1 when something was not (the summary says what) or the
 database could not be opened, 2 for a usage error or a refusal before anything was
 written.
@@ -27,6 +28,15 @@ from ..errors import HoardError
 from .report import BucketReport
 
 NO_CONNECT = "this hoardDB has no server client (hoarddb.connect); use --data DIR for an embedded database"
+
+
+def _json_option(f):
+    return click.option("--json", "json_mode", is_flag=True,
+                         help="Print the report as one line of JSON instead of the summary.")(f)
+
+
+def _print_report(report, json_mode: bool) -> None:
+    click.echo(report.to_json() if json_mode else report.summary())
 
 
 def _client_options(f):
@@ -139,8 +149,9 @@ def _run(fn) -> int:
 @click.option("--yes", "-y", is_flag=True, help="Append to fifo/lifo buckets without asking.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
               help="Documents per write.")
+@_json_option
 @_client_options
-def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, **conn):
+def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, json_mode, **conn):
     """Load mongodump .bson (.bson.gz) files or JSON Lines (.jsonl, .json) into buckets."""
     from .ingest import ingest as run_ingest
 
@@ -155,7 +166,7 @@ def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, **
             report = run_ingest(client, path, into_db=into_db, into=into, type=type_, allow_dots=allow_dots,
                                 on_error=on_error, yes=yes, confirm=confirm, batch_size=batch_size,
                                 progress=progress)
-        click.echo(report.summary())
+        _print_report(report, json_mode)
         return 0 if report.ok else 1
 
     sys.exit(_run(go))
