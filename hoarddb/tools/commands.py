@@ -3,10 +3,12 @@
     hoarddb ingest PATH --into-db DB | --into DB.BUCKET [--type T] [--allow-dots]
                    [--on-error stop|skip] [--yes] [--batch-size N] [--json]
         load a mongodump folder or file (.bson, .bson.gz) or JSON Lines (.jsonl, .json)
-    hoarddb dump --db DB --out DIR [--bucket B ...]
-        write DIR/DB/<bucket>.bson, <bucket>.metadata.json (and <bucket>.blobs/)
-    hoarddb restore DIR/DB [--db DB2] [--bucket B ...] [--drop]
-        declare each bucket of a dump and load it
+    hoarddb dump --out DIR [--db DB [--bucket B ...]] [--json]
+        write DIR/DB/<bucket>.bson, <bucket>.metadata.json (and <bucket>.blobs/), for
+        every database, or the one --db names
+    hoarddb restore DIR | DIR/DB [--db DB2] [--bucket B ...] [--drop] [--json]
+        declare each bucket of a dump and load it: every database of a dump's top
+        folder DIR, or the one database of DIR/DB
 
 Each takes ``--data DIR`` (an embedded data directory) or a server: ``--host/--port``
 (or ``--url``), with ``--insecure`` or ``--tls-ca``/``--tls-fingerprint``, ``--user``,
@@ -173,18 +175,21 @@ def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, js
 
 
 @click.command()
-@click.option("--db", required=True, help="The database to dump.")
+@click.option("--db", default=None, help="Only this database (default: every database, each in its folder).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The folder to write OUT/DB/ into.")
-@click.option("--bucket", "buckets", multiple=True, help="Only this bucket (repeat for more).")
+@click.option("--bucket", "buckets", multiple=True, help="Only this bucket of --db (repeat for more).")
+@_json_option
 @_client_options
-def dump(db, out, buckets, **conn):
-    """Write every bucket of a database (documents, declaration, blob files) under OUT/DB/."""
+def dump(db, out, buckets, json_mode, **conn):
+    """Write every bucket of every database, or of --db (documents, declaration, blob files), under OUT/DB/."""
     from .dump import dump as run_dump
 
     def go() -> int:
+        if buckets and db is None:
+            raise click.UsageError("--bucket names buckets of one database: give it with --db")
         with _open(conn) as client, _Progress(unit="docs") as progress:
             report = run_dump(client, db, out, buckets=list(buckets) or None, progress=progress)
-        click.echo(report.summary())
+        _print_report(report, json_mode)
         return 0 if report.ok else 1
 
     sys.exit(_run(go))
@@ -192,14 +197,15 @@ def dump(db, out, buckets, **conn):
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--db", help="The database to restore into (default: the dump folder's name).")
-@click.option("--bucket", "buckets", multiple=True, help="Only this bucket of the dump (repeat for more).")
+@click.option("--db", help="The database to restore one database's folder into (default: the folder's name).")
+@click.option("--bucket", "buckets", multiple=True, help="Only this bucket of one database's folder (repeat for more).")
 @click.option("--drop", is_flag=True, help="Drop a bucket of the same name first (else one that exists refuses).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
               help="Entries per write.")
+@_json_option
 @_client_options
-def restore(path, db, buckets, drop, batch_size, **conn):
-    """Declare each bucket of a dump folder (PATH is OUT/DB) and load it."""
+def restore(path, db, buckets, drop, batch_size, json_mode, **conn):
+    """Declare each bucket of a dump and load it: PATH is a dump's top folder OUT (every database in it) or OUT/DB."""
     from .restore import restore as run_restore
 
     def go() -> int:
@@ -207,8 +213,9 @@ def restore(path, db, buckets, drop, batch_size, **conn):
         with _open(conn) as client, _Progress() as progress:
             report = run_restore(client, path, db=db, buckets=list(buckets) or None, drop=drop,
                                  batch_size=batch_size, progress=progress)
-        click.echo(report.summary())
-        click.echo(f"({time.perf_counter() - started:.1f} s)")
+        _print_report(report, json_mode)
+        if not json_mode:
+            click.echo(f"({time.perf_counter() - started:.1f} s)")
         return 0 if report.ok else 1
 
     sys.exit(_run(go))
