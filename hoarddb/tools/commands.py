@@ -1,4 +1,4 @@
-"""The ``hoarddb ingest``, ``hoarddb dump`` and ``hoarddb restore`` commands: thin wrappers of hoarddb.tools.
+"""The ``hoarddb ingest``, ``dump``, ``restore``, ``ping`` and ``status`` commands: thin wrappers of hoarddb.tools.
 
     hoarddb ingest PATH --into-db DB | --into DB.BUCKET [--type T] [--allow-dots]
                    [--on-error stop|skip] [--yes] [--batch-size N] [--json]
@@ -9,10 +9,15 @@
     hoarddb restore DIR | DIR/DB [--db DB2] [--bucket B ...] [--drop] [--json]
         declare each bucket of a dump and load it: every database of a dump's top
         folder DIR, or the one database of DIR/DB
+    hoarddb ping [server options] [--json]
+        whether a server answers, and how fast (exit 0: it does, 1: it does not)
+    hoarddb status [server options] [--json]
+        a running server's address, version, user, databases and buckets, indexes
 
-Each takes ``--data DIR`` (an embedded data directory) or a server: ``--host/--port``
-(or ``--url``), with ``--insecure`` or ``--tls-ca``/``--tls-fingerprint``, ``--user``,
-``--password`` — built with :func:`hoarddb.connect`. ``--json`` prints the report as one
+ingest, dump and restore take ``--data DIR`` (an embedded data directory) or a server;
+ping and status a server only: ``--host/--port`` (default 127.0.0.1:7070, or ``--url``),
+with ``--insecure`` or ``--tls-ca``/``--tls-fingerprint``, ``--user``, ``--password`` —
+built with :func:`hoarddb.connect`. ``--json`` prints the report as one
 line of JSON (:meth:`~hoarddb.tools.report.Report.to_dict`) instead of the summary. Exit status: 0 when
 everything was moved, 1 when something was not (the summary says what) or the
 database could not be opened, 2 for a usage error or a refusal before anything was
@@ -21,8 +26,11 @@ written.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
+from dataclasses import asdict
 
 import click
 
@@ -43,6 +51,13 @@ def _print_report(report, json_mode: bool) -> None:
 
 def _client_options(f):
     """--data for an embedded database, or the server options every client command shares."""
+    f = _server_options(f)
+    return click.option("--data", metavar="DIR", type=click.Path(file_okay=False),
+                        help="The data directory of an embedded database (created if missing).")(f)
+
+
+def _server_options(f):
+    """The options that name a server and how to reach it (127.0.0.1:7070 when none is given)."""
     f = click.option("--timeout", type=float, default=None, help="Seconds to wait for an answer.")(f)
     f = click.option("--tls-fingerprint", "tls_fingerprint", metavar="SHA256",
                      help="Trust the server whose certificate has this SHA-256 fingerprint.")(f)
@@ -55,8 +70,6 @@ def _client_options(f):
     f = click.option("--port", type=int, default=None, help="The server's port.")(f)
     f = click.option("--host", default=None, help="The server's address.")(f)
     f = click.option("--url", default=None, metavar="URL", help="A server: hoarddb://user:password@host:port/")(f)
-    f = click.option("--data", metavar="DIR", type=click.Path(file_okay=False),
-                     help="The data directory of an embedded database (created if missing).")(f)
     return f
 
 
@@ -221,4 +234,54 @@ def restore(path, db, buckets, drop, batch_size, json_mode, **conn):
     sys.exit(_run(go))
 
 
-COMMANDS = (ingest, dump, restore)
+def _server(conn: dict) -> tuple[str | None, dict]:
+    """``(url, options)`` for hoarddb.connect from the server options given (none: 127.0.0.1:7070)."""
+    conn = {k: v for k, v in conn.items() if v is not None}
+    url = conn.pop("url", None)
+    if conn.get("user") and "password" not in conn and not os.environ.get("HOARDDB_PASSWORD") \
+            and sys.stdin is not None and sys.stdin.isatty():
+        conn["password"] = click.prompt(f"password for {conn['user']}", hide_input=True, err=True)
+    return url, conn
+
+
+@click.command()
+@_json_option
+@_server_options
+def ping(json_mode, **conn):
+    """Say whether a server answers, and how fast; exit 0 when it does, 1 when not.
+
+    No login is needed: a server that answers and asks for one is up. With --user, the
+    login must succeed, and one request is timed too.
+    """
+    from .status import ping as run_ping
+
+    url, options = _server(conn)
+    result = run_ping(url, **options)
+    click.echo(json.dumps(asdict(result)) if json_mode else result.text())
+    sys.exit(0 if result.answered else 1)
+
+
+@click.command()
+@_json_option
+@_server_options
+def status(json_mode, **conn):
+    """What a running server is: address, version, user, databases and buckets, indexes, TTL backlog."""
+    from .status import status as run_status
+
+    def go() -> int:
+        import hoarddb
+
+        url, options = _server(conn)
+        try:
+            client = hoarddb.connect(url, **options)
+        except HoardError as exc:
+            raise _OpenFailed(f"{exc.codeName}: {exc.message}") from exc
+        with client:
+            report = run_status(client)
+        click.echo(report.to_json() if json_mode else report.text())
+        return 0
+
+    sys.exit(_run(go))
+
+
+COMMANDS = (ingest, dump, restore, ping, status)
