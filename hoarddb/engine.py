@@ -444,7 +444,7 @@ class Engine:
             "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
             "indexes": _index_states(store, decl), "verbs": operations.verbs_for(decl["type"]),
             **({"placement": decl["placement"]} if "placement" in decl else {}),
-            "entries": stats["entries"], "bytes": stats["bytes"],
+            "entries": stats["entries"], "bytes": stats["bytes"], "data_bytes": stats["data_bytes"],
         }
 
     def _alter_bucket(self, request: dict) -> dict:

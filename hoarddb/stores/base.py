@@ -168,12 +168,37 @@ class Store(ABC):
         """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit)."""
 
     def stats(self) -> dict:
-        """``{"entries": n, "bytes": bytes on disk}`` for this store."""
-        return {"entries": self.length(), "bytes": directory_bytes(self.directory)}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": bytes of the data}`` for this store.
+
+        ``bytes`` is what the bucket's files take on disk (allocated blocks: free pages,
+        logs and preallocated space included); ``data_bytes`` what its entries fill of
+        them (each store type says how it counts).
+        """
+        return {"entries": self.length(), "bytes": directory_bytes(self.directory),
+                "data_bytes": apparent_bytes(self.directory)}
 
     @abstractmethod
     def length(self) -> int:
         """How many entries the store holds (every type has a length)."""
+
+
+def apparent_bytes(directory: Path) -> int:
+    """Bytes of the files below ``directory`` as they read (their sizes, not the blocks they take)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def kv_data_bytes(kv) -> int:
+    """Bytes of the LMDB pages a KV's entries fill (documents, index entries, store-field elements):
+    its B-tree's branch, leaf and overflow pages, without free pages, the log or the lock file."""
+    stat = kv.env.stat()
+    return stat["psize"] * (stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
 
 
 def directory_bytes(directory: Path) -> int:
@@ -354,7 +379,8 @@ class KVStore(Store):
             self._count = int.from_bytes(raw, "little") if raw else 0
 
     def stats(self) -> dict:
-        return {"entries": self._count, "bytes": directory_bytes(self.directory)}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": LMDB pages its entries fill}``."""
+        return {"entries": self._count, "bytes": directory_bytes(self.directory), "data_bytes": kv_data_bytes(self.kv)}
 
     def export(self, cursor: Any = None, limit: int = 1000) -> dict:
         """A page of every entry in storage (key) order: ``{docs, next}``; pass ``next`` back as ``cursor``.

@@ -475,6 +475,13 @@ class BlobStore(Store):
         self._check_open()
         return len(self._records)
 
+    def stats(self) -> dict:
+        """``{"entries": blobs, "bytes": bytes on disk, "data_bytes": the blobs' sizes summed}``."""
+        self._check_open()
+        with self._lock:
+            size = sum(int(r.get("size") or 0) for r in self._records.values())
+        return {**super().stats(), "data_bytes": size}
+
     def list(self, after: Any = None, limit: int = 100) -> list[dict]:
         """Info dicts of up to ``limit`` blobs in DbID order (so, oldest first), after the id ``after``."""
         self._check_open()

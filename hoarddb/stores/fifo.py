@@ -203,8 +203,9 @@ class SegmentStore(Store):
             self.log.flush()
 
     def stats(self) -> dict:
-        """``{"entries": n, "bytes": bytes on disk, "segments": segment files}``."""
-        return {"entries": len(self.log), "bytes": directory_bytes(self.directory), "segments": self.log.segments}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": bytes of its entries, "segments": segment files}``."""
+        return {"entries": len(self.log), "bytes": directory_bytes(self.directory), "data_bytes": self.log.data_bytes,
+                "segments": self.log.segments}
 
     def close(self) -> None:
         """Close the segment files; later calls raise ClosedError."""
@@ -482,10 +483,11 @@ class FifoStore(ClaimVerbs, SegmentStore):
         return {"docs": docs, "next": next_position if len(docs) == limit else None}
 
     def stats(self) -> dict:
-        """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "segments": segment files}``."""
+        """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "data_bytes": bytes of its entries
+        (claimed ones included), "segments": segment files}``."""
         again, held = self._claim_counts() if self._claims is not None else (0, 0)
-        return {"entries": len(self.log) + again, "claimed": held,
-                "bytes": directory_bytes(self.directory), "segments": self.log.segments}
+        return {"entries": len(self.log) + again, "claimed": held, "bytes": directory_bytes(self.directory),
+                "data_bytes": self.log.data_bytes, "segments": self.log.segments}
 
     def sync(self) -> None:
         """Make every write so far durable: the claim table first, then the log (as the claim order)."""
