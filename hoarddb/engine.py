@@ -447,6 +447,27 @@ class Engine:
             "entries": stats["entries"], "bytes": stats["bytes"], "data_bytes": stats["data_bytes"],
         }
 
+    def _check(self, request: dict) -> dict:
+        """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) walked in
+        one read transaction while it serves: ``{buckets: [{db, bucket, type, checked, problems:
+        [[file, what, todo], ...], more}]}``. A type without such a walk (fifo, lifo, blob: their
+        files change under a read) says ``checked: false``; ``hoarddb check DIR`` checks those."""
+        db, bucket = request.get("db"), request.get("bucket")
+        if bucket is not None and db is None:
+            raise InvalidArgumentError("check: a bucket is named within a database: give db too")
+        out = []
+        for name in [db] if db is not None else self.catalog.databases():
+            for b in [bucket] if bucket is not None else self.catalog.buckets(name):
+                decl = self.catalog.bucket(name, b)
+                store = self._store(name, b, decl)
+                entry = {"db": name, "bucket": b, "type": decl["type"], "checked": False, "problems": [], "more": 0}
+                walk = getattr(store, "check_open", None)
+                if walk is not None:
+                    problems = walk({**decl, "db": name, "name": b})
+                    entry.update(checked=True, problems=[list(p) for p in problems], more=getattr(problems, "more", 0))
+                out.append(entry)
+        return {"buckets": out}
+
     def _alter_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
         decl = self.catalog.bucket(db, name)
@@ -789,6 +810,7 @@ HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
     "alter_bucket": Engine._alter_bucket,
     "metrics": lambda e, r: e._metrics(),
     "sweep_ttl": lambda e, r: e.sweeper.sweep(),
+    "check": Engine._check,
 }
 
 

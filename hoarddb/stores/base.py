@@ -437,6 +437,18 @@ class KVStore(Store):
                                                  "comes after the damage was not checked"))
         return problems
 
+    def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
+        """:meth:`check` on the open bucket, while it serves: the same walk, in one read
+        transaction, so it sees one moment of the bucket and writes go on meanwhile."""
+        problems = Problems()
+        try:
+            with self.kv.read() as txn:
+                type(self).check_kv(txn, declaration, self.directory, problems)
+        except DAMAGE_ERRORS as exc:
+            problems.append(Problem(self.KV_FILE, f"LMDB found its pages are not what it wrote ({exc}); what "
+                                                  "comes after the damage was not checked"))
+        return problems
+
     @classmethod
     def check_kv(cls, txn, declaration: Mapping[str, Any], directory: Path, problems: list[Problem]) -> None:
         """What every LMDB store keeps right: no key outside the type's namespaces, and the

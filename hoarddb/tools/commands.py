@@ -51,12 +51,12 @@ def _print_report(report, json_mode: bool) -> None:
 
 def _client_options(f):
     """--data for an embedded database, or the server options every client command shares."""
-    f = _server_options(f)
+    f = server_options(f)
     return click.option("--data", metavar="DIR", type=click.Path(file_okay=False),
                         help="The data directory of an embedded database (created if missing).")(f)
 
 
-def _server_options(f):
+def server_options(f):
     """The options that name a server and how to reach it (127.0.0.1:7070 when none is given)."""
     f = click.option("--timeout", type=float, default=None, help="Seconds to wait for an answer.")(f)
     f = click.option("--tls-fingerprint", "tls_fingerprint", metavar="SHA256",
@@ -234,7 +234,7 @@ def restore(path, db, buckets, drop, batch_size, json_mode, **conn):
     sys.exit(_run(go))
 
 
-def _server(conn: dict) -> tuple[str | None, dict]:
+def server_address(conn: dict) -> tuple[str | None, dict]:
     """``(url, options)`` for hoarddb.connect from the server options given (none: 127.0.0.1:7070)."""
     conn = {k: v for k, v in conn.items() if v is not None}
     url = conn.pop("url", None)
@@ -246,7 +246,7 @@ def _server(conn: dict) -> tuple[str | None, dict]:
 
 @click.command()
 @_json_option
-@_server_options
+@server_options
 def ping(json_mode, **conn):
     """Say whether a server answers, and how fast; exit 0 when it does, 1 when not.
 
@@ -255,7 +255,7 @@ def ping(json_mode, **conn):
     """
     from .status import ping as run_ping
 
-    url, options = _server(conn)
+    url, options = server_address(conn)
     result = run_ping(url, **options)
     click.echo(json.dumps(asdict(result)) if json_mode else result.text())
     sys.exit(0 if result.answered else 1)
@@ -263,7 +263,7 @@ def ping(json_mode, **conn):
 
 @click.command()
 @_json_option
-@_server_options
+@server_options
 def status(json_mode, **conn):
     """What a running server is: address, version, user, databases and buckets, indexes, TTL backlog."""
     from .status import status as run_status
@@ -271,7 +271,7 @@ def status(json_mode, **conn):
     def go() -> int:
         import hoarddb
 
-        url, options = _server(conn)
+        url, options = server_address(conn)
         try:
             client = hoarddb.connect(url, **options)
         except HoardError as exc:
