@@ -144,6 +144,7 @@ them hold flushed entries (docs/dev/segments.md).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import re
@@ -152,6 +153,7 @@ import threading
 import zlib
 from array import array
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import ClosedError, CorruptDataError, StorageError
 from ..values.codec import decode, encode
@@ -903,6 +905,15 @@ class SegmentLog:
     def segments(self) -> int:
         """How many segment files the log has on disk."""
         return len(self._segs)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the log still inside: no append, pop or cut runs, so its files (segments and
+        ``state.bson``, which every change writes at once, flushed or not) can be copied as one
+        moment of the queue (a hot backup)."""
+        with self._lock:
+            self._check_open()
+            yield
 
     @property
     def data_bytes(self) -> int:

@@ -167,6 +167,12 @@ class Store(ABC):
     def sync(self) -> None:
         """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit)."""
 
+    def backup(self, target: Path) -> None:
+        """Copy the open bucket's files into the new folder ``target`` as one moment of the bucket,
+        while it serves (a hot backup): what a later open of ``target`` reads is the bucket as it
+        was at some instant during the call, every write before it whole and none after it."""
+        raise NotImplementedError(f"{type(self).__name__} has no backup")
+
     def stats(self) -> dict:
         """``{"entries": n, "bytes": bytes on disk, "data_bytes": bytes of the data}`` for this store.
 
@@ -180,6 +186,31 @@ class Store(ABC):
     @abstractmethod
     def length(self) -> int:
         """How many entries the store holds (every type has a length)."""
+
+
+def link_files(source: Path, target: Path, names=None) -> int:
+    """Hard-link the files of folder ``source`` (or only ``names``) into ``target`` (made if missing),
+    copying where a link cannot be made (another file system); those already there are kept.
+    For files never changed once written (blobs). How many were added."""
+    import shutil
+
+    target.mkdir(parents=True, exist_ok=True)
+    added = 0
+    for name in sorted(names if names is not None else os.listdir(source)):
+        src, dst = source / name, target / name
+        if dst.exists() or not src.is_file():
+            continue
+        try:
+            os.link(src, dst)
+        except FileNotFoundError:  # deleted meanwhile
+            continue
+        except OSError:
+            try:
+                shutil.copy2(src, dst)
+            except FileNotFoundError:
+                continue
+        added += 1
+    return added
 
 
 def apparent_bytes(directory: Path) -> int:
@@ -436,6 +467,19 @@ class KVStore(Store):
             problems.append(Problem(cls.KV_FILE, f"LMDB found its pages are not what it wrote ({exc}); what "
                                                  "comes after the damage was not checked"))
         return problems
+
+    def backup(self, target: Path) -> None:
+        """LMDB's own copy of the environment, made from one read transaction (writes go on
+        meanwhile), and the files of blob store fields (``fields/``, written before the commit
+        that names them, never changed after): linked before the copy, and again after it for
+        those written meanwhile."""
+        fields = self.directory / "fields"
+        if fields.is_dir():
+            link_files(fields, target / "fields")
+        (target / "kv").mkdir(parents=True)
+        self.kv.env.copy(str(target / "kv"), compact=True)
+        if fields.is_dir():
+            link_files(fields, target / "fields")
 
     def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
         """:meth:`check` on the open bucket, while it serves: the same walk, in one read

@@ -13,6 +13,8 @@
         whether a server answers, and how fast (exit 0: it does, 1: it does not)
     hoarddb status [server options] [--json]
         a running server's address, version, user, databases and buckets, indexes
+    hoarddb backup --out DIR [server options | --data DIR] [--json]
+        copy the server's data directory into DIR on its machine while it serves
 
 ingest, dump and restore take ``--data DIR`` (an embedded data directory) or a server;
 ping and status a server only: ``--host/--port`` (default 127.0.0.1:7070, or ``--url``),
@@ -284,4 +286,32 @@ def status(json_mode, **conn):
     sys.exit(_run(go))
 
 
-COMMANDS = (ingest, dump, restore, ping, status)
+@click.command()
+@click.option("--out", required=True, metavar="DIR",
+              help="A new folder on the server's machine (an absolute path) to copy the data directory into.")
+@_json_option
+@_client_options
+def backup(out, json_mode, **conn):
+    """Copy a running server's data directory (or an open embedded one) into a new folder, while it serves.
+
+    Each bucket is copied as one moment of it (consistent per bucket, not across buckets);
+    the folder opens as a data directory. Needs the admin role. docs/user/dump-restore.md.
+    """
+    from .online import backup as run_backup
+
+    def go() -> int:
+        # embedded, the folder is on this machine: a relative path is taken from here
+        target = os.path.abspath(out) if conn.get("data") is not None else out
+        with _open(conn) as client:
+            result = run_backup(client, target)
+        if json_mode:
+            click.echo(json.dumps(result))
+        else:
+            click.echo(f"backed up {len(result.get('buckets', []))} bucket(s) into {result.get('path')} in "
+                       f"{result.get('seconds', 0):.1f} s (each bucket as one moment of it)")
+        return 0
+
+    sys.exit(_run(go))
+
+
+COMMANDS = (ingest, dump, restore, ping, status, backup)

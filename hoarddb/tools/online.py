@@ -1,4 +1,4 @@
-"""Maintenance of a running server: ``hoarddb check`` through the server, while it serves.
+"""Maintenance of a running server: ``hoarddb check`` and ``hoarddb backup`` through the server, while it serves.
 
     >>> from hoarddb.tools.online import check_online
     >>> with hoarddb.connect("hoarddb://admin:pw@db1:7070/?tls_ca=ca.pem") as client:
@@ -12,6 +12,14 @@ the bucket and writes go on meanwhile. Queues (fifo, lifo) and blob buckets keep
 that change under a read; they are listed as not checked, for ``hoarddb check DIR`` with
 the server stopped. What only the offline check reads: the catalog's files, folders that
 no declaration names, and a crash's leftovers (a running server repaired those at start).
+
+The server runs the ``backup`` operation (admin only) by copying its open data directory
+into a new folder on its own machine: the catalog, then each bucket as one moment of that
+bucket (an LMDB bucket by LMDB's copy from one read transaction; a queue with its log held
+still; a blob bucket's index and its immutable blob files linked), then its users and TLS
+files. The folder opens as a data directory (``hoarddb.open``, ``hoarddb server --data``).
+Consistent per bucket, not across buckets: a write to two buckets may be in one's copy
+and not the other's.
 """
 
 from __future__ import annotations
@@ -119,3 +127,10 @@ def check_command_online(db: str | None, bucket: str | None, json_mode: bool, se
             click.echo(line)
         click.echo(report.summary())
     return 0 if report.ok else 1
+
+
+def backup(client, path) -> dict:
+    """Have the server ``client`` is connected to (or an embedded database) copy itself into
+    ``path``, a new folder on the server's machine given as an absolute path; the answer
+    ``{path, buckets: [{db, bucket, type}], seconds}``. Needs the admin role."""
+    return client.execute({"op": "backup", "path": str(path)}).get("result") or {}
