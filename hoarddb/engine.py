@@ -477,7 +477,8 @@ class Engine:
 
         raw = request.get("path")
         if not isinstance(raw, str) or not raw or not Path(raw).is_absolute():
-            raise BadValueError(f"backup: 'path' is an absolute path of a new folder on the server's machine, got {raw!r}")
+            raise BadValueError("backup: 'path' is an absolute path of a new folder on the server's machine, "
+                                f"got {raw!r}")
         target = Path(raw)
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
             raise BadValueError(f"backup: {target} exists and is not an empty folder; give a new one")

@@ -227,8 +227,8 @@ def format_bucket(info: Mapping) -> str:
         rows.append(("Stores", ", ".join(_field(f, store=True) for f in info["store_fields"])))
     if "indexes" in info:
         rows.append(("Indexes", ", ".join(_index(ix) for ix in info["indexes"]) or "none"))
-    known = {"name", "type", "entries", "bytes", "data_bytes", "placement", "options", "fields", "store_fields", "indexes",
-             "db", "verbs"}
+    known = {"name", "type", "entries", "bytes", "data_bytes", "placement", "options", "fields", "store_fields",
+             "indexes", "db", "verbs"}
     for key, value in info.items():
         if key not in known:
             rows.append((str(key).replace("_", " ").capitalize(), value))

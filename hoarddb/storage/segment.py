@@ -152,8 +152,8 @@ import struct
 import threading
 import zlib
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import ClosedError, CorruptDataError, StorageError
 from ..values.codec import decode, encode

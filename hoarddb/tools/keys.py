@@ -22,6 +22,7 @@ from typing import Any
 
 from bson.raw_bson import RawBSONDocument
 
+from ..errors import HoardError
 from ..values.codec import RAW_CODEC_OPTIONS, raw_alias, raw_get, raw_to_front
 from ..values.keys import encode_key
 
@@ -41,7 +42,7 @@ def key_bytes(value: Any) -> bytes | None:
     cannot be a key (the bucket refuses that document and says why)."""
     try:
         key = encode_key(value)
-    except Exception:  # an array, a document, a regex...: the write is refused, with its reason
+    except (HoardError, TypeError, ValueError, OverflowError):  # not a key: the write is refused, with its reason
         return None
     return key if len(key) <= _KEEP_WHOLE else blake2b(key, digest_size=16).digest()
 

@@ -108,6 +108,7 @@ def check_command_online(db: str | None, bucket: str | None, json_mode: bool, se
     import click
 
     import hoarddb
+
     from ..errors import HoardError
     from .commands import server_address
 

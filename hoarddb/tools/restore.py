@@ -236,7 +236,8 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
                 f"{folder} is the top folder of a dump of {len(databases)} database(s) "
                 f"({', '.join(d.name for d in databases)}), each restored into the database of its name; "
                 f"{option} applies to one database: give its folder, such as {databases[0]}")
-        plans = [_plan(client, sub, sub.name, None, drop, in_top=True) for sub in databases]  # all checked, nothing written
+        # every database checked before anything is written
+        plans = [_plan(client, sub, sub.name, None, drop, in_top=True) for sub in databases]
     report = Report("restore")
     for i, plan in enumerate(plans):
         if not _restore_database(client, plan, report, batch_size, progress):

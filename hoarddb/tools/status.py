@@ -141,8 +141,8 @@ class Status:
             ("security", security),
             ("user", who),
             ("round trip", f"{self.round_trip * 1000:.2f} ms"),
-            ("databases", f"{len(self.databases)}, {sum(d.buckets for d in self.databases)} bucket(s), "
-                          f"{total_entries:,} entries, {_size(total_bytes)} on disk"),
+            ("databases", (f"{len(self.databases)}, {sum(d.buckets for d in self.databases)} bucket(s), "
+                           f"{total_entries:,} entries, {_size(total_bytes)} on disk")),
         ]
         for d in self.databases:
             kinds = ", ".join(f"{n} {t}" for t, n in sorted(d.types.items()))

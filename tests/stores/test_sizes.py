@@ -52,8 +52,9 @@ def test_every_store_type_reports_data_bytes(tmp_path):
 
 
 def test_the_shell_prints_bytes_on_disk_and_of_data(tmp_path):
-    from hoarddb.shell import run_script
     import io
+
+    from hoarddb.shell import run_script
 
     out = io.StringIO()
     with hoarddb.open(tmp_path / "d") as client:

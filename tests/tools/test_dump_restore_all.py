@@ -11,6 +11,7 @@ import hoarddb
 from hoarddb.cli import main
 from hoarddb.errors import BucketExistsError, CorruptDataError, InvalidArgumentError
 from hoarddb.tools import dump, restore
+
 from .toolfiles import contents, declaration, write_bson
 
 

@@ -13,6 +13,7 @@ import hoarddb
 from hoarddb.cli import main
 from hoarddb.testing import ServerThread
 from hoarddb.tools import ingest
+
 from .toolfiles import offsets, write_bson
 
 
