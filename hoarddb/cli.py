@@ -360,20 +360,25 @@ def tour(data):
     sys.exit(result if isinstance(result, int) else 0)
 
 
-def _closed_directory_options(verb: str):
-    """The arguments of a tool run on a closed data directory (check, compact): DIR and its scope."""
+def _closed_directory_options(verb: str, online: bool = False):
+    """The arguments of a tool run on a closed data directory (check, compact): DIR and its scope
+    (``online``: DIR may be left out for a server's options, see hoarddb/tools/online.py)."""
     def decorate(f):
+        if online:
+            from .tools.commands import server_options
+            f = server_options(f)
         f = click.option("--json", "json_mode", is_flag=True, help="Print the report as one line of JSON.")(f)
         f = click.option("--bucket", "bucket", metavar="NAME", default=None,
                          help=f"{verb} only this bucket (of --db).")(f)
         f = click.option("--db", "db", metavar="NAME", default=None, help=f"{verb} only this database's buckets.")(f)
-        return click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))(f)
+        return click.argument("directory", metavar="[DIR]" if online else "DIR",
+                              type=click.Path(exists=True, file_okay=False), required=not online)(f)
     return decorate
 
 
 @main.command("check")
-@_closed_directory_options("Check")
-def check_command(directory, db, bucket, json_mode):
+@_closed_directory_options("Check", online=True)
+def check_command(directory, db, bucket, json_mode, **server):
     """Read every file of the data directory DIR and say what is wrong with it.
 
     Nothing may have DIR open (a server, another process): the check takes its lock.
@@ -381,9 +386,14 @@ def check_command(directory, db, bucket, json_mode):
     Exit status: 0 when everything checked is sound, 1 when problems were found (one
     line each: where, the file, what is wrong, what to do), 2 for a usage error or a
     directory that cannot be checked now. docs/user/check.md says what is checked.
+
+    Without DIR, checks a running server's buckets instead (--host/--port..., an admin).
     """
     from .tools.check import check, format_json
 
+    if directory is None:
+        from .tools.online import check_command_online
+        sys.exit(check_command_online(db, bucket, json_mode, server))
     _report("check", check, format_json, directory, db, bucket, json_mode)
 
 

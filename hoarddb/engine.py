@@ -388,8 +388,64 @@ class Engine:
             "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
             "indexes": _index_states(store, decl), "verbs": operations.verbs_for(decl["type"]),
             **({"placement": decl["placement"]} if "placement" in decl else {}),
-            "entries": stats["entries"], "bytes": stats["bytes"],
+            "entries": stats["entries"], "bytes": stats["bytes"], "data_bytes": stats["data_bytes"],
         }
+
+    def _check(self, request: dict) -> dict:
+        """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) walked in
+        one read transaction while it serves: ``{buckets: [{db, bucket, type, checked, problems:
+        [[file, what, todo], ...], more}]}``. A type without such a walk (fifo, lifo, blob: their
+        files change under a read) says ``checked: false``; ``hoarddb check DIR`` checks those."""
+        db, bucket = request.get("db"), request.get("bucket")
+        if bucket is not None and db is None:
+            raise InvalidArgumentError("check: a bucket is named within a database: give db too")
+        out = []
+        for name in [db] if db is not None else self.catalog.databases():
+            for b in [bucket] if bucket is not None else self.catalog.buckets(name):
+                decl = self.catalog.bucket(name, b)
+                store = self._store(name, b, decl)
+                entry = {"db": name, "bucket": b, "type": decl["type"], "checked": False, "problems": [], "more": 0}
+                walk = getattr(store, "check_open", None)
+                if walk is not None:
+                    problems = walk({**decl, "db": name, "name": b})
+                    entry.update(checked=True, problems=[list(p) for p in problems], more=getattr(problems, "more", 0))
+                out.append(entry)
+        return {"buckets": out}
+
+    def _backup(self, request: dict) -> dict:
+        """backup (admin): copy the open data directory into ``path`` (a new folder, absolute, outside
+        it) while it serves: the catalog, then each bucket as one moment of that bucket
+        (:meth:`Store.backup`), then the server's own files (``_users/``, ``tls/``). ``path`` then
+        opens as a data directory. Consistent per bucket, not across buckets."""
+        import time
+
+        raw = request.get("path")
+        if not isinstance(raw, str) or not raw or not Path(raw).is_absolute():
+            raise BadValueError("backup: 'path' is an absolute path of a new folder on the server's machine, "
+                                f"got {raw!r}")
+        target = Path(raw)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise BadValueError(f"backup: {target} exists and is not an empty folder; give a new one")
+        here = self.path.resolve()
+        if target.resolve() == here or here in target.resolve().parents:
+            raise BadValueError(f"backup: {target} is inside the data directory {here}; give a folder outside it")
+        started = time.monotonic()
+        target.mkdir(parents=True, exist_ok=True)
+        with self._mutex:  # the catalog and the list of buckets of one moment: no bucket declared or dropped between
+            (target / "catalog").mkdir()
+            self.catalog.kv.env.copy(str(target / "catalog"), compact=True)
+            decls = sorted(((d["db"], d["name"], d) for d in self.catalog.all_buckets()), key=lambda t: t[:2])
+            for db in self.catalog.databases():
+                (target / db).mkdir()
+        copied = []
+        for db, name, decl in decls:
+            store = self._store(db, name, decl)
+            store.backup(target / db / name)
+            copied.append({"db": db, "bucket": name, "type": decl["type"]})
+        for folder in ("_users", "tls"):
+            if (self.path / folder).is_dir():
+                shutil.copytree(self.path / folder, target / folder, ignore=shutil.ignore_patterns("LOCK"))
+        return {"path": str(target), "buckets": copied, "seconds": round(time.monotonic() - started, 3)}
 
     def _alter_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
@@ -733,6 +789,8 @@ HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
     "alter_bucket": Engine._alter_bucket,
     "metrics": lambda e, r: e._metrics(),
     "sweep_ttl": lambda e, r: e.sweeper.sweep(),
+    "check": Engine._check,
+    "backup": Engine._backup,
 }
 
 
