@@ -22,6 +22,7 @@ from typing import Any
 from .. import operations
 from ..errors import UnauthorizedError
 from ..wire.protocol import Principal
+from .logins import LoginLimiter
 from .users import UserStore, format_role
 
 #: Catalog operations that change a database's buckets: dbAdmin on that database.
@@ -96,10 +97,16 @@ def visible_databases(principal: Principal, names: list) -> list:
 
 
 class Authenticator:
-    """Authenticator is what :class:`hoarddb.wire.ServerProtocol` asks about users."""
+    """Authenticator is what :class:`hoarddb.wire.ServerProtocol` asks about users, and
+    whether a login may be tried at all (the ``limiter``'s lockouts)."""
 
-    def __init__(self, users: UserStore):
+    def __init__(self, users: UserStore, limiter: LoginLimiter | None = None):
         self.users = users
+        self.limiter = limiter if limiter is not None else LoginLimiter()
+
+    def refusal(self, name: str, address: str) -> tuple[str, str] | None:
+        """``(reason, message)`` when a login to ``name`` from ``address`` is locked out now."""
+        return self.limiter.refusal(name, address)
 
     def lookup(self, name: str) -> dict | None:
         record = self.users.get(name)

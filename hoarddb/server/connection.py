@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import ConnectionError_, HoardError, ProtocolError, TimeoutError_
 from ..wire.messages import error_answer
-from ..wire.protocol import Chunk, Close, Request, Send, ServerProtocol, State
+from ..wire.protocol import Chunk, Close, LoggedIn, LoginFailed, Request, Send, ServerProtocol, State
 
 log = logging.getLogger("hoarddb.server")
 
@@ -163,6 +163,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.core.address = str(peer[0]) if isinstance(peer, tuple) else str(peer)  # lockouts count per address
         transport.set_write_buffer_limits(high=self.config.write_buffer)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -250,6 +251,10 @@ class Connection(asyncio.Protocol):
                 self.write(event.data)
         elif isinstance(event, Chunk):
             self._chunk(event)
+        elif isinstance(event, LoginFailed):
+            self.server.login_failed(self, event)
+        elif isinstance(event, LoggedIn):
+            self.server.logged_in(self, event)
         elif isinstance(event, Close):
             if "failed logins" not in event.reason:
                 self.server.metrics.rejected.labels("protocol_error").inc()

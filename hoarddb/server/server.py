@@ -46,6 +46,7 @@ from ..busypoll import BusyPoll
 from .commit import GroupCommitter
 from .config import ServerConfig
 from .connection import Connection
+from .logins import LoginLimiter
 from .metrics import MetricsEndpoint, ServerMetrics
 from .users import UserStore
 
@@ -110,7 +111,8 @@ class Server:
         self.engine: Engine | None = None
         self.metrics = ServerMetrics()
         self.users = UserStore(config.data)
-        self.authenticator = Authenticator(self.users) if config.auth else None
+        self.authenticator = Authenticator(self.users, LoginLimiter(
+            config.auth_user_failures, config.auth_address_failures, config.auth_lockout)) if config.auth else None
         self.info = {"server": f"hoardDB {__version__}", "chunkSize": CHUNK_SIZE}
         self.connections: set[Connection] = set()
         self.committer: GroupCommitter | None = None
@@ -291,10 +293,24 @@ class Server:
         if conn in self.connections:
             self.connections.discard(conn)
             self.metrics.connections.set(len(self.connections))
-        if conn.core.auth_failures:
-            self.metrics.auth_failures.inc(conn.core.auth_failures)
-            conn.core.auth_failures = 0
         self.idle_changed()
+
+    def login_failed(self, conn: Connection, event) -> None:
+        """A failed login (a LoginFailed event): counted by reason, logged, and counted
+        toward the lockouts of its name and address when it was a guess."""
+        self.metrics.auth_failures.labels(event.reason).inc()
+        locked = []
+        if event.reason in ("unknown_user", "wrong_password"):
+            locked = self.authenticator.limiter.failed(event.user, conn.core.address)
+        log.warning("failed login on %s: user %s, %s%s%s", conn.peer, _quoted(event.user),
+                    event.reason.replace("_", " "), f" ({event.detail})" if event.detail else "",
+                    "".join(f"; {what} locked out for {self.config.auth_lockout:g} s"
+                            for what in (f"user {_quoted(event.user)}" if w == "user" else f"address {conn.core.address}"
+                                         for w in locked)))
+
+    def logged_in(self, conn: Connection, event) -> None:
+        self.authenticator.limiter.succeeded(event.user, conn.core.address)
+        log.info("connection %s logged in as %s", conn.peer, _quoted(event.user))
 
     def idle_changed(self) -> None:
         if self._idle_event is not None:
@@ -321,9 +337,6 @@ class Server:
             for conn in list(self.connections):
                 if conn.closed:
                     continue
-                if conn.core.auth_failures:
-                    self.metrics.auth_failures.inc(conn.core.auth_failures)
-                    conn.core.auth_failures = 0
                 if not conn.ready:
                     if self.config.handshake_timeout and now - conn.opened > self.config.handshake_timeout:
                         self.metrics.rejected.labels("handshake_timeout").inc()
@@ -664,6 +677,11 @@ def _matches_by_regex(doc: dict) -> bool:
     in the read pool, not on the loop (its matching may take up to regex_timeout)."""
     args = doc.get("args")
     return isinstance(args, dict) and filter_has_regex(args.get("filter"))
+
+
+def _quoted(user) -> str:
+    """A user name as the log shows it: quoted and cut short (a client chose it), or "(none)"."""
+    return "(none)" if user is None else f"{user!r:.70}"
 
 
 def _role_text(role: dict) -> str:
