@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..busypoll import MAX_BUSY_POLL
 from ..errors import BadValueError, UnknownOptionError
-from ..wire.messages import DEFAULT_METRICS_PORT, DEFAULT_PORT
+from ..wire.messages import DEFAULT_METRICS_PORT, DEFAULT_PORT, MAX_MESSAGE_SIZE
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,11 @@ class ServerConfig:
     auth_address_failures: int = 20
     #: Seconds failed logins are remembered, and a lockout lasts (0: no lockouts at all).
     auth_lockout: float = 60.0
+    #: Bytes of messages not yet received whole, all connections together. A connection whose
+    #: message would take them past it is read no further: what it sent before is answered,
+    #: then it gets CONNECTION_ERROR saying so and is closed. At least one message of the
+    #: largest size (16 MiB and 64 KiB); each connection may hold up to one such message.
+    receive_budget: int = 256 * 1024 * 1024
     #: Requests one connection may have queued or running; past it the server stops
     #: reading from that connection until some are answered (backpressure).
     max_pipeline: int = 128
@@ -115,6 +120,9 @@ class ServerConfig:
         for name in ("max_connections", "max_pipeline", "write_buffer", "read_threads", "write_threads"):
             if getattr(self, name) < 1:
                 raise BadValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.receive_budget < MAX_MESSAGE_SIZE:
+            raise BadValueError(f"receive_budget must be at least {MAX_MESSAGE_SIZE} bytes (one message of the "
+                                f"largest size), got {self.receive_budget}")
         for name in ("auth_user_failures", "auth_address_failures"):
             if getattr(self, name) < 0:
                 raise BadValueError(f"{name} must be 0 (no limit) or more, got {getattr(self, name)}")

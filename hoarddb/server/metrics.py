@@ -9,7 +9,10 @@ Names (all ``hoarddb_server_*``; the engine adds ``hoarddb_ttl_*`` and ``hoarddb
     accepted_connections_total    connections accepted
     connections_rejected_total{reason}   max_connections, handshake_timeout, idle_timeout,
                                   message_timeout (a message not whole within idle_timeout),
-                                  send_timeout (answers not read for idle_timeout), protocol_error
+                                  send_timeout (answers not read for idle_timeout), protocol_error,
+                                  receive_budget (a message that would pass it), user_removed and
+                                  password_changed (a connection of a user removed, or whose
+                                  password changed, ended at its next request)
     auth_failures_total{reason}   failed logins: unknown_user, wrong_password, locked_user and
                                   locked_address (refused by a lockout, logins.py), bad_message
     received_bytes_total, sent_bytes_total
@@ -64,7 +67,7 @@ class ServerMetrics:
         for reason in ("unknown_user", "wrong_password", "locked_user", "locked_address", "bad_message"):
             self.auth_failures.labels(reason)
         for reason in ("max_connections", "handshake_timeout", "idle_timeout", "message_timeout", "send_timeout",
-                       "protocol_error"):
+                       "protocol_error", "receive_budget", "user_removed", "password_changed"):
             self.rejected.labels(reason)
         self.received = 0  # bytes from clients
         self.sent = 0  # bytes to clients

@@ -24,6 +24,7 @@ import signal
 import ssl
 import struct
 import threading
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -115,6 +116,13 @@ class Server:
             config.auth_user_failures, config.auth_address_failures, config.auth_lockout)) if config.auth else None
         self.info = {"server": f"hoardDB {__version__}", "chunkSize": CHUNK_SIZE}
         self.connections: set[Connection] = set()
+        #: Connections accepted and still in their TLS handshake: they count toward max_connections.
+        #: Weak: a handshake that fails drops its connection without a call (the TLS layer
+        #: calls connection_made and connection_lost only after a handshake that worked).
+        self.handshaking: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self.tls_context: ssl.SSLContext | None = None
+        #: Bytes of messages not received whole, all connections together (receive_budget).
+        self.receiving = 0
         self.committer: GroupCommitter | None = None
         self.fingerprint: str | None = None
         self.host, self.port = config.host, config.port
@@ -167,8 +175,9 @@ class Server:
                 warning = tls.expiry_warning(cert)
                 if warning:
                     log.warning("%s", warning)
+            self.tls_context = context
             self._listener = await self.loop.create_server(
-                lambda: Connection(self), self.config.host, self.config.port, ssl=context,
+                self._accepted, self.config.host, self.config.port, ssl=context,
                 ssl_handshake_timeout=self.config.handshake_timeout or None if context else None,
                 reuse_address=True, backlog=1024)
             self.port = self._listener.sockets[0].getsockname()[1]
@@ -267,16 +276,50 @@ class Server:
 
     # -- connections
 
+    def over_budget(self, conn: Connection, held: int) -> None:
+        """A connection's unfinished message would take the bytes of unfinished messages past
+        receive_budget: it is not read further, what it sent before is answered, then it is
+        told why and closed."""
+        self.metrics.rejected.labels("receive_budget").inc()
+        mib = 1 << 20
+        log.warning("closing %s: its unfinished message (%d bytes so far) would take the messages being received "
+                    "past receive_budget (%.1f of %.1f MiB held)", conn.peer, held, self.receiving / mib,
+                    self.config.receive_budget / mib)
+        conn.end_after_answers(ConnectionError_(
+            f"the server is holding {self.receiving / mib:.1f} MiB of messages not yet received whole, across its "
+            f"connections, and this connection's next message would take it past its limit "
+            f"({self.config.receive_budget / mib:.1f} MiB, receive_budget); that message was not run (those sent "
+            "before it were answered). Reconnect and send it again"))
+
+    def _accepted(self) -> Connection:
+        """The protocol of a connection just accepted; with TLS, counted while it shakes hands.
+
+        Connections in their handshake count toward ``max_connections`` with the open ones:
+        one accepted when they add up to the limit shakes hands only to be told it is
+        refused (connection_opened), and each handshake ends within handshake_timeout."""
+        conn = Connection(self)
+        if self.tls_context is not None:
+            self.metrics.connections_total.inc()
+            conn.over_limit = len(self.connections) + len(self.handshaking) >= self.config.max_connections
+            self.handshaking.add(conn)
+        return conn
+
+    def handshake_ended(self, conn: Connection) -> None:
+        self.handshaking.discard(conn)
+
     def connection_opened(self, conn: Connection) -> bool:
-        self.metrics.connections_total.inc()
+        if self.tls_context is None:  # (a TLS connection was counted at its accept)
+            self.metrics.connections_total.inc()
         if self.stopping:
             conn.abort_with(ConnectionError_("the server is stopping; try again after it restarts"))
             return False
-        if len(self.connections) >= self.config.max_connections:
+        held = len(self.connections) + len(self.handshaking)
+        if conn.over_limit or held >= self.config.max_connections:
             self.metrics.rejected.labels("max_connections").inc()
-            log.warning("refusing %s: %d connections is the limit (max_connections)", conn.peer, len(self.connections))
+            log.warning("refusing %s: %d connections open or in their TLS handshake is the limit (max_connections)",
+                        conn.peer, held)
             conn.abort_with(ConnectionError_(
-                f"the server has {len(self.connections)} connections, its limit (max_connections); try again later"))
+                f"the server has {held} connections, its limit (max_connections); try again later"))
             return False
         self.connections.add(conn)
         self.metrics.connections.set(len(self.connections))
@@ -293,6 +336,7 @@ class Server:
         if conn in self.connections:
             self.connections.discard(conn)
             self.metrics.connections.set(len(self.connections))
+        self.handshaking.discard(conn)
         self.idle_changed()
 
     def login_failed(self, conn: Connection, event) -> None:
@@ -334,6 +378,9 @@ class Server:
             await asyncio.sleep(interval)
             now = self.loop.time()
             idle_timeout = self.config.idle_timeout
+            for conn in list(self.handshaking):  # the TLS layer ends each handshake within its timeout;
+                if now - conn.opened > (self.config.handshake_timeout or 60) + 5:  # this is a backstop
+                    self.handshaking.discard(conn)
             for conn in list(self.connections):
                 if conn.closed:
                     continue
