@@ -276,7 +276,7 @@ def user_add(name, data, roles, password_stdin, iterations):
 @_iterations_option
 @_user_errors
 def user_passwd(name, data, password_stdin, iterations):
-    """Set a user's password (its open connections stay logged in)."""
+    """Set a user's password (a running server closes its open connections at their next request)."""
     from .wire.scram import DEFAULT_ITERATIONS
 
     store = _users(data)
@@ -293,7 +293,7 @@ def user_passwd(name, data, password_stdin, iterations):
 @_data_option
 @_user_errors
 def user_remove(name, data):
-    """Remove a user (its open connections stay logged in until they close)."""
+    """Remove a user (a running server refuses its open connections' next request, then closes them)."""
     _users(data).remove(name)
     click.echo(f"removed user {name}")
 

@@ -160,6 +160,9 @@ class Connection(asyncio.Protocol):
         self._held = 0  # bytes of an unfinished message counted in server.receiving
         #: Why the server ends this connection once what it read is answered (end_after_answers).
         self.goodbye: HoardError | None = None
+        #: ``(reason, error)`` once its user was removed or its password changed: each request
+        #: from then on is refused with ``error``, then the connection is closed (Server.users_changed).
+        self.revoked: tuple[str, HoardError] | None = None
 
     # -- asyncio.Protocol
 
@@ -456,6 +459,7 @@ class Connection(asyncio.Protocol):
     def abort_with(self, error: HoardError) -> None:
         """Tell the client why (a message with ``id: null``), then close."""
         if self.transport is not None and not self.closed:
+            self.uncork()  # the answers held for one send go first
             self.write(self.core.notice(error))
         self.close()
 

@@ -33,13 +33,13 @@ from typing import Any
 from .. import __version__, operations
 from ..engine import Engine
 from ..errors import (ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
-                      TimeoutError_)
+                      TimeoutError_, UnauthorizedError)
 from ..options import Options
 from ..values.codec import encode_checked
 from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
 from ..wire.framing import MAX_MESSAGE_SIZE, encode_message
 from ..wire.messages import CHUNK_SIZE, error_answer
-from ..wire.protocol import Request
+from ..wire.protocol import Principal, Request
 from . import auth, tls
 from .auth import Authenticator, authorize
 from .. import busypoll
@@ -74,6 +74,11 @@ def is_write(op: str) -> bool:
 #: Seconds the loop waits for a read it handed to the read pool before it serves others
 #: meanwhile: most scans finish within it, and are answered without a hop back to the loop.
 READ_WAIT = 0.002
+#: Seconds between two looks at the users file for changes made by another process
+#: (``hoarddb user``): the bound within which they reach open connections.
+USERS_POLL = 0.25
+#: Server operations that change users: applied to open connections at once.
+USER_CHANGES = frozenset({"drop_user", "update_user"})
 #: Catalog reads as cheap as a point read.
 INLINE_CATALOG_READS = frozenset({"list_databases", "list_buckets"})
 
@@ -189,6 +194,7 @@ class Server:
             await self.loop.run_in_executor(None, self.engine.close)
             raise
         self._sweeper = self.loop.create_task(self._sweep_connections())
+        self._users_watcher = self.loop.create_task(self._watch_users()) if self.config.auth else None
         log.info("%s", self.start_line())
 
     def start_line(self) -> str:
@@ -249,6 +255,8 @@ class Server:
                 break
             await asyncio.sleep(0.01)
         self._sweeper.cancel()
+        if self._users_watcher is not None:
+            self._users_watcher.cancel()
         if self._endpoint is not None:
             await self._endpoint.stop()
         if self._listener is not None:
@@ -450,6 +458,8 @@ class Server:
         "read" (on a read-pool thread, waited for a moment) or "pool" (in a thread, the loop
         not waiting). Remembered on the request once it is final: a read behind this
         connection's writes is judged again after they ran (they may make it longer)."""
+        if conn.revoked is not None:
+            return self._refuse_revoked(conn, request)
         how = request.how
         if how is not None:
             return how
@@ -472,6 +482,70 @@ class Server:
         if how == "write" or not conn.unexecuted:
             request.how = how
         return how
+
+    def _refuse_revoked(self, conn: Connection, request: Request) -> str:
+        """A request of a connection whose user was removed, or whose password changed: refused;
+        the first one ends the connection (after what it read is answered)."""
+        reason, error = conn.revoked
+        request.refusal = error
+        request.how = "inline"
+        if conn.goodbye is None:
+            self.metrics.rejected.labels(reason).inc()
+            log.warning("ending connection %s of user %s: %s", conn.peer, _quoted(conn.core.principal.user),
+                        "the user was removed" if reason == "user_removed" else "its password was changed")
+            conn.end_after_answers(error)
+        return "inline"
+
+    # -- users changed (by `hoarddb user` in another process, or over the wire)
+
+    async def _watch_users(self) -> None:
+        """Look at the users file every USERS_POLL seconds; when it changed (``hoarddb user``
+        run in another process), apply it to the open connections (:meth:`users_changed`)."""
+        stamp = self._users_stamp()
+        while True:
+            await asyncio.sleep(USERS_POLL)
+            now = self._users_stamp()
+            if now != stamp:
+                stamp = now
+                self.users_changed()
+
+    def _users_stamp(self):
+        try:
+            st = os.stat(self.users.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
+
+    def users_changed(self) -> None:
+        """Apply the users as they are now to every logged-in connection: a connection whose
+        user was removed, or whose password changed since it logged in, is revoked (its next
+        request is refused UNAUTHORIZED saying why, then it is closed); one whose user's roles
+        changed holds the new roles from its next request on."""
+        if self.authenticator is None:
+            return
+        try:
+            records = {u["name"]: u for u in self.users.users()}
+        except HoardError as e:  # a damaged file: logins are refused meanwhile (users.py logs it)
+            log.error("the users file could not be read, open connections keep their users: %s", e.message)
+            return
+        for conn in list(self.connections):
+            principal = conn.core.principal
+            if principal is None or principal.user is None or conn.closed or conn.revoked is not None:
+                continue
+            name = principal.user
+            record = records.get(name)
+            if record is None:
+                conn.revoked = ("user_removed", UnauthorizedError(
+                    f"user {name!r} was removed while this connection was open: it can run nothing more, "
+                    "and the server closes it", user=name))
+            elif principal.key is not None and bytes(record["credentials"]["stored_key"]) != principal.key:
+                conn.revoked = ("password_changed", UnauthorizedError(
+                    f"the password of user {name!r} was changed while this connection was open: the server "
+                    "closes it; connect again with the new password", user=name))
+            elif record["roles"] != principal.roles:
+                conn.core.principal = Principal(name, list(record["roles"]), principal.key)
+                log.info("connection %s of user %s: its roles are now %s", conn.peer, _quoted(name),
+                         ", ".join(_role_text(r) for r in record["roles"]) or "none")
 
     @staticmethod
     def _authorized(principal, request: Request) -> bool:
@@ -587,7 +661,10 @@ class Server:
         principal = conn.core.principal
         authorize(principal, doc)
         if op in SERVER_OPS:
-            return {"ok": 1, "result": await self.loop.run_in_executor(self._writes, self._server_op, principal, doc)}
+            result = await self.loop.run_in_executor(self._writes, self._server_op, principal, doc)
+            if op in USER_CHANGES:
+                self.users_changed()  # at once: the admin's answer comes after the change applies
+            return {"ok": 1, "result": result}
         request = {k: v for k, v in doc.items() if k not in ("id", "upload")}
         if upload is not None:
             args = dict(request.get("args") or {})
