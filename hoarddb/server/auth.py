@@ -32,7 +32,7 @@ DB_LOOK_OPS = frozenset({"list_buckets", "describe_bucket", "stats"})
 #: Operations any authenticated user may run (list_databases shows only their databases).
 ANY_USER_OPS = frozenset({"list_databases", "whoami"})
 #: Server operations on users: admin only.
-USER_OPS = frozenset({"create_user", "drop_user", "update_user", "list_users"})
+USER_OPS = frozenset({"create_user", "drop_user", "update_user", "set_roles", "list_users"})
 
 
 def is_admin(principal: Principal) -> bool:
@@ -85,7 +85,8 @@ def authorize(principal: Principal, request: dict) -> None:
     held = ", ".join(format_role(r) for r in principal.roles) or "no roles"
     raise UnauthorizedError(
         f"user {principal.user!r} may not run {op!r:.40}{where}: it needs {wanted}{where} and has {held}; "
-        "an admin grants roles with `hoarddb user add`", user=principal.user, op=str(op)[:40])
+        f"an admin sets a user's roles with `hoarddb user role {principal.user} ROLE...` (or the set_roles "
+        "operation)", user=principal.user, op=str(op)[:40])
 
 
 def visible_databases(principal: Principal, names: list) -> list:

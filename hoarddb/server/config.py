@@ -62,6 +62,11 @@ class ServerConfig:
     auth_address_failures: int = 20
     #: Seconds failed logins are remembered, and a lockout lasts (0: no lockouts at all).
     auth_lockout: float = 60.0
+    #: Characters a new password must have at least: the admin made from
+    #: HOARDDB_ADMIN_PASSWORD at a first start, and ``hoarddb user add`` / ``passwd``, which
+    #: read HOARDDB_MIN_PASSWORD_LENGTH too. (Over the wire the password never travels:
+    #: the client that derives the keys checks it.)
+    min_password_length: int = 8
     #: Bytes of messages not yet received whole, all connections together. A connection whose
     #: message would take them past it is read no further: what it sent before is answered,
     #: then it gets CONNECTION_ERROR saying so and is closed. At least one message of the
@@ -123,7 +128,7 @@ class ServerConfig:
         if self.receive_budget < MAX_MESSAGE_SIZE:
             raise BadValueError(f"receive_budget must be at least {MAX_MESSAGE_SIZE} bytes (one message of the "
                                 f"largest size), got {self.receive_budget}")
-        for name in ("auth_user_failures", "auth_address_failures"):
+        for name in ("auth_user_failures", "auth_address_failures", "min_password_length"):
             if getattr(self, name) < 0:
                 raise BadValueError(f"{name} must be 0 (no limit) or more, got {getattr(self, name)}")
         for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout", "regex_timeout",

@@ -43,7 +43,7 @@ _LATENCY = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.
 _KNOWN_OPS = frozenset(operations.VERBS) | {
     "create_database", "drop_database", "list_databases", "create_bucket", "drop_bucket", "list_buckets",
     "describe_bucket", "stats", "alter_bucket", "metrics", "sweep_ttl", "whoami", "create_user", "drop_user",
-    "update_user", "list_users", "hello", "auth_start", "auth_continue", "chunk"}
+    "update_user", "set_roles", "list_users", "hello", "auth_start", "auth_continue", "chunk"}
 
 
 class ServerMetrics:

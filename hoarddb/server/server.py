@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import __version__, operations
 from ..engine import Engine
-from ..errors import (ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
+from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
                       TimeoutError_, UnauthorizedError)
 from ..options import Options
 from ..values.codec import encode_checked
@@ -49,7 +49,7 @@ from .config import ServerConfig
 from .connection import Connection
 from .logins import LoginLimiter
 from .metrics import MetricsEndpoint, ServerMetrics
-from .users import UserStore
+from .users import UserStore, check_password
 
 log = logging.getLogger("hoarddb.server")
 
@@ -78,7 +78,7 @@ READ_WAIT = 0.002
 #: (``hoarddb user``): the bound within which they reach open connections.
 USERS_POLL = 0.25
 #: Server operations that change users: applied to open connections at once.
-USER_CHANGES = frozenset({"drop_user", "update_user"})
+USER_CHANGES = frozenset({"drop_user", "update_user", "set_roles"})
 #: Catalog reads as cheap as a point read.
 INLINE_CATALOG_READS = frozenset({"list_databases", "list_buckets"})
 
@@ -275,6 +275,10 @@ class Server:
             return
         password = os.environ.get("HOARDDB_ADMIN_PASSWORD")
         if password:
+            try:
+                check_password(password, self.config.min_password_length)
+            except BadValueError as e:  # the server does not start: say which password
+                raise BadValueError(f"HOARDDB_ADMIN_PASSWORD, for the first admin: {e.message}") from None
             self.users.add("admin", password, ["admin"])
             log.info("created user admin (role admin) from HOARDDB_ADMIN_PASSWORD")
         else:
@@ -525,8 +529,8 @@ class Server:
             return
         try:
             records = {u["name"]: u for u in self.users.users()}
-        except HoardError as e:  # a damaged file: logins are refused meanwhile (users.py logs it)
-            log.error("the users file could not be read, open connections keep their users: %s", e.message)
+        except HoardError as e:  # a damaged file: logins are refused meanwhile (users.py logs it, once)
+            log.debug("the users file could not be read; open connections keep their users: %s", e.message)
             return
         for conn in list(self.connections):
             principal = conn.core.principal
@@ -699,6 +703,12 @@ class Server:
         if op == "update_user":
             return self.users.update(doc.get("user"), credentials=doc.get("credentials"),
                                      roles=doc.get("roles") if "roles" in doc else None)
+        if op == "set_roles":
+            roles = doc.get("roles")
+            if not isinstance(roles, list):
+                raise BadValueError("set_roles needs 'roles', a list such as [\"readWrite:app\", \"read:reports\"] "
+                                    "(an empty list takes every role away)")
+            return self.users.set_roles(doc.get("user"), roles)
         if op == "drop_user":
             return self.users.remove(doc.get("user"))
         raise InternalError(f"no server operation {op!r}")
