@@ -117,5 +117,9 @@ class Authenticator:
         return self.users.decoy(name)
 
     def principal(self, name: str) -> Principal:
+        """Who ``name`` is now: its roles, and the stored key of its password of now (None
+        if it was removed meanwhile)."""
         record = self.users.get(name)
-        return Principal(name, list(record["roles"]) if record else [])
+        if record is None:
+            return Principal(name, [])
+        return Principal(name, list(record["roles"]), bytes(record["credentials"]["stored_key"]))

@@ -197,7 +197,7 @@ class Connection(asyncio.Protocol):
         if held != self._held:  # the server-wide budget of unfinished messages (receive_budget)
             server = self.server
             if held > self._held and server.receiving + held - self._held > self.config.receive_budget \
-                    and self.core.state is not State.CLOSED:
+                    and self.goodbye is None and self.core.state is not State.CLOSED:
                 server.over_budget(self, held)
             else:
                 server.receiving += held - self._held

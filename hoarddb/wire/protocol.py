@@ -293,8 +293,12 @@ class ServerProtocol:
                 if self._scram is None:
                     raise ProtocolError("auth_continue before auth_start")
                 final = self._scram.final(payload)
-                self.principal = self.authenticator.principal(self._scram.user)
-                self.principal.key = self._scram.stored_key
+                principal = self.authenticator.principal(self._scram.user)
+                if principal.key != self._scram.stored_key:
+                    # the password changed (or the user went) between auth_start and now
+                    raise AuthFailedError("authentication failed: the password changed during the login")
+                principal.key = self._scram.stored_key
+                self.principal = principal
                 self._ready()
                 answer = {"payload": final, "done": True, "user": self.principal.user,
                           "roles": self.principal.roles}

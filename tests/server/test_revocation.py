@@ -206,3 +206,20 @@ def test_changed_roles_apply_at_the_next_request_without_reconnecting(server):
         assert conns.raw.recv_doc()["ok"] == 1
         assert len(conns.open_on_server()) == 3  # no reconnect
         check_undisturbed(others)
+
+
+def test_a_password_changed_during_a_login_fails_that_login(server):
+    """The keys are read at auth_start; a login whose password changed before its auth_continue
+    would otherwise open a connection with the old password, after the change was applied."""
+    from hoarddb.wire import scram
+
+    with RawConnection("127.0.0.1", server.port, tls=True, timeout=30) as raw:
+        raw.hello()
+        client = scram.ScramClient("writer", "writer-pw")
+        raw.send_doc({"id": 1, "op": "auth_start", "mechanism": "SCRAM-SHA-256", "payload": client.first()})
+        first = raw.recv_doc()
+        UserStore(server.data).set_password("writer", "new-writer-pw", iterations=4096)
+        raw.send_doc({"id": 2, "op": "auth_continue", "payload": client.final(first["result"]["payload"])})
+        assert raw.recv_doc()["codeName"] == "AUTH_FAILED"
+    with hoarddb.connect(server.url("writer", "new-writer-pw")) as c:
+        assert c.execute({"op": "whoami"})["result"]["user"] == "writer"
