@@ -140,3 +140,23 @@ def test_lockout_options_are_checked(option):
 
     with pytest.raises(BadValueError, match=option):
         ServerConfig(data="d", **{option: -1}).check()
+
+
+def test_a_login_is_not_held_by_another_users_failures_in_flight(tmp_path):
+    """Failed logins are answered after auth_failure_delay (here 30 s, longer than the clients'
+    10 s socket timeout): guessers waiting for theirs hold nothing of a correct login to another
+    user, from another address or the same one."""
+    with start(tmp_path, auth_failure_delay=30) as server:
+        guessers = [Client(server.port, "127.0.0.2") for _ in range(4)]
+        try:
+            for i, guesser in enumerate(guessers):
+                client = scram.ScramClient("writer", f"guess-{i}")
+                guesser.send_doc({"id": 1, "op": "auth_start", "mechanism": "SCRAM-SHA-256",
+                                  "payload": client.first()})
+                first = guesser.recv_doc()
+                guesser.send_doc({"id": 2, "op": "auth_continue", "payload": client.final(first["result"]["payload"])})
+            for source in ("127.0.0.3", "127.0.0.2"):
+                assert login(server, "reader", "reader-pw", source)["ok"] == 1  # else a 10 s socket timeout
+        finally:
+            for guesser in guessers:
+                guesser.close()

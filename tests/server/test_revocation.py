@@ -182,7 +182,7 @@ def test_a_changed_password_ends_the_connections(server, by):
 def test_changed_roles_apply_at_the_next_request_without_reconnecting(server):
     with Connections(server, "writer", "writer-pw") as conns, \
             hoarddb.connect(server.url("reader", "reader-pw")) as others:
-        UserStore(server.data).update("writer", roles=["read:app"])  # as `hoarddb user` does, from outside
+        assert cli(server.data, "role", "writer", "read:app") == "roles of writer: read:app\n"
         wait_for(lambda: all(c.core.principal.roles == [{"role": "read", "db": "app"}]
                              for c in conns.open_on_server()), "the new roles to reach the server")
         with pytest.raises(UnauthorizedError, match="readWrite"):
