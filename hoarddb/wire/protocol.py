@@ -277,6 +277,7 @@ class ServerProtocol:
             return
         payload = doc.get("payload")
         locked = None  # (reason, message) of a lockout
+        refusal = getattr(self.authenticator, "refusal", None)
         try:
             if not isinstance(payload, str):
                 raise ProtocolError(f"{op} needs a string 'payload'")
@@ -285,13 +286,16 @@ class ServerProtocol:
                     raise ProtocolError(f"the only mechanism is {SCRAM_SHA_256}; got {doc.get('mechanism')!r:.40}")
                 self._scram = scram.ScramServer(self.authenticator.lookup, self.authenticator.decoy)
                 answer = {"payload": self._scram.first(payload), "done": False}
-                refusal = getattr(self.authenticator, "refusal", None)
                 locked = refusal(self._scram.user, self.address) if refusal is not None else None
                 if locked is not None:
                     raise AuthFailedError(f"authentication failed: {locked[1]}")
             else:
                 if self._scram is None:
                     raise ProtocolError("auth_continue before auth_start")
+                # looked at again: a lockout may have come since auth_start (guesses sent in parallel)
+                locked = refusal(self._scram.user, self.address) if refusal is not None else None
+                if locked is not None:
+                    raise AuthFailedError(f"authentication failed: {locked[1]}")
                 final = self._scram.final(payload)
                 principal = self.authenticator.principal(self._scram.user)
                 if principal.key != self._scram.stored_key:

@@ -160,3 +160,26 @@ def test_a_login_is_not_held_by_another_users_failures_in_flight(tmp_path):
         finally:
             for guesser in guessers:
                 guesser.close()
+
+
+def test_guesses_sent_in_parallel_stop_at_the_lockout(tmp_path):
+    """Each guess is looked at against the lockout when its proof comes, not only at its
+    auth_start: a guesser that opens many exchanges at once and then sends every proof gets
+    no more guesses than the limit."""
+    with start(tmp_path, auth_user_failures=3) as server:
+        guessers = [Client(server.port) for _ in range(8)]
+        try:
+            proofs = []
+            for i, guesser in enumerate(guessers):  # every exchange started before any fails
+                client = scram.ScramClient("writer", f"guess-{i}")
+                guesser.send_doc({"id": 1, "op": "auth_start", "mechanism": "SCRAM-SHA-256",
+                                  "payload": client.first()})
+                proofs.append(client.final(guesser.recv_doc()["result"]["payload"]))
+            for guesser, proof in zip(guessers, proofs):
+                guesser.send_doc({"id": 2, "op": "auth_continue", "payload": proof})
+            answers = [guesser.recv_doc()["message"] for guesser in guessers]
+        finally:
+            for guesser in guessers:
+                guesser.close()
+        assert sum("too many failed logins" in m for m in answers) == 5
+        assert metric(server, 'hoarddb_server_auth_failures_total{reason="wrong_password"}') == 3
