@@ -11,7 +11,7 @@
     hoarddb server --data DIR [--host H] [--port P] [--config FILE] [--metrics-port N]
                    [--insecure] [--tls-cert FILE --tls-key FILE] [...]
         run a server (TLS and authentication on unless --insecure, which is loopback only)
-    hoarddb user add|remove|list|passwd [NAME] --data DIR [--role ROLE[:DB]]...
+    hoarddb user add|remove|list|passwd|role [NAME] [ROLE...] --data DIR [--role ROLE[:DB]]...
         manage the server's users (roles: admin, read:DB, readWrite:DB, dbAdmin:DB)
     hoarddb check DIR [--db NAME] [--bucket NAME] [--json]
         read every file of a data directory that nothing has open and say what is wrong
@@ -255,8 +255,12 @@ def _users(data):
 
 
 def _new_password(name: str, password_stdin: bool) -> str:
+    """A new password for ``name``, at least the minimum length (HOARDDB_MIN_PASSWORD_LENGTH, else 8)."""
     import os
 
+    from .server.users import check_password, min_password_length
+
+    minimum = min_password_length()
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -264,7 +268,7 @@ def _new_password(name: str, password_stdin: bool) -> str:
             f"password for {name}", hide_input=True, confirmation_prompt=True)
     if not password:
         raise click.UsageError("the password is empty")
-    return password
+    return check_password(password, minimum)
 
 
 _data_option = click.option("--data", "data", metavar="DIR", required=True, type=click.Path(file_okay=False),
@@ -304,8 +308,10 @@ def user_add(name, data, roles, password_stdin, iterations):
 
     for role in roles:
         parse_role(role)
-    record = _users(data).add(name, _new_password(name, password_stdin), list(roles),
-                              iterations=iterations or DEFAULT_ITERATIONS)
+    store = _users(data)
+    store.require_absent(name)  # before asking for a password (and a damaged file is said first)
+    record = store.add(name, _new_password(name, password_stdin), list(roles),
+                       iterations=iterations or DEFAULT_ITERATIONS)
     click.echo(f"added user {record['name']} ({', '.join(record['roles'])})")
 
 
@@ -316,7 +322,7 @@ def user_add(name, data, roles, password_stdin, iterations):
 @_iterations_option
 @_user_errors
 def user_passwd(name, data, password_stdin, iterations):
-    """Set a user's password (its open connections stay logged in)."""
+    """Set a user's password (a running server closes its open connections at their next request)."""
     from .wire.scram import DEFAULT_ITERATIONS
 
     store = _users(data)
@@ -328,12 +334,26 @@ def user_passwd(name, data, password_stdin, iterations):
     click.echo(f"changed the password of {name}")
 
 
+@user.command("role")
+@click.argument("name")
+@click.argument("roles", nargs=-1, required=True, metavar="ROLE...")
+@_data_option
+@_user_errors
+def user_role(name, roles, data):
+    """Set a user's roles, replacing those it has: admin, or read:DB, readWrite:DB, dbAdmin:DB
+    (`none` for no role). A running server applies them to the user's open connections at
+    their next request."""
+    roles = [] if list(roles) == ["none"] else list(roles)
+    record = _users(data).set_roles(name, roles)
+    click.echo(f"roles of {record['name']}: {', '.join(record['roles']) or 'none'}")
+
+
 @user.command("remove")
 @click.argument("name")
 @_data_option
 @_user_errors
 def user_remove(name, data):
-    """Remove a user (its open connections stay logged in until they close)."""
+    """Remove a user (a running server refuses its open connections' next request, then closes them)."""
     _users(data).remove(name)
     click.echo(f"removed user {name}")
 
