@@ -1,0 +1,70 @@
+"""The places every contract test runs in: each executor (embedded, blocking client, asyncio
+client) times each where (a bucket, a store field), on one engine and one server for the session.
+
+A test takes ``place`` and makes the stores it needs (``place.make("fifo")``), each in a
+database of its own, so the tests share the engine and the server without seeing each
+other's data. ``embedded_place`` is the same with the embedded engine only, for the tests
+that reach into the files of a store (a blob altered on disk).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import hoarddb
+from hoarddb.testing import ServerThread
+
+from .places import EXECUTORS, WHERES, Blocking, Loop, Place
+
+
+@pytest.fixture(scope="session")
+def contract_server(tmp_path_factory):
+    """One insecure server on 127.0.0.1 for the whole contract suite."""
+    with ServerThread(tmp_path_factory.mktemp("contract-server") / "data", insecure=True, busy_poll=0) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def embedded_client(tmp_path_factory):
+    data = tmp_path_factory.mktemp("contract-embedded") / "data"
+    with hoarddb.open(data, ttl_sweep_seconds=0, sync=False) as client:
+        yield client, data
+
+
+@pytest.fixture(scope="session")
+def blocking_client(contract_server):
+    client = hoarddb.connect(contract_server.url())
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def aio_client(contract_server):
+    import hoarddb.aio
+
+    loop = Loop()
+    client = loop.run(hoarddb.aio.connect(contract_server.url()))
+    yield Blocking(client, loop)
+    loop.run(client.close())
+    loop.stop()
+
+
+def _place(request, executor: str, where: str) -> Place:
+    if executor == "embedded":
+        client, data = request.getfixturevalue("embedded_client")
+        return Place(executor, where, client, data)
+    server = request.getfixturevalue("contract_server")
+    client = request.getfixturevalue("blocking_client" if executor == "blocking" else "aio_client")
+    return Place(executor, where, client, server.data)
+
+
+@pytest.fixture(params=[(e, w) for e in EXECUTORS for w in WHERES], ids=lambda p: f"{p[0]}-{p[1]}")
+def place(request) -> Place:
+    """Every executor times every where."""
+    return _place(request, *request.param)
+
+
+@pytest.fixture(params=WHERES)
+def embedded_place(request) -> Place:
+    """A bucket and a store field, embedded only."""
+    return _place(request, "embedded", request.param)
