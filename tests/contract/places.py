@@ -39,8 +39,9 @@ class Store:
     """Store is one store under contract: ``api`` is the Bucket or StoreField, and the verbs
     are reached through it (``store.push(...)`` is ``store.api.push(...)``)."""
 
-    def __init__(self, api, type_: str, where: str, files: Path, owner=None, doc_key=None):
+    def __init__(self, api, type_: str, where: str, database, files: Path, owner=None, doc_key=None):
         self.api = api
+        self.database = database  # the Database it is in (each store has one of its own)
         self.type = type_
         self.where = where
         self.files = files  # the folder its blob files are in (a blob bucket's, or the owner's fields/)
@@ -104,10 +105,10 @@ class Place:
         db = self.database()
         if self.where == "bucket":
             api = db.create_bucket("S", type=type_, **options)
-            return Store(api, type_, "bucket", self.data / db.name / "S")
+            return Store(api, type_, "bucket", db, self.data / db.name / "S")
         owner = db.create_bucket("Owner", type=self.owner_type, store_fields=[{"name": "S", "type": type_}])
         owner.insert({"_id_": "d1", "Name": "the owner"})
-        return Store(owner["d1"].S, type_, "field", self.data / db.name / "Owner" / "fields", owner=owner,
+        return Store(owner["d1"].S, type_, "field", db, self.data / db.name / "Owner" / "fields", owner=owner,
                      doc_key="d1")
 
 
