@@ -1,7 +1,8 @@
 """The places every contract test runs in: each executor (embedded, blocking client, asyncio
 client) times each where (a bucket, a store field), on one engine and one server for the session.
 
-A test takes ``place`` and makes the stores it needs (``place.make("fifo")``), each in a
+A test takes ``place`` (the fields are a hash bucket's documents', and once, embedded,
+a btree bucket's entries') and makes the stores it needs (``place.make("fifo")``), each in a
 database of its own, so the tests share the engine and the server without seeing each
 other's data. ``embedded_place`` is the same with the embedded engine only, for the tests
 that reach into the files of a store (a blob altered on disk).
@@ -49,18 +50,22 @@ def aio_client(contract_server):
     loop.stop()
 
 
-def _place(request, executor: str, where: str) -> Place:
+def _place(request, executor: str, where: str, owner_type: str = "hash") -> Place:
     if executor == "embedded":
         client, data = request.getfixturevalue("embedded_client")
-        return Place(executor, where, client, data)
+        return Place(executor, where, client, data, owner_type)
     server = request.getfixturevalue("contract_server")
     client = request.getfixturevalue("blocking_client" if executor == "blocking" else "aio_client")
     return Place(executor, where, client, server.data)
 
 
-@pytest.fixture(params=[(e, w) for e in EXECUTORS for w in WHERES], ids=lambda p: f"{p[0]}-{p[1]}")
+#: Every executor times every where, and (embedded) the store field of a btree bucket's entry,
+#: whose stores hang from its sort key.
+PLACES = [(e, w) for e in EXECUTORS for w in WHERES] + [("embedded", "field", "btree")]
+
+
+@pytest.fixture(params=PLACES, ids=lambda p: "-".join(p) if len(p) == 2 else f"{p[0]}-{p[2]}-{p[1]}")
 def place(request) -> Place:
-    """Every executor times every where."""
     return _place(request, *request.param)
 
 
