@@ -54,6 +54,12 @@ def test_a_new_store_is_empty(place, type_):
         assert s.get("anything") is None
 
 
+def test_the_refusal_test_knows_every_verb_of_the_table():
+    missing = sorted({op.name for op in operations.VERBS.values()} - set(ARGS))
+    assert not missing, f"give ARGS (in this file) arguments for the verb(s) {missing}, so that every type lacking " \
+                        "them is held to refuse them"
+
+
 def test_every_type_has_length_and_list_as_a_bucket_and_as_a_field():
     for type_ in TYPES:
         assert {"length", "list"} <= set(operations.verbs_for(type_)) & set(operations.field_verbs_for(type_))
