@@ -4,8 +4,7 @@ client) times each where (a bucket, a store field), on one engine and one server
 A test takes ``place`` (the fields are a hash bucket's documents', and once, embedded,
 a btree bucket's entries') and makes the stores it needs (``place.make("fifo")``), each in a
 database of its own, so the tests share the engine and the server without seeing each
-other's data. ``embedded_place`` is the same with the embedded engine only, for the tests
-that reach into the files of a store (a blob altered on disk).
+other's data. ``field_place`` is the store-field places alone, for what only a field has.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ def contract_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def embedded_client(tmp_path_factory):
+    """One embedded engine, with sync off: what is under contract here is what the verbs answer
+    (durability has suites of its own), and a test then costs no fsync per store it makes."""
     data = tmp_path_factory.mktemp("contract-embedded") / "data"
     with hoarddb.open(data, ttl_sweep_seconds=0, sync=False) as client:
         yield client, data
@@ -69,7 +70,8 @@ def place(request) -> Place:
     return _place(request, *request.param)
 
 
-@pytest.fixture(params=WHERES)
-def embedded_place(request) -> Place:
-    """A bucket and a store field, embedded only."""
-    return _place(request, "embedded", request.param)
+@pytest.fixture(params=[p for p in PLACES if p[1] == "field"], ids=lambda p: f"{p[0]}-{p[2] if len(p) > 2 else 'hash'}")
+def field_place(request) -> Place:
+    """The store fields of ``place`` alone, for what only a field has (its document, its limits)."""
+    return _place(request, *request.param)
+

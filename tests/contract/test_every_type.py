@@ -115,11 +115,9 @@ def test_a_field_of_a_missing_document_is_not_found_and_a_dropped_bucket_is_gone
 
 
 @pytest.mark.parametrize("type_", TYPES)
-def test_deleting_the_document_deletes_its_store(place, type_):
-    s = place.make(type_)
+def test_deleting_the_document_deletes_its_store(field_place, type_):
+    s = field_place.make(type_)
     fill(s, 3)
-    if not s.is_field:  # a bucket's elements go with the bucket
-        return
     files = sorted(p.name for p in s.files.iterdir()) if type_ == "blob" else []
     assert len(files) == (3 if type_ == "blob" else 0)
     assert s.owner.delete("d1") == {"deleted": 1}
@@ -131,10 +129,8 @@ def test_deleting_the_document_deletes_its_store(place, type_):
 
 
 @pytest.mark.parametrize("type_", TYPES)
-def test_one_documents_store_is_not_anothers(place, type_):
-    s = place.make(type_)
-    if not s.is_field:
-        return
+def test_one_documents_store_is_not_anothers(field_place, type_):
+    s = field_place.make(type_)
     s.owner.insert({"_id_": "d2"})
     other = s.owner["d2"].S
     fill(s, 2)
