@@ -4,7 +4,8 @@ embedded, over the blocking client or over the asyncio client.
 A :class:`Place` makes a fresh store of a type (``place.make("fifo")``) and hands back a
 :class:`Store`: the public API object itself (a Bucket or a StoreField, with every verb
 of its kind), plus the few words the contract needs where a bucket and a field differ by
-design, said once here so the tests can say them explicitly:
+design, said once here so the tests can say them explicitly (``refused`` checks an
+error's code and words):
 
     keyed stores   a bucket keeps the key in the document (``_id_``): put({_id_: k, ...}),
                    get(k) answers the document with its _id_, list answers documents;
@@ -39,14 +40,13 @@ class Store:
     """Store is one store under contract: ``api`` is the Bucket or StoreField, and the verbs
     are reached through it (``store.push(...)`` is ``store.api.push(...)``)."""
 
-    def __init__(self, api, type_: str, where: str, database, files: Path, owner=None, doc_key=None):
+    def __init__(self, api, type_: str, where: str, database, files: Path, owner=None):
         self.api = api
         self.database = database  # the Database it is in (each store has one of its own)
         self.type = type_
         self.where = where
         self.files = files  # the folder its blob files are in (a blob bucket's, or the owner's fields/)
         self.owner = owner  # the owning bucket of a field (its API object), else None
-        self.doc_key = doc_key
 
     @property
     def is_field(self) -> bool:
@@ -93,10 +93,6 @@ class Place:
         self.data = data
         self.owner_type = owner_type
 
-    @property
-    def id(self) -> str:
-        return f"{self.executor}-{self.where}"
-
     def database(self):
         return self.client[f"c{next(_names)}"]
 
@@ -108,8 +104,7 @@ class Place:
             return Store(api, type_, "bucket", db, self.data / db.name / "S")
         owner = db.create_bucket("Owner", type=self.owner_type, store_fields=[{"name": "S", "type": type_}])
         owner.insert({"_id_": "d1", "Name": "the owner"})
-        return Store(owner["d1"].S, type_, "field", db, self.data / db.name / "Owner" / "fields", owner=owner,
-                     doc_key="d1")
+        return Store(owner["d1"].S, type_, "field", db, self.data / db.name / "Owner" / "fields", owner=owner)
 
 
 # -- the asyncio client, driven from another thread ------------------------------------------
