@@ -214,3 +214,12 @@ def test_btree_on_an_empty_store(place):
     assert s.list() == [] and s.get(1) is None and s.length() == 0
     if not s.is_field:
         assert s.first() is None and s.last() is None and s.range({"$gte": 0}) == []
+
+
+@pytest.mark.parametrize("kind", KEYED)
+def test_a_key_too_long_to_index_is_refused(place, kind):
+    s = place.make(kind)
+    refused("BAD_VALUE", lambda: s.put_key("k" * 2000, {}), "bytes once encoded")
+    assert s.length() == 0 and s.list() == []
+    s.put_key("k" * 100, {})  # a long key that fits
+    assert s.length() == 1
