@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import io
 import uuid
@@ -182,8 +183,8 @@ def test_an_id_that_is_no_dbid_is_refused(place):
     b = place.make("blob")
     b.put(b"x")
     for bad in ("nope", "0192a3b4-c5d6-7890-abcd", 42, {"id": "x"}):
-        for call in (lambda: b.get(bad), lambda: b.info(bad), lambda: b.delete(bad), lambda: list(b.stream(bad))):
-            refused("BAD_VALUE", call)
+        for verb in (b.get, b.info, b.delete, lambda blob_id: list(b.stream(blob_id))):
+            refused("BAD_VALUE", functools.partial(verb, bad))
     assert b.length() == 1
 
 
@@ -201,9 +202,9 @@ def test_a_blob_altered_on_disk_is_corrupt_never_returned(place):
 
     def read_all():
         for chunk in b.stream(blob_id, chunk_size=1000):
-            received.append(chunk)
+            received.append(len(chunk))
     refused("CORRUPT_DATA", read_all, "sha256")
-    assert len(received) < 3  # the last chunk is never handed out
+    assert received == [1000, 1000]  # the last chunk is never handed out
     assert b.info(blob_id)["sha256"] == hashlib.sha256(data).hexdigest()  # metadata still answers
     path.unlink()
     refused("CORRUPT_DATA", lambda: b.get(blob_id), "missing")

@@ -22,8 +22,8 @@ KEYED = ("hash", "btree")
 #: Keys of every kind a keyed store takes, in no order.
 MIXED_KEYS = [
     "b", 10, -3, 2.5, "a", ObjectId("65f0a1b2c3d4e5f601234567"), "ä", True, -0.5, Int64(7), "A", 1e20,
-    datetime.datetime(2026, 3, 14, tzinfo=datetime.timezone.utc), "", False, Decimal128("2.75"), "10",
-    ObjectId("65f0a1b2c3d4e5f601234566"), datetime.datetime(1969, 12, 31, tzinfo=datetime.timezone.utc), 0,
+    datetime.datetime(2026, 3, 14, tzinfo=datetime.UTC), "", False, Decimal128("2.75"), "10",
+    ObjectId("65f0a1b2c3d4e5f601234566"), datetime.datetime(1969, 12, 31, tzinfo=datetime.UTC), 0,
 ]
 
 
@@ -54,7 +54,7 @@ def test_put_get_and_delete_by_key(place, kind):
 
 @pytest.mark.parametrize("kind", KEYED)
 def test_a_document_comes_back_as_it_was_put(place, kind):
-    doc = {"when": datetime.datetime(2026, 3, 14, 9, 30, tzinfo=datetime.timezone.utc), "n": None,
+    doc = {"when": datetime.datetime(2026, 3, 14, 9, 30, tzinfo=datetime.UTC), "n": None,
            "oid": ObjectId("65f0a1b2c3d4e5f601234567"), "dec": Decimal128("1.10"), "big": Int64(2 ** 40),
            "bin": b"\x00\xff", "nested": {"list": [1, 2.5, "x", [True, False]]}, "text": "née ✓", "neg": -0.0}
     s = place.make(kind)
@@ -105,8 +105,7 @@ def test_a_hash_bucket_insert_never_overwrites(place):
         assert s.get("k") == {"v": 1}
         return
     assert s.insert({"_id_": "k", "v": 1}) == "k"
-    for same in ("k", "k"):
-        refused("DUPLICATE_KEY", lambda: s.insert({"_id_": same, "v": 2}), '"k"', "put")
+    refused("DUPLICATE_KEY", lambda: s.insert({"_id_": "k", "v": 2}), '"k"', "put")
     assert s.get("k") == {"_id_": "k", "v": 1} and s.length() == 1
 
 
@@ -122,7 +121,7 @@ def test_a_key_that_is_no_scalar(place, kind):
         assert s.length() == 4
         return
     for key in (None, {"a": 1}, [1, 2]):
-        refused("BAD_VALUE", lambda: s.put_key(key, {"v": 1}), "key")
+        refused("BAD_VALUE", functools.partial(s.put_key, key, {"v": 1}), "key")
     assert s.length() == 1 and [s.key_of(e) for e in s.list()] == ["x"]
 
 
@@ -158,7 +157,9 @@ def test_list_pages_after_a_key(place, kind):
     s = place.make(kind)
     for k in range(0, 40, 2):  # 0, 2, ... 38
         s.put_key(k, {"k": k})
-    keys = lambda entries: [s.key_of(e) for e in entries]  # noqa: E731
+    def keys(entries):
+        return [s.key_of(e) for e in entries]
+
     assert keys(s.list(limit=3)) == [0, 2, 4]
     assert keys(s.list(after=4, limit=3)) == [6, 8, 10] == keys(s.list({"after": 4, "limit": 3}))
     assert keys(s.list(after=5, limit=2)) == [6, 8]  # a key that is not there: the ones after it
@@ -171,7 +172,7 @@ def test_list_pages_after_a_key(place, kind):
             break
         pages.append(keys(page))
         after = keys(page)[-1]
-    assert [len(p) for p in pages] == [7, 7, 6] and sum(pages, []) == list(range(0, 40, 2))
+    assert [len(p) for p in pages] == [7, 7, 6] and [k for p in pages for k in p] == list(range(0, 40, 2))
 
 
 @pytest.mark.parametrize("kind", KEYED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 
 import pytest
@@ -78,7 +79,7 @@ def test_pushes_between_pops_keep_the_order(place, kind):
 
 @pytest.mark.parametrize("kind", QUEUES)
 def test_an_element_comes_back_as_it_was_pushed(place, kind):
-    doc = {"priority": 2.5, "when": datetime.datetime(2026, 3, 14, 9, 30, tzinfo=datetime.timezone.utc),
+    doc = {"priority": 2.5, "when": datetime.datetime(2026, 3, 14, 9, 30, tzinfo=datetime.UTC),
            "oid": ObjectId("65f0a1b2c3d4e5f601234567"), "dec": Decimal128("1.10"), "big": Int64(2 ** 40),
            "bin": b"\x00\xff", "none": None, "nested": {"list": [1, 2.5, "x", [True, False]]}, "text": "née ✓"}
     q = place.make(kind)
@@ -163,7 +164,7 @@ def test_bad_counts_and_arguments_are_refused_and_nothing_changes(place, kind):
     q.batch_push([element(kind, n) for n in range(3)])
     for text, call, code in BAD_CALLS:
         try:
-            refused(code, lambda: call(q))
+            refused(code, functools.partial(call, q))
         except AssertionError as exc:
             raise AssertionError(f"{text}: {exc}") from None
     assert q.length() == 3 and ns(q.list()) == [0, 1, 2]
@@ -212,6 +213,6 @@ def test_heap_refuses_a_priority_that_is_not_a_number(place):
                       ({"priority": None}, "number"), ({"priority": float("nan")}, "NaN"),
                       ({"priority": math.nan}, "NaN"), ({"priority": [1]}, "number"),
                       ({"priority": {"$gt": 1}}, "number")]:
-        refused("BAD_VALUE", lambda: h.push(bad), says)
-        refused("BAD_VALUE", lambda: h.batch_push([{"priority": 2, "n": 1}, bad]), says, "1 of the batch")
+        refused("BAD_VALUE", functools.partial(h.push, bad), says)
+        refused("BAD_VALUE", functools.partial(h.batch_push, [{"priority": 2, "n": 1}, bad]), says, "1 of the batch")
     assert ns(h.list()) == [0] and h.length() == 1
