@@ -71,6 +71,9 @@ func (b *Bucket) upload(ctx context.Context, r io.Reader, args bson.D) (string, 
 		return "", unanswered(asError(err), "put", true)
 	}
 	chunk := func(data []byte, end, abort bool) error {
+		if data == nil {
+			data = []byte{} // binary, never null
+		}
 		msg := bson.D{{Key: "op", Value: "chunk"}, {Key: "data", Value: data}}
 		if end {
 			msg = append(msg, bson.E{Key: "end", Value: true})
