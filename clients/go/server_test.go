@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer insecureServer.stop()
+		os.Setenv("HOARDDB_TEST_URL", adminURL()) // for the example, a package of its own
 		return m.Run()
 	}()
 	os.RemoveAll(dir)
@@ -189,14 +190,17 @@ func ctx(t testing.TB) context.Context {
 	return c
 }
 
+var buckets int
+
 // fresh is a bucket of a new name, created with options (its type first).
 func fresh(t testing.TB, c *Client, options interface{}) *Bucket {
 	t.Helper()
-	name := strings.NewReplacer("/", "_", "#", "_").Replace(t.Name())
+	name := regexp.MustCompile(`[^A-Za-z0-9_-]`).ReplaceAllString(t.Name(), "_")
 	if len(name) > 50 {
 		name = name[len(name)-50:]
 	}
-	name = "B" + strings.Trim(name, "_-")
+	buckets++
+	name = fmt.Sprintf("B%d_%s", buckets, strings.Trim(name, "_-"))
 	db := c.Database("app")
 	_, _ = db.DropBucket(ctx(t), name)
 	b, err := db.CreateBucket(ctx(t), name, options)
