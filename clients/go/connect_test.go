@@ -112,3 +112,40 @@ func TestURLs(t *testing.T) {
 		t.Errorf("a refused URL must not show its password: %v", err)
 	}
 }
+
+func TestUsers(t *testing.T) {
+	c := admin(t)
+	_ = c.DropUser(ctx(t), "gopher")
+	if err := c.CreateUser(ctx(t), "gopher", "burrow", "readWrite:app"); err != nil {
+		t.Fatal(err)
+	}
+	users, err := c.ListUsers(ctx(t))
+	found := false
+	for _, u := range users {
+		found = found || u.Name == "gopher" && len(u.Roles) == 1 && u.Roles[0] == "readWrite:app"
+	}
+	if err != nil || !found {
+		t.Fatalf("list users: %v %v", users, err)
+	}
+	g := connect(t, tlsServer.url("gopher:burrow", "tls_fingerprint="+tlsServer.fingerprint))
+	b := fresh(t, c, map[string]string{"type": "fifo"})
+	if err := g.Database("app").Bucket(b.Name).Push(ctx(t), map[string]int{"n": 1}); err != nil {
+		t.Fatalf("the new user's write: %v", err)
+	}
+	if err := c.UpdateUser(ctx(t), "gopher", "tunnel", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Connect(ctx(t), tlsServer.url("gopher:burrow", "tls_fingerprint="+tlsServer.fingerprint)); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("the old password: %v", err)
+	}
+	g = connect(t, tlsServer.url("gopher:tunnel", "tls_fingerprint="+tlsServer.fingerprint))
+	if _, err := g.CreateDatabase(ctx(t), "gophers"); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("readWrite creating a database: %v", err)
+	}
+	if err := c.DropUser(ctx(t), "gopher"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DropUser(ctx(t), "gopher"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("dropping a dropped user: %v", err)
+	}
+}

@@ -363,3 +363,92 @@ var errBroken = errors.New("the disk broke")
 type failing struct{}
 
 func (failing) Read([]byte) (int, error) { return 0, errBroken }
+
+func TestStoreFields(t *testing.T) {
+	c := admin(t)
+	b := fresh(t, c, bson.D{{Key: "type", Value: "hash"}, {Key: "store_fields", Value: bson.A{
+		bson.M{"name": "Log", "type": "fifo"}, bson.M{"name": "Feed", "type": "lifo"}, bson.M{"name": "Tasks", "type": "heap"},
+		bson.M{"name": "ByID", "type": "hash"}, bson.M{"name": "ByDate", "type": "btree"}, bson.M{"name": "Files", "type": "blob"}}}})
+	if _, err := b.Insert(ctx(t), bson.M{"_id_": "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	p := b.Doc("p1")
+	for _, name := range []string{"Log", "Feed"} {
+		f := p.Field(name)
+		if n, err := f.BatchPush(ctx(t), []item{{N: 1}, {N: 2}, {N: 3}}); err != nil || n != 3 {
+			t.Fatalf("%s batch_push: %d %v", name, n, err)
+		}
+		var one item
+		if ok, err := f.Pop(ctx(t), &one); err != nil || !ok || one.N != map[string]int{"Log": 1, "Feed": 3}[name] {
+			t.Fatalf("%s pop: %+v %v", name, one, err)
+		}
+		var rest []item
+		if err := f.PopN(ctx(t), 5, &rest); err != nil || len(rest) != 2 {
+			t.Fatalf("%s pop 5: %v %v", name, rest, err)
+		}
+	}
+	tasks := p.Field("Tasks")
+	_ = tasks.Push(ctx(t), bson.M{"priority": 1, "T": "low"})
+	_ = tasks.Push(ctx(t), bson.M{"priority": 5, "T": "high"})
+	var top bson.M
+	if ok, err := tasks.Pop(ctx(t), &top); err != nil || !ok || top["T"] != "high" {
+		t.Fatalf("heap field pop: %v %v", top, err)
+	}
+	byID := p.Field("ByID")
+	if _, err := byID.Put(ctx(t), "e1", bson.M{"Amount": 120}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := byID.Put(ctx(t), "e1", bson.M{"Amount": 95}); err != nil {
+		t.Fatal(err)
+	}
+	var e bson.M
+	if ok, err := byID.Get(ctx(t), "e1", &e); err != nil || !ok || e["Amount"] != int32(95) {
+		t.Fatalf("hash field get after a second put: %v %v", e, err)
+	}
+	if n, err := byID.Length(ctx(t)); err != nil || n != 1 {
+		t.Fatalf("hash field length: %d %v", n, err)
+	}
+	if n, err := byID.Delete(ctx(t), "e1"); err != nil || n != 1 {
+		t.Fatalf("hash field delete: %d %v", n, err)
+	}
+	byDate := p.Field("ByDate")
+	for _, k := range []string{"2026-03-14/e1", "2026-03-02/e3", "2026-04-01/e4"} {
+		if _, err := byDate.Put(ctx(t), k, bson.M{"K": k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var entries []struct {
+		Key string `bson:"key"`
+		Doc bson.M `bson:"doc"`
+	}
+	if err := byDate.List(ctx(t), ListOptions{After: "2026-03-00", Limit: 2}, &entries); err != nil || len(entries) != 2 ||
+		entries[0].Key != "2026-03-02/e3" || entries[1].Key != "2026-03-14/e1" {
+		t.Fatalf("btree field list in key order: %+v %v", entries, err)
+	}
+	if _, err := byDate.Pop(ctx(t), &e); !errors.Is(err, ErrVerbNotSupported) {
+		t.Fatalf("pop on a btree field: %v", err)
+	}
+	files := p.Field("Files")
+	id, err := files.PutBlob(ctx(t), bytes.NewReader([]byte("lease text")), "lease.txt", "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := files.Info(ctx(t), id)
+	if err != nil || info.Size != 10 || info.Name != "lease.txt" {
+		t.Fatalf("blob field info: %+v %v", info, err)
+	}
+	var blob Blob
+	if ok, err := files.Get(ctx(t), id, &blob); err != nil || !ok || string(blob.Data) != "lease text" {
+		t.Fatalf("blob field get: %v", err)
+	}
+	var out bytes.Buffer
+	if _, err := files.Stream(ctx(t), id, &out); err != nil || out.String() != "lease text" {
+		t.Fatalf("blob field stream: %q %v", out.String(), err)
+	}
+	if n, err := files.Delete(ctx(t), id); err != nil || n != 1 {
+		t.Fatalf("blob field delete: %d %v", n, err)
+	}
+	if _, err := p.Field("Nope").Length(ctx(t)); !errors.Is(err, ErrBadValue) {
+		t.Fatalf("no such store field: %v", err)
+	}
+}
