@@ -253,7 +253,7 @@ func (c *Client) do(ctx context.Context, op string, request bson.D) (Answer, err
 		if !errors.As(err, &e) {
 			return Answer{}, err
 		}
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return Answer{}, unanswered(contextError(ctx), op, write && sent)
 		}
 		if !sent && !cn.alive() && unsent < 3 {

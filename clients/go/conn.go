@@ -47,8 +47,16 @@ type conn struct {
 }
 
 // dial opens a connection, shakes hands and logs in.
-func dial(ctx context.Context, o *Options, tlsConf *tls.Config, cache *saltCache) (*conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+func dial(parent context.Context, o *Options, tlsConf *tls.Config, cache *saltCache) (*conn, error) {
+	c, err := dialWithin(parent, o, tlsConf, cache)
+	if err != nil && ended(parent) { // the caller's context ended, not the connect_timeout
+		return nil, contextError(parent)
+	}
+	return c, err
+}
+
+func dialWithin(parent context.Context, o *Options, tlsConf *tls.Config, cache *saltCache) (*conn, error) {
+	ctx, cancel := context.WithTimeout(parent, o.ConnectTimeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", o.address())
@@ -327,8 +335,21 @@ func (c *conn) roundTrip(ctx context.Context, doc bson.D) (answer bson.Raw, sent
 	return answer, true, err
 }
 
+// ended is whether ctx is done, or its deadline has passed (a dial's deadline taken from it
+// may fire a moment before the context's own timer).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
+}
+
 func contextError(ctx context.Context) *Error {
 	err := ctx.Err()
+	if err == nil {
+		err = context.DeadlineExceeded
+	}
 	return &Error{Code: 30, CodeName: "TIMEOUT", Err: err, Message: "the call's context ended: " + err.Error()}
 }
 
