@@ -474,7 +474,8 @@ func (b *Bucket) Claim(ctx context.Context, opts ClaimOptions) ([]Claim, error) 
 	return out, b.decode(ctx, "claim", args, &out)
 }
 
-func claimIDs(ids []string) interface{} {
+// oneOrList is one claimId as itself, several as a list (ack and release take either).
+func oneOrList(ids []string) interface{} {
 	if len(ids) == 1 {
 		return ids[0]
 	}
@@ -482,13 +483,13 @@ func claimIDs(ids []string) interface{} {
 }
 
 // Ack removes claimed elements for good, all in one write (at most 1000); how many.
-func (b *Bucket) Ack(ctx context.Context, claimIDs_ ...string) (int64, error) {
-	return b.count(ctx, "ack", bson.D{{Key: "claimId", Value: claimIDs(claimIDs_)}}, "acked")
+func (b *Bucket) Ack(ctx context.Context, claimIDs ...string) (int64, error) {
+	return b.count(ctx, "ack", bson.D{{Key: "claimId", Value: oneOrList(claimIDs)}}, "acked")
 }
 
 // Release gives claimed elements back now: claimable again first, in their order; how many.
-func (b *Bucket) Release(ctx context.Context, claimIDs_ ...string) (int64, error) {
-	return b.count(ctx, "release", bson.D{{Key: "claimId", Value: claimIDs(claimIDs_)}}, "released")
+func (b *Bucket) Release(ctx context.Context, claimIDs ...string) (int64, error) {
+	return b.count(ctx, "release", bson.D{{Key: "claimId", Value: oneOrList(claimIDs)}}, "released")
 }
 
 // Extend renews a claim's lease to lease from now (a heartbeat for long jobs); the server's answer.

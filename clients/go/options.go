@@ -39,7 +39,9 @@ type Options struct {
 	TLSFingerprint string
 	// Insecure is plaintext and no login: only against a server started with --insecure.
 	Insecure bool
-	// Timeout is how long the server may stay silent while an answer is due (60 s).
+	// Timeout is how long a call waits for its answer once sent (60 s); past it the call
+	// fails with TIMEOUT and its connection is closed, as the server fell silent. A stream
+	// waits this long for each chunk.
 	Timeout time.Duration
 	// ConnectTimeout bounds the connection, TLS and login, each step (10 s).
 	ConnectTimeout time.Duration
