@@ -198,6 +198,11 @@ class _Protocol(asyncio.Protocol):
                 if self._waiting.get(request_id) is waiter:
                     del self._waiting[request_id]
 
+    @property
+    def _waiters(self) -> dict:
+        """The requests under way (their messages not all taken yet), by id."""
+        return self.core.answers
+
     def has_message(self, request_id) -> bool:
         """Whether a message for ``request_id`` came (or the connection failed)."""
         return self.closed or self.core.has_message(request_id)
