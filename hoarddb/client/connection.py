@@ -41,8 +41,8 @@ from typing import Iterator
 
 from .. import busypoll
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
-from .core import (_RETRYABLE, STREAM_CHUNK, ClientCore, Stream, bad_bytes, check_request, connection_lost,  # noqa: F401
-                   may_resend, not_hoarddb, nothing_sent, ordinal, outcome, result, stream_closed, stream_of,
+from .core import (_RETRYABLE, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
+                   not_hoarddb, nothing_sent, ordinal, outcome, result, stream_closed, stream_of,
                    unanswered, upload_source)
 from .options import ConnectOptions
 

@@ -4,7 +4,7 @@ Both clients are thin adapters over :class:`ClientCore`, as asyncpg layers its e
 protocol over a core protocol: the adapter owns the socket (or the asyncio transport),
 the waiting and the timeouts; the core owns everything else, the same for both:
 
-    request ids, encoding     ClientCore.request / requests / chunk (over hoarddb.wire's
+    request ids, encoding     ClientCore.request / requests / chunk (a hoarddb.wire
                               ClientProtocol, which also drives the handshake)
     answer decoding, filing   ClientCore.feed: bytes in, each answer filed under its
                               request's id (``next`` takes it); an answer nobody waits for
@@ -42,7 +42,7 @@ from .. import operations
 from ..chunks import chunks
 from ..errors import BadValueError, ClosedError, ConnectionError_, HoardError, InvalidArgumentError, error_from_answer
 from ..values.codec import encode
-from ..wire.framing import FrameReader, decode_frame, decode_frames, split_frames
+from ..wire.framing import decode_frame, decode_frames, encode_message, split_frames
 from ..wire.messages import CHUNK_SIZE, INLINE_BLOB_MAX
 from ..wire.protocol import ClientProtocol, State
 
@@ -86,14 +86,14 @@ class Spool:
         self._file.close()
 
 
-class ClientCore:
+class ClientCore(ClientProtocol):
     """ClientCore is one connection's client side without I/O: ids, encoding, and the answers filed by id.
 
-    The handshake first: write :meth:`start`, then feed what the server sends to
-    :meth:`handshake` and write what it returns, until :attr:`ready`. Then each request
-    is opened by :meth:`request` (or :meth:`requests`, a pipeline), and its messages
-    wait under its id from :meth:`feed` until :meth:`next` takes them; :meth:`finish`
-    drops the request and whatever still comes for it.
+    The handshake is :class:`hoarddb.wire.ClientProtocol`'s: write :meth:`start`, then
+    feed what the server sends to :meth:`handshake` and write what it returns, until
+    :attr:`ready`. Then each request is opened by :meth:`request` (or :meth:`requests`,
+    a pipeline), and its messages wait under its id from :meth:`feed` until :meth:`next`
+    takes them; :meth:`finish` drops the request and whatever still comes for it.
 
     :param arrived: called with a request's id when a message for it was filed (the
         asyncio adapter wakes the task waiting for it); None when nobody needs telling.
@@ -104,64 +104,54 @@ class ClientCore:
 
     def __init__(self, user: str | None = None, password: str | None = None, *,
                  client_name: str = "hoarddb-python", arrived: Callable[[Any], None] | None = None):
-        self.protocol = ClientProtocol(user, password, client_name=client_name)
+        super().__init__(user, password, client_name=client_name)
         self.arrived = arrived
         #: The requests waiting, by id: the messages that came for each and are not taken yet.
         self.answers: dict[Any, deque] = {}
         #: The requests whose messages go to a file (past IN_MEMORY in memory), by id.
         self.spools: dict[Any, Spool] = {}
-        self._reader = FrameReader()
 
     # -- the handshake
-
-    def start(self) -> bytes:
-        """The hello, the first bytes to send."""
-        return self.protocol.start()
 
     def handshake(self, data: bytes) -> bytes:
         """Feed bytes of the handshake; the bytes to send back (empty when none). Raises
         ProtocolError when the peer does not speak hoardDB, and the server's error
         (AUTH_FAILED...) when it refuses the login."""
-        for answer in self.protocol.receive_data(data):  # what came with the last handshake message
+        for answer in self.receive_data(data):  # what came with the last handshake message
             self._file(answer)
-        return self.protocol.data_to_send()
+        return self.data_to_send()
 
     @property
     def ready(self) -> bool:
         """Whether the handshake is done: requests may go."""
-        return self.protocol.state is State.READY
-
-    @property
-    def server_info(self) -> dict:
-        """What the server said in its hello: version, protocol, limits."""
-        return self.protocol.server_info
+        return self.state is State.READY
 
     # -- requests
 
     def request(self, doc: Mapping) -> tuple[int, bytes]:
-        """A new id and the bytes of ``doc`` sent under it; its messages are filed from now on."""
-        request_id, data = self.protocol.request(doc)
+        """A new id and the bytes of ``doc`` sent under it (BadValueError, DocumentTooLargeError);
+        its messages are filed from now on."""
+        if self.state is not State.READY:
+            raise ConnectionError_(f"the connection is {self.state.value}, not ready for requests")
+        request_id = self._next_id = self._next_id + 1
+        data = encode_message({"id": request_id, **doc}, self.max_message_size)
         self.answers[request_id] = deque()
         return request_id, data
 
     def requests(self, docs) -> tuple[range, bytes]:
         """New ids for many requests, and the bytes of them all, in order (a pipeline)."""
-        ids, data = self.protocol.requests(docs)
+        ids, data = super().requests(docs)
         answers = self.answers
         for request_id in ids:
             answers[request_id] = deque()
         return ids, data
-
-    def chunk(self, request_id: int, data, *, end: bool = False, abort: bool = False) -> bytes:
-        """The bytes of one upload chunk of the put sent as ``request_id``."""
-        return self.protocol.chunk(request_id, data, end=end, abort=abort)
 
     def upload(self, request_id: int, source, refused: Callable[[], bool]) -> Iterator[bytes]:
         """The messages of an upload of ``source`` (bytes or a binary file) for the put sent as
         ``request_id``, each to write before the next is made (the file is read as they go):
         1 MiB chunks, then the end. After each chunk ``refused()`` is asked whether the answer
         came already (no such bucket...): then the upload ends there, aborted."""
-        chunk = self.protocol.chunk
+        chunk = self.chunk
         for data in chunks(source, CHUNK_SIZE):
             yield chunk(request_id, data)
             if refused():
@@ -176,7 +166,7 @@ class ClientCore:
         Returns the server's goodbye (``id: null``) as its error when one came: the messages
         before it are filed, nothing after it is read, and the adapter closes the connection.
         Raises ProtocolError when the bytes are not hoardDB messages."""
-        reader = self._reader
+        reader = self._reader  # (the handshake's: what came after it is read on)
         reader.feed(data)
         while True:
             frames = reader.next_frames()
@@ -242,6 +232,9 @@ class ClientCore:
         queue = self.answers.get(request_id)
         if queue:
             message = queue.popleft()
+            if last and not self.spools:  # (finish, without its calls: every answer comes here)
+                del self.answers[request_id]
+                return message
         else:
             spool = self.spools.get(request_id)
             if spool is None or not spool.count:
