@@ -226,8 +226,6 @@ class Connection:
         dropped): what came for it and what still comes is dropped."""
         self.core.finish(request_id)
 
-    abandon = finish
-
     @property
     def _answers(self) -> dict:
         """The requests waiting for messages (empty when no call is under way)."""
@@ -303,9 +301,7 @@ class Connection:
         # schedstat): it goes with the socket, not with this object, which may be kept long
         # after (by a stream's generator; by the client, when closed by another thread mid-call).
         self.poller = None
-        for spool in self.core.spools.values():  # files let go; what was filed stays for its caller
-            spool.close()
-        self.core.spools.clear()
+        self.core.close()
 
 
 class RemoteExecutor:

@@ -259,8 +259,7 @@ class ClientCore(ClientProtocol):
             spool.close()
 
     def close(self) -> None:
-        """Let go of every request's messages (their files too)."""
-        self.answers.clear()
+        """The connection is closed: its files are let go (the messages in memory stay for their callers)."""
         for spool in self.spools.values():
             spool.close()
         self.spools.clear()
