@@ -37,8 +37,9 @@ from typing import Any, AsyncIterator
 
 from .. import api
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
-from .core import (_RETRYABLE, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
-                   not_hoarddb, nothing_sent, result, stream_closed, stream_of, unanswered, upload_source)
+from .core import (ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
+                   not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
+                   upload_source)
 from .options import ConnectOptions
 
 __all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "AsyncExecutor"]
@@ -361,7 +362,7 @@ class AsyncExecutor:
         except (ConnectionError_, TimeoutError_, ClosedError) as e:
             if isinstance(e, ClosedError) and not self._closed:
                 raise
-            raise unanswered(e, op, op not in _RETRYABLE, closed=self._closed) from None
+            raise unanswered(e, op, not retryable(op), closed=self._closed) from None
         return result(answer)
 
     async def _upload(self, proto: _Protocol, request: dict, source) -> dict:

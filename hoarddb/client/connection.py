@@ -41,9 +41,9 @@ from typing import Iterator
 
 from .. import busypoll
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
-from .core import (_RETRYABLE, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
+from .core import (ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, ordinal, outcome, result, stream_closed, stream_of,
-                   unanswered, upload_source)
+                   retryable, unanswered, upload_source)
 from .options import ConnectOptions
 
 _RECV = 256 * 1024
@@ -427,7 +427,7 @@ class RemoteExecutor:
                         next(chunks)  # into its try: dropped unread, it still finishes the stream (see _chunks)
                         return {"ok": 1, "result": chunks}
         except (ConnectionError_, TimeoutError_) as e:
-            raise self._unanswered(e, op, op not in _RETRYABLE) from None
+            raise self._unanswered(e, op, not retryable(op)) from None
         return result(answer)
 
     def _unanswered(self, error: HoardError, what: str, write: bool) -> HoardError:
@@ -497,7 +497,7 @@ class RemoteExecutor:
                 for request_id in ids:
                     out.append(outcome(receive(request_id)))
             except (ConnectionError_, TimeoutError_) as e:
-                write = any(not isinstance(r, Mapping) or r.get("op") not in _RETRYABLE for r in requests[len(out):])
+                write = any(not isinstance(r, Mapping) or not retryable(r.get("op")) for r in requests[len(out):])
                 error = self._unanswered(e, f"pipeline (from its {ordinal(len(out) + 1)} request on)", write)
                 error.answers = out  # those that came: what became of the requests before the loss
                 raise error from None

@@ -12,7 +12,7 @@ the waiting and the timeouts; the core owns everything else, the same for both:
                               becomes the error the adapter closes the connection with
     error mapping             result (an answer, or its error raised), unanswered,
                               nothing_sent, stream_closed, connection_lost
-    the retry rule            may_resend, from _RETRYABLE (hoarddb.operations' table)
+    the retry rule            may_resend and retryable, from _RETRYABLE (hoarddb.operations' table)
     streams and uploads       Stream (a blob stream's chunks re-cut to ``chunk_size``),
                               upload_source (whether a put's data goes in chunks),
                               ClientCore.upload (the chunk messages of an upload)
