@@ -37,7 +37,7 @@ from typing import Any, AsyncIterator
 
 from .. import api
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
-from .core import (ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
+from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
 from .options import ConnectOptions
@@ -326,7 +326,8 @@ class AsyncExecutor:
 
     async def execute(self, request: Mapping) -> dict:
         """Run one operation; its answer, or its error raised. A stream's result is an async iterator."""
-        check_request(request)
+        if type(request) is not dict or type(request.get("op")) is not str:
+            check_request(request)
         if self._proto is not None:
             await self._proto.settle()  # a connection closed while the loop was busy: found dead now
         fresh = self._proto is None or self._proto.closed
@@ -340,7 +341,7 @@ class AsyncExecutor:
     async def _execute(self, request: Mapping) -> dict:
         proto = await self.connect()
         op = request["op"]
-        upload = upload_source(request)
+        upload = upload_source(request) if op in UPLOADS else None
         try:
             if upload is not None:
                 answer = await self._upload(proto, *upload)

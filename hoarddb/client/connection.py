@@ -40,9 +40,9 @@ from collections.abc import Mapping
 from typing import Iterator
 
 from .. import busypoll
-from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
-from .core import (ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
-                   not_hoarddb, nothing_sent, ordinal, outcome, result, stream_closed, stream_of,
+from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_, error_from_answer
+from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
+                   not_hoarddb, nothing_sent, ordinal, result, stream_closed, stream_of,
                    retryable, unanswered, upload_source)
 from .options import ConnectOptions
 
@@ -192,6 +192,16 @@ class Connection:
             self._read_some()
             message = core.next(request_id, last)
         return message
+
+    def answer(self, request_id, last: bool = True) -> dict:
+        """As :meth:`receive`, for the request just sent as ``request_id``: nothing was read since,
+        so nothing can be filed for it yet, and reading comes first."""
+        next_message = self.core.next
+        while True:
+            self._read_some()
+            message = next_message(request_id, last)
+            if message is not None:
+                return message
 
     def has_message(self, request_id) -> bool:
         """Read what already arrived, without waiting; whether a message for ``request_id`` is there."""
@@ -390,7 +400,8 @@ class RemoteExecutor:
 
     def execute(self, request: dict) -> dict:
         """Run one operation on the server; its answer, or its error raised as the engine would."""
-        check_request(request)
+        if type(request) is not dict or type(request.get("op")) is not str:
+            check_request(request)
         self._take_turn(request["op"])
         try:
             conn = self._connection()
@@ -406,14 +417,14 @@ class RemoteExecutor:
 
     def _execute(self, conn: Connection, request: Mapping) -> dict:
         op = request["op"]
-        upload = upload_source(request)
+        upload = upload_source(request) if op in UPLOADS else None
         try:
             if upload is not None:
                 answer = self._upload(conn, *upload)
             else:
                 request_id = conn.send(dict(request))
                 try:
-                    answer = conn.receive(request_id, op != "stream")
+                    answer = conn.answer(request_id, op != "stream")
                 except BaseException as e:
                     if not isinstance(e, HoardError):  # interrupted (Ctrl-C): the answer may still come
                         conn.finish(request_id)
@@ -493,9 +504,11 @@ class RemoteExecutor:
             out = []
             try:
                 ids = conn.send_many(requests)
-                receive = conn.receive
-                for request_id in ids:
-                    out.append(outcome(receive(request_id)))
+                next_message, receive = conn.core.next, conn.receive
+                for request_id in ids:  # (inline: a pipeline's hundred answers come here)
+                    answer = next_message(request_id, True) or receive(request_id)
+                    del answer["id"]
+                    out.append(answer if answer.get("ok") == 1 else error_from_answer(answer))
             except (ConnectionError_, TimeoutError_) as e:
                 write = any(not isinstance(r, Mapping) or not retryable(r.get("op")) for r in requests[len(out):])
                 error = self._unanswered(e, f"pipeline (from its {ordinal(len(out) + 1)} request on)", write)

@@ -20,6 +20,7 @@ the waiting and the timeouts; the core owns everything else, the same for both:
 One request's life, whichever adapter runs it::
 
     check_request(request)                       refuses what is not an operation
+    upload_source(request)                       a put of big data: it goes in chunks (upload)
     request_id, data = core.request(doc)         the adapter writes ``data``
     core.feed(bytes read)   ...until             the adapter reads
     answer = core.next(request_id, last=True)    not None
@@ -280,7 +281,8 @@ def _peek_id(frame: bytes):
 # ---- requests and answers -----------------------------------------------------------------------
 
 def check_request(request) -> None:
-    """Refuse what is not an operation document, as the engine says it."""
+    """Refuse what is not an operation document, as the engine says it. (Adapters call it only
+    when ``request`` is not a plain dict with a string op: those pass without a call.)"""
     if not isinstance(request, Mapping) or not isinstance(request.get("op"), str):
         raise InvalidArgumentError(operations.REQUEST_SHAPE)
 
@@ -291,12 +293,6 @@ def result(answer: dict) -> dict:
     if answer.get("ok") != 1:
         raise error_from_answer(answer)
     return answer
-
-
-def outcome(answer: dict):
-    """A pipelined request's answer without its id, or its error as an exception object (not raised)."""
-    del answer["id"]
-    return answer if answer.get("ok") == 1 else error_from_answer(answer)
 
 
 def may_resend(error: HoardError, fresh: bool, op: Any) -> bool:
@@ -342,6 +338,10 @@ def stream_of(request: Mapping, answer: dict) -> Stream | None:
     args = request.get("args") or {}
     size = args.get("chunk_size") if isinstance(args, Mapping) else None
     return Stream(size or STREAM_CHUNK)
+
+
+#: The operations whose data may go in chunks (see upload_source): no other op need ask it.
+UPLOADS = frozenset({"put", "load"})
 
 
 def upload_source(request: Mapping):

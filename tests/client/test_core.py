@@ -11,8 +11,8 @@ import io
 import pytest
 
 from hoarddb import operations
-from hoarddb.client.core import (ClientCore, Stream, check_request, may_resend, outcome, result, retryable,
-                                 stream_of, unanswered, upload_source)
+from hoarddb.client.core import (ClientCore, Stream, check_request, may_resend, result, retryable, stream_of,
+                                 unanswered, upload_source)
 from hoarddb.errors import (BadValueError, ClosedError, ConnectionError_, DuplicateKeyError, InvalidArgumentError,
                             NotFoundError, ProtocolError, TimeoutError_)
 from hoarddb.wire.framing import decode_frame, encode_message, split_frames
@@ -108,8 +108,8 @@ def test_result_maps_an_error_answer_to_its_class_and_code():
     with pytest.raises(DuplicateKeyError) as e:
         result({"id": 4, "ok": 0, "code": 15, "codeName": "DUPLICATE_KEY", "message": "taken"})
     assert e.value.code == 0x0F and e.value.message == "taken"
-    assert isinstance(outcome({"id": 5, "ok": 0, "code": 16, "codeName": "NOT_FOUND", "message": "no"}),
-                      NotFoundError)
+    with pytest.raises(NotFoundError):
+        result({"id": 5, "ok": 0, "code": 16, "codeName": "NOT_FOUND", "message": "no"})
     with pytest.raises(InvalidArgumentError):
         check_request({"db": "a"})
 
