@@ -152,7 +152,7 @@ class _Protocol(asyncio.Protocol):
                 waiter.set_result(None)
         self._can_write.set()
         if self.transport is not None:
-            if self.transport.get_write_buffer_size():
+            if not self.transport.is_closing() and self.transport.get_write_buffer_size():  # (closed: TLS has none)
                 self.transport.abort()  # requests not yet sent must not go out after their callers were failed
             else:
                 self.transport.close()
