@@ -41,9 +41,9 @@ from typing import Iterator
 
 from .. import busypoll
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_, error_from_answer
-from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
-                   not_hoarddb, nothing_sent, ordinal, result, stream_closed, stream_of,
-                   retryable, unanswered, upload_source)
+from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend, not_hoarddb,
+                   nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
+from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
 from .options import ConnectOptions
 
 _RECV = 256 * 1024
