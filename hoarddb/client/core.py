@@ -358,25 +358,30 @@ def upload_source(request: Mapping):
             return None
         rest = {**args, "docs": [{k: v for k, v in args["docs"][0].items() if k != "data"}]}
         return {**request, "args": rest}, data
-    if op != "put":
+    if op != "put" or not isinstance(args, Mapping):
         return None
-    if not isinstance(args, Mapping) or "doc" not in args:
+    # A bucket's put carries its data in doc; a blob store field's put(data) in key (the
+    # field verb's first parameter). The server puts the upload back where it was taken from.
+    slot = "doc" if "doc" in args else "key" if "field" in request and "key" in args else None
+    if slot is None:
         return None
-    doc = args["doc"]
+    doc = args[slot]
     holder = doc if isinstance(doc, Mapping) else None
     data = holder.get("data") if holder is not None else doc
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        if memoryview(data).nbytes <= INLINE_BLOB_MAX:
+    if isinstance(data, bytes):
+        if len(data) <= INLINE_BLOB_MAX:
             return None
+    elif isinstance(data, (bytearray, memoryview)):
+        pass  # not a BSON value (only bytes are): always uploaded, whatever its size
     elif not callable(getattr(data, "read", None)):
         return None
     elif isinstance(data, io.TextIOBase):
         raise BadValueError("put data is a file opened in text mode; open it in binary mode ('rb')")
     rest = dict(args)
     if holder is not None:
-        rest["doc"] = {k: v for k, v in holder.items() if k != "data"}
+        rest[slot] = {k: v for k, v in holder.items() if k != "data"}
     else:
-        del rest["doc"]
+        del rest[slot]
     return {**request, "args": rest}, data
 
 

@@ -284,7 +284,9 @@ class Connection(asyncio.Protocol):
     def _chunk(self, event: Chunk) -> None:
         upload = self.uploads.get(event.id)
         if upload is not None:
-            if event.abort:
+            if event.refusal is not None:
+                upload.fail(event.refusal)
+            elif event.abort:
                 upload.fail(ConnectionError_("the client aborted the blob upload; nothing was stored"))
             else:
                 upload.feed(event.data, event.end)
@@ -293,7 +295,7 @@ class Connection(asyncio.Protocol):
             if event.end or event.abort:
                 self.discarding.discard(event.id)
         else:
-            self.write(self.core.encode(error_answer(event.id, ProtocolError(
+            self.write(self.core.encode(error_answer(event.id, event.refusal or ProtocolError(
                 f"a chunk for request {event.id!r:.40}, which is not a blob upload in progress "
                 "(a put sent with upload: true)"))))
 

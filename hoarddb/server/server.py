@@ -676,6 +676,8 @@ class Server:
                 args["docs"] = [{**args["docs"][0], "data": upload}]  # a restored blob, keeping its id
             elif isinstance(args.get("doc"), dict):
                 args["doc"] = {**args["doc"], "data": upload}
+            elif "field" in request and "doc" not in args:  # a blob store field's put: its data is its key
+                args["key"] = {**args["key"], "data": upload} if isinstance(args.get("key"), dict) else upload
             else:
                 args["doc"] = upload
             request["args"] = args
