@@ -352,7 +352,7 @@ def upload_source(request: Mapping):
     if op == "load" and isinstance(args, Mapping) and isinstance(args.get("docs"), list) \
             and len(args["docs"]) == 1 and isinstance(args["docs"][0], Mapping) and "data" in args["docs"][0]:
         data = args["docs"][0]["data"]
-        if isinstance(data, (bytes, bytearray, memoryview)) and memoryview(data).nbytes <= INLINE_BLOB_MAX:
+        if isinstance(data, bytes) and len(data) <= INLINE_BLOB_MAX:
             return None
         if not isinstance(data, (bytes, bytearray, memoryview)) and not callable(getattr(data, "read", None)):
             return None
