@@ -124,9 +124,10 @@ class Engine:
         """Run one operation; its answer ``{ok: 1, result, ...}``, or raise its error."""
         if self._closed:
             raise self._closed_error()
-        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-            raise InvalidArgumentError(operations.REQUEST_SHAPE)
-        name = request["op"]
+        return self._execute(request, operations.check_request(request))
+
+    def _execute(self, request: dict, name: str) -> dict:
+        """execute, for a request ``check_request`` has passed (its op is ``name``)."""
         handler = HANDLERS.get(name)
         if handler is not None:
             if name in CATALOG_CHANGES:
@@ -172,7 +173,10 @@ class Engine:
         """
         if self._closed:
             raise self._closed_error()
-        hot = self._hot.get((db, bucket))
+        try:
+            hot = self._hot.get((db, bucket))
+        except TypeError:  # a name that is no string, and cannot even be looked up: refused below
+            hot = None
         if hot is None:  # (not in an `except KeyError`: a refusal here would carry that KeyError along)
             check_name(db, "database")
             check_name(bucket, "bucket")
@@ -496,13 +500,37 @@ class Engine:
         A group of one write runs as ``execute`` runs it: its own transaction is all the
         sharing there is, and the outer one would cost a second commit (a lone client's
         every write comes this way).
+
+        A request that fails, for whatever reason (a field of the wrong type, a refusal,
+        a bug), fails alone: the others are run and answered as they would have been had
+        it never been sent. Each request's shape is checked (``operations.check_request``)
+        before any of them runs, so a malformed one never reaches a lookup.
         """
+        out: list = []
+        names: list[str] = []
+        good: list[dict] = []
+        for request in requests:
+            try:
+                names.append(operations.check_request(request))
+                good.append(request)
+                out.append(None)
+            except HoardError as exc:
+                out.append(exc)
+        if len(good) < len(requests):
+            answers = iter(self._execute_checked(good, names) if good else ())
+            return [next(answers) if a is None else a for a in out]
+        return self._execute_checked(requests, names)
+
+    def _execute_checked(self, requests: list[dict], names: list[str]) -> list:
+        """execute_group's work, for requests check_request has passed (their ops ``names``)."""
         if len(requests) == 1:
             with self._group_lock:
                 try:
-                    return [self.execute(requests[0])]
+                    return [self._execute(requests[0], names[0])]
                 except HoardError as exc:
                     return [exc]
+                except Exception as exc:  # a bug: it alone fails
+                    return [self._bug_in_group(requests[0], exc)]
         out: list = []
         grouped: list[Store] = []  # stores whose group is open, in the order they were begun
         failure: HoardError | None = None
@@ -513,8 +541,8 @@ class Engine:
                     request = requests[i]
                     try:
                         store = self._group_store(request)
-                    except HoardError:
-                        store = None  # execute refuses it as it would alone
+                    except Exception:  # refused, or a bug: execute says so as it would alone
+                        store = None
                     # Others see a group's writes when it ends, store by store in the order
                     # begun, and a queue's or a blob's at once: end the open groups before a
                     # write that would otherwise become visible ahead of earlier ones (a job
@@ -537,17 +565,21 @@ class Engine:
                                 store._wlock.release()
                                 raise
                             grouped.append(store)
-                        out.append(self.execute(request))
+                        out.append(self._execute(request, names[i - 1]))
                     except HoardError as exc:
                         out.append(exc)
                     except Exception as exc:  # a bug in one write: it alone fails (its child transaction is undone)
-                        log.exception("a write of a group failed: %r", request.get("op"))
-                        out.append(InternalError(f"{type(exc).__name__}: {exc} (please report this)"))
+                        out.append(self._bug_in_group(request, exc))
             finally:
                 failure = self._end_groups(grouped) or failure
                 if failure is not None:  # the group's writes are not known to be on disk
                     out = [failure if not isinstance(a, HoardError) else a for a in out]
         return out
+
+    @staticmethod
+    def _bug_in_group(request: dict, exc: Exception) -> InternalError:
+        log.error("a write of a group failed: %.40s", request.get("op"), exc_info=exc)
+        return InternalError(f"{type(exc).__name__}: {exc} (please report this)")
 
     @staticmethod
     def _end_groups(grouped: list) -> HoardError | None:
@@ -593,7 +625,7 @@ class Engine:
                 return []
             if store is None:
                 store = self._store(db, bucket, decl)
-        except HoardError:
+        except Exception:
             return []  # let each one be refused as it would be alone
         try:
             if op == "push":
@@ -603,6 +635,8 @@ class Engine:
                 answers = [{"ok": 1, "result": doc} for doc in store.pop_each(end - start)]
         except HoardError as exc:  # the disk refused the append (nothing of it stays): each one hears why
             return [exc] * (end - start)
+        except Exception as exc:  # a bug: the run's own writes hear of it, no other of the group
+            return [self._bug_in_group(first, exc)] * (end - start)
         if not self.options.sync:
             self._mark_dirty(store)
         return answers
@@ -681,7 +715,7 @@ class Engine:
             if shape is not None:
                 return shape.whole
             p = plan(args["filter"], store.indexes.indexes)
-        except HoardError:
+        except (HoardError, TypeError):
             return False  # refused: let the ordinary path say so
         return p.index is not None and p.index.unique and p.covered == len(p.index.fields)
 

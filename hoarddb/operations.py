@@ -19,10 +19,82 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import BadValueError, InvalidArgumentError, UnknownVerbError
+from .errors import BadValueError, InvalidArgumentError, InvalidNameError, UnknownVerbError
 
 #: What an operation document is, said when a request is not one (embedded and remote alike).
 REQUEST_SHAPE = "an operation is a document with a string 'op', such as {op: \"push\", db, bucket, args}"
+
+
+
+def kind_of(value: Any) -> str:
+    """What a value is, in the words of a refusal: ``a document``, ``code``, ``the integer 5``."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"the boolean {value}"
+    if isinstance(value, Mapping):
+        return "a document"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    name = type(value).__name__
+    if isinstance(value, str):
+        return f"the string {value!r:.40}" if type(value) is str else f"{name} (not a plain string)"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    return {"Regex": "a regular expression", "Pattern": "a regular expression", "Decimal128": "a Decimal128",
+            "MinKey": "MinKey", "MaxKey": "MaxKey", "Timestamp": "a BSON timestamp", "bytes": "binary",
+            "Binary": "binary", "float": f"the number {value!r}"}.get(name, f"a {name}")
+
+
+def check_request(request: Any) -> str:
+    """The name of ``request``'s operation, once every field of the request has the type it must.
+
+    The one check of a request's shape, made before anything is looked up by its fields
+    (an unhashable bucket name would otherwise fail deep inside a lookup): the engine
+    makes it for every request it executes, and the server for every request it reads,
+    before it decides where the request runs. ``op``, ``db``, ``bucket`` and ``field``
+    must be plain strings (not code, which BSON decodes as a kind of string) and ``args``
+    a document; a refusal names the field and what it accepts. A document's ``key`` is
+    any value a key may be, checked by its bucket; an operation's arguments are checked
+    against its parameters when they are bound (:func:`bind`).
+    """
+    if not isinstance(request, dict):
+        raise InvalidArgumentError(f"{REQUEST_SHAPE}; got {kind_of(request)}")
+    op = request.get("op")
+    db = request.get("db")
+    bucket = request.get("bucket")
+    if type(op) is str and (db is None or type(db) is str) and (bucket is None or type(bucket) is str):
+        if "field" not in request and "args" not in request:
+            return op
+        field = request.get("field")
+        args = request.get("args")
+        if (field is None or type(field) is str) and (args is None or isinstance(args, dict)):
+            return op
+    _refuse_request(request)
+    return op
+
+
+def _refuse_request(request: dict) -> None:
+    """Raise the refusal of the first field of ``request`` that has the wrong type."""
+    op = request.get("op")
+    if type(op) is not str:
+        raise InvalidArgumentError(f"{REQUEST_SHAPE}; 'op' must be a string, got {kind_of(op)}")
+    for name, what in (("db", "database"), ("bucket", "bucket")):
+        value = request.get(name)
+        if value is not None and type(value) is not str:
+            raise InvalidNameError(f"invalid {what} name: {op}: {name!r} must be a string, "
+                                   f"got {kind_of(value)}; a {what} name is {NAME_RULE}")
+    field = request.get("field")
+    if field is not None and type(field) is not str:
+        raise InvalidArgumentError(f"{op}: 'field' (the name of a document's store field) must be a string, "
+                                   f"got {kind_of(field)}")
+    args = request.get("args")
+    if args is not None and not isinstance(args, dict):
+        raise InvalidArgumentError(f"{op}: 'args' must be a document of named arguments, got {kind_of(args)}")
+
+
+#: The rule of database and bucket names (hoarddb.catalog checks it), said in refusals.
+NAME_RULE = "1 to 64 characters: a letter, then letters, digits, '_' or '-'"
 
 #: The six store types.
 STORE_TYPES = ("fifo", "lifo", "hash", "btree", "heap", "blob")
@@ -282,7 +354,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
             raise InvalidArgumentError(f"{op.name}: argument {p.name!r} must be a 64-bit integer, got {value}: "
                                        f"{usage(op)}")
     elif kind == "str":
-        ok = isinstance(value, str)
+        ok = type(value) is str  # (not BSON's code, which is a str too)
     else:
         ok = True
     if kind in ("filter", "update", "any") and ok:

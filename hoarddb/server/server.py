@@ -394,7 +394,23 @@ class Server:
         if how is not None:
             return how
         doc = request.doc
-        op = doc.get("op")
+        try:
+            op = operations.check_request(doc)  # before anything looks a field up
+        except HoardError as e:
+            request.refusal, request.how = e, "inline"  # answered with its refusal, in its turn
+            return "inline"
+        try:
+            how = self._how(conn, request, doc, op)
+        except Exception as e:  # a bug: this request alone is refused, the connection goes on
+            log.error("request %.40s on %s could not be dispatched", op, conn.peer, exc_info=e)
+            request.refusal, request.how = InternalError(f"{type(e).__name__}: {e} (please report this)"), "inline"
+            return "inline"
+        if how == "write" or not conn.unexecuted:
+            request.how = how
+        return how
+
+    def _how(self, conn: Connection, request: Request, doc: dict, op: str) -> str:
+        """dispatch's choice for a request check_request has passed."""
         principal = conn.core.principal
         if not principal.admin and not self._authorized(principal, request):
             how = "inline"  # answered at once with its refusal
@@ -409,8 +425,6 @@ class Server:
                 how = "inline"
             else:
                 how = "read" if op != "stream" and not is_write(op) else "pool"
-        if how == "write" or not conn.unexecuted:
-            request.how = how
         return how
 
     @staticmethod
@@ -484,16 +498,18 @@ class Server:
         doc = request.doc
 
         def done(result, rid=request.id, op=doc.get("op")):
-            conn.write_ran()
-            if type(result) is dict:  # (the engine's answer: nearly always)
-                answer = result
-            elif isinstance(result, HoardError):
-                answer = result.to_answer()
-            elif isinstance(result, BaseException):
-                answer = self._bug(conn, doc, result)
-            else:
-                answer = result
-            self._answer(conn, rid, op, answer, arrived)
+            try:
+                if type(result) is dict:  # (the engine's answer: nearly always)
+                    answer = result
+                elif isinstance(result, HoardError):
+                    answer = result.to_answer()
+                elif isinstance(result, BaseException):
+                    answer = self._bug(conn, doc, result)
+                else:
+                    answer = result
+                self._answer(conn, rid, op, answer, arrived)
+            finally:
+                conn.write_ran()  # after its answer: the requests it pumps are answered after it
 
         self.committer.submit(doc, done)
 
