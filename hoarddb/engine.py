@@ -57,13 +57,17 @@ COMMON_BUCKET_OPTIONS = {
     "placement": "where a cluster places the bucket; recorded, used once hoardDB runs as a cluster",
 }
 #: Operations that change declarations: they empty the engine's cache of (declaration, store).
-CATALOG_CHANGES = frozenset({"create_database", "drop_database", "create_bucket", "drop_bucket", "alter_bucket"})
+CATALOG_CHANGES = operations.names(catalog=True)
 KEYED_TYPES = ("hash", "btree")
 #: Reads that may touch only one key (see Engine.is_point_read).
-POINT_READS = frozenset({"get", "info", "length", "first", "last", "search"})
+POINT_READS = frozenset(n for n, op in operations.VERBS.items() if op.cost in (operations.POINT, operations.INDEXED))
 #: Reads that may be quick, and the most elements a quick one touches (Engine.is_quick_read).
-QUICK_READS = frozenset({"peek", "list", "search", "length", "get"})
+QUICK_READS = frozenset(n for n, op in operations.VERBS.items()
+                        if op.cost in (operations.POINT, operations.SHORT, operations.INDEXED))
 QUICK_READ = 100
+#: Verbs whose requests in a row to one queue run together in a group (each store type that
+#: can has ``<verb>_each``): one segment append for many pushes, one state write for many pops.
+TOGETHER = frozenset(n for n, op in operations.VERBS.items() if op.together)
 
 
 #: What a value nested past what Python's recursion allows hears (a filter or update walked
@@ -364,6 +368,18 @@ class Engine:
 
     # -- catalog operations ----------------------------------------------------------
 
+    def _create_database(self, request: dict) -> None:
+        self.catalog.create_database(_db(request))
+
+    def _list_databases(self, request: dict) -> list:
+        return self.catalog.databases()
+
+    def _list_buckets(self, request: dict) -> list:
+        return self.catalog.buckets(_db(request))
+
+    def _sweep_ttl(self, request: dict) -> dict:
+        return self.sweeper.sweep()
+
     def _create_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
         declaration, warnings = declare_bucket(name, request.get("options") or {})
@@ -558,12 +574,7 @@ class Engine:
                     i += 1
                     try:
                         if store is not None and store not in grouped:
-                            store._wlock.acquire()
-                            try:
-                                store.kv.begin_group()
-                            except BaseException:
-                                store._wlock.release()
-                                raise
+                            store.begin_group()
                             grouped.append(store)
                         out.append(self._execute(request, names[i - 1]))
                     except HoardError as exc:
@@ -591,8 +602,6 @@ class Engine:
                 store.end_group()  # (a group not kept: the store reloads what it counted)
             except HoardError as exc:
                 failure = failure or exc
-            finally:
-                store._wlock.release()
         grouped.clear()
         return failure
 
@@ -602,18 +611,20 @@ class Engine:
         by one, each push refused alone, with one segment append or one state write for
         them all. [] when there is no such run."""
         first = requests[start]
-        op = first.get("op") if type(first) is dict else None
-        if op not in ("push", "pop") or start + 1 >= len(requests) or "field" in first or "key" in first \
-                or self._closed:
+        op = first.get("op")
+        if op not in TOGETHER or start + 1 >= len(requests) or "field" in first or "key" in first or self._closed:
             return []
+        # what each request of the run gives: its one document (a push), or nothing (a pop)
+        takes = operations.VERBS[op].single
         db, bucket = first.get("db"), first.get("bucket")
         end = start
         while end < len(requests):
             r = requests[end]
-            args = r.get("args") if type(r) is dict else None
+            args = r.get("args")
             if (r.get("op") != op or r.get("db") != db or r.get("bucket") != bucket or "field" in r or "key" in r
-                    or type(args) is not dict or (op == "push" and (len(args) != 1 or type(args.get("doc")) is not dict))
-                    or (op == "pop" and args and any(v is not None for v in args.values()))):
+                    or type(args) is not dict
+                    or (takes is not None and (len(args) != 1 or type(args.get(takes)) is not dict))
+                    or (takes is None and args and any(v is not None for v in args.values()))):
                 break
             end += 1
         if end - start < 2:
@@ -621,18 +632,19 @@ class Engine:
         try:
             hot = self._hot.get((db, bucket))
             decl, store = hot if hot is not None else (self.catalog.bucket(db, bucket), None)
-            if decl["type"] not in ("fifo", "lifo"):
+            each = getattr(store_class(decl["type"]), op + "_each", None)  # push_each, pop_each
+            if each is None:
                 return []
             if store is None:
                 store = self._store(db, bucket, decl)
         except Exception:
             return []  # let each one be refused as it would be alone
         try:
-            if op == "push":
-                outcomes = store.push_each([r["args"]["doc"] for r in requests[start:end]])
+            if takes is not None:
+                outcomes = each(store, [r["args"][takes] for r in requests[start:end]])
                 answers = [e if e is not None else {"ok": 1, "result": None} for e in outcomes]
             else:
-                answers = [{"ok": 1, "result": doc} for doc in store.pop_each(end - start)]
+                answers = [{"ok": 1, "result": doc} for doc in each(store, end - start)]
         except HoardError as exc:  # the disk refused the append (nothing of it stays): each one hears why
             return [exc] * (end - start)
         except Exception as exc:  # a bug: the run's own writes hear of it, no other of the group
@@ -650,7 +662,7 @@ class Engine:
             decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
         except HoardError:
             return None
-        if decl["type"] not in ("hash", "btree", "heap"):
+        if not store_class(decl["type"]).groups:
             return None
         return self._store(decl["db"], decl["name"], decl)
 
@@ -667,6 +679,7 @@ class Engine:
         op = request.get("op")
         if op not in QUICK_READS:
             return False
+        entry = operations.VERBS[op]
         args = request.get("args") or {}
         if not isinstance(args, dict):
             return False
@@ -674,19 +687,21 @@ class Engine:
             decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
             if "field" in request:
                 kind = {f["name"]: f["type"] for f in decl.get("store_fields") or []}.get(request["field"])
-                if kind is None or kind == "blob" or op == "search":
+                if kind is None or kind == "blob" or entry.cost == operations.INDEXED:
                     return False
             else:
                 kind = decl["type"]
                 if kind == "blob":
                     return False
-            if op == "search":
+            if entry.cost == operations.INDEXED:
                 store = self._stores.get((decl["db"], decl["name"]))
                 return (kind == "hash" and store is not None and not args.get("explain")
                         and store.matches_at_most(args.get("filter"), QUICK_READ))
-            limit = args.get("limit")
-            if op in ("length", "get") or (op == "peek" and limit is None):
+            if entry.cost == operations.POINT:
                 return True
+            limit = args.get("limit")
+            if limit is None:  # what leaving it out means: peek's one element, list's default
+                limit = (entry.param("limit") or operations.Param("limit", "int")).default
             return type(limit) is int and 0 < limit <= QUICK_READ
         except (HoardError, KeyError, TypeError):
             return False
@@ -704,7 +719,7 @@ class Engine:
         try:
             hot = self._hot.get((request.get("db"), request.get("bucket")))
             decl = hot[0] if hot is not None else self.catalog.bucket(request.get("db"), request.get("bucket"))
-            if op != "search":
+            if operations.VERBS[op].cost != operations.INDEXED:
                 return decl["type"] != "blob"
             store = self._stores.get((request["db"], request["bucket"]))
             args = request.get("args") or {}
@@ -762,7 +777,7 @@ class Engine:
                     continue  # dropped (or closed) since the list was read
                 yield store
 
-    def _metrics(self) -> dict:
+    def _metrics(self, request: dict | None = None) -> dict:
         counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)
         for decl in self.catalog.all_buckets():
             store = self._stores.get((decl["db"], decl["name"]))
@@ -809,21 +824,11 @@ class Engine:
         return ClosedError("the database is closed; open it again with hoarddb.open(path)")
 
 
-#: The operations the engine handles itself (catalog, metrics, TTL), as functions of
-#: ``(engine, request)``: the engine refers to them without their referring back to it.
+#: The operations the engine runs itself (the table's ``runs=ENGINE``: catalog, metrics,
+#: TTL), each the method ``_<name>`` of ``(engine, request)``: the engine refers to them
+#: without their referring back to it.
 HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
-    "create_database": lambda e, r: e.catalog.create_database(_db(r)) and None,
-    "drop_database": Engine._drop_database,
-    "list_databases": lambda e, r: e.catalog.databases(),
-    "create_bucket": Engine._create_bucket,
-    "drop_bucket": Engine._drop_bucket,
-    "list_buckets": lambda e, r: e.catalog.buckets(_db(r)),
-    "describe_bucket": Engine._describe_bucket,
-    "stats": Engine._stats,
-    "alter_bucket": Engine._alter_bucket,
-    "metrics": lambda e, r: e._metrics(),
-    "sweep_ttl": lambda e, r: e.sweeper.sweep(),
-}
+    name: getattr(Engine, "_" + name) for name in sorted(operations.names(runs=operations.ENGINE))}
 
 
 # -- what outlives an Engine object: closing it when forgotten, at exit, and after fork ----------

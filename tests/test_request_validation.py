@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import hoarddb
 from hoarddb import operations
-from hoarddb.engine import HANDLERS
 from hoarddb.errors import HoardError
 
 #: One value of each BSON type a field may wrongly hold, by name.
@@ -26,13 +25,11 @@ BAD = {
 }
 #: Which of BAD a field of each kind accepts (the others are its bad values).
 ACCEPTS = {"str": {"str"}, "doc": {"document"}, "filter": {"document"}, "update": {"document"},
-           "docs": {"array"}, "int": {"int"}}
+           "docs": {"array"}, "int": {"int"}, "list": {"array"}}
 
 #: A bucket serving each store type, and a store field of each type on the hash bucket H.
 BUCKETS = {"fifo": "Q", "lifo": "L", "hash": "H", "btree": "T", "heap": "P", "blob": "B"}
 FIELDS = {"fifo": "FQ", "lifo": "FL", "hash": "FH", "btree": "FT", "heap": "FP", "blob": "FB"}
-#: Operations of the server only (tests/server).
-SERVER_ONLY = ("whoami", "list_users", "create_user", "update_user", "drop_user")
 
 
 def setup(client) -> None:
@@ -62,8 +59,9 @@ def base_requests(server: bool = False) -> list[dict]:
         kind = sorted(op.types)[0]
         out.append({"op": name, "db": "app", "bucket": "H", "key": "k", "field": FIELDS[kind],
                     "args": {p.name: _value(p) for p in op.params if p.required}})
-    for name in sorted(HANDLERS) + (list(SERVER_ONLY) if server else []):
-        out.append({"op": name, "db": "app", "bucket": "Q"})
+    for name, op in sorted(operations.ADMIN.items()):  # catalog and server operations (the server's: over the wire)
+        if server or op.runs != operations.SERVER:
+            out.append({"op": name, "db": "app", "bucket": "Q"})
     return out
 
 
@@ -94,12 +92,16 @@ def malformed(server: bool = False) -> list[tuple[dict, str, set[str] | None]]:
                 codes = {"db": {"INVALID_NAME"}, "bucket": {"INVALID_NAME"}, "field": {"INVALID_ARGUMENT"},
                          "args": {"INVALID_ARGUMENT"}, "key": None}[field]
                 out.append((request, f"{op} with {field} as {bad}", codes))
-        verb = (operations.FIELD_VERBS if "field" in base else operations.VERBS).get(op)
-        for param in verb.params + verb.options if verb is not None else ():
+        entry = (operations.FIELD_VERBS if "field" in base else operations.OPERATIONS)[op]
+        for param in entry.params + entry.options + entry.fields:
+            where = "args" if param in entry.params + entry.options else None
             for bad, value in BAD.items():
                 if param.kind not in ACCEPTS or bad in ACCEPTS[param.kind]:
                     continue
-                request = {**base, "args": {**base["args"], param.name: value}}
+                if where:
+                    request = {**base, "args": {**base["args"], param.name: value}}
+                else:  # a field of a catalog or server operation's request
+                    request = {**base, param.name: value}
                 out.append((request, f"{op} with argument {param.name} as {bad}", {"INVALID_ARGUMENT"}))
     return out
 

@@ -52,8 +52,7 @@ from .options import ConnectOptions
 STREAM_CHUNK = 1024 * 1024
 _RECV = 256 * 1024
 #: Operations safe to send again on a fresh connection when the old one turned out dead.
-_RETRYABLE = frozenset({op for op, v in operations.VERBS.items() if not v.write}) | {
-    "list_databases", "list_buckets", "describe_bucket", "stats", "metrics", "whoami", "list_users"}
+_RETRYABLE = operations.names(retry=True)
 
 
 class _Spool:
