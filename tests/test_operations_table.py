@@ -235,3 +235,28 @@ def test_exists_answers_true_or_false_on_hash_and_btree(tmp_path):
             db.U.exists({"Name": "jane"})
         engine = client._executor
         assert engine.is_point_read({"op": "exists", "db": "app", "bucket": "U", "args": {"key": "jane"}})
+
+
+def test_exists_over_the_wire_and_in_hql(tmp_path):
+    import asyncio
+    import io
+
+    from hoarddb.aio import connect as aio_connect
+    from hoarddb.shell import run_script
+    from hoarddb.testing import ServerThread
+
+    with ServerThread(tmp_path / "data", insecure=True) as s:
+        with hoarddb.connect(s.url(), timeout=30) as client:
+            db = client["app"]
+            db.create_bucket("U", type="hash")
+            db.U.insert({"_id_": "jane"})
+            assert db.U.exists("jane") is True and db.U.exists("joe") is False
+            out = io.StringIO()
+            assert run_script(client, 'use app; db.U.exists("jane"); db.U.exists("joe");', out=out) == 0
+            assert out.getvalue().split()[-2:] == ["true", "false"]
+
+        async def remote():
+            async with await aio_connect(s.url(), timeout=30) as client:
+                return await client["app"].U.exists("jane"), await client["app"].U.exists("joe")
+
+        assert asyncio.run(remote()) == (True, False)
