@@ -501,7 +501,7 @@ class Engine:
             answer["warnings"] = warnings
         return answer
 
-    def execute_group(self, requests: list[dict]) -> list:
+    def execute_group(self, requests: list[dict], checked: bool = False) -> list:
         """Run writes that arrived together, in order: each one's answer, or the error it raised.
 
         Writes to hash, btree and heap buckets (LMDB) share one transaction per bucket, each
@@ -520,29 +520,29 @@ class Engine:
         A request that fails, for whatever reason (a field of the wrong type, a refusal,
         a bug), fails alone: the others are run and answered as they would have been had
         it never been sent. Each request's shape is checked (``operations.check_request``)
-        before any of them runs, so a malformed one never reaches a lookup.
+        before any of them runs, so a malformed one never reaches a lookup; ``checked``
+        says the caller did that already (a server's dispatch does, for every request).
         """
-        out: list = []
-        names: list[str] = []
-        good: list[dict] = []
-        for request in requests:
-            try:
-                names.append(operations.check_request(request))
-                good.append(request)
-                out.append(None)
-            except HoardError as exc:
-                out.append(exc)
-        if len(good) < len(requests):
-            answers = iter(self._execute_checked(good, names) if good else ())
-            return [next(answers) if a is None else a for a in out]
-        return self._execute_checked(requests, names)
+        if not checked:
+            refused: list = []
+            for request in requests:
+                try:
+                    operations.check_request(request)
+                    refused.append(None)
+                except HoardError as exc:
+                    refused.append(exc)
+            if any(refused):
+                good = [r for r, e in zip(requests, refused) if e is None]
+                answers = iter(self._execute_checked(good) if good else ())
+                return [next(answers) if e is None else e for e in refused]
+        return self._execute_checked(requests)
 
-    def _execute_checked(self, requests: list[dict], names: list[str]) -> list:
-        """execute_group's work, for requests check_request has passed (their ops ``names``)."""
+    def _execute_checked(self, requests: list[dict]) -> list:
+        """execute_group's work, for requests check_request has passed."""
         if len(requests) == 1:
             with self._group_lock:
                 try:
-                    return [self._execute(requests[0], names[0])]
+                    return [self._execute(requests[0], requests[0]["op"])]
                 except HoardError as exc:
                     return [exc]
                 except Exception as exc:  # a bug: it alone fails
@@ -576,7 +576,7 @@ class Engine:
                         if store is not None and store not in grouped:
                             store.begin_group()
                             grouped.append(store)
-                        out.append(self._execute(request, names[i - 1]))
+                        out.append(self._execute(request, request["op"]))
                     except HoardError as exc:
                         out.append(exc)
                     except Exception as exc:  # a bug in one write: it alone fails (its child transaction is undone)

@@ -71,22 +71,24 @@ def check_request(request: Any) -> str:
     any value a key may be, checked by its bucket; an operation's arguments are checked
     against its parameters when they are bound (:func:`bind`).
     """
+    try:  # the common request, {op, db, bucket, args?}, looked at with no call: it runs for every request a server reads
+        op = request["op"]
+        if type(op) is str and type(request["db"]) is str and type(request["bucket"]) is str \
+                and op not in _WITH_FIELDS and type(request.get("args", _NO_ARGS)) is dict \
+                and ("field" not in request or type(request["field"]) is str) and type(request) is dict:
+            return op
+    except (KeyError, TypeError):  # no db or bucket (a catalog or server operation), or no document at all
+        pass
     if not isinstance(request, dict):
         raise InvalidArgumentError(f"{REQUEST_SHAPE}; got {kind_of(request)}")
-    op = request.get("op")
-    db = request.get("db")
-    bucket = request.get("bucket")
-    if type(op) is str and (db is None or type(db) is str) and (bucket is None or type(bucket) is str):
-        if op in _WITH_FIELDS:
-            _check_fields(_WITH_FIELDS[op], request)
-        if "field" not in request and "args" not in request:
-            return op
-        field = request.get("field")
-        args = request.get("args")
-        if (field is None or type(field) is str) and (args is None or isinstance(args, dict)):
-            return op
     _refuse_request(request)
+    op = request["op"]
+    if op in _WITH_FIELDS:
+        _check_fields(_WITH_FIELDS[op], request)
     return op
+
+
+_NO_ARGS: dict = {}
 
 
 def _check_fields(op: "Operation", request: dict) -> None:

@@ -158,7 +158,8 @@ class GroupCommitter:
         """On the flush thread: run the writes, then make everything written durable."""
         try:
             with self._limits():
-                results = self._execute_group(requests) if requests else []
+                # (every request passed check_request in the server's dispatch)
+                results = self._execute_group(requests, checked=True) if requests else []
         except BaseException as exc:  # a bug: every write of the group hears of it
             log.exception("a group of %d writes failed", len(requests))
             results = [InternalError(f"{type(exc).__name__}: {exc} (please report this)")] * len(requests)

@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import __version__, operations
 from ..engine import Engine
+from ..operations import check_request
 from ..errors import (ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
                       TimeoutError_)
 from ..options import Options
@@ -399,36 +400,31 @@ class Server:
             return how
         doc = request.doc
         try:
-            op = operations.check_request(doc)  # before anything looks a field up
+            op = check_request(doc)  # before anything looks a field up
         except HoardError as e:
             request.refusal, request.how = e, "inline"  # answered with its refusal, in its turn
             return "inline"
         try:
-            how = self._how(conn, request, doc, op)
+            principal = conn.core.principal
+            if not principal.admin and not self._authorized(principal, request):
+                how = "inline"  # answered at once with its refusal
+            elif op in SERVER_OPS or doc.get("upload"):
+                how = "pool"
+            else:
+                verb = operations.VERBS.get(op)
+                if verb is not None and verb.write:
+                    how = "write" if self.committer is not None else "pool"
+                elif op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
+                                                    and not _matches_by_regex(doc)):
+                    how = "inline"
+                else:
+                    how = "read" if op not in STREAMS and not is_write(op) else "pool"
         except Exception as e:  # a bug: this request alone is refused, the connection goes on
             log.error("request %.40s on %s could not be dispatched", op, conn.peer, exc_info=e)
             request.refusal, request.how = InternalError(f"{type(e).__name__}: {e} (please report this)"), "inline"
             return "inline"
         if how == "write" or not conn.unexecuted:
             request.how = how
-        return how
-
-    def _how(self, conn: Connection, request: Request, doc: dict, op: str) -> str:
-        """dispatch's choice for a request check_request has passed."""
-        principal = conn.core.principal
-        if not principal.admin and not self._authorized(principal, request):
-            how = "inline"  # answered at once with its refusal
-        elif op in SERVER_OPS or doc.get("upload"):
-            how = "pool"
-        else:
-            verb = operations.VERBS.get(op)
-            if verb is not None and verb.write:
-                how = "write" if self.committer is not None else "pool"
-            elif op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
-                                                and not _matches_by_regex(doc)):
-                how = "inline"
-            else:
-                how = "read" if op not in STREAMS and not is_write(op) else "pool"
         return how
 
     @staticmethod
