@@ -132,6 +132,8 @@ class Engine:
 
     def _execute(self, request: dict, name: str) -> dict:
         """execute, for a request ``check_request`` has passed (its op is ``name``)."""
+        if self._closed:
+            raise self._closed_error()
         handler = HANDLERS.get(name)
         if handler is not None:
             if name in CATALOG_CHANGES:
@@ -700,8 +702,9 @@ class Engine:
             if entry.cost == operations.POINT:
                 return True
             limit = args.get("limit")
-            if limit is None:  # what leaving it out means: peek's one element, list's default
-                limit = (entry.param("limit") or operations.Param("limit", "int")).default
+            if limit is None:  # what leaving it out means: peek's one element (a list's: not known here)
+                param = entry.param("limit")
+                limit = param.default if param is not None else None
             return type(limit) is int and 0 < limit <= QUICK_READ
         except (HoardError, KeyError, TypeError):
             return False

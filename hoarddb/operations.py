@@ -248,11 +248,6 @@ class Operation:
                 return p
         return None
 
-    @property
-    def may_be_long(self) -> bool:
-        """Whether a write of it may take long (a batch, or a write by a filter): see server/commit.py."""
-        return self.cost in (BATCH, FILTERED_WRITE)
-
 
 def _types(*names: str) -> frozenset:
     return frozenset(names)
