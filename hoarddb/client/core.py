@@ -50,8 +50,7 @@ from ..wire.protocol import ClientProtocol, State
 #: Chunk size a stream yields when the request does not name one (the engine's default).
 STREAM_CHUNK = 1024 * 1024
 #: Operations safe to send again on a fresh connection when the old one turned out dead.
-_RETRYABLE = frozenset({op for op, v in operations.VERBS.items() if not v.write}) | {
-    "list_databases", "list_buckets", "describe_bucket", "stats", "metrics", "whoami", "list_users"}
+_RETRYABLE = operations.names(retry=True)
 
 
 def retryable(op: Any) -> bool:

@@ -31,6 +31,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from .. import operations
 from ..errors import ConnectionError_, HoardError, ProtocolError, TimeoutError_
 from ..wire.messages import error_answer
 from ..wire.protocol import Chunk, Close, LoggedIn, LoginFailed, Request, Send, ServerProtocol, State
@@ -207,7 +208,7 @@ class Connection(asyncio.Protocol):
             queued = 0  # requests queued since the last look at whether to stop reading
             for event in events:
                 if type(event) is Request:
-                    if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
+                    if event.doc.get("upload") and event.doc.get("op") in operations.UPLOADS:
                         self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
                     self.queue.append((event, now))
                     queued += 1
