@@ -5,15 +5,14 @@
     python bench/embedded_insert.py durable --time-fsync   # also: how long hoardDB's log fdatasyncs took
     python bench/embedded_insert.py durable --no-fsync     # hoardDB's log and data.mdb never flushed (not durable!)
 
-The rows of bench/peers.py's SQLite section that are under their bar, measured alone and
+The rows of bench/peers.py's SQLite section nearest their bar, measured alone and
 so with less noise: both sides load ``--docs`` documents (in batches, not timed), then
 insert ``--blocks`` blocks of ``--size`` documents one per transaction, alternating which
 side goes first; the medians of the blocks' µs per insert are printed with the ratio of
-their rates. A hoardDB block ends when its last checkpoint's background flush has (an
-earlier version left it to run on into SQLite's block, which flattered hoardDB). ``--time-fsync`` times hoardDB's log fdatasyncs (``wal._datasync``) and
-``--no-fsync`` turns them and the checkpoints' flushes of data.mdb (``kv._datasync``) into
-nothing, to split a durable insert into its flushes and the rest (docs/benchmarks.md,
-session 8).
+their rates. A hoardDB block ends when its last checkpoint's background flush has (left
+to run on into SQLite's block, it would flatter hoardDB). ``--time-fsync`` times hoardDB's log fdatasyncs (``wal._datasync``) and
+``--no-fsync`` turns them and the checkpoints' flushes of data.mdb (``kv_recovery._datasync``) into
+nothing, to split a durable insert into its flushes and the rest (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import hoarddb  # noqa: E402
 import hoarddb.storage.kv as kv  # noqa: E402
+import hoarddb.storage.kv_recovery as kv_recovery  # noqa: E402
 import hoarddb.storage.wal as wal  # noqa: E402
 from peers_work import user_doc  # noqa: E402
 
@@ -51,7 +51,7 @@ def main() -> None:
 
     synced: list[float] = []
     if args.no_fsync:
-        wal._datasync = kv._datasync = lambda fd: None
+        wal._datasync = kv_recovery._datasync = lambda fd: None
     elif args.time_fsync:
         datasync = wal._datasync
 

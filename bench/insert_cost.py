@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import hoarddb  # noqa: E402
-import hoarddb.storage.kv as kv  # noqa: E402
+import hoarddb.storage.kv_recovery as kv_recovery  # noqa: E402
 import hoarddb.storage.wal as wal  # noqa: E402
 from peers_work import user_doc  # noqa: E402
 
@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--inserts", type=int, help=argparse.SUPPRESS)  # one run under valgrind
     args = ap.parse_args()
     if args.inserts is not None:
-        wal._datasync = kv._datasync = lambda fd: None
+        wal._datasync = kv_recovery._datasync = lambda fd: None
         run(args.durable, args.inserts, profile=False)
         return
     mode = "durable" if args.durable else "relaxed"

@@ -4,7 +4,7 @@
     python bench/pipeline_cost.py --valgrind     # also instructions per request (valgrind's callgrind)
     python bench/pipeline_cost.py --depth 1 --pipelines 2000    # a lone client's requests, one at a time
 
-The pipelines of bench/peers.py's "pipelined push" and "pipelined pop" rows (issue 8):
+The pipelines of bench/peers.py's "pipelined push" and "pipelined pop" rows:
 a client sends 100 requests in one write, ``push`` of a ~190-byte document or ``pop``,
 to one fifo bucket. Here a server :class:`Connection` is fed each pipeline's bytes as
 one ``data_received``, through a transport that keeps the answers (and checks them),
@@ -185,10 +185,10 @@ def instructions(count: int, depth: int) -> dict[str, int]:
 
 def _stub_syncs() -> None:
     """No fsync under valgrind: the kernel's time is not counted, and would only slow the run."""
-    import hoarddb.storage.kv as kv
-    import hoarddb.storage.segment as segment
+    import hoarddb.storage.kv_recovery as kv_recovery
+    import hoarddb.storage.segment_format as segment_format
     import hoarddb.storage.wal as wal
-    kv._datasync = segment._datasync = wal._datasync = lambda fd: None
+    kv_recovery._datasync = segment_format.datasync = wal._datasync = lambda fd: None
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Why: a thread asleep in ``epoll_wait`` or ``recv`` that a packet wakes costs the machine a
 wake-up of an idle CPU, and on a virtual machine that is expensive — the guest halts the
 idle vCPU and the host has to schedule it again. Measured on our 2-vCPU VM
-(docs/benchmarks.md, session 6): two processes sending 200 bytes back and forth over
+(docs/benchmarks.md): two processes sending 200 bytes back and forth over
 loopback TCP take 73–84 µs a round trip when both block, 26–32 µs when one of them polls
 and 11–16 µs when both do. Linux's ``SO_BUSY_POLL`` and the kernel's own ``haltpoll``
 (off on this machine) are the same idea one layer down. Both ends of a connection use it:

@@ -106,7 +106,10 @@ class Catalog:
     def drop_database(self, db: str) -> list[dict]:
         """Remove a database and its buckets from the catalog; returns the dropped declarations."""
         with self._lock:
-            self.require_database(db)  # under the lock: two drops of one database, the second is refused
+            if db not in self._dbs:  # under the lock: two drops of one database, the second is refused
+                check_name(db, "database")
+                raise DatabaseNotFoundError(f"database {db!r} does not exist, so there is nothing to drop; "
+                                            "list_databases shows those that do")
             dropped = [d for (dbn, _), d in self._buckets.items() if dbn == db]
             self._commit([(b"db:" + db.encode(), None)] + [(_bucket_key(db, d["name"]), None) for d in dropped])
             del self._dbs[db]

@@ -11,7 +11,7 @@
     hoarddb server --data DIR [--host H] [--port P] [--config FILE] [--metrics-port N]
                    [--insecure] [--tls-cert FILE --tls-key FILE] [...]
         run a server (TLS and authentication on unless --insecure, which is loopback only)
-    hoarddb user add|remove|list|passwd [NAME] --data DIR [--role ROLE[:DB]]...
+    hoarddb user add|remove|list|passwd|role [NAME] [ROLE...] --data DIR [--role ROLE[:DB]]...
         manage the server's users (roles: admin, read:DB, readWrite:DB, dbAdmin:DB)
     hoarddb check DIR [--db NAME] [--bucket NAME] [--json]
         read every file of a data directory that nothing has open and say what is wrong
@@ -22,6 +22,8 @@
         the directory in use)
     hoardDB [same options as hoarddb shell] [-insecure]
         the same shell; -insecure reaches a local server without TLS
+    hoarddb help [COMMAND...], hoarddb, hoarddb --help
+        the list of commands (each with its first sentence whole), or one command's help
 
 Exit status: 0 when every statement succeeded, 1 when one failed (or the data
 directory could not be opened), 2 for a usage error. An interactive session exits 0:
@@ -139,10 +141,48 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
             return 130
 
 
-@click.group()
+class _Group(click.Group):
+    """A command group whose list of commands shows each command's first sentence whole, never cut with "..."."""
+
+    group_class = type  # its subgroups (hoarddb user) list their commands so too
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, cmd.get_short_help_str(limit=sys.maxsize))
+                for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, invoke_without_command=True)
 @click.version_option(version=__version__, prog_name="hoardDB")
-def main():
-    """hoardDB: a document database whose documents own queues, stacks, sorted lists, heaps and files."""
+@click.pass_context
+def main(ctx):
+    """hoardDB: a document database whose documents own queues, stacks, sorted lists, heaps and files.
+
+    `hoarddb COMMAND --help` (or `hoarddb help COMMAND`) describes a command.
+    """
+    if ctx.invoked_subcommand is None:  # bare `hoarddb`: the help, and success
+        click.echo(ctx.get_help())
+        ctx.exit(0)
+
+
+@main.command("help")
+@click.argument("command", nargs=-1)
+@click.pass_context
+def help_command(ctx, command):
+    """Show this help, or a command's: hoarddb help shell, hoarddb help user add."""
+    target, target_ctx = main, ctx.parent
+    for name in command:
+        sub = target.get_command(target_ctx, name) if isinstance(target, click.Group) else None
+        if sub is None:
+            known = ", ".join(target.list_commands(target_ctx)) if isinstance(target, click.Group) else "none"
+            click.echo(f"hoarddb help: no command {' '.join(command)!r}; commands: {known}", err=True)
+            ctx.exit(2)
+        target_ctx = click.Context(sub, info_name=name, parent=target_ctx)
+        target = sub
+    click.echo(target_ctx.get_help())
 
 
 @main.command()
@@ -215,8 +255,12 @@ def _users(data):
 
 
 def _new_password(name: str, password_stdin: bool) -> str:
+    """A new password for ``name``, at least the minimum length (HOARDDB_MIN_PASSWORD_LENGTH, else 8)."""
     import os
 
+    from .server.users import check_password, min_password_length
+
+    minimum = min_password_length()
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -224,7 +268,7 @@ def _new_password(name: str, password_stdin: bool) -> str:
             f"password for {name}", hide_input=True, confirmation_prompt=True)
     if not password:
         raise click.UsageError("the password is empty")
-    return password
+    return check_password(password, minimum)
 
 
 _data_option = click.option("--data", "data", metavar="DIR", required=True, type=click.Path(file_okay=False),
@@ -264,8 +308,10 @@ def user_add(name, data, roles, password_stdin, iterations):
 
     for role in roles:
         parse_role(role)
-    record = _users(data).add(name, _new_password(name, password_stdin), list(roles),
-                              iterations=iterations or DEFAULT_ITERATIONS)
+    store = _users(data)
+    store.require_absent(name)  # before asking for a password (and a damaged file is said first)
+    record = store.add(name, _new_password(name, password_stdin), list(roles),
+                       iterations=iterations or DEFAULT_ITERATIONS)
     click.echo(f"added user {record['name']} ({', '.join(record['roles'])})")
 
 
@@ -276,7 +322,7 @@ def user_add(name, data, roles, password_stdin, iterations):
 @_iterations_option
 @_user_errors
 def user_passwd(name, data, password_stdin, iterations):
-    """Set a user's password (its open connections stay logged in)."""
+    """Set a user's password (a running server closes its open connections at their next request)."""
     from .wire.scram import DEFAULT_ITERATIONS
 
     store = _users(data)
@@ -288,12 +334,26 @@ def user_passwd(name, data, password_stdin, iterations):
     click.echo(f"changed the password of {name}")
 
 
+@user.command("role")
+@click.argument("name")
+@click.argument("roles", nargs=-1, required=True, metavar="ROLE...")
+@_data_option
+@_user_errors
+def user_role(name, roles, data):
+    """Set a user's roles, replacing those it has: admin, or read:DB, readWrite:DB, dbAdmin:DB
+    (`none` for no role). A running server applies them to the user's open connections at
+    their next request."""
+    roles = [] if list(roles) == ["none"] else list(roles)
+    record = _users(data).set_roles(name, roles)
+    click.echo(f"roles of {record['name']}: {', '.join(record['roles']) or 'none'}")
+
+
 @user.command("remove")
 @click.argument("name")
 @_data_option
 @_user_errors
 def user_remove(name, data):
-    """Remove a user (its open connections stay logged in until they close)."""
+    """Remove a user (a running server refuses its open connections' next request, then closes them)."""
     _users(data).remove(name)
     click.echo(f"removed user {name}")
 
@@ -320,20 +380,25 @@ def tour(data):
     sys.exit(result if isinstance(result, int) else 0)
 
 
-def _closed_directory_options(verb: str):
-    """The arguments of a tool run on a closed data directory (check, compact): DIR and its scope."""
+def _closed_directory_options(verb: str, online: bool = False):
+    """The arguments of a tool run on a closed data directory (check, compact): DIR and its scope
+    (``online``: DIR may be left out for a server's options, see hoarddb/tools/online.py)."""
     def decorate(f):
+        if online:
+            from .tools.commands import server_options
+            f = server_options(f)
         f = click.option("--json", "json_mode", is_flag=True, help="Print the report as one line of JSON.")(f)
         f = click.option("--bucket", "bucket", metavar="NAME", default=None,
                          help=f"{verb} only this bucket (of --db).")(f)
         f = click.option("--db", "db", metavar="NAME", default=None, help=f"{verb} only this database's buckets.")(f)
-        return click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))(f)
+        return click.argument("directory", metavar="[DIR]" if online else "DIR",
+                              type=click.Path(exists=True, file_okay=False), required=not online)(f)
     return decorate
 
 
 @main.command("check")
-@_closed_directory_options("Check")
-def check_command(directory, db, bucket, json_mode):
+@_closed_directory_options("Check", online=True)
+def check_command(directory, db, bucket, json_mode, **server):
     """Read every file of the data directory DIR and say what is wrong with it.
 
     Nothing may have DIR open (a server, another process): the check takes its lock.
@@ -341,9 +406,14 @@ def check_command(directory, db, bucket, json_mode):
     Exit status: 0 when everything checked is sound, 1 when problems were found (one
     line each: where, the file, what is wrong, what to do), 2 for a usage error or a
     directory that cannot be checked now. docs/user/check.md says what is checked.
+
+    Without DIR, checks a running server's buckets instead (--host/--port..., an admin).
     """
     from .tools.check import check, format_json
 
+    if directory is None:
+        from .tools.online import check_command_online
+        sys.exit(check_command_online(db, bucket, json_mode, server))
     _report("check", check, format_json, directory, db, bucket, json_mode)
 
 

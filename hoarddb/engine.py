@@ -16,23 +16,20 @@ A data directory, as the engine lays it out:
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
 import threading
-import time
-import warnings
 import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from . import operations
+from . import lifecycle, operations
 from .catalog import Catalog, check_name
-from .indexes.declaration import declare as declare_indexes
+from .declaration import check_fields, declare_bucket
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
-                     DataDirLockedError, HoardError, InternalError, InvalidArgumentError, StorageError,
+                     HoardError, InternalError, InvalidArgumentError, StorageError,
                      UnknownOptionError, UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
@@ -40,25 +37,17 @@ from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
 from .storage.kv import commits_deferred
-from .storage.lock import DirectoryLock, held_here
+from .storage.lock import DirectoryLock
 from .storage.oserrors import fsync_directory, is_full, storage_error
 from .stores import store_class
 from .stores.base import DAMAGE, Reply, Store
+from .stores.claims import move_dead_letters
 from .stores.fields import refusal as field_refusal
 
 log = logging.getLogger("hoarddb.engine")
 
-#: Options every bucket accepts, whatever its type; a type adds its own (Store.bucket_options).
-COMMON_BUCKET_OPTIONS = {
-    "type": "the store type: fifo, lifo, hash, btree, heap or blob (default hash)",
-    "fields": "field lines [{name, type, keywords}]; recorded in the declaration",
-    "store_fields": "store fields [{name, type}] that each document owns (hash and btree buckets)",
-    "indices": "secondary indexes (hash buckets)",
-    "placement": "where a cluster places the bucket; recorded, used once hoardDB runs as a cluster",
-}
 #: Operations that change declarations: they empty the engine's cache of (declaration, store).
 CATALOG_CHANGES = operations.names(catalog=True)
-KEYED_TYPES = ("hash", "btree")
 #: Reads that may touch only one key (see Engine.is_point_read).
 POINT_READS = frozenset(n for n, op in operations.VERBS.items() if op.cost in (operations.POINT, operations.INDEXED))
 #: Reads that may be quick, and the most elements a quick one touches (Engine.is_quick_read).
@@ -82,8 +71,8 @@ class Engine:
     def __init__(self, path, options: Options | None = None):
         self.path = Path(path)
         self.options = options or Options()
-        _refuse_inherited(self.path)
-        _wait_for_forgotten_close(self.path)
+        lifecycle.refuse_inherited(self.path)
+        lifecycle.wait_for_forgotten_close(self.path)
         try:
             if self.path.exists() and not self.path.is_dir():
                 raise StorageError(f"cannot open data directory {self.path}: it is a file, not a directory; "
@@ -109,17 +98,17 @@ class Engine:
         self._mutex = threading.RLock()
         self._closed = False
         self._pid = os.getpid()  # the process that opened it: the only one that may use it
-        self._forked = False  # True in a child forked after the open (see _disown_after_fork)
+        self._forked = False  # True in a child forked after the open (see lifecycle._disown_after_fork)
         self.metrics = Metrics()
-        self.sweeper = Sweeper(_weak_ttl_stores(self), self.metrics,
+        self.sweeper = Sweeper(lifecycle.weak_ttl_stores(self), self.metrics,
                                self.options.ttl_sweep_seconds, self.options.ttl_sweep_budget_seconds)
         # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,
         # the handlers are functions of the engine): an engine nobody holds any more is
-        # freed at once, and its finalizer closes what it had open (see _forgotten).
-        self._parts = _Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
-        self._finalizer = weakref.finalize(self, _forgotten, self._parts)
-        self._finalizer.atexit = False  # at exit, _close_at_exit closes it (quietly)
-        _OPEN.add(self)
+        # freed at once, and its finalizer closes what it had open (see lifecycle.forgotten).
+        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
+        self._finalizer = weakref.finalize(self, lifecycle.forgotten, self._parts)
+        self._finalizer.atexit = False  # at exit, lifecycle._close_at_exit closes it (quietly)
+        lifecycle.OPEN.add(self)
         self.sweeper.start()
 
     # -- the one entry point -----------------------------------------------------------
@@ -245,54 +234,9 @@ class Engine:
                                   "(it has been created again since); nothing of it was kept") from exc
 
     def _move_dead_letters(self, db: str, bucket: str, decl: dict, store: Store) -> None:
-        """claim/ack: move what a claim found past ``max_deliveries`` into the bucket's ``dead_letter`` bucket.
-
-        A store never reaches another bucket, so this takes two steps: push the elements
-        (each with ``_deadLetter: {from, deliveries, at}``) into the dead-letter bucket in one
-        durable batch_push, then have the queue drop them in one durable write. A crash
-        between the two leaves an element in both buckets: dead-lettering is at least
-        once. A dead_letter bucket that is missing, is the queue itself, is not a fifo,
-        lifo or heap, or refuses the elements (a heap needs a priority) leaves them held
-        in the queue, logs an error, and the next claim tries again (docs/user/queues.md).
-        """
-        pending = store.pending_dead_letters()
-        if not pending:
-            return
-        target = decl["options"]["dead_letter"]
-        moved: list = []  # the refs pushed into the dead-letter bucket
-        try:
-            if target == bucket:
-                raise BadValueError("it is the queue itself")
-            target_decl = self.catalog.bucket(db, target)
-            if target_decl["type"] not in ("fifo", "lifo", "heap"):
-                raise VerbNotSupportedError(f"it is a {target_decl['type']} bucket, not a fifo, lifo or heap")
-            target_store = self._store(db, target, target_decl)
-            try:
-                target_store.batch_push([doc for _ref, doc in pending])
-                moved = [ref for ref, _doc in pending]
-            except HoardError:  # one element the bucket refuses (a heap needs a priority) holds back none of the others
-                refused = None
-                for ref, doc in pending:
-                    try:
-                        target_store.batch_push([doc])
-                        moved.append(ref)
-                    except HoardError as exc:
-                        refused = refused or exc
-                if refused is not None:
-                    log.error("%s.%s: %d element(s) past max_deliveries stay held: the dead_letter bucket %r refuses "
-                              "them: %s", db, bucket, len(pending) - len(moved), target, refused.message)
-            if moved and not self.options.sync:
-                self._mark_dirty(target_store)
-        except HoardError as exc:
-            log.error("%s.%s: %d element(s) past max_deliveries stay held: cannot push them into the dead_letter "
-                      "bucket %r: %s", db, bucket, len(pending), target, exc.message)
-        finally:
-            if moved:
-                store.finish_dead_letters(moved, True)
-            done = set(moved)  # refs are element keys: one each
-            rest = [ref for ref, _doc in pending if ref not in done]
-            if rest:
-                store.finish_dead_letters(rest, False)
+        """claim's hook: move what a claim found past max_deliveries (stores.claims.move_dead_letters)."""
+        move_dead_letters(store, db, bucket, decl["options"]["dead_letter"], lambda name: self.catalog.bucket(db, name),
+                          lambda name, d: self._store(db, name, d), None if self.options.sync else self._mark_dirty)
 
     def _field_verb(self, name: str, request: dict) -> Any:
         """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""
@@ -466,8 +410,64 @@ class Engine:
             "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
             "indexes": _index_states(store, decl), "verbs": operations.verbs_for(decl["type"]),
             **({"placement": decl["placement"]} if "placement" in decl else {}),
-            "entries": stats["entries"], "bytes": stats["bytes"],
+            "entries": stats["entries"], "bytes": stats["bytes"], "data_bytes": stats["data_bytes"],
         }
+
+    def _check(self, request: dict) -> dict:
+        """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) walked in
+        one read transaction while it serves: ``{buckets: [{db, bucket, type, checked, problems:
+        [[file, what, todo], ...], more}]}``. A type without such a walk (fifo, lifo, blob: their
+        files change under a read) says ``checked: false``; ``hoarddb check DIR`` checks those."""
+        db, bucket = request.get("db"), request.get("bucket")
+        if bucket is not None and db is None:
+            raise InvalidArgumentError("check: a bucket is named within a database: give db too")
+        out = []
+        for name in [db] if db is not None else self.catalog.databases():
+            for b in [bucket] if bucket is not None else self.catalog.buckets(name):
+                decl = self.catalog.bucket(name, b)
+                store = self._store(name, b, decl)
+                entry = {"db": name, "bucket": b, "type": decl["type"], "checked": False, "problems": [], "more": 0}
+                walk = getattr(store, "check_open", None)
+                if walk is not None:
+                    problems = walk({**decl, "db": name, "name": b})
+                    entry.update(checked=True, problems=[list(p) for p in problems], more=getattr(problems, "more", 0))
+                out.append(entry)
+        return {"buckets": out}
+
+    def _backup(self, request: dict) -> dict:
+        """backup (admin): copy the open data directory into ``path`` (a new folder, absolute, outside
+        it) while it serves: the catalog, then each bucket as one moment of that bucket
+        (:meth:`Store.backup`), then the server's own files (``_users/``, ``tls/``). ``path`` then
+        opens as a data directory. Consistent per bucket, not across buckets."""
+        import time
+
+        raw = request.get("path")
+        if not isinstance(raw, str) or not raw or not Path(raw).is_absolute():
+            raise BadValueError("backup: 'path' is an absolute path of a new folder on the server's machine, "
+                                f"got {raw!r}")
+        target = Path(raw)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise BadValueError(f"backup: {target} exists and is not an empty folder; give a new one")
+        here = self.path.resolve()
+        if target.resolve() == here or here in target.resolve().parents:
+            raise BadValueError(f"backup: {target} is inside the data directory {here}; give a folder outside it")
+        started = time.monotonic()
+        target.mkdir(parents=True, exist_ok=True)
+        with self._mutex:  # the catalog and the list of buckets of one moment: no bucket declared or dropped between
+            (target / "catalog").mkdir()
+            self.catalog.kv.env.copy(str(target / "catalog"), compact=True)
+            decls = sorted(((d["db"], d["name"], d) for d in self.catalog.all_buckets()), key=lambda t: t[:2])
+            for db in self.catalog.databases():
+                (target / db).mkdir()
+        copied = []
+        for db, name, decl in decls:
+            store = self._store(db, name, decl)
+            store.backup(target / db / name)
+            copied.append({"db": db, "bucket": name, "type": decl["type"]})
+        for folder in ("_users", "tls"):
+            if (self.path / folder).is_dir():
+                shutil.copytree(self.path / folder, target / folder, ignore=shutil.ignore_patterns("LOCK"))
+        return {"path": str(target), "buckets": copied, "seconds": round(time.monotonic() - started, 3)}
 
     def _alter_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
@@ -489,7 +489,7 @@ class Engine:
             if key == "type":
                 continue
             if key == "fields":
-                changed["fields"] = _check_fields(value, warnings)
+                changed["fields"] = check_fields(value, warnings)
             elif key == "placement":
                 changed["placement"] = value
             else:
@@ -809,7 +809,7 @@ class Engine:
                 return
             self._closed = True
         self._finalizer.detach()  # closed on purpose: no warning, nothing to do when it is freed
-        _OPEN.discard(self)
+        lifecycle.OPEN.discard(self)
         self._parts.close()
 
     def _closed_error(self, during: bool = False) -> ClosedError:
@@ -834,190 +834,6 @@ HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
     name: getattr(Engine, "_" + name) for name in sorted(operations.names(runs=operations.ENGINE))}
 
 
-# -- what outlives an Engine object: closing it when forgotten, at exit, and after fork ----------
-#
-# An engine is closed by close(); one dropped without it is closed by its finalizer when
-# it is freed (with a ResourceWarning, as Python's files are); one still open when the
-# interpreter exits is closed by _close_at_exit before the interpreter tears down; and in
-# a child forked after the open, every engine is disowned: refused, and never closed there.
-
-#: Every engine open in this process (held weakly).
-_OPEN: "weakref.WeakSet[Engine]" = weakref.WeakSet()
-#: Data directories whose forgotten engine a thread of their own is closing (see _forgotten).
-_CLOSING: dict[str, threading.Thread] = {}
-#: In a forked child: the data directories its parent had open at the fork -> the parent's pid.
-_INHERITED: dict[str, int] = {}
-
-
-class _Parts:
-    """_Parts is what an open engine must close, kept apart from the Engine so that the
-    engine's finalizer can close it once the Engine object is gone."""
-
-    def __init__(self, path: Path, sweeper: Sweeper, mutex, stores: dict, catalog: Catalog, lock: DirectoryLock):
-        self.path = path
-        self.sweeper = sweeper
-        self.mutex = mutex
-        self.stores = stores
-        self.catalog = catalog
-        self.lock = lock
-
-    def close(self) -> None:
-        """Stop the sweeper, close every store (so flushed) and the catalog, release the lock.
-
-        Every store is closed even when one of them cannot be, and the lock is released
-        whatever fails: the first failure is raised at the end.
-        """
-        self.sweeper.stop()
-        with self.mutex:
-            failure: BaseException | None = None
-            try:
-                for key in list(self.stores):
-                    store = self.stores.pop(key, None)
-                    if store is None:
-                        continue
-                    try:
-                        store.close()
-                    except Exception as exc:
-                        log.error("closing bucket %s.%s failed: %s", key[0], key[1], exc)
-                        failure = failure or exc
-                try:
-                    self.catalog.close()
-                except Exception as exc:
-                    failure = failure or exc
-            finally:
-                self.lock.release()
-            if failure is not None:
-                raise failure
-
-    def close_logged(self) -> None:
-        """close(), logging a failure instead of raising it (nobody is there to hear it)."""
-        try:
-            self.close()
-        except Exception as exc:
-            log.error("closing the database at %s failed: %s; the next open recovers every acknowledged write",
-                      self.path, exc)
-
-
-def _forgotten(parts: _Parts) -> None:
-    """The finalizer of an engine freed without close(): warn, and close what it had open.
-
-    It runs where the last reference went, or where the garbage collector found the
-    engine: on any thread, at any allocation. Closing takes the stores' locks and waits
-    for the sweeper and for flushes on the checkpoint thread, so on one of hoardDB's own
-    threads (the sweeper ending a pass, the checkpoint thread collecting garbage) it
-    hands the close to a thread of its own, which the next open of the directory waits
-    for; elsewhere no lock of this engine can be held (nothing holds the engine), and it
-    closes at once, so that the next open of the directory just works.
-    """
-    warnings.warn(f"hoarddb: the database at {parts.path} was never closed; it is closed now. Call close() on "
-                  "the client, or open it in a with block", ResourceWarning, stacklevel=3)
-    if threading.current_thread().name.startswith("hoarddb-"):
-        thread = threading.Thread(target=parts.close_logged, name="hoarddb-close")
-        _CLOSING[_directory_key(parts.path)] = thread  # before it starts: an open may come at once
-        try:
-            thread.start()
-            return
-        except RuntimeError:  # (the interpreter is shutting down: no new threads)
-            _CLOSING.pop(_directory_key(parts.path), None)
-    parts.close_logged()
-
-
-def _directory_key(path: Path) -> str:
-    return os.path.realpath(path)
-
-
-def _wait_for_forgotten_close(path: Path, timeout: float = 60.0) -> None:
-    """Before opening ``path``: let a forgotten engine of it that another thread is closing finish.
-
-    The weak references to a freed engine are cleared before its finalizer runs, so an open
-    may come between the two: the directory is then held in this process by no engine
-    alive, and _CLOSING does not name it yet. That is waited out too (it lasts as long as
-    the finalizer's warning; seen under load as an open refused "open already").
-    """
-    key = _directory_key(path)
-    deadline = time.monotonic() + timeout
-    while key not in _CLOSING and held_here(path) and time.monotonic() < deadline \
-            and not any(_directory_key(engine.path) == key for engine in list(_OPEN)):
-        time.sleep(0.001)
-    thread = _CLOSING.get(key)
-    if thread is not None:
-        if thread.ident is not None:  # (started)
-            thread.join(timeout)
-        else:  # about to start: give it a moment
-            deadline = time.monotonic() + timeout
-            while thread.ident is None and time.monotonic() < deadline:
-                time.sleep(0.001)
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if not thread.is_alive():
-            _CLOSING.pop(_directory_key(path), None)
-
-
-def _refuse_inherited(path: Path) -> None:
-    """In a forked child, refuse a directory its parent had open at the fork: py-lmdb counts
-    the environments the child inherited as open in the child for as long as it lives (it
-    may neither use nor close them), and refuses to open them again."""
-    parent = _INHERITED.get(_directory_key(path))
-    if parent is not None:
-        raise DataDirLockedError(
-            f"data directory {path} was open in process {parent} when it forked this process, and a forked "
-            "process can never open a database its parent had open (LMDB's files stay the parent's). Open it in "
-            "a process that did not inherit it: fork before opening it, or start workers with multiprocessing's "
-            "'spawn' method; or serve it (hoarddb server) and connect", pid=str(parent))
-
-
-def _weak_ttl_stores(engine: Engine) -> Callable[[], Any]:
-    """The sweeper's view of the engine's TTL stores, holding the engine weakly: None once it is gone."""
-    ref = weakref.ref(engine)
-
-    def ttl_stores():
-        alive = ref()
-        return None if alive is None else alive._ttl_stores()
-
-    return ttl_stores
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    """At interpreter exit, close every engine still open, so the next open replays nothing.
-
-    (Registered when this module is imported; atexit runs after the interpreter has
-    joined its non-daemon threads and before it tears modules down.)
-    """
-    for engine in list(_OPEN):
-        if engine._closed or engine._forked:
-            continue
-        try:
-            engine.close()
-        except Exception as exc:
-            log.error("closing the database at %s at exit failed: %s", engine.path, exc)
-    for thread in list(_CLOSING.values()):
-        thread.join()
-
-
-def _disown_after_fork() -> None:
-    """In a child just forked: refuse every engine the parent had open, and never close one.
-
-    LMDB forbids using an environment in a process forked from the one that opened it:
-    its reader slots and locks are the parent's, and a child that read through them, or
-    closed them (even by exiting), would release the parent's pinned snapshots under it.
-    So the child's copy is left as it is (py-lmdb frees its objects without touching
-    LMDB in a child), and the child's copy of the directory lock's descriptor is closed:
-    that does not unlock it, and lets the parent's close unlock it.
-    """
-    for engine in list(_OPEN):
-        engine._forked = True
-        engine._closed = True
-        engine._finalizer.detach()
-        engine._lock.forget()
-        _INHERITED[_directory_key(engine.path)] = engine._pid
-    _OPEN.clear()
-    _CLOSING.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_disown_after_fork)
-
-
 def _index_states(store: Store, decl: dict) -> list[dict]:
     """The bucket's indexes as describe and stats show them, each with its current state."""
     states = store.index_states() if hasattr(store, "index_states") else decl.get("indexes", [])
@@ -1035,91 +851,3 @@ def _db(request: dict) -> str:
 
 def _bucket(request: dict) -> str:
     return check_name(request.get("bucket"), "bucket")
-
-
-def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
-    """The declaration of bucket ``name`` from ``create_bucket``'s options, checked whole, and its
-    warnings; nothing is written (restore checks a dump's declarations with it before loading any)."""
-    if not isinstance(raw, dict):
-        raise InvalidArgumentError("create_bucket: 'options' must be a document such as {type: \"fifo\"}")
-    type_name = raw.get("type", "hash")
-    cls = store_class(type_name)
-    accepted = {**COMMON_BUCKET_OPTIONS, **cls.bucket_options}
-    for key in raw:
-        if key not in accepted:
-            raise UnknownOptionError(
-                f"unknown option {key!r} for a {type_name} bucket; accepted: {', '.join(sorted(accepted))}"
-            )
-    warnings: list[str] = []
-    options = cls.validate_options({k: v for k, v in raw.items() if k not in COMMON_BUCKET_OPTIONS})
-    fields = _check_fields(raw.get("fields") or [], warnings)
-    for f in fields:  # `key Score` where `key: Score` was meant: a field line, not the option
-        if f["name"] in accepted:
-            warnings.append(f"field line {f['name']} {f['type']}{''.join(' ' + k for k in f['keywords'])} "
-                            f"declares a field named {f['name']!r}; for the bucket option write "
-                            f"`{f['name']}: {f['type'] or '...'}` (with a colon)")
-    store_fields = _check_store_fields(raw.get("store_fields") or [], type_name)
-    indexes, index_warnings = declare_indexes(
-        type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]]
-    )
-    warnings.extend(index_warnings)
-    stores = {f["name"]: f["type"] for f in store_fields}
-    for f in fields:
-        if f["name"] in stores:
-            raise BadValueError(f"field {f['name']!r} is declared both as a field and as a {stores[f['name']]} store "
-                                "field; give one of them another name")
-    for ix in indexes:
-        for f in ix["fields"]:
-            if f in stores:
-                raise BadValueError(
-                    f"index {ix['name']!r} covers {f!r}, a {stores[f]} store field: an index covers the document's "
-                    "own fields, never the contents of a store field (find its elements with the store's verbs, "
-                    "or index a field of the document instead)")
-    if "placement" in raw:
-        warnings.append("placement is recorded; it takes effect once hoardDB runs as a cluster")
-    declaration = {
-        "name": name, "type": type_name, "options": options, "fields": fields,
-        "store_fields": store_fields, "indexes": indexes,
-        **({"placement": raw["placement"]} if "placement" in raw else {}),
-    }
-    return declaration, warnings
-
-
-def _check_fields(fields, warnings: list[str]) -> list[dict]:
-    if not isinstance(fields, list):
-        raise InvalidArgumentError("'fields' must be a list of {name, type, keywords}")
-    out, seen = [], set()
-    for f in fields:
-        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("type", ""), str):
-            raise InvalidArgumentError(f"a field line is {{name, type, keywords}}, got {f!r}")
-        keywords = f.get("keywords") or []
-        if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
-            raise InvalidArgumentError(f"field {f['name']!r}: keywords must be a list of words")
-        if f["name"] in seen:
-            raise BadValueError(f"field {f['name']!r} is declared twice")
-        seen.add(f["name"])
-        for k in keywords:
-            if k != "unique":
-                warnings.append(f"field {f['name']}: keyword {k!r} is recorded, not enforced")
-        out.append({"name": f["name"], "type": f.get("type", ""), "keywords": list(keywords)})
-    return out
-
-
-def _check_store_fields(store_fields, type_name: str) -> list[dict]:
-    if not isinstance(store_fields, list):
-        raise InvalidArgumentError("'store_fields' must be a list of {name, type}")
-    if store_fields and type_name not in KEYED_TYPES:
-        raise BadValueError(
-            f"a {type_name} bucket cannot declare store fields: only hash and btree documents own stores"
-        )
-    out, seen = [], set()
-    for f in store_fields:
-        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
-            raise InvalidArgumentError(f"a store field is {{name, type}}, got {f!r}")
-        store_class(f.get("type"))  # the six types, or UnknownStoreTypeError
-        check_name(f["name"], "store field")
-        if f["name"] in seen:
-            raise BadValueError(f"store field {f['name']!r} is declared twice")
-        seen.add(f["name"])
-        out.append({"name": f["name"], "type": f["type"]})
-    return out

@@ -445,6 +445,12 @@ for _op in [
               summary="A bucket's entries, bytes and index states.", answer="a document"),
     Operation("metrics", scope=SERVER, cost=SCAN, summary="Every metric sample.", answer="a document"),
     Operation("sweep_ttl", scope=SERVER, write=True, summary="Run one TTL sweep now.", answer="a document"),
+    # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
+    # data directory elsewhere: neither changes the data, and neither is worth sending twice
+    Operation("check", scope=SERVER, cost=SCAN, retry=False,
+              summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
+    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True, "a directory"),),
+              summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
     Operation("whoami", scope=SERVER, runs=SERVER, role="any",
               summary="The logged-in user and their roles.", answer="{user, roles}"),
     Operation("list_users", scope=SERVER, runs=SERVER, summary="Every user and their roles.", answer="a list"),
@@ -454,6 +460,9 @@ for _op in [
               summary="Change a user's credentials or roles.", answer="a document"),
     Operation("drop_user", scope=SERVER, runs=SERVER, write=True, fields=(_USER,),
               summary="Remove a user.", answer="a document"),
+    Operation("set_roles", scope=SERVER, runs=SERVER, write=True, fields=(_USER,),
+              summary="Replace a user's roles (roles: a list; an empty list takes every role away).",
+              answer="a document"),
 ]:
     ADMIN[_op.name] = _op
 

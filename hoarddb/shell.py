@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import operations
-from .errors import HoardError, InternalError, UnknownVerbError
+from .errors import BucketNotFoundError, HoardError, InternalError, UnknownVerbError
 from .hql import literals, printer
-from .hql.parser import KEYWORDS, Statement, is_complete, statements
+from .hql.parser import Statement, is_complete, next_keywords, statements, unknown_verb
 
 #: The statements of HQL, as `help` lists them (verbs come from the operations table).
 STATEMENTS = [
@@ -202,6 +202,8 @@ class Shell:
         request = stmt.to_request(self.db)
         try:
             answer = self.client.execute(request)
+        except BucketNotFoundError as e:
+            raise self._bucket_meant(in_hql(e, request), request) from None
         except HoardError as e:
             raise in_hql(e, request) from None
         if request["op"] in operations.names(catalog=True):
@@ -222,13 +224,72 @@ class Shell:
         except HoardError:
             known = [name]
         if name not in known:
-            answer["warnings"] = [f"database {name!r} does not exist yet; `create database {name}` or "
-                                  "`create bucket` makes it"]
+            meant = _meant(name, known)
+            if meant is not None and meant.lower() == name.lower():
+                warning = f"database {name!r} does not exist; did you mean `use {meant}`? Names are case-sensitive"
+            else:
+                warning = (f"database {name!r} does not exist yet; "
+                           + (f"did you mean `use {meant}`? " if meant else "")
+                           + f"`create database {name}` or `create bucket` makes it")
+            answer["warnings"] = [warning]
         return answer
+
+    def _bucket_meant(self, err: HoardError, request: dict) -> HoardError:
+        """BUCKET_NOT_FOUND with the bucket the user likely meant: ``db.users`` for ``Users``, ``db.Usres`` too."""
+        name = request.get("bucket")
+        if not isinstance(name, str) or request.get("op") == "create_bucket":
+            return err
+        self.forget_buckets()
+        meant = _meant(name, self.bucket_names())
+        if meant is None:
+            return err
+        if meant.lower() == name.lower():
+            message = (f"bucket {name!r} does not exist in database {request.get('db')!r}; did you mean {meant!r}? "
+                       "Bucket names are case-sensitive.")
+        else:
+            head, sep, rest = err.message.partition("; ")
+            message = f"{head}; did you mean {meant!r}?" + (f" {rest}" if sep else "")
+        return type(err)(message, **err.details)
+
+    def _verbs_meant(self, err: UnknownVerbError) -> HoardError:
+        """UNKNOWN_VERB listing the verbs of the bucket (or store field) it was called on, by its type."""
+        bucket, field, name = err.called_on
+        if not self.db or bucket not in self.bucket_names():
+            return err
+        info = self.bucket_info(bucket)
+        store_type = info.get("type")
+        owner = f"{store_type} bucket {bucket!r}"
+        if field is not None:
+            store_type = next((f.get("type") for f in info.get("store_fields") or [] if f.get("name") == field), None)
+            owner = f"{store_type} store field {bucket}.{field}"
+        if store_type not in operations.STORE_TYPES:
+            return err
+        message = unknown_verb(name, self.verbs(bucket, field), owner).message
+        if "did you mean" not in message:  # a verb of another store type: say whose it is
+            table = operations.VERBS if field is None else operations.FIELD_VERBS
+            close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
+            if close:
+                op = table[close[0]]
+                types = [t for t in operations.STORE_TYPES if t in op.types]
+                whose = ", ".join(types[:-1]) + " and " + types[-1] if len(types) > 1 else types[0]
+                message = message.replace("; verbs of ", f"; {close[0]} is a verb of {whose} "
+                                          f"{'store fields' if field else 'buckets'}, not this one; verbs of ", 1)
+        if getattr(err, "line", None):
+            message = f"line {err.line}, column {err.column}: {message}"
+        meant = type(err)(message)
+        for attr in ("line", "column", "at_end", "called_on"):
+            if hasattr(err, attr):
+                setattr(meant, attr, getattr(err, attr))
+        return meant
 
     def run_statement(self, stmt: Statement | HoardError, *, source: str | None = None) -> bool:
         """Run one parsed statement (or report its parse error) and print the answer; True when it succeeded."""
         if isinstance(stmt, HoardError):
+            if isinstance(stmt, UnknownVerbError) and hasattr(stmt, "called_on"):
+                try:
+                    stmt = self._verbs_meant(stmt)
+                except HoardError:  # the bucket could not be described: the error as the parser said it
+                    pass
             self.report(stmt, source=source)
             return False
         try:
@@ -325,19 +386,21 @@ class Shell:
         return self._types[bucket]
 
     def verbs(self, bucket: str | None = None, field: str | None = None) -> list[str]:
-        """The verbs (and their aliases) of a bucket or of one of its store fields; all verbs when unknown."""
+        """The verbs (and their aliases) of a bucket or of one of its store fields, by its type; all when unknown."""
         store_type = None
         if bucket and self.db:
             info = self.bucket_info(bucket)
             store_type = info.get("type")
             if field is not None:
                 store_type = next((f.get("type") for f in info.get("store_fields") or [] if f.get("name") == field), None)
-        names = set(operations.verbs_for(store_type)) if store_type else {op.name for op in operations.VERBS.values()}
+        table = operations.VERBS if field is None else operations.FIELD_VERBS
+        of_type = operations.verbs_for if field is None else operations.field_verbs_for
+        names = set(of_type(store_type)) if store_type else set()
         if not names:
-            names = {op.name for op in operations.VERBS.values()}
+            names = {op.name for op in table.values()}
         with_aliases = set(names)
         for name in names:
-            with_aliases.update(operations.VERBS[name].aliases)
+            with_aliases.update(table[name].aliases)
         if bucket and field is None:
             with_aliases.update(operations.names(scope=operations.BUCKET, role="look", hql=""))  # stats
         return sorted(with_aliases)
@@ -377,7 +440,18 @@ def completions(shell: Shell, before: str) -> tuple[str, list[str]]:
     depth = sum(before.count(c) for c in "([{") - sum(before.count(c) for c in ")]}")
     if depth > 0:
         return word, sorted(["true", "false", "null"] + [c.name for c in literals.CONSTRUCTORS.values()])
-    return word, sorted(k for k in KEYWORDS if k not in ("true", "false", "null"))
+    # The keywords the grammar takes here: `bucket` after describe, a statement's first word at the start.
+    return word, next_keywords(before[:len(before) - len(word)])
+
+
+def _meant(name: str, known) -> str | None:
+    """The name of ``known`` that ``name`` likely meant: the same but for case, else a close spelling."""
+    known = [k for k in known if isinstance(k, str)]
+    same = [k for k in known if k.lower() == name.lower()]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _completer(shell: Shell):
@@ -408,16 +482,15 @@ def interactive(shell: Shell, *, history: Path | None = None, input=None, output
     ``input`` and ``output`` are prompt_toolkit's, for tests. Ctrl-C clears the input; during a
     statement it stops the shell's wait for the answer, and the session goes on.
     """
-    from prompt_toolkit import PromptSession
+    from prompt_toolkit import PromptSession, search
+    from prompt_toolkit.filters import is_searching
     from prompt_toolkit.history import FileHistory, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings
     from prompt_toolkit.output.defaults import create_output
 
     keys = KeyBindings()
 
-    @keys.add("enter")
-    def _enter(event):
-        buffer = event.current_buffer
+    def enter(buffer):
         if buffer.complete_state and buffer.complete_state.current_completion:
             buffer.apply_completion(buffer.complete_state.current_completion)
             return
@@ -425,6 +498,16 @@ def interactive(shell: Shell, *, history: Path | None = None, input=None, output
             buffer.validate_and_handle()
         else:
             buffer.insert_text("\n")
+
+    @keys.add("enter", filter=~is_searching)
+    def _enter(event):
+        enter(event.current_buffer)
+
+    @keys.add("enter", filter=is_searching)
+    def _enter_after_search(event):
+        # Ctrl-R found a statement: Enter keeps it and runs it, as readline does (Esc only keeps it).
+        search.accept_search()
+        enter(event.app.current_buffer)
 
     try:  # what was typed can be private: the history file is the user's alone (0600)
         store = FileHistory(str(private_file(history or history_path())))

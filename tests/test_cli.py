@@ -121,6 +121,14 @@ def test_console_entry_point_as_a_child_process(tmp_path):
 
 # ---- a real terminal ------------------------------------------------------------------------------
 
+def _drawn(text: str) -> str:
+    """A pattern of ``text`` as a terminal may draw it: at once, or in pieces with escape codes between them
+    (the typed part first, then what completion added, when they reach the prompt in two reads)."""
+    import re
+
+    return r"(?:\x1b\[[0-9;?]*[A-Za-z])*".join(re.escape(ch) for ch in text)
+
+
 def test_interactive_session_in_a_pseudo_terminal(tmp_path):
     pexpect = pytest.importorskip("pexpect")
     env = dict(ENV, HOARDDB_HISTORY=str(tmp_path / "history"), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
@@ -140,9 +148,9 @@ def test_interactive_session_in_a_pseudo_terminal(tmp_path):
         child.expect("app>")
         # TAB completes the bucket name, then the verb (only fifo verbs start with 'pu').
         child.send("db.Comm\t")
-        child.expect("Comments")
+        child.expect(_drawn("Comments"))
         child.send(".pu\t")
-        child.expect("push")
+        child.expect(_drawn("push"))
         child.send('({Author: "Bob", Text: "Nice photo!"})\r')
         child.expect("ok")
         child.expect("app>")
@@ -242,9 +250,14 @@ def test_ctrl_c_in_a_script_exits_130_without_a_traceback(tmp_path):
                              cwd=REPO, env=ENV)
     try:
         deadline = time.monotonic() + 30
-        while not (data.exists() and any(data.iterdir())) and time.monotonic() < deadline:
-            time.sleep(0.02)  # the database is open: the shell now waits for its script on stdin
-        time.sleep(0.2)
+        wchan = Path(f"/proc/{child.pid}/wchan")
+        if wchan.exists():  # Linux: until the shell sleeps reading its script (stdin is its only pipe)
+            while "pipe" not in wchan.read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            while not (data.exists() and any(data.iterdir())) and time.monotonic() < deadline:
+                time.sleep(0.02)  # the database is open: the shell now waits for its script on stdin
+            time.sleep(0.2)
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)
     finally:
@@ -275,3 +288,100 @@ def test_with_stdout_redirected_the_prompt_goes_to_the_terminal_and_the_file_get
         child.close(force=True)
     assert child.exitstatus == 0
     assert out.read_text() == "switched to database app\nok\napp\n"
+
+
+# ---- help, and the shell in a terminal: Ctrl-R, `use` alone, completion ------------------------------
+
+def test_bare_hoarddb_prints_the_whole_help_and_succeeds():
+    def hoarddb(*args):
+        return subprocess.run([sys.executable, "-m", "hoarddb.cli", *args], capture_output=True, text=True, cwd=REPO,
+                              env=ENV, timeout=60, stdin=subprocess.DEVNULL)
+
+    done = hoarddb()  # exited 2 with "Missing command"
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == hoarddb("--help").stdout
+    for command in ("shell", "server", "check", "compact", "tour", "user", "help"):
+        assert f"\n  {command} " in done.stdout
+
+
+def test_help_lists_each_commands_first_sentence_whole():
+    # click cut them to fit: "Read every file of the data directory DIR and say what is..."
+    text = invoke(main, ["--help"]).output
+    commands = " ".join(text[text.index("Commands:"):].split())  # as read, whatever the lines' width
+    assert "..." not in commands
+    assert "check Read every file of the data directory DIR and say what is wrong with it. compact" in commands
+    assert "tour A guided walk through the six store types, on an embedded database." in commands
+    users = invoke(main, ["user", "--help"]).output
+    assert "..." not in users[users.index("Commands:"):]
+
+
+def test_hoarddb_help_command():
+    assert invoke(main, ["help"]).output == invoke(main, ["--help"]).output
+    shell_help = invoke(main, ["help", "shell"])
+    assert shell_help.exit_code == 0 and shell_help.output.startswith("Usage: main shell [OPTIONS]")
+    assert "--data DIR" in shell_help.output
+    assert "Add a user with its roles." in invoke(main, ["help", "user", "add"]).output
+    unknown = invoke(main, ["help", "shel"])
+    assert unknown.exit_code == 2 and "no command 'shel'" in unknown.output and "shell" in unknown.output
+
+
+def _terminal(tmp_path, history: str = ""):
+    pexpect = pytest.importorskip("pexpect")
+    (tmp_path / "history").write_text(history)
+    env = dict(ENV, HOARDDB_HISTORY=str(tmp_path / "history"), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
+    child = pexpect.spawn(sys.executable, ["-m", "hoarddb.cli", "shell", "--data", str(tmp_path / "d")],
+                          env=env, cwd=str(REPO), encoding="utf-8", timeout=20, dimensions=(40, 160))
+    return pexpect, child
+
+
+def test_ctrl_r_then_enter_runs_the_statement_found(tmp_path):
+    # Enter used to leave the search prompt empty: only Esc kept the match.
+    pexpect, child = _terminal(tmp_path)
+    try:
+        child.expect("hoarddb>")
+        child.send("create database app; use app; create bucket Q { type: fifo }\r")
+        child.expect("app>")
+        child.send("db.Q.peek()\r")
+        child.expect("null")
+        child.expect("app>")
+        child.send("db.Q.push({n: 41})\r")
+        child.expect("ok")
+        child.expect("app>")
+        child.sendcontrol("r")
+        child.expect("I-search backward:")
+        child.send("pee")
+        child.expect(r"k\(\)")  # the match is drawn: db.Q.[pee]k()
+        child.send("\r")
+        child.expect(r"\{n: 41\}")  # it ran
+        child.expect("app>")
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_use_alone_is_answered_at_once_and_describe_completes_to_bucket(tmp_path):
+    pexpect, child = _terminal(tmp_path)
+    try:
+        child.expect("hoarddb>")
+        child.send("create database app; use app; create bucket Comments { type: fifo }\r")
+        child.expect("app>")
+        child.send("use\r")  # used to wait for a name on the next line
+        child.expect(r"error SYNTAX_ERROR \(20\): line 1, column 4: .*write use NAME")
+        child.expect("app>")
+        child.send("show databases\r")  # a statement of its own, not the name of `use`
+        child.expect(r"\x1b\[\?2004lapp\r\n")  # the answer alone: a database list of one
+        child.expect("app>")
+        child.send("describe \t")  # the one keyword that fits, not every keyword
+        child.expect(_drawn("describe bucket"))
+        child.send(" Comm\t")
+        child.expect(_drawn("Comments"))
+        child.send("\r")
+        child.expect("Type:     fifo")
+        child.expect("app>")
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0

@@ -31,7 +31,7 @@ import pytest
 
 import hoarddb
 from hoarddb import errors
-from hoarddb.storage import framing, segment
+from hoarddb.storage import framing, segment, segment_format, segment_recovery
 
 from .killing import run_script
 
@@ -171,7 +171,7 @@ def damage(data: Path, rel: str, how: str) -> None:
 # (file, damage, outcome): "corrupt" = the damaged bucket answers CORRUPT_DATA naming `named`
 # (the file, or the bucket's folder) and every other bucket reads as before; "intact" = harmless
 # damage, every bucket reads as before; "open" = the database refuses to open (the catalog).
-# The comment says what the same damage did before it was defended (the audit of session 8).
+# The comment says what the same damage would do without its defence.
 
 CASES = [
     # fifo: a middle segment lost or emptied (before: its entries silently missing)
@@ -428,7 +428,7 @@ def newest_slot(path: Path) -> int:
     """Which slot of a queue's ``state.bson`` holds the newest state."""
     raw = path.read_bytes()
     found = [(s["seq"], i) for i in range(2)
-             if (s := segment._parse_slot(raw[i * segment.SLOT_SIZE:(i + 1) * segment.SLOT_SIZE])) is not None]
+             if (s := segment_format._parse_slot(raw[i * segment.SLOT_SIZE:(i + 1) * segment.SLOT_SIZE])) is not None]
     return max(found)[1]
 
 
@@ -444,7 +444,7 @@ def test_a_damaged_newest_state_slot_after_a_clean_close_is_whole_in_the_other(b
         for name in [*BUCKETS, "C"]:
             assert read(c, name) == built[1][name], name
     assert "whole state of the last clean close" in caplog.text
-    assert all(segment._read_state(data / "app" / "Q")[1])  # both slots check again
+    assert all(segment_recovery._read_state(data / "app" / "Q")[1])  # both slots check again
 
     data = tmp_path / "again"
     shutil.copytree(built[0], data)

@@ -141,7 +141,7 @@ def _growth(before: Use, after: Use) -> Use:
 
 @pytest.fixture(autouse=True)
 def _checkpoint_thread():
-    """The one checkpoint thread of the process (storage/kv.py) starts at the first checkpoint
+    """The one checkpoint thread of the process (storage/kv_checkpoint.py) starts at the first checkpoint
     ever made; started before a test's baseline, it is not counted as the test's."""
     from hoarddb.storage import kv
 

@@ -297,8 +297,8 @@ def test_completion(tmp_path):
         assert word == "p" and set(verbs) == set(operations.verbs_for("fifo")) | {"batchPush", "stats"}
         assert "insert" not in verbs
         assert "find" in completions(shell, "db.Users.")[1]
-        assert completions(shell, 'db.Users["u1"].Expenses.')[1] == sorted(
-            set(operations.verbs_for("lifo")) | {"batchPush"})
+        assert completions(shell, 'db.Users["u1"].Expenses.')[1] == sorted(  # a store field's own verbs
+            set(operations.field_verbs_for("lifo")) | {"batchPush"})
         assert completions(shell, "describe bucket ")[1] == ["Comments", "Users"]
         assert completions(shell, "use ")[1] == ["app"]
         assert "create" in completions(shell, "cr")[1]
@@ -394,3 +394,75 @@ def test_help_on_a_typo_suggests_the_topic():
         help_text("pus")
     with pytest.raises(UnknownVerbError, match=r"did you mean help ISODate\?"):
         help_text("isodat")
+
+
+# ---- the shell a newcomer meets: verbs of the bucket, did you mean, explain, use ---------------------
+
+def test_an_unknown_verb_lists_the_verbs_of_the_buckets_own_type(run):
+    ran = run('use app\ncreate bucket Q { type: fifo }\ncreate bucket U { type: hash, Expenses lifoStore }\n'
+              'db.Q.psh({a: 1})\ndb.U.lenght()\ndb.U["u1"].Expenses.pusj(1)\ndb.Nope.psh(1)', continue_on_error=True)
+    fifo, hash_, field, nowhere = ran.answers[3:]
+    assert fifo["codeName"] == "UNKNOWN_VERB"
+    assert fifo["message"] == (
+        "line 4, column 6: unknown verb 'psh'; did you mean push? verbs of fifo bucket 'Q': "
+        + ", ".join(sorted(set(operations.verbs_for("fifo")) | {"stats"})) + " (help VERB describes one)")
+    assert "did you mean length?" in hash_["message"] and "verbs of hash bucket 'U': " in hash_["message"]
+    assert "find" in hash_["message"] and "push" not in hash_["message"]  # not the 27 verbs of every type
+    assert field["message"] == (
+        "line 6, column 21: unknown verb 'pusj'; did you mean push? verbs of lifo store field U.Expenses: "
+        + ", ".join(operations.field_verbs_for("lifo")) + " (help VERB describes one)")
+    # a bucket that does not exist: every verb, as the parser says it
+    assert "did you mean push? verbs: ack, batch_insert" in nowhere["message"]
+    # a verb of another store type: whose it is
+    ran = run("use app\ncreate bucket U { type: hash }\ndb.U.psh({a: 1})", continue_on_error=True)
+    assert ("unknown verb 'psh'; push is a verb of fifo, lifo and heap buckets, not this one; verbs of hash "
+            "bucket 'U': ") in ran.answers[2]["message"]
+
+
+def test_did_you_mean_a_statement_or_a_bucket_in_another_case(run):
+    ran = run("shwo buckets\nuse app\ncreate bucket Users { type: hash }\ndb.users.find()\ndb.Usrs.find()\nuse App",
+              continue_on_error=True)
+    assert ran.answers[0]["codeName"] == "SYNTAX_ERROR" and ran.answers[0]["message"].endswith("did you mean show?")
+    case = ran.answers[3]
+    assert case["codeName"] == "BUCKET_NOT_FOUND"
+    assert case["message"] == ("bucket 'users' does not exist in database 'app'; did you mean 'Users'? "
+                               "Bucket names are case-sensitive.")
+    assert "did you mean 'Users'?" in ran.answers[4]["message"] and "its buckets: Users" in ran.answers[4]["message"]
+    assert ran.answers[5]["warnings"] == ["database 'App' does not exist; did you mean `use app`? "
+                                          "Names are case-sensitive"]
+
+
+def test_search_with_explain_prints_the_plan_in_the_readable_shell(run):
+    script = ('use app\ncreate bucket O { type: hash, indices: ["C"] }\ndb.O.insert({_id_: "o1", C: 1})\n'
+              'db.O.search({C: 1}, {explain: true})\ndb.O.search({D: 2}, {explain: true})\ndb.O.search({C: 1})')
+    ran = run(script, json_mode=False)
+    assert ran.code == 0, ran.err
+    plan = ran.out[ran.out.index('[{_id_: "o1", C: 1}]'):].splitlines()
+    assert plan[:8] == ['[{_id_: "o1", C: 1}]', "-- plan:", "--   index used:    C_1", "--   keys examined: 1",
+                        "--   docs examined: 1", "--   returned:      1", "--   considered:",
+                        "--     C_1 (covers 1 field): chosen"]
+    assert plan[8:11] == ["[]", "-- plan:", "--   index used:    none — full scan"]
+    assert plan[-1] == '[{_id_: "o1", C: 1}]'  # without explain: the documents only
+    assert ran.out.count("-- plan:") == 2
+
+
+def test_use_without_a_name_is_refused_at_once_and_the_next_line_stands_alone(run):
+    ran = run("use\nshow databases\ncreate database app\ndescribe\n  bucket X", continue_on_error=True)
+    assert ran.answers[0] == {"ok": 0, "code": 20, "codeName": "SYNTAX_ERROR", "message":
+                              "line 1, column 4: the statement is incomplete at end of line; expected a name or a "
+                              "string; write use NAME"}
+    assert ran.answers[1] == {"ok": 1, "result": []}  # not `use show`
+    assert "write describe bucket NAME" in ran.answers[3]["message"]
+
+
+def test_completion_offers_the_keywords_the_grammar_takes_there(tmp_path):
+    with hoarddb.open(tmp_path / "data") as client:
+        shell = Shell(client, out=io.StringIO(), err=io.StringIO())
+        assert completions(shell, "describe ") == ("", ["bucket"])
+        assert completions(shell, "describe bu") == ("bu", ["bucket"])
+        assert completions(shell, "show ")[1] == ["buckets", "databases"]
+        assert completions(shell, "create ")[1] == ["bucket", "database"]
+        starts = ["alter", "create", "db", "describe", "drop", "exit", "help", "quit", "show", "use"]
+        assert completions(shell, "")[1] == starts
+        assert completions(shell, "show databases; d") == ("d", starts)
+        assert completions(shell, "create bucket X ")[1] == []

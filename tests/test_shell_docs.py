@@ -184,9 +184,9 @@ db.Users.insert({_id_: "u2", Email: "b@example.com"})
 describe bucket Users
 """, out=out, err=io.StringIO()) == 0
     shown = out.getvalue().splitlines()[-len(sample.splitlines()):]
-    bytes_line = r"Bytes:    \d+"
-    assert [re.sub(bytes_line, "Bytes:    N", line) for line in shown] == \
-           [re.sub(bytes_line, "Bytes:    N", line) for line in sample.splitlines()]
+    bytes_line = r"Bytes:    \d+ on disk, \d+ of data"
+    assert [re.sub(bytes_line, "Bytes:    N on disk, M of data", line) for line in shown] == \
+           [re.sub(bytes_line, "Bytes:    N on disk, M of data", line) for line in sample.splitlines()]
 
 
 def test_shell_md_error_and_warning_lines(tmp_path):
@@ -200,3 +200,14 @@ def test_shell_md_error_and_warning_lines(tmp_path):
     lines = err.getvalue().splitlines()
     assert warning in lines
     assert any(line.startswith(error.removesuffix("...")) for line in lines), lines
+
+
+def test_shell_md_explain_sample(tmp_path):
+    (sample,) = [b for b in indented(SHELL_MD) if b.startswith('[{_id_: "o1"')]
+    out = io.StringIO()
+    with hoarddb.open(tmp_path / "data") as client:
+        assert run_script(client, 'use app\ncreate bucket Orders { type: hash, indices: ["CustomerID"] }\n'
+                                  'db.Orders.insert({_id_: "o1", CustomerID: "c1"})\n'
+                                  'db.Orders.search({CustomerID: "c1"}, {explain: true})',
+                          out=out, err=io.StringIO()) == 0
+    assert out.getvalue().splitlines()[-len(sample.splitlines()):] == sample.splitlines()

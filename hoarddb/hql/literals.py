@@ -1,10 +1,10 @@
 """HQL's value constructors and scalar literals: what ``ISODate("...")``, ``int64(5)`` or ``'it\\'s'`` mean.
 
 The grammar (hql.lark) only knows that ``Name(args)`` is a constructor call; the table
-:data:`CONSTRUCTORS` below says which names exist and what each builds. The printer
-(printer.py) writes every value back in a form this module reads, so a printed document
-can be pasted into the shell again. Adding a constructor: one entry in ``CONSTRUCTORS``,
-and a case in ``printer.format_value`` for the type it builds.
+:data:`CONSTRUCTORS` below says which names exist and what each builds. The renderer
+(hoarddb/values/literal.py) writes every value back in a form this module reads, so a
+printed document can be pasted into the shell again. Adding a constructor: one entry in
+``CONSTRUCTORS``, and a case in ``values.literal._scalar`` for the type it builds.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """HQL text to statements, and statements to operation requests.
 
-The grammar is hql.lark. This module drives lark's LALR parser token by token, which
-lets it do the three things a plain ``Lark.parse`` cannot:
+The grammar is hql.lark. This module drives lark's LALR parser token by token through
+lark's public interactive parser (``parse_interactive``, ``choices``, ``accepts``,
+``copy``, ``feed_token``; never its parse tables), which lets it do the three things a
+plain ``Lark.parse`` cannot:
 
 * parse a script one statement at a time (:func:`statements`), so the shell runs each
   statement before it reads the next, and a syntax error stops only its own statement;
@@ -24,8 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, VisitError
-from lark.parsers.lalr_analysis import Shift
+from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
 
 from .. import operations
 from ..errors import (BadValueError, DatabaseNotFoundError, HoardError, InternalError, InvalidArgumentError,
@@ -41,6 +42,11 @@ KEYWORDS: dict[str, str] = {
 
 #: The keywords a statement starts with (db starts a call).
 STATEMENT_KEYWORDS = ("create", "drop", "alter", "describe", "use", "show", "help", "exit", "quit", "db")
+
+#: Statements that end with their line, complete or not, with how each is written: `use` on its
+#: own is refused at its line's end instead of taking the next line as its name.
+ONE_LINE = {"use": ("use NAME",), "show": ("show databases", "show buckets"), "describe": ("describe bucket NAME",),
+            "drop": ("drop database NAME", "drop bucket NAME")}
 
 #: Bucket methods that are not store verbs: ``db.Users.stats()`` is the engine's stats operation.
 BUCKET_METHODS = {"stats": "stats"}
@@ -173,6 +179,11 @@ def _unexpected(tok: Token, last: Token | None, opened: list, expected: set, in_
     one (a JavaScript habit, an unbalanced bracket), what to write instead.
     """
     message = f"unexpected {_show_token(tok)}; expected {_expected(expected, in_statement=in_statement)}"
+    if tok.type == "NAME":  # a keyword mistyped: shwo buckets, create buckt X
+        words = [name.lower() for name in expected if name in KEYWORDS.values()]
+        close = difflib.get_close_matches(tok.value.lower(), words, n=1, cutoff=0.6)
+        if close and close[0] != tok.value.lower():
+            message += f"; did you mean {close[0]}?"
     if last is not None and last.type == "NAME" and last.value == "new" and tok.type == "NAME":
         example = literals.CONSTRUCTORS.get(tok.value.lower())
         instead = example.example if example else f"{tok.value}(...)"
@@ -277,62 +288,86 @@ def _keyword(tok: Token) -> Token | None:
     return None
 
 
-def _advance(ip, stack: list, kind: str) -> list | None:
-    """The LALR state stack after the parser takes a token of type ``kind``, or None if it cannot.
+class _Parser:
+    """Lark's interactive parser for one statement, fed a token only where the token fits.
 
-    A dry run on the parse table alone: no values are built and the parser is untouched,
-    so the driver can ask "would this fit?" before every token at little cost.
+    Only lark's public interactive-parser API is used (``parse_interactive``, ``choices``,
+    ``accepts``, ``copy``, ``feed_token``, ``feed_eof``), never its parse tables, so a lark
+    upgrade cannot break the shell. ``choices`` lists every token that may fit, and more
+    (an LALR table row can list a token the parser refuses only after a reduction);
+    ``accepts`` is exact but tries each token on a copy, so it is asked only where the
+    driver must know before it feeds (a keyword or a name? a new line or the end?), at
+    most once per position.
     """
-    conf = ip.parser_state.parse_conf
-    states, end_state = conf.states, conf.end_state
-    stack = list(stack)
-    while True:
-        action = states[stack[-1]].get(kind)
-        if action is None:
+
+    def __init__(self, start: str, ip=None, fed: list[Token] | None = None):
+        self.start = start
+        self.ip = ip if ip is not None else _LARK.parse_interactive(start=start)
+        self.fed: list[Token] = fed or []  # the statement's tokens so far, to rebuild the parser after a refusal
+        self._accepts: set[str] | None = None
+
+    def accepts(self) -> set[str]:
+        """The terminals the parser takes next, ``$END`` among them when the statement can end here."""
+        if self._accepts is None:
+            self._accepts = set(self.ip.accepts())
+        return self._accepts
+
+    def fits(self, kind: str) -> bool:
+        """Whether the parser takes a token of type ``kind`` next (asking ``accepts`` only when it may)."""
+        return kind in self.ip.choices() and kind in self.accepts()
+
+    def typed(self, tok: Token) -> Token | None:
+        """``tok`` as the parser would take it (a keyword where a keyword fits, else itself), or None if neither fits."""
+        if tok.type in ("$ERROR", "SEMI"):
             return None
-        what, arg = action
-        if what is Shift:
-            stack.append(arg)
-            return stack
-        size = len(arg.expansion)
-        if size:
-            del stack[-size:]
-        stack.append(states[stack[-1]][arg.origin.name][1])
-        if kind == "$END" and stack[-1] == end_state:
-            return stack
+        kw = _keyword(tok)
+        if kw is not None and self.fits(kw.type):
+            return kw
+        return tok if self.fits(tok.type) else None
+
+    def can_end(self) -> bool:
+        return self.fits("$END")
+
+    def take(self, tok: Token) -> bool:
+        """Feed ``tok`` (as a keyword where a keyword fits); False, the parser as it was, when it does not fit."""
+        choices = self.ip.choices()
+        kw = _keyword(tok)
+        if kw is not None and kw.type in choices and (tok.type not in choices or kw.type in self.accepts()):
+            tok = kw
+        elif tok.type not in choices:
+            return False
+        try:
+            self.ip.feed_token(tok)
+        except UnexpectedToken:
+            # Refused after a reduction, which left the parser changed: rebuild it from the
+            # statement's tokens, so that accepts() says what could have come instead.
+            self.ip = _LARK.parse_interactive(start=self.start)
+            for fed in self.fed:
+                self.ip.feed_token(fed)
+            self._accepts = None
+            return False
+        self.fed.append(tok)
+        self._accepts = None
+        return True
+
+    def after(self, tok: Token) -> _Parser:
+        """A separate parser that has taken ``tok`` too; this one is untouched."""
+        other = _Parser(self.start, self.ip.copy(), [*self.fed, tok])
+        other.ip.feed_token(tok)
+        return other
+
+    def finish(self, last: Token):
+        """The statement's parse tree; :meth:`can_end` said it can end."""
+        return self.ip.feed_eof(last)
 
 
-def _try(ip, tok: Token) -> bool:
-    """Whether the parser accepts ``tok`` next, leaving the parser untouched."""
-    return _advance(ip, ip.parser_state.state_stack, tok.type) is not None
-
-
-def _typed(ip, tok: Token) -> Token:
-    """``tok`` as the parser should see it: a keyword where a keyword is expected, else itself."""
-    kw = _keyword(tok)
-    if kw is not None and kw.type in ip.parser_state.parse_conf.states[ip.parser_state.state_stack[-1]] and _try(ip, kw):
-        return kw
-    return tok
-
-
-def _accepts(ip, tok: Token) -> bool:
-    if tok.type in ("$ERROR", "SEMI"):
-        return False
-    return _try(ip, _typed(ip, tok))
-
-
-def _accepts_after(ip, first: Token, then: Token) -> bool:
-    stack = _advance(ip, ip.parser_state.state_stack, first.type)
-    if stack is None or then.type in ("$ERROR", "SEMI"):
-        return False
-    kw = _keyword(then)
-    return (_advance(ip, stack, then.type) is not None
-            or kw is not None and _advance(ip, stack, kw.type) is not None)
-
-
-def _acceptable(ip) -> set[str]:
-    """The terminals the parser accepts next: exact, unlike LALR's table row, which may list more."""
-    return {name for name in ip.choices() if name.isupper() and _try(ip, Token(name, ""))}
+def _usage(fed: list[Token]) -> str | None:
+    """How the statement begun with the tokens ``fed`` is written, when it is one that ends with its line."""
+    if not fed or fed[0].type == "NAME":
+        return None
+    typed = [t.value.lower() for t in fed]
+    forms = [f for f in ONE_LINE.get(typed[0], ()) if f.split()[:len(typed)] == typed] or ONE_LINE.get(typed[0])
+    return " or ".join(forms) if forms else None
 
 
 def _starts_statement(tok: Token) -> bool:
@@ -356,7 +391,7 @@ class _Driver:
             tok = src.next()
         if tok.type == "$END":
             return None
-        ip = _LARK.parse_interactive(start=self.start)
+        parser = _Parser(self.start)
         first, last = tok, None
         self.depth = 0
         self.opened = []
@@ -365,25 +400,27 @@ class _Driver:
             if kind == "$ERROR":
                 raise tok.error
             if kind in ("$END", "SEMI"):
-                return self._finish(ip, first, last or first, tok)
+                return self._finish(parser, first, last or first, tok)
             if kind == "NL":
                 nxt = src.peek_significant()
-                if _try(ip, tok):
+                if parser.fits("NL"):
                     # A line break inside a bucket body separates its lines, unless what
                     # follows can only continue the current line.
-                    if _accepts_after(ip, tok, nxt) or not _accepts(ip, nxt):
-                        ip.feed_token(tok)
-                elif _try(ip, Token.new_borrow_pos("$END", "", tok)):
-                    if nxt.type in ("$END", "SEMI", "$ERROR") or _starts_statement(nxt) or not _accepts(ip, nxt):
-                        return self._finish(ip, first, last or first, tok)
+                    after = parser.after(tok)
+                    if parser.typed(nxt) is None or after.typed(nxt) is not None:
+                        parser = after
+                elif parser.can_end():
+                    if (nxt.type in ("$END", "SEMI", "$ERROR") or _starts_statement(nxt)
+                            or parser.typed(nxt) is None):
+                        return self._finish(parser, first, last or first, tok)
+                elif _usage(parser.fed):
+                    return self._finish(parser, first, last or first, tok)
                 tok = src.next()
                 continue
-            typed = _typed(ip, tok)
-            if not _try(ip, typed):
-                message, about = _unexpected(tok, last, self.opened, _acceptable(ip), self.start == "statement",
+            if not parser.take(tok):
+                message, about = _unexpected(tok, last, self.opened, parser.accepts(), self.start == "statement",
                                              src.text)
                 raise _error(SyntaxError_, message, about)
-            ip.feed_token(typed)
             self.depth += _OPEN.get(kind, 0) + _CLOSE.get(kind, 0)
             if kind in _OPEN:
                 self.opened.append(tok)
@@ -392,18 +429,24 @@ class _Driver:
             last = tok
             tok = src.next()
 
-    def _finish(self, ip, first: Token, last: Token, end: Token):
-        if not _try(ip, Token.new_borrow_pos("$END", "", last)):
-            at_end = end.type == "$END"
-            what = "end of input" if at_end else _show_token(end)
-            message = f"the statement is incomplete at {what}; expected {_expected(_acceptable(ip))}"
+    def _finish(self, parser: _Parser, first: Token, last: Token, end: Token):
+        if not parser.can_end():
+            what = "end of input" if end.type == "$END" else _show_token(end)
+            message = f"the statement is incomplete at {what}; expected {_expected(parser.accepts())}"
+            usage = _usage(parser.fed)
+            if usage:
+                message += f"; write {usage}"
             if self.opened and self.opened[-1].line < end.line:
                 inner = self.opened[-1]
                 message += f" (the {inner.value!r} at {_at(inner)} is still open)"
-            err = _error(SyntaxError_, message, end, at_end=at_end)
+            # at_end: more input could finish it (the shell reads another line); a one-line
+            # statement cannot be finished on the next line, so it is answered at once.
+            err = _error(SyntaxError_, message, end, at_end=end.type == "$END" and not usage)
             err.terminated = True
+            if end.type == "$END":
+                err.expected = parser.accepts()  # what may come next, for completion
             raise err
-        tree = ip.feed_eof(last)
+        tree = parser.finish(last)
         self.depth = 0
         return tree, first, last
 
@@ -637,7 +680,9 @@ class _ToValues(Transformer):
         (bucket, _), key, (field_name, _), verb, args = _tokens(c)
         op = operations.FIELD_VERBS.get(verb.value)
         if op is None and verb.value not in operations.VERBS:  # no verb at all: refused here, as on a bucket
-            raise _Positioned(_unknown_verb(verb.value, operations.FIELD_VERBS), verb)
+            err = unknown_verb(verb.value, operations.FIELD_VERBS)
+            err.called_on = (bucket, field_name, verb.value)
+            raise _Positioned(err, verb)
         if op is None:  # no store field has it (update, range...): the engine refuses it with advice
             name, bound = operations.VERBS[verb.value].name, {}
         else:
@@ -651,7 +696,9 @@ class _ToValues(Transformer):
 
 def _verb_request(bucket: str, verb: Token, args: list) -> dict:
     if verb.value not in operations.VERBS:
-        raise _Positioned(_unknown_verb(verb.value, {**operations.VERBS, **BUCKET_METHODS}), verb)
+        err = unknown_verb(verb.value, {**operations.VERBS, **BUCKET_METHODS})
+        err.called_on = (bucket, None, verb.value)
+        raise _Positioned(err, verb)
     try:
         op = operations.verb(verb.value)
         bound = operations.bind(op, args)
@@ -660,14 +707,21 @@ def _verb_request(bucket: str, verb: Token, args: list) -> dict:
     return {"op": op.name, "bucket": bucket, "args": bound}
 
 
-def _unknown_verb(name: str, known) -> UnknownVerbError:
-    """UNKNOWN_VERB for ``name``: the verbs there are, and the one it is most likely a typo of."""
+def unknown_verb(name: str, known, owner: str | None = None) -> UnknownVerbError:
+    """UNKNOWN_VERB for ``name``: the verbs there are (``known``, aliases among them), and the likeliest typo.
+
+    ``owner`` names what the verbs are of (``fifo bucket 'Comments'``); without it they are
+    every verb. The error's ``called_on`` (set by the parser) is the ``(bucket, store field,
+    verb)`` of the call, so that the shell, which can ask the bucket's type, lists that
+    type's verbs only.
+    """
     names = sorted(known)
     by_lower = {n.lower(): n for n in names}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     guess = f"did you mean {by_lower[close[0]]}? " if close else ""
     shown = sorted({n for n in names if "_" in n or n.islower()})  # one spelling each: batch_push, not batchPush
-    return UnknownVerbError(f"unknown verb {name!r}; {guess}verbs: {', '.join(shown)} (help VERB describes one)")
+    what = f"verbs of {owner}" if owner else "verbs"
+    return UnknownVerbError(f"unknown verb {name!r}; {guess}{what}: {', '.join(shown)} (help VERB describes one)")
 
 
 _TRANSFORMER = _ToValues()
@@ -679,8 +733,11 @@ def _transform(tree, first: Token):
     except VisitError as e:
         orig = e.orig_exc
         if isinstance(orig, _Positioned):
-            raise _error(type(orig.err), orig.err.message if isinstance(orig.err, HoardError) else str(orig.err),
-                         orig.tok or first) from None
+            err = _error(type(orig.err), orig.err.message if isinstance(orig.err, HoardError) else str(orig.err),
+                         orig.tok or first)
+            if hasattr(orig.err, "called_on"):
+                err.called_on = orig.err.called_on
+            raise err from None
         if isinstance(orig, HoardError):
             raise _error(type(orig), orig.message, first) from None
         # A bug: still an error of this statement (the shell prints it and goes on), never a traceback.
@@ -756,6 +813,25 @@ def _no_bare_top(value):
         return _no_bare(value)
     except _Positioned as p:
         raise _error(type(p.err), p.err.message, p.tok) from None
+
+
+def next_keywords(text: str) -> list[str]:
+    """The keywords that may come next at the end of ``text``, lower-case: what completion offers.
+
+    After ``describe`` that is ``bucket``; after ``show``, ``buckets`` and ``databases``; where
+    a statement starts, the words a statement starts with; elsewhere none.
+    """
+    last: Statement | HoardError | None = None
+    for last in statements(text):
+        pass
+    if isinstance(last, HoardError) and getattr(last, "expected", None) is not None:
+        expected = last.expected
+    elif last is None or text.rstrip(" \t\r").endswith((";", "\n")):
+        expected = _Parser("statement").accepts()
+    else:
+        return []
+    return sorted(name.lower() for name in expected
+                  if name in KEYWORDS.values() and name not in ("TRUE", "FALSE", "NULL"))
 
 
 def is_complete(text: str) -> bool:

@@ -1,40 +1,30 @@
 """Answers as text: values in HQL's literal syntax, answers as readable lines or one JSON line.
 
 Readable output is for people: a document prints as ``{Author: "Bob", Text: "Nice photo!"}``,
-the way it is typed, so it can be pasted back into the shell (:func:`format_value` and
-``parser.parse_value`` round-trip every BSON value, except bytes longer than
-``BYTES_SHOWN``, which print as a summary). ``describe bucket`` and ``stats`` print as
+the way it is typed, so it can be pasted back into the shell (:func:`format_value`, the
+one renderer of values in hoarddb/values/literal.py, and ``parser.parse_value``
+round-trip every BSON value, except bytes longer than ``BYTES_SHOWN`` in an answer,
+which print as a summary). ``describe bucket`` and ``stats`` print as
 labelled lines. The ``--json`` output is for programs: :func:`json_line` writes one line
 of MongoDB relaxed Extended JSON per statement, whose shape docs/user/shell.md promises.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime
 import hashlib
-import math
-import re
-import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from bson import json_util
-from bson.binary import Binary, UuidRepresentation
-from bson.code import Code
-from bson.dbref import DBRef
-from bson.decimal128 import Decimal128
-from bson.int64 import Int64
+from bson.binary import UuidRepresentation
 from bson.json_util import JSONMode, JSONOptions
-from bson.max_key import MaxKey
-from bson.min_key import MinKey
-from bson.objectid import ObjectId
-from bson.regex import Regex
-from bson.timestamp import Timestamp
 
 from ..errors import HoardError
-from ..values.literal import format_key, quote
-from .literals import INT64_MAX, INT64_MIN
+from ..values.literal import format_date, format_float, format_key, quote, render
+
+__all__ = ["format_value", "format_date", "format_float", "format_key", "quote", "format_answer", "format_bucket",
+           "format_explain", "format_error", "error_answer", "json_line", "settle", "consume_stream"]
 
 #: Bytes up to this many print in full as BinData(0, "..."); longer ones as a summary.
 BYTES_SHOWN = 1024
@@ -49,122 +39,15 @@ JSON_OPTIONS = JSONOptions(json_mode=JSONMode.RELAXED, uuid_representation=UuidR
 
 # ---- values ----------------------------------------------------------------------------
 
-def format_date(value: datetime.datetime) -> str:
-    """``ISODate("2026-09-29T10:00:00Z")``, with milliseconds (or microseconds) only when present."""
-    if value.tzinfo is not None:
-        value = value.astimezone(datetime.timezone.utc)
-    text = value.strftime("%Y-%m-%dT%H:%M:%S")
-    if value.microsecond % 1000:
-        text += f".{value.microsecond:06d}"
-    elif value.microsecond:
-        text += f".{value.microsecond // 1000:03d}"
-    if value.year < 1000:
-        text = f"{value.year:04d}" + text[text.index("-"):]
-    return f'ISODate("{text}Z")'
-
-
-def format_float(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return repr(value)  # always has a '.' or an exponent, so it reads back as a float
-
-
-def _bytes(data: bytes, subtype: int, bytes_shown: int | None) -> str:
-    if bytes_shown is not None and len(data) > bytes_shown:
-        return f"BinData({subtype}, <{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}>)"
-    return f'BinData({subtype}, "{base64.b64encode(data).decode()}")'
-
-
-def _scalar(value: Any, bytes_shown: int | None) -> str | None:
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, Int64):
-        return f"int64({int(value)})"
-    if isinstance(value, int):
-        if not INT64_MIN <= value <= INT64_MAX:
-            return f'Decimal128("{value}")'
-        return str(value)
-    if isinstance(value, float):
-        return format_float(value)
-    if isinstance(value, Code):  # a str subclass: before str, or it prints as a plain string
-        if value.scope is None:
-            return f"Code({quote(str(value))})"
-        return f"Code({quote(str(value))}, {format_value(value.scope, width=None, bytes_shown=bytes_shown)})"
-    if isinstance(value, str):
-        return quote(value)
-    if isinstance(value, datetime.datetime):
-        return format_date(value)
-    if isinstance(value, Binary):
-        return _bytes(bytes(value), value.subtype, bytes_shown)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return _bytes(bytes(value), 0, bytes_shown)
-    if isinstance(value, uuid.UUID):
-        return f'UUID("{value}")'
-    if isinstance(value, ObjectId):
-        return f'ObjectId("{value}")'
-    if isinstance(value, Decimal128):
-        return f'Decimal128("{value}")'
-    if isinstance(value, Timestamp):
-        return f"Timestamp({value.time}, {value.inc})"
-    if isinstance(value, re.Pattern):
-        value = Regex.from_native(value)
-    if isinstance(value, Regex):
-        return f"Regex({quote(value.pattern)}, {quote(_regex_flags(value.flags))})"
-    if isinstance(value, MinKey):
-        return "MinKey()"
-    if isinstance(value, MaxKey):
-        return "MaxKey()"
-    if isinstance(value, datetime.date):
-        return format_date(datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.timezone.utc))
-    return None
-
-
-def _regex_flags(flags: Any) -> str:
-    if isinstance(flags, str):
-        return flags
-    letters = {re.I: "i", re.L: "l", re.M: "m", re.S: "s", re.U: "u", re.X: "x"}
-    return "".join(ch for bit, ch in letters.items() if flags & bit)
-
-
 def format_value(value: Any, *, width: int | None = WIDTH, indent: int = 0, bytes_shown: int | None = None) -> str:
     """``value`` in HQL literal syntax, such as ``{Author: "Bob", At: ISODate("...")}``.
 
-    A document or list wider than ``width`` is broken over lines, two spaces per level
-    (``width=None`` keeps everything on one line). Bytes longer than ``bytes_shown``
+    The one renderer of values, :func:`hoarddb.values.literal.render`, with the shell's
+    width: a document or list wider than ``width`` is broken over lines, two spaces per
+    level (``width=None`` keeps everything on one line). Bytes longer than ``bytes_shown``
     print as a summary, which does not read back; ``None`` prints all bytes.
     """
-    text = _scalar(value, bytes_shown)
-    if text is not None:
-        return text
-    if isinstance(value, DBRef):  # BSON reads {$ref, $id} back as a DBRef: print the document it is
-        value = value.as_doc()
-    if isinstance(value, Mapping):
-        items = [(format_key(k), v) for k, v in value.items()]
-        open_, close = "{", "}"
-    elif isinstance(value, (list, tuple)):
-        items = [(None, v) for v in value]
-        open_, close = "[", "]"
-    else:
-        return f"<{type(value).__name__} {value!r}>"
-    if not items:
-        return open_ + close
-
-    def one(key, v, **kw):
-        shown = format_value(v, bytes_shown=bytes_shown, **kw)
-        return shown if key is None else f"{key}: {shown}"
-
-    flat = open_ + ", ".join(one(k, v, width=None) for k, v in items) + close
-    if width is None or indent + len(flat) <= width:
-        return flat
-    pad = "  " * (indent // 2 + 1)
-    inner = [pad + one(k, v, width=width, indent=len(pad)) for k, v in items]
-    return open_ + "\n" + ",\n".join(inner) + "\n" + "  " * (indent // 2) + close
+    return render(value, width=width, indent=indent, bytes_shown=bytes_shown)
 
 
 # ---- answers ---------------------------------------------------------------------------
@@ -214,6 +97,8 @@ def format_bucket(info: Mapping) -> str:
     for key, label in (("entries", "Entries"), ("bytes", "Bytes")):
         if key in info:
             rows.append((label, info[key]))
+    if "bytes" in info and "data_bytes" in info:  # on one line: what the files take, and what the data fills
+        rows[-1] = ("Bytes", f"{info['bytes']} on disk, {info['data_bytes']} of data")
     if info.get("placement") is not None:
         rows.append(("Placement", info["placement"]))
     if info.get("options"):
@@ -225,8 +110,8 @@ def format_bucket(info: Mapping) -> str:
         rows.append(("Stores", ", ".join(_field(f, store=True) for f in info["store_fields"])))
     if "indexes" in info:
         rows.append(("Indexes", ", ".join(_index(ix) for ix in info["indexes"]) or "none"))
-    known = {"name", "type", "entries", "bytes", "placement", "options", "fields", "store_fields", "indexes",
-             "db", "verbs"}
+    known = {"name", "type", "entries", "bytes", "data_bytes", "placement", "options", "fields", "store_fields",
+             "indexes", "db", "verbs"}
     for key, value in info.items():
         if key not in known:
             rows.append((str(key).replace("_", " ").capitalize(), value))
@@ -251,7 +136,33 @@ def format_answer(op: str, answer: Mapping) -> str:
     if answer.get("store_fields") and result is not None:  # a document that owns stores: name them
         text += "\n-- stores: " + ", ".join(
             f"{f['name']} {f['type']}Store ({f['length']})" for f in answer["store_fields"])
+    if isinstance(answer.get("explain"), Mapping):  # search(..., {explain: true}): the plan after the documents
+        text += "\n" + format_explain(answer["explain"])
     return text
+
+
+def format_explain(plan: Mapping) -> str:
+    """A search's plan as labelled lines: the index used, what was examined, and each index considered."""
+    rows = [("index used", plan.get("index_used"))]
+    for key in ("keys_examined", "docs_examined", "returned"):
+        if key in plan:
+            rows.append((key.replace("_", " "), plan[key]))
+    for key, value in plan.items():
+        if key not in ("index_used", "keys_examined", "docs_examined", "returned", "considered"):
+            rows.append((str(key).replace("_", " "), value))
+    lines = ["-- plan:"] + [f"--   {label + ':':<15}{v if isinstance(v, str) else format_value(v, width=None)}"
+                            for label, v in rows]
+    considered = plan.get("considered") or []
+    if considered:
+        lines.append("--   considered:")
+    for c in considered:
+        if isinstance(c, Mapping) and "index" in c:
+            covered = c.get("covered")
+            cover = f" (covers {covered} field{'' if covered == 1 else 's'})" if isinstance(covered, int) else ""
+            lines.append(f"--     {c['index']}{cover}: {c.get('reason', '')}".rstrip(": "))
+        else:
+            lines.append(f"--     {format_value(c, width=None)}")
+    return "\n".join(lines)
 
 
 def _answers_nothing(op: str) -> bool:

@@ -169,9 +169,21 @@ class Store(ABC):
     def sync(self) -> None:
         """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit)."""
 
+    def backup(self, target: Path) -> None:
+        """Copy the open bucket's files into the new folder ``target`` as one moment of the bucket,
+        while it serves (a hot backup): what a later open of ``target`` reads is the bucket as it
+        was at some instant during the call, every write before it whole and none after it."""
+        raise NotImplementedError(f"{type(self).__name__} has no backup")
+
     def stats(self) -> dict:
-        """``{"entries": n, "bytes": bytes on disk}`` for this store."""
-        return {"entries": self.length(), "bytes": directory_bytes(self.directory)}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": bytes of the data}`` for this store.
+
+        ``bytes`` is what the bucket's files take on disk (allocated blocks: free pages,
+        logs and preallocated space included); ``data_bytes`` what its entries fill of
+        them (each store type says how it counts).
+        """
+        return {"entries": self.length(), "bytes": directory_bytes(self.directory),
+                "data_bytes": apparent_bytes(self.directory)}
 
     @abstractmethod
     def length(self) -> int:
@@ -193,6 +205,50 @@ class Store(ABC):
         raise NotImplementedError(f"{type(self).__name__} writes alone, never in a group")
 
 
+def link_files(source: Path, target: Path, names=None) -> int:
+    """Hard-link the files of folder ``source`` (or only ``names``) into ``target`` (made if missing),
+    copying where a link cannot be made (another file system); those already there are kept.
+    For files never changed once written (blobs). How many were added."""
+    import shutil
+
+    target.mkdir(parents=True, exist_ok=True)
+    added = 0
+    for name in sorted(names if names is not None else os.listdir(source)):
+        src, dst = source / name, target / name
+        if dst.exists() or not src.is_file():
+            continue
+        try:
+            os.link(src, dst)
+        except FileNotFoundError:  # deleted meanwhile
+            continue
+        except OSError:
+            try:
+                shutil.copy2(src, dst)
+            except FileNotFoundError:
+                continue
+        added += 1
+    return added
+
+
+def apparent_bytes(directory: Path) -> int:
+    """Bytes of the files below ``directory`` as they read (their sizes, not the blocks they take)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def kv_data_bytes(kv) -> int:
+    """Bytes of the LMDB pages a KV's entries fill (documents, index entries, store-field elements):
+    its B-tree's branch, leaf and overflow pages, without free pages, the log or the lock file."""
+    stat = kv.env.stat()
+    return stat["psize"] * (stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
+
+
 def directory_bytes(directory: Path) -> int:
     """Bytes the files below ``directory`` take on disk (allocated blocks, not apparent size)."""
     total = 0
@@ -207,9 +263,10 @@ def directory_bytes(directory: Path) -> int:
 
 
 def encode_document(doc: Any, what: str = "document") -> bytes:
-    """The BSON of ``doc``, refusing a non-mapping, a value BSON cannot hold, or over 16 MiB."""
+    """The BSON of ``doc``, refusing a non-mapping, a value BSON cannot hold, a field name that begins with
+    ``$`` or holds a ``.`` (see codec.encode_checked), or over 16 MiB."""
     if type(doc) is dict:  # the common case, a mapping without asking the ABC (two calls in Python)
-        data = encode_checked(doc, what)
+        data = encode_checked(doc, what, True)
         if len(data) > MAX_DOCUMENT_SIZE:
             raise DocumentTooLargeError(_too_large(what, len(data)))
         return data
@@ -217,12 +274,14 @@ def encode_document(doc: Any, what: str = "document") -> bytes:
         data = doc.raw
         if len(data) > MAX_DOCUMENT_SIZE:
             raise DocumentTooLargeError(_too_large(what, len(data)))
+        if b"." in data or b"$" in data:  # (a name may hold one: check them as a decoded document's are)
+            encode_checked(decode(data), what, True)
         return data
     if not isinstance(doc, Mapping):
         raise NotADocumentError(
             f"{what} must be a document (a mapping such as {{Name: \"x\"}}), got {type(doc).__name__}: {doc!r:.80}"
         )
-    data = encode_checked(doc, what)
+    data = encode_checked(doc, what, True)
     if len(data) > MAX_DOCUMENT_SIZE:
         raise DocumentTooLargeError(_too_large(what, len(data)))
     return data
@@ -380,7 +439,8 @@ class KVStore(Store):
             self._count = int.from_bytes(raw, "little") if raw else 0
 
     def stats(self) -> dict:
-        return {"entries": self._count, "bytes": directory_bytes(self.directory)}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": LMDB pages its entries fill}``."""
+        return {"entries": self._count, "bytes": directory_bytes(self.directory), "data_bytes": kv_data_bytes(self.kv)}
 
     def export(self, cursor: Any = None, limit: int = 1000) -> dict:
         """A page of every entry in storage (key) order: ``{docs, next}``; pass ``next`` back as ``cursor``.
@@ -435,6 +495,31 @@ class KVStore(Store):
         except DAMAGE_ERRORS as exc:
             problems.append(Problem(cls.KV_FILE, f"LMDB found its pages are not what it wrote ({exc}); what "
                                                  "comes after the damage was not checked"))
+        return problems
+
+    def backup(self, target: Path) -> None:
+        """LMDB's own copy of the environment, made from one read transaction (writes go on
+        meanwhile), and the files of blob store fields (``fields/``, written before the commit
+        that names them, never changed after): linked before the copy, and again after it for
+        those written meanwhile."""
+        fields = self.directory / "fields"
+        if fields.is_dir():
+            link_files(fields, target / "fields")
+        (target / "kv").mkdir(parents=True)
+        self.kv.env.copy(str(target / "kv"), compact=True)
+        if fields.is_dir():
+            link_files(fields, target / "fields")
+
+    def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
+        """:meth:`check` on the open bucket, while it serves: the same walk, in one read
+        transaction, so it sees one moment of the bucket and writes go on meanwhile."""
+        problems = Problems()
+        try:
+            with self.kv.read() as txn:
+                type(self).check_kv(txn, declaration, self.directory, problems)
+        except DAMAGE_ERRORS as exc:
+            problems.append(Problem(self.KV_FILE, f"LMDB found its pages are not what it wrote ({exc}); what "
+                                                  "comes after the damage was not checked"))
         return problems
 
     @classmethod

@@ -8,9 +8,12 @@
     b'...'
 
 The files and the index log are :mod:`hoarddb.storage.blobfiles`; this module is the
-verbs, their arguments and their errors. The index is held in memory as a dict of
-DbID -> record, rebuilt from ``_index.bson`` on open. Every read checks the SHA-256
-recorded at put, so altered bytes are never returned: :class:`CorruptDataError` instead.
+verbs, their arguments and their errors, for a blob bucket (:class:`BlobStore`) and a
+document's blob store field (:class:`BlobField`) alike: both read through
+:class:`BlobReads`, and differ only in where a blob's record lives (docs/dev/blobs.md).
+A bucket's index is held in memory as a dict of DbID -> record, rebuilt from
+``_index.bson`` on open. Every read checks the SHA-256 recorded at put, so altered bytes
+are never returned: :class:`CorruptDataError` instead.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from ..chunks import chunks as _chunks
 from ..storage import blobfiles
 from ..storage.blobfiles import CHUNK_SIZE, INDEX_NAME, TEMP_PREFIX, IndexLog
 from ..storage.oserrors import fsync_directory, is_full, storage_error
+from ..values.codec import decode, encode
+from ..values.keys import encode_key
 from .base import Problem, Problems, Store, check_limit
 
 log = logging.getLogger(__name__)
@@ -45,7 +50,7 @@ COMPACT_MIN_RECORDS = 1000
 #: whose records must stay small).
 MAX_LABEL_BYTES = 1024
 
-_ID_TEXT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_ID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # (fullmatch: $ takes a "\n")
 _PUT_FIELDS = ("data", "name", "type")
 _ACCEPTED = (
     "bytes, bytearray, memoryview, a binary file object (anything with .read(n)), "
@@ -53,7 +58,71 @@ _ACCEPTED = (
 )
 
 
-class BlobStore(Store):
+class BlobReads:
+    """BlobReads is how a blob is read, in a blob bucket and a blob store field alike:
+    ``get``, ``info`` and ``stream``, whose bytes are checked against the SHA-256 recorded
+    at put, so altered bytes are never returned (CORRUPT_DATA instead). The storage gives:
+
+        _lookup(blob_id)                       its record {_id_, name, type, size, sha256, created}
+                                               (NOT_FOUND when there is none)
+        _open_blob(blob_id, record)            its file, open for reading
+        _corrupt(blob_id, record, size, sha)   the error for bytes that do not match
+        _got(record, data)                     get's answer
+    """
+
+    def get(self, id: Any) -> dict:
+        """``{"_id_", "data", "name", "type", "size", "sha256"}``, the bytes checked against their SHA-256."""
+        blob_id = _blob_id(id)
+        record = self._lookup(blob_id)
+        f = self._open_blob(blob_id, record)
+        with f:
+            data = f.read()
+        self._verify(blob_id, record, len(data), hashlib.sha256(data).hexdigest())
+        return self._got(record, data)
+
+    def info(self, id: Any) -> dict:
+        """``{"_id_", "name", "type", "size", "sha256", "created"}``: metadata, no bytes read."""
+        blob_id = _blob_id(id)
+        return _info(self._lookup(blob_id))
+
+    def stream(self, id: Any, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        """The blob's bytes as chunks of ``chunk_size`` (the last may be shorter).
+
+        Unknown ids and missing files raise here, before iteration. The SHA-256 is
+        computed as the chunks are read, one chunk ahead of what is yielded, so a
+        corrupt blob raises CorruptDataError *instead of* yielding its last chunk: a
+        consumer that gets every chunk without an error got the bytes that were put.
+        """
+        blob_id = _blob_id(id)
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise BadValueError(f"stream chunk_size must be a positive integer (bytes), got {chunk_size!r}")
+        record = self._lookup(blob_id)
+        f = self._open_blob(blob_id, record)
+        return self._verified_chunks(blob_id, record, f, chunk_size)
+
+    def _verified_chunks(self, blob_id: str, record: dict, f, chunk_size: int) -> Iterator[bytes]:
+        with f:
+            digest = hashlib.sha256()
+            size = 0
+            chunk = f.read(chunk_size)
+            while True:
+                digest.update(chunk)
+                size += len(chunk)
+                ahead = f.read(chunk_size) if chunk else b""
+                if not ahead:  # ``chunk`` is the last one: check before handing it out
+                    self._verify(blob_id, record, size, digest.hexdigest())
+                    if chunk:
+                        yield chunk
+                    return
+                yield chunk
+                chunk = ahead
+
+    def _verify(self, blob_id: str, record: dict, size: int, sha256: str) -> None:
+        if sha256 != record["sha256"]:
+            raise self._corrupt(blob_id, record, size, sha256)
+
+
+class BlobStore(BlobReads, Store):
     """BlobStore keeps a bucket's blobs as files in its directory, indexed by ``_index.bson``.
 
     Writes (put, delete) are durable when they return unless ``options.sync`` is off.
@@ -94,7 +163,7 @@ class BlobStore(Store):
         directory = Path(directory)
         problems = Problems()
         fix_file = "restore the file from a backup, or delete the blob"
-        files = {p.name for p in directory.iterdir() if _ID_TEXT.match(p.name) and p.is_file()}
+        files = {p.name for p in directory.iterdir() if _ID_TEXT.fullmatch(p.name) and p.is_file()}
         try:
             records, end, size = blobfiles.read_index(directory)
         except FileNotFoundError:
@@ -121,6 +190,16 @@ class BlobStore(Store):
         for name in sorted(files - live.keys()):
             problems.append(Problem(name, "the index does not name this blob file",
                                     "restore _index.bson from a backup, or delete the file"))
+        for blob_id in sorted(i for i in live if not _ID_TEXT.fullmatch(i)):
+            problems.append(Problem(repr(blob_id), f"the index names a blob whose id {blob_id!r} is not a DbID (a "
+                                                   "lowercase UUID, nothing around it): no put accepts it",
+                                    "dump the bucket, delete that blob from the dump, and restore it"))
+        own = {INDEX_NAME, blobfiles.CLOSED_NAME}
+        for path in sorted(directory.iterdir()):
+            if path.name not in own and not _ID_TEXT.fullmatch(path.name) and not path.name.startswith(TEMP_PREFIX):
+                problems.append(Problem(repr(path.name), "this file's name is not a blob's id (a lowercase UUID, "
+                                                         "nothing around it): no blob of the bucket is read from it",
+                                        "move it out of the bucket's folder"))
         for blob_id in sorted(live):
             record = live[blob_id]
             if blob_id not in files:
@@ -150,7 +229,7 @@ class BlobStore(Store):
             if path.name.startswith(TEMP_PREFIX) and path.is_file():  # a put or compaction cut short
                 log.warning("blob bucket %s: removing %s, left by an interrupted write", self.directory, path.name)
                 path.unlink()
-        blob_files = {p.name for p in self.directory.iterdir() if _ID_TEXT.match(p.name) and p.is_file()}
+        blob_files = {p.name for p in self.directory.iterdir() if _ID_TEXT.fullmatch(p.name) and p.is_file()}
         if blob_files and not self._index.exists():
             raise CorruptDataError(
                 f"blob bucket {self.directory} holds {len(blob_files)} blob files but no {INDEX_NAME}; "
@@ -410,60 +489,37 @@ class BlobStore(Store):
 
     # -- reading -------------------------------------------------------------------------
 
-    def get(self, id: Any) -> dict:
-        """``{"_id_", "data", "name", "type", "size", "sha256"}``, the bytes checked against their SHA-256."""
-        blob_id = _blob_id(id)
-        record = self._lookup(blob_id)
-        f = self._open_blob(blob_id, record)
-        with f:
-            data = f.read()
-        self._verify(blob_id, record, len(data), hashlib.sha256(data).hexdigest())
+    def _got(self, record: dict, data: bytes) -> dict:
         return {
-            "_id_": blob_id, "data": data, "name": record["name"], "type": record["type"],
+            "_id_": record["_id_"], "data": data, "name": record["name"], "type": record["type"],
             "size": record["size"], "sha256": record["sha256"],
         }
-
-    def info(self, id: Any) -> dict:
-        """``{"_id_", "name", "type", "size", "sha256", "created"}``: metadata, no bytes read."""
-        blob_id = _blob_id(id)
-        return _info(self._lookup(blob_id))
-
-    def stream(self, id: Any, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
-        """The blob's bytes as chunks of ``chunk_size`` (the last may be shorter).
-
-        Unknown ids and missing files raise here, before iteration. The SHA-256 is
-        computed as the chunks are read, one chunk ahead of what is yielded, so a
-        corrupt blob raises CorruptDataError *instead of* yielding its last chunk: a
-        consumer that gets every chunk without an error got the bytes that were put.
-        """
-        blob_id = _blob_id(id)
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise BadValueError(f"stream chunk_size must be a positive integer (bytes), got {chunk_size!r}")
-        record = self._lookup(blob_id)
-        f = self._open_blob(blob_id, record)
-        return self._verified_chunks(blob_id, record, f, chunk_size)
-
-    def _verified_chunks(self, blob_id: str, record: dict, f, chunk_size: int) -> Iterator[bytes]:
-        with f:
-            digest = hashlib.sha256()
-            size = 0
-            chunk = f.read(chunk_size)
-            while True:
-                digest.update(chunk)
-                size += len(chunk)
-                ahead = f.read(chunk_size) if chunk else b""
-                if not ahead:  # ``chunk`` is the last one: check before handing it out
-                    self._verify(blob_id, record, size, digest.hexdigest())
-                    if chunk:
-                        yield chunk
-                    return
-                yield chunk
-                chunk = ahead
 
     def length(self) -> int:
         """How many blobs the bucket holds."""
         self._check_open()
         return len(self._records)
+
+    def backup(self, target: Path) -> None:
+        """``_index.bson`` up to its last whole record, and each blob file it names (hard links:
+        a blob file never changes once written), taken with the index held still."""
+        from .base import link_files
+
+        self._check_open()
+        with self._lock:
+            target.mkdir(parents=True)
+            end = self._index.end
+            if end:
+                with open(self._index.path, "rb") as src, open(target / self._index.path.name, "wb") as dst:
+                    dst.write(src.read(end))
+            link_files(self.directory, target, names=list(self._records))
+
+    def stats(self) -> dict:
+        """``{"entries": blobs, "bytes": bytes on disk, "data_bytes": the blobs' sizes summed}``."""
+        self._check_open()
+        with self._lock:
+            size = sum(int(r.get("size") or 0) for r in self._records.values())
+        return {**super().stats(), "data_bytes": size}
 
     def list(self, after: Any = None, limit: int = 100) -> list[dict]:
         """Info dicts of up to ``limit`` blobs in DbID order (so, oldest first), after the id ``after``."""
@@ -533,16 +589,156 @@ class BlobStore(Store):
         except OSError as exc:
             raise StorageError(f"blob {blob_id} in bucket {self.directory.name} cannot be read: {exc}") from exc
 
-    def _verify(self, blob_id: str, record: dict, size: int, sha256: str) -> None:
-        if sha256 == record["sha256"]:
-            return
+    def _corrupt(self, blob_id: str, record: dict, size: int, sha256: str) -> CorruptDataError:
         size_note = "" if size == record["size"] else f" ({size} bytes on disk, {record['size']} recorded)"
-        raise CorruptDataError(
+        return CorruptDataError(
             f"blob {blob_id} is corrupt: sha256 on disk {sha256} differs from {record['sha256']} "
             f"recorded at put{size_note} (file {self.directory / blob_id}); "
             "restore it from a backup or delete it",
             id=blob_id,
         )
+
+
+class BlobField(BlobReads):
+    """BlobField is a document's blob store field: the same blobs (a DbID each, the bytes
+    raw in a file named by it, a SHA-256 checked on every read), with their records in a
+    keyspace of the bucket's LMDB environment instead of an index log, so that a put and
+    the check that its document exists are one transaction (docs/dev/blobs.md says why the
+    records live there). The keyspace (:class:`~hoarddb.stores.fields.FieldSpace`) also
+    gives the folder of the files (``directory``) and records which store owns an id
+    (``own``/``disown``, in the same transaction).
+
+        encode_key(DbID)  ->  {_id_, name, type, size, sha256, created}      (BSON)
+
+    A put writes the file (fsynced) before its record commits, and a delete unlinks the
+    file after its record's delete commits: a crash between leaves a file no record
+    names, which the bucket removes when it opens.
+    """
+
+    def __init__(self, space, options: Options):
+        self.space, self.options, self.directory = space, options, space.directory
+
+    def put(self, data: Any, doc: Any = None, name: str | None = None, type: str | None = None) -> str:
+        """Store ``data`` as a new blob (``doc``: the options ``{name, type}``); return its DbID."""
+        where = self.space.where
+        if doc is not None:  # put(data, {name, type})
+            if not isinstance(doc, Mapping):
+                raise BadValueError(f"{where}.put takes the bytes and an options document {{name, type}}, "
+                                    f"such as put(data, {{name: \"lease.pdf\", type: \"application/pdf\"}}); "
+                                    f"got {_kind(doc)}: {doc!r:.80}")
+            extra = sorted(map(str, set(doc) - {"name", "type"}))
+            if extra:
+                raise BadValueError(f"{where}.put options have unknown field(s) {', '.join(extra)}; accepted: name, type")
+            for field, given in (("name", name), ("type", type)):
+                if field in doc and given is not None:
+                    raise BadValueError(f"{where}.put got {field} twice: in the options and as an argument; give it once")
+            name, type = doc.get("name", name), doc.get("type", type)
+        data, name, type = _put_arguments(data, name, type)
+        self.space.read(lambda keys: None)  # the document exists (or NOT_FOUND) before a file is written
+        blob_id = uuid7()
+        try:
+            size, sha256 = blobfiles.write_blob(self.directory, blob_id, _chunks(data), self.options.sync)
+        except OSError as exc:  # (write_blob removed what it wrote)
+            raise storage_error(f"{where}: writing a blob", exc) from None
+        meta = {"_id_": blob_id, "name": name, "type": type, "size": size, "sha256": sha256, "created": _now_s()}
+
+        def fn(keys) -> str:
+            keys.put(encode_key(blob_id), encode(meta))
+            self.space.own(keys, blob_id)
+            return blob_id
+
+        try:
+            return self.space.write(fn)
+        except BaseException:
+            _unlink_quietly(self.directory / blob_id)
+            raise
+
+    def load(self, docs: list) -> dict:
+        """Restore blobs with their own ids (for a dump's restore): ``{_id_, data, name, type, sha256?, created?}``.
+
+        A given ``sha256`` is checked against the bytes written; an id the store already
+        has is refused. Every file is written (and fsynced) before the records of all of
+        them commit in one write.
+        """
+        where = self.space.where
+        self.space.read(lambda keys: None)
+        written, metas = [], []
+        try:
+            for i, doc in enumerate(docs):
+                if not isinstance(doc, Mapping) or "_id_" not in doc or "data" not in doc:
+                    raise BadValueError(f"{where}.load: blob {i} must be a document {{_id_, data, name, type}}")
+                blob_id = _blob_id(doc["_id_"])
+                if (self.directory / blob_id).exists() or blob_id in written:  # ids are unique in a bucket
+                    raise DuplicateKeyError(f"{where}.load: blob {blob_id} exists already in bucket "
+                                            f"{self.space.bucket!r}")
+                data, name, type = _put_arguments(doc["data"], doc.get("name"), doc.get("type"))
+                size, sha256 = blobfiles.write_blob(self.directory, blob_id, _chunks(data), self.options.sync)
+                written.append(blob_id)
+                if doc.get("sha256") is not None and doc["sha256"] != sha256:
+                    raise CorruptDataError(f"{where}.load: blob {blob_id} has sha256 {sha256}, but its dump "
+                                           f"recorded {doc['sha256']}; the dump is damaged: load it from another copy")
+                metas.append({"_id_": blob_id, "name": name, "type": type, "size": size, "sha256": sha256,
+                              "created": doc.get("created") or _now_s()})
+
+            def fn(keys) -> dict:
+                for meta in metas:
+                    if keys.get(encode_key(meta["_id_"])) is not None or self.space.owned(keys, meta["_id_"]):
+                        raise DuplicateKeyError(f"{where}.load: blob {meta['_id_']} exists already")
+                    keys.put(encode_key(meta["_id_"]), encode(meta))
+                    self.space.own(keys, meta["_id_"])
+                return {"loaded": len(metas)}
+
+            return self.space.write(fn)
+        except BaseException:
+            for blob_id in written:
+                _unlink_quietly(self.directory / blob_id)
+            raise
+
+    def delete(self, key: Any) -> dict:
+        """Remove a blob: ``{"deleted": 1}``; an unknown id answers NOT_FOUND. The file goes after the commit."""
+        blob_id = self._lookup(_blob_id(key))["_id_"]
+
+        def fn(keys) -> dict:
+            gone = keys.delete(encode_key(blob_id))
+            self.space.disown(keys, blob_id)
+            return {"deleted": int(gone)}
+
+        got = self.space.write(fn)
+        _unlink_quietly(self.directory / blob_id)
+        return got
+
+    def list(self, after: Any = None, limit: int = 100) -> list:
+        """Info dicts of up to ``limit`` blobs in DbID order (so, oldest first), after the id ``after``."""
+        check_limit(limit, self.options.max_peek, "list")
+        start = None if after is None else encode_key(_blob_id(after, "list after"))
+        return self.space.read(lambda keys: [decode(v) for _, v in keys.items(after=start, limit=limit)])
+
+    def length(self) -> int:
+        return self.space.read(lambda keys: keys.count)
+
+    # -- the storage BlobReads reads -------------------------------------------------------
+
+    def _lookup(self, blob_id: str) -> dict:
+        raw = self.space.read(lambda keys: keys.get(encode_key(blob_id)))
+        if raw is None:
+            raise NotFoundError(f"{self.space.where} has no blob {blob_id}")
+        return decode(raw)
+
+    def _open_blob(self, blob_id: str, record: dict):
+        try:
+            return open(self.directory / blob_id, "rb")
+        except FileNotFoundError:
+            raise CorruptDataError(f"{self.space.where}: the file of blob {blob_id} is missing; restore it from a "
+                                   "backup or delete the blob") from None
+
+    def _corrupt(self, blob_id: str, record: dict, size: int, sha256: str) -> CorruptDataError:
+        return CorruptDataError(
+            f"{self.space.where}: blob {blob_id} is corrupt: sha256 on disk {sha256} differs from "
+            f"{record['sha256']} recorded at put. Restore it from a backup, or delete it."
+        )
+
+    def _got(self, record: dict, data: bytes) -> dict:
+        return {**record, "data": data}
 
 
 def _put_arguments(data: Any, name: Any, type: Any) -> tuple[Any, str | None, str | None]:
@@ -603,7 +799,7 @@ def _blob_id(id: Any, what: str = "blob id") -> str:
     if not isinstance(id, str):
         raise BadValueError(f"{what} must be a DbID string or {{_id_: \"<DbID>\"}}, got {_kind(id)}: {id!r:.80}")
     text = id.lower()
-    if not _ID_TEXT.match(text):
+    if not _ID_TEXT.fullmatch(text):
         raise BadValueError(f"{what} {id!r:.80} is not a DbID (a UUID such as 0192a3b4-c5d6-7890-abcd-ef12345678a1)")
     return text
 
@@ -619,6 +815,11 @@ def _now_ms() -> datetime.datetime:
     """Now in UTC, to the millisecond: what a BSON date keeps, so a reopened index reads the same."""
     now = datetime.datetime.now(datetime.timezone.utc)
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _now_s() -> datetime.datetime:
+    """Now in UTC, to the second: what a blob store field records as ``created`` (see docs/dev/blobs.md)."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import heapq
+import logging
 import math
 import os
 import struct
@@ -48,9 +49,13 @@ import time
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import BadValueError, ClaimExpiredError, InvalidArgumentError, NotFoundError
+from ..errors import (BadValueError, ClaimExpiredError, HoardError, InvalidArgumentError, NotFoundError,
+                      VerbNotSupportedError)
 from ..values.codec import decode
 from .base import check_limit
+
+#: Dead letters that stay held are logged where docs/user/queues.md says: on the engine's logger.
+log = logging.getLogger("hoarddb.engine")
 
 #: The clock leases are measured on: wall-clock seconds, persisted across restarts.
 #: Tests replace it (``claims.clock = fake``); stores call it through this module.
@@ -466,13 +471,13 @@ class ClaimVerbs:
             table.advance(clock())
             return len(table.ready), table.held
 
-    # -- dead letters: the engine moves them (two steps; see docs/user/queues.md) ---------------
+    # -- dead letters: move_dead_letters (below) moves them (two steps; see docs/user/queues.md) ---
 
     def pending_dead_letters(self, limit: int = DEAD_BATCH) -> list[tuple[bytes, dict]]:
         """Elements past ``max_deliveries`` to move, as ``(ref, document)``; each is handed out once.
 
         The document is the element with ``_deadLetter: {from, deliveries, at}`` added.
-        The engine pushes them into the dead-letter bucket, then calls
+        :func:`move_dead_letters` pushes them into the dead-letter bucket, then calls
         :meth:`finish_dead_letters` with ``moved=True`` (they leave this bucket) or
         ``moved=False`` (the push failed; they wait for the next claim).
         """
@@ -525,3 +530,61 @@ def load_records(txn) -> list[tuple[bytes, bytes]]:
                 break
             out.append((bytes(key[1:]), bytes(value)))
     return out
+
+
+def move_dead_letters(store: ClaimVerbs, db: str, bucket: str, target: str, declaration: Callable[[str], dict],
+                      open_store: Callable[[str, dict], Any], written: Callable[[Any], None] | None) -> None:
+    """After a claim: move what it found past ``max_deliveries`` into the bucket's ``dead_letter`` bucket.
+
+    ``store`` is bucket ``bucket`` of database ``db``, and ``target`` its dead_letter
+    bucket. A store never reaches another bucket (nor the engine), so the engine hands
+    this its reach: ``declaration(name)`` is the declaration of bucket ``name`` of the same
+    database (or raises its error), ``open_store(name, declaration)`` its open store, and
+    ``written(store)``, when writes are not durable at once (sync off), notes a store
+    written for the next sync.
+
+    It takes two steps: push the elements (each with ``_deadLetter: {from, deliveries,
+    at}``) into the dead-letter bucket in one durable batch_push, then have the queue
+    drop them in one durable write. A crash between the two leaves an element in both
+    buckets: dead-lettering is at least once. A dead_letter bucket that is missing, is
+    the queue itself, is not a fifo, lifo or heap, or refuses the elements (a heap needs
+    a priority) leaves them held in the queue, logs an error, and the next claim tries
+    again (docs/user/queues.md).
+    """
+    pending = store.pending_dead_letters()
+    if not pending:
+        return
+    moved: list = []  # the refs pushed into the dead-letter bucket
+    try:
+        if target == bucket:
+            raise BadValueError("it is the queue itself")
+        target_decl = declaration(target)
+        if target_decl["type"] not in ("fifo", "lifo", "heap"):
+            raise VerbNotSupportedError(f"it is a {target_decl['type']} bucket, not a fifo, lifo or heap")
+        target_store = open_store(target, target_decl)
+        try:
+            target_store.batch_push([doc for _ref, doc in pending])
+            moved = [ref for ref, _doc in pending]
+        except HoardError:  # one element the bucket refuses (a heap needs a priority) holds back none of the others
+            refused = None
+            for ref, doc in pending:
+                try:
+                    target_store.batch_push([doc])
+                    moved.append(ref)
+                except HoardError as exc:
+                    refused = refused or exc
+            if refused is not None:
+                log.error("%s.%s: %d element(s) past max_deliveries stay held: the dead_letter bucket %r refuses "
+                          "them: %s", db, bucket, len(pending) - len(moved), target, refused.message)
+        if moved and written is not None:
+            written(target_store)
+    except HoardError as exc:
+        log.error("%s.%s: %d element(s) past max_deliveries stay held: cannot push them into the dead_letter "
+                  "bucket %r: %s", db, bucket, len(pending), target, exc.message)
+    finally:
+        if moved:
+            store.finish_dead_letters(moved, True)
+        done = set(moved)  # refs are element keys: one each
+        rest = [ref for ref, _doc in pending if ref not in done]
+        if rest:
+            store.finish_dead_letters(rest, False)

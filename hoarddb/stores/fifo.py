@@ -1,9 +1,12 @@
-"""The fifo store type: a queue in segment files, popped oldest first; and the verbs fifo and lifo share.
+"""The fifo store type: a queue popped oldest first; and the verbs fifo and lifo share, as a bucket and as a store field.
 
-Both types keep their elements in a :class:`~hoarddb.storage.segment.SegmentLog` (see
-that module for the files, the state slots and what a crash leaves). They differ only
-in which end ``pop`` and ``peek`` take from, so :class:`SegmentStore` holds every verb
-and each type names its end: :class:`FifoStore` here, ``LifoStore`` in
+:class:`QueueVerbs` is what a queue does, once, over its storage ``log``. A bucket keeps
+its elements in a :class:`~hoarddb.storage.segment.SegmentLog` (see that module for the
+files, the state slots and what a crash leaves): :class:`SegmentStore`. A document's
+store field keeps them as keys in its bucket's LMDB environment, a
+:class:`~hoarddb.stores.keyspace.KeyLog` with the same methods: :class:`FifoField`. The
+two types differ only in which end ``pop`` and ``peek`` take from, so each names its end:
+:class:`FifoStore` and :class:`FifoField` here, ``LifoStore`` and ``LifoField`` in
 :mod:`hoarddb.stores.lifo`.
 
     >>> q = FifoStore(directory, {"type": "fifo", "options": {}}, Options())
@@ -38,47 +41,25 @@ from . import claims
 from .base import REBUILD, Problem, Problems, Reply, Store, check_limit, check_namespaces, directory_bytes, \
     encode_document, scan
 from .claims import CLAIM, CLAIM_OPTIONS, ClaimTable, ClaimVerbs, load_records, validate_claim_options
+from .keyspace import KeyLog, Keyspace
 
 log = logging.getLogger("hoarddb.segment")
 
 
 
-class SegmentStore(Store):
-    """SegmentStore is a bucket of elements in segment files; subclasses say which end ``pop`` takes.
+class QueueVerbs:
+    """QueueVerbs is what a fifo or lifo does, over its storage ``self.log``: a SegmentLog
+    (a bucket) or a :class:`~hoarddb.stores.keyspace.KeyLog` (a document's store field).
 
     ``push`` and ``batch_push`` add at the tail; ``list`` reads in storage order (oldest
-    first) for both types; ``pop`` and ``peek`` read in the subclass's order.
+    first) for both types; ``pop`` and ``peek`` read in the order of ``_take`` and ``_look``,
+    which each type gives. ``options`` gives ``max_pop`` and ``max_peek``.
     """
 
-    bucket_options: ClassVar[dict[str, str]] = {"segment_size": "bytes per segment file (default 64 MiB)"}
-
-    def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
-        super().__init__(directory, declaration, options)
-        bucket_options = self.validate_options((declaration or {}).get("options") or {})
-        segment_size = bucket_options.get("segment_size", options.segment_size)
-        self.log = SegmentLog(self.directory, self.type_name, segment_size, sync=options.sync)
-
-    @classmethod
-    def validate_options(cls, bucket_options: Mapping[str, Any]) -> dict:
-        """The bucket options; ``segment_size`` must be an integer of at least 4096 bytes."""
-        checked = dict(bucket_options)
-        size = checked.get("segment_size")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < MIN_SEGMENT_SIZE):
-            raise BadValueError(
-                f"segment_size is the bytes of one segment file, an integer of at least {MIN_SEGMENT_SIZE} "
-                f"(the default is 64 MiB = 67108864); got {size!r}"
-            )
-        return checked
-
-    @classmethod
-    def check(cls, directory, declaration):
-        """Every entry of every segment from the head on passes its crc and decodes, each
-        segment file names this queue and its own number, and the segment files are what
-        the state's clean close counted (:func:`hoarddb.storage.segment.verify`)."""
-        problems = Problems()
-        for name, what in segment.verify(Path(directory), cls.type_name):
-            problems.append(Problem(name, what))
-        return problems
+    #: What an element is called in a refusal, alone and in a batch (a bucket says
+    #: "document", a store field "element": the two kept the words they always had).
+    ONE: ClassVar[str] = "document"
+    NTH: ClassVar[str] = "document at position {} of the batch"
 
     # -- the end each type takes from ------------------------------------------------------
 
@@ -94,7 +75,7 @@ class SegmentStore(Store):
 
     def push(self, doc: Mapping) -> None:
         """Add one element at the tail; durable when this returns."""
-        self.log.append([encode_document(doc)])
+        self.log.append([encode_document(doc, self.ONE)])
 
     def batch_push(self, docs: list) -> int:
         """Add every element at the tail in one durable write and return how many.
@@ -106,36 +87,9 @@ class SegmentStore(Store):
             raise InvalidArgumentError(
                 f"batch_push takes a list of documents, got {type(docs).__name__}: {docs!r:.80}"
             )
-        payloads = [encode_document(d, f"document at position {i} of the batch") for i, d in enumerate(docs)]
+        payloads = [encode_document(d, self.NTH.format(i)) for i, d in enumerate(docs)]
         self.log.append(payloads)
         return len(payloads)
-
-    def push_each(self, docs: list) -> list:
-        """Push each document as ``push`` would, in one append: per document None (pushed)
-        or the error that refused it alone. A server's group of pushes to one queue."""
-        outcomes: list = []
-        payloads = []
-        for doc in docs:
-            try:
-                payloads.append(encode_document(doc))
-                outcomes.append(None)
-            except HoardError as exc:
-                outcomes.append(exc)
-        self.log.append(payloads)
-        return outcomes
-
-    def pop_each(self, n: int) -> list:
-        """What ``n`` pops in a row would return (a document or None each), taken
-        ``max_pop`` at a time. A server's group of pops of one queue: the documents are
-        read-only ``RawBSONDocument`` views of the stored bytes, which go into the answers
-        on the wire as they are, never decoded."""
-        out: list = []
-        while len(out) < n:
-            payloads = self._pop_payloads(min(n - len(out), self.options.max_pop))
-            out += [RawBSONDocument(p, RAW_CODEC_OPTIONS) for p in payloads]
-            if not payloads:
-                break
-        return out + [None] * (n - len(out))
 
     def pop(self, limit: int | None = None):
         """Remove and return the next element, or None when empty.
@@ -167,7 +121,7 @@ class SegmentStore(Store):
         return docs
 
     def length(self) -> int:
-        """How many elements the bucket holds (O(1))."""
+        """How many elements the queue holds."""
         return len(self.log)
 
     def list(self, after: int = 0, limit: int = 100) -> list[dict]:
@@ -179,6 +133,86 @@ class SegmentStore(Store):
             raise BadValueError(f"list's after is how many elements to skip, an integer ≥ 0; got {after!r}")
         check_limit(limit, self.options.max_peek, "list")
         return [decode(p) for p in self.log.read_range(after, limit)]
+
+
+class FifoField(QueueVerbs):
+    """FifoField is a document's fifo store field: the queue's verbs over a keyspace of its
+    bucket's LMDB environment (:class:`~hoarddb.stores.keyspace.KeyLog`), popped oldest first."""
+
+    ONE, NTH = "element", "element {} of the batch"
+
+    def __init__(self, space: Keyspace, options: Options):
+        self.log, self.options = KeyLog(space), options
+
+    def _take(self, n: int) -> list[bytes]:
+        return self.log.take_head(n)
+
+    def _look(self, n: int) -> list[bytes]:
+        return self.log.read_head(n)
+
+
+class SegmentStore(QueueVerbs, Store):
+    """SegmentStore is a fifo or lifo bucket: the queue's verbs (:class:`QueueVerbs`) over
+    segment files, and what only a bucket has (group commit's batches, dumps, stats)."""
+
+    bucket_options: ClassVar[dict[str, str]] = {"segment_size": "bytes per segment file (default 64 MiB)"}
+
+    def __init__(self, directory: Path, declaration: Mapping[str, Any], options: Options):
+        super().__init__(directory, declaration, options)
+        bucket_options = self.validate_options((declaration or {}).get("options") or {})
+        segment_size = bucket_options.get("segment_size", options.segment_size)
+        self.log = SegmentLog(self.directory, self.type_name, segment_size, sync=options.sync)
+
+    @classmethod
+    def validate_options(cls, bucket_options: Mapping[str, Any]) -> dict:
+        """The bucket options; ``segment_size`` must be an integer of at least 4096 bytes."""
+        checked = dict(bucket_options)
+        size = checked.get("segment_size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < MIN_SEGMENT_SIZE):
+            raise BadValueError(
+                f"segment_size is the bytes of one segment file, an integer of at least {MIN_SEGMENT_SIZE} "
+                f"(the default is 64 MiB = 67108864); got {size!r}"
+            )
+        return checked
+
+    @classmethod
+    def check(cls, directory, declaration):
+        """Every entry of every segment from the head on passes its crc and decodes, each
+        segment file names this queue and its own number, and the segment files are what
+        the state's clean close counted (:func:`hoarddb.storage.segment.verify`)."""
+        problems = Problems()
+        for name, what in segment.verify(Path(directory), cls.type_name):
+            problems.append(Problem(name, what))
+        return problems
+
+    # -- what only a bucket has -------------------------------------------------------------
+
+    def push_each(self, docs: list) -> list:
+        """Push each document as ``push`` would, in one append: per document None (pushed)
+        or the error that refused it alone. A server's group of pushes to one queue."""
+        outcomes: list = []
+        payloads = []
+        for doc in docs:
+            try:
+                payloads.append(encode_document(doc))
+                outcomes.append(None)
+            except HoardError as exc:
+                outcomes.append(exc)
+        self.log.append(payloads)
+        return outcomes
+
+    def pop_each(self, n: int) -> list:
+        """What ``n`` pops in a row would return (a document or None each), taken
+        ``max_pop`` at a time. A server's group of pops of one queue: the documents are
+        read-only ``RawBSONDocument`` views of the stored bytes, which go into the answers
+        on the wire as they are, never decoded."""
+        out: list = []
+        while len(out) < n:
+            payloads = self._pop_payloads(min(n - len(out), self.options.max_pop))
+            out += [RawBSONDocument(p, RAW_CODEC_OPTIONS) for p in payloads]
+            if not payloads:
+                break
+        return out + [None] * (n - len(out))
 
     def export(self, cursor: Any = None, limit: int = 1000) -> dict:
         """A page of every element in storage order, for dumps: ``{docs, next}``; pass ``next`` back as ``cursor``.
@@ -202,9 +236,24 @@ class SegmentStore(Store):
         if not self.options.sync:
             self.log.flush()
 
+    def backup(self, target: Path) -> None:
+        """The segment files and ``state.bson``, copied byte for byte with the log held still
+        (pushes and pops wait for the copy: a big queue holds them for as long as its files take)."""
+        with self.log.held():
+            self._copy_log(target)
+
+    def _copy_log(self, target: Path) -> None:
+        import shutil
+
+        target.mkdir(parents=True)
+        for path in sorted(self.directory.iterdir()):
+            if path.is_file():
+                shutil.copyfile(path, target / path.name)
+
     def stats(self) -> dict:
-        """``{"entries": n, "bytes": bytes on disk, "segments": segment files}``."""
-        return {"entries": len(self.log), "bytes": directory_bytes(self.directory), "segments": self.log.segments}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": bytes of its entries, "segments": segment files}``."""
+        return {"entries": len(self.log), "bytes": directory_bytes(self.directory), "data_bytes": self.log.data_bytes,
+                "segments": self.log.segments}
 
     def close(self) -> None:
         """Close the segment files; later calls raise ClosedError."""
@@ -481,11 +530,21 @@ class FifoStore(ClaimVerbs, SegmentStore):
         docs = [decode(p) for p in payloads]
         return {"docs": docs, "next": next_position if len(docs) == limit else None}
 
+    def backup(self, target: Path) -> None:
+        """The log (as :meth:`SegmentStore.backup`) and the claims' LMDB environment, copied
+        together with claims and the log held still, so the claims match the log."""
+        with self._claim_lock, self.log.held():
+            self._copy_log(target)
+            if self._claims_kv is not None:
+                (target / CLAIMS_DIR).mkdir()
+                self._claims_kv.env.copy(str(target / CLAIMS_DIR), compact=True)
+
     def stats(self) -> dict:
-        """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "segments": segment files}``."""
+        """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "data_bytes": bytes of its entries
+        (claimed ones included), "segments": segment files}``."""
         again, held = self._claim_counts() if self._claims is not None else (0, 0)
-        return {"entries": len(self.log) + again, "claimed": held,
-                "bytes": directory_bytes(self.directory), "segments": self.log.segments}
+        return {"entries": len(self.log) + again, "claimed": held, "bytes": directory_bytes(self.directory),
+                "data_bytes": self.log.data_bytes, "segments": self.log.segments}
 
     def sync(self) -> None:
         """Make every write so far durable: the claim table first, then the log (as the claim order)."""

@@ -1,6 +1,9 @@
 """The heap store type: a priority queue, highest priority first, first in first out among equals.
 
-In the bucket's LMDB environment:
+:class:`HeapVerbs` is what a heap does, once, for a heap bucket (:class:`HeapStore`) and a
+document's heap store field (:class:`HeapField`, the same keys under the field's keyspace
+of its bucket's environment, :mod:`hoarddb.stores.keyspace`). In a heap bucket's LMDB
+environment:
 
     b"D" + ~encode_key(priority) + seq (uint64 big-endian)  ->  BSON of the element
 
@@ -38,14 +41,83 @@ from ..errors import BadValueError, NotADocumentError
 from ..values.codec import DECODE_ERRORS, decode
 from ..values.keys import encode_key
 from . import claims
-from .base import REBUILD, KVStore, Problem, Reply, check_limit, directory_bytes, encode_document, scan
+from .base import REBUILD, KVStore, Problem, Reply, check_limit, directory_bytes, encode_document, kv_data_bytes, scan
+from .keyspace import KeyLog, Keyspace
 from .claims import CLAIM, CLAIM_OPTIONS, HEADER, ClaimTable, ClaimVerbs, load_records, validate_claim_options
 
 SEQ_KEY = b"Mseq"
 _INVERT = bytes(255 - i for i in range(256))
 
 
-class HeapStore(ClaimVerbs, KVStore):
+class HeapVerbs:
+    """HeapVerbs is what a heap does, over its storage: ``pop`` takes the element with the
+    highest ``priority``, ties in push order; ``list`` reads in that order. A heap bucket
+    (:class:`HeapStore`) and a heap store field (:class:`HeapField`) give the storage:
+
+        _add(prepared)       store ``[(inverted priority key, BSON)]`` in one write
+        _take(n)             remove and return the top ``n`` (BSON), in pop order
+        _look(n, one)        the top ``n`` decoded, not removed; and answer fields to add
+        _ordered(skip, n)    ``n`` elements decoded, in pop order, after the first ``skip``
+    """
+
+    def push(self, doc: Mapping) -> None:
+        """Add one element with its priority."""
+        self.batch_push([doc], _single=True)
+
+    def batch_push(self, docs: list, _single: bool = False) -> int:
+        """Add every element in one write, or none; return how many."""
+        self._add([prepare_element(d, "element" if _single else f"element {i} of the batch")
+                   for i, d in enumerate(docs)])
+        return len(docs)
+
+    def pop(self, limit: int | None = None):
+        """Remove and return the top element (None when none is); with a limit, up to that many in one write."""
+        n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")
+        docs = [decode(raw) for raw in self._take(n)]
+        if limit is None:
+            return docs[0] if docs else None
+        return docs
+
+    def peek(self, limit: int | None = None):
+        """The element pop would return, without removing it (None when none is); with a limit, the next N."""
+        n = 1 if limit is None else check_limit(limit, self.options.max_peek, "peek")
+        docs, fields = self._look(n, limit is None)
+        answer = docs if limit is not None else (docs[0] if docs else None)
+        return Reply(answer, **fields) if fields else answer
+
+    def list(self, after: int = 0, limit: int = 100) -> list[dict]:
+        """Elements in pop order (the heap's storage order), skipping the first ``after``."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise BadValueError(f"list's after is how many elements to skip, an integer ≥ 0; got {after!r}")
+        check_limit(limit, self.options.max_peek, "list")
+        return self._ordered(after, limit)
+
+
+class HeapField(HeapVerbs):
+    """HeapField is a document's heap store field: the heap's verbs over a keyspace of its
+    bucket's LMDB environment, each element under its inverted priority and a sequence
+    number (:class:`~hoarddb.stores.keyspace.KeyLog`), so key order is pop order."""
+
+    def __init__(self, space: Keyspace, options):
+        self.log, self.options = KeyLog(space), options
+
+    def _add(self, prepared: list[tuple[bytes, bytes]]) -> None:
+        self.log.append([data for _, data in prepared], [pkey for pkey, _ in prepared])
+
+    def _take(self, n: int) -> list[bytes]:
+        return self.log.take_head(n)
+
+    def _look(self, n: int, one: bool) -> tuple[list, dict]:
+        return [decode(p) for p in self.log.read_head(n)], {}
+
+    def _ordered(self, skip: int, limit: int) -> list[dict]:
+        return [decode(p) for p in self.log.read_range(skip, limit)]
+
+    def length(self) -> int:
+        return len(self.log)
+
+
+class HeapStore(HeapVerbs, ClaimVerbs, KVStore):
     """HeapStore pops the element with the highest ``priority``; ties leave in push order. Workers may claim and ack."""
 
     type_name = "heap"
@@ -175,18 +247,9 @@ class HeapStore(ClaimVerbs, KVStore):
         for key, _ in fresh:  # nothing was committed: they are ready again
             heapq.heappush(self._heap, self.DOC + key)
 
-    def _prepare(self, doc: Any, what: str) -> tuple[bytes, bytes]:
-        return prepare_element(doc, what)
+    # -- the heap's storage (HeapVerbs) ----------------------------------------------------
 
-    # -- writes ------------------------------------------------------------------------
-
-    def push(self, doc: Mapping) -> None:
-        """Add one element with its priority."""
-        self.batch_push([doc], _single=True)
-
-    def batch_push(self, docs: list, _single: bool = False) -> int:
-        """Add every element in one write, or none; return how many."""
-        prepared = [self._prepare(d, "element" if _single else f"element {i} of the batch") for i, d in enumerate(docs)]
+    def _add(self, prepared: list[tuple[bytes, bytes]]) -> None:
         with self._writing:
             keys = []
 
@@ -204,19 +267,10 @@ class HeapStore(ClaimVerbs, KVStore):
             self._seq = self._write(fn)
             for key in keys:
                 heapq.heappush(self._heap, key)
-        return len(prepared)
 
-    def load(self, docs: list) -> dict:
-        """Restore elements with their priorities (as batch_push, for a dump's restore): ``{loaded}``."""
-        return {"loaded": self.batch_push(docs)}
-
-    def pop(self, limit: int | None = None):
-        """Remove and return the next ready element (None when none is); with a limit, up to that many in one write.
-
-        Elements whose lease ran out come first (in priority order), then the top of the
-        heap; claimed elements are never popped.
-        """
-        n = 1 if limit is None else check_limit(limit, self.options.max_pop, "pop")
+    def _take(self, n: int) -> list[bytes]:
+        """Elements whose lease ran out come first (in priority order), then the top of the
+        heap; claimed elements are never popped."""
         with self._writing:
             table = self._claims
             table.advance(claims.clock())
@@ -240,19 +294,10 @@ class HeapStore(ClaimVerbs, KVStore):
                 raise
             for k in again:
                 table.drop(k)
-        docs = [decode(raw) for raw in raws]
-        if limit is None:
-            return docs[0] if docs else None
-        return docs
+        return raws
 
-    # -- reads ---------------------------------------------------------------------------
-
-    def peek(self, limit: int | None = None):
-        """The element pop would return, without removing it (None when none is ready); with a limit, the next N.
-
-        The answer also says ``claimed``: how many elements are held by claims.
-        """
-        n = 1 if limit is None else check_limit(limit, self.options.max_peek, "peek")
+    def _look(self, n: int, one: bool) -> tuple[list, dict]:
+        """The next ``n`` ready elements, and ``claimed``: how many elements claims hold."""
         with self._mutex:
             self._claims.advance(claims.clock())
             again = self._claims.ready[:n]
@@ -260,19 +305,16 @@ class HeapStore(ClaimVerbs, KVStore):
                 docs = [decode(txn.get(self.DOC + k)) for k in again]
                 if len(docs) < n:
                     top = txn.get(self._heap[0]) if self._heap else None
-                    if limit is None and (top is not None or not self._heap):
+                    if one and (top is not None or not self._heap):
                         docs += [decode(top)] if top is not None else []
                     else:  # (also when the top push is not committed yet: a server's write group)
                         docs += self._ordered_in(txn, 0, n - len(docs))
             held = self._claims.held
-        return Reply(docs if limit is not None else (docs[0] if docs else None), claimed=held)
+        return docs, {"claimed": held}
 
-    def list(self, after: int = 0, limit: int = 100) -> list[dict]:
-        """Elements never claimed, in pop order (the heap's storage order), skipping the first ``after``."""
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise BadValueError(f"list's after is how many elements to skip, an integer ≥ 0; got {after!r}")
-        check_limit(limit, self.options.max_peek, "list")
-        return self._ordered(after, limit)
+    def load(self, docs: list) -> dict:
+        """Restore elements with their priorities (as batch_push, for a dump's restore): ``{loaded}``."""
+        return {"loaded": self.batch_push(docs)}
 
     def length(self):
         """How many elements are ready, with answer fields ``ready`` and ``claimed`` (held by claims)."""
@@ -282,11 +324,13 @@ class HeapStore(ClaimVerbs, KVStore):
         return Reply(ready, ready=ready, claimed=held)
 
     def stats(self) -> dict:
-        """``{"entries": ready, "claimed": held by claims, "bytes": bytes on disk}``."""
+        """``{"entries": ready, "claimed": held by claims, "bytes": bytes on disk, "data_bytes": LMDB pages
+        its entries fill}``."""
         with self._mutex:
             _again, held = self._claim_counts()
             ready = self._count - held
-        return {"entries": ready, "claimed": held, "bytes": directory_bytes(self.directory)}
+        return {"entries": ready, "claimed": held, "bytes": directory_bytes(self.directory),
+                "data_bytes": kv_data_bytes(self.kv)}
 
     def _ordered(self, skip: int, limit: int) -> list[dict]:
         with self._mutex, self.kv.read() as txn:

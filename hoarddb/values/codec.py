@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 import uuid
 
 import bson
@@ -34,19 +35,39 @@ def encode(doc) -> bytes:
     return _dict_to_bson(doc, False, ENCODE_OPTIONS)
 
 
-def encode_checked(doc, what: str = "the document") -> bytes:
-    """:func:`encode`, refusing a value BSON cannot hold with BadValueError (saying which)."""
+def encode_checked(doc, what: str = "the document", stored: bool = False) -> bytes:
+    """:func:`encode`, refusing a value BSON cannot hold with BadValueError (saying which).
+
+    ``stored``: ``doc`` is a document to keep (not a filter, an update or a message), whose
+    field names must not begin with ``$`` or hold a ``.`` at any depth (MongoDB's rule): a
+    filter reads ``a.b`` as a path into ``a``, so no filter could ever match such a field.
+    pymongo's C encoder checks the names as it writes them (``check_keys``).
+    """
     try:
-        return _dict_to_bson(doc, False, ENCODE_OPTIONS)  # (encode's body: one call less on every write)
+        return _dict_to_bson(doc, stored, ENCODE_OPTIONS)  # (encode's body: one call less on every write)
     except bson.errors.InvalidDocument as exc:
+        name = _BAD_NAME.search(str(exc)) if stored else None
+        if name is not None:
+            raise BadValueError(
+                f"{what} has a field named {name.group(1)!r}: field names may not begin with '$' or hold a '.' "
+                "(a filter reads a.b as the field b inside a, and $ begins an operator); nest the value "
+                "({a: {b: 1}} for a.b) or rename the field") from None
         raise BadValueError(f"{what} cannot be stored as BSON: {exc}") from None
     except OverflowError as exc:
+        if "date value out of range" in str(exc):
+            raise BadValueError(
+                f"{what} holds a date out of range: a date must fall within the years 1 to 9999 in UTC (a datetime "
+                "with a time zone is stored in UTC, which can carry it past 9999)") from None
         raise BadValueError(f"{what} holds an integer BSON cannot store (64-bit at most): {exc}") from None
     except UnicodeEncodeError as exc:  # a str holding a lone UTF-16 surrogate, which UTF-8 cannot encode
         raise BadValueError(
             f"{what} holds a string BSON cannot store: {exc.object[exc.start:exc.end]!r} is a lone UTF-16 "
             "surrogate, not a character"
         ) from None
+
+
+#: The field name in pymongo's refusal of a name (``key 'a.b' must not contain '.'``).
+_BAD_NAME = re.compile(r"key '(.*)' must not (?:contain '\.'|start with '\$')", re.S)
 
 
 def decode(data) -> dict:
@@ -192,3 +213,24 @@ def raw_alias(raw: bytes, name: str, alias: str) -> bytes | None:
     element = raw[start:start + 1] + alias.encode() + b"\x00" + raw[value_start:end]
     body = raw[4:]
     return (4 + len(element) + len(body)).to_bytes(4, "little") + element + body
+
+
+def raw_to_front(raw: bytes, *names: str) -> bytes:
+    """Raw BSON with the top-level fields ``names`` (those present) moved to the front in this order,
+    the rest untouched, byte for byte, in its order.
+
+    ``raw_to_front(raw, "_id", "_id_")`` lays a document out as an encoder writes the same
+    decoded document once ``_id_`` is put first (BSON encoders then move ``_id`` before it).
+    """
+    found = sorted(f for f in (_element(raw, name) for name in names) if f is not None)
+    if not found:
+        return raw
+    front = {raw[start + 1:value_start - 1]: raw[start:end] for start, value_start, end in found}
+    head = b"".join(front.get(name.encode(), b"") for name in names)
+    parts, pos = [], 4
+    for start, _, end in found:
+        parts.append(raw[pos:start])
+        pos = end
+    parts.append(raw[pos:])
+    body = head + b"".join(parts)
+    return (4 + len(body)).to_bytes(4, "little") + body

@@ -471,3 +471,88 @@ def test_an_unknown_verb_on_a_store_field_is_unknown_verb_before_anything_runs()
     assert "verbs: batch_push, delete, get" in e.value.message
     # a verb that exists but that no store field has still goes to the engine, which explains
     assert request('db.Property["p1"].Expenses.update({a: 1}, {$set: {b: 1}})')["op"] == "update"
+
+
+# ---- lark's public API only --------------------------------------------------------------
+
+def test_the_parser_uses_only_larks_public_api():
+    # A lark upgrade must not break the shell: no import from lark's parser internals
+    # (lark.parsers.lalr_analysis's Shift once was), no reading of its parse tables.
+    import ast
+    from pathlib import Path
+
+    import hoarddb.hql
+
+    for path in Path(hoarddb.hql.__file__).parent.glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lark"):
+                assert node.module in ("lark", "lark.exceptions"), (path.name, node.module)
+            if isinstance(node, ast.Import):
+                assert all(a.name in ("lark",) or not a.name.startswith("lark") for a in node.names), path.name
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in ("parser_state", "parse_conf", "parse_table", "states", "state_stack"), \
+                    (path.name, node.attr, node.lineno)
+
+
+@pytest.mark.parametrize("text,column", [("db.X.push({a: 1}})", 17), ("db.X.push({a: [1,]] })", 19)])
+def test_a_token_refused_after_a_reduction_still_names_what_was_expected(text, column):
+    # LALR may reduce before it finds that a bracket does not fit; the parser is rebuilt
+    # from the statement's tokens so that the message lists what could have come there.
+    found = list(statements(text + "\nshow databases"))
+    assert isinstance(found[0], SyntaxError_) and found[0].column == column
+    assert "expected ')' or ','" in found[0].message or "expected ',' or '}'" in found[0].message
+    assert found[1].request == {"op": "list_databases"}
+
+
+def test_a_body_line_break_lookahead_leaves_the_statement_whole():
+    # A new line in a bucket body is fed to a copy first, to see whether the next line
+    # continues it; what the statement parsed so far stays as it was.
+    text = "create bucket X {\n  type:\n    hash\n  Email string unique\n  Exp lifoStore\n}\nshow buckets"
+    first, second = parse(text)
+    assert first.request["options"] == {"type": "hash",
+                                        "fields": [{"name": "Email", "type": "string", "keywords": ["unique"]}],
+                                        "store_fields": [{"name": "Exp", "type": "lifo"}]}
+    assert second.request == {"op": "list_buckets"}
+
+
+# ---- statements that end with their line, did you mean, what may come next -------------------------
+
+@pytest.mark.parametrize("text,usage", [
+    ("use", "write use NAME"), ("use\n", "write use NAME"), ("show", "write show databases or show buckets"),
+    ("describe bucket", "write describe bucket NAME"), ("drop database;", "write drop database NAME"),
+    ("drop", "write drop database NAME or drop bucket NAME"),
+])
+def test_one_line_statements_are_refused_at_their_lines_end(text, usage):
+    # `use` on its own waited for a name and took the next line as it.
+    assert is_complete(text)  # the shell answers at once instead of reading another line
+    found = list(statements(text + "\nshow databases"))
+    assert isinstance(found[0], SyntaxError_) and found[0].message.endswith(usage)
+    assert found[1].request == {"op": "list_databases"}
+
+
+def test_other_statements_still_span_lines():
+    assert not is_complete("create bucket X {") and not is_complete("db.X.push(")
+    assert parse("create bucket X\n{ type: fifo }")[0].request["options"] == {"type": "fifo"}
+
+
+@pytest.mark.parametrize("text,meant", [("shwo buckets", "show"), ("show bukets", "buckets"),
+                                        ("create buckt X", "bucket"), ("DESCRIBE BUCKT X", "bucket")])
+def test_a_mistyped_keyword_gets_did_you_mean(text, meant):
+    with pytest.raises(SyntaxError_, match=rf"did you mean {meant}\?$"):
+        parse(text)
+
+
+def test_next_keywords_are_what_the_grammar_takes_there():
+    from hoarddb.hql.parser import next_keywords
+
+    starts = ["alter", "create", "db", "describe", "drop", "exit", "help", "quit", "show", "use"]
+    assert next_keywords("") == starts and next_keywords("use app; ") == starts
+    assert next_keywords("describe ") == ["bucket"]
+    assert next_keywords("drop ") == ["bucket", "database"]
+    assert next_keywords("db.X.push(") == [] and next_keywords("create bucket X ") == []
+
+
+def test_an_unknown_verb_says_what_it_was_called_on():
+    found = list(statements('db.Q.psh(1)\ndb.Q["k"].F.pus(1)'))
+    assert [e.called_on for e in found] == [("Q", None, "psh"), ("Q", "F", "pus")]

@@ -330,9 +330,9 @@ def test_the_used_size_read_from_the_meta_pages_is_lmdbs_after_every_kind_of_wri
 def test_without_its_meta_map_the_environment_asks_lmdb_and_still_grows(tmp_path, monkeypatch, caplog):
     """Where the used size read from the meta pages is not LMDB's at open (another layout),
     it is asked of env.info() before every write, as before."""
-    from hoarddb.storage import kv as kv_module
+    from hoarddb.storage import kv_checkpoint
 
-    monkeypatch.setattr(kv_module, "_META_USED", "<24xQQ{}xQQ")  # the wrong fields
+    monkeypatch.setattr(kv_checkpoint, "_META_USED", "<24xQQ{}xQQ")  # the wrong fields
     kv = KV(tmp_path / "kv", map_size=1 << 20)
     assert kv._metas is None and "asked of env.info()" in caplog.text
     for i in range(2000):

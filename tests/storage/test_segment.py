@@ -12,7 +12,9 @@ from hoarddb.errors import ClosedError, CorruptDataError
 from hoarddb.storage import framing
 import hoarddb.storage.segment as segment_module
 from hoarddb.storage.segment import SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE, SegmentLog, \
-    _parse_slot, segment_name, verify
+    segment_name, verify
+import hoarddb.storage.segment_format as segment_format
+from hoarddb.storage.segment_format import _parse_slot
 from hoarddb.values.codec import decode, encode
 
 from ..killing import SAY_READY, kill_midway, run_script
@@ -732,10 +734,10 @@ def test_a_power_cut_in_the_first_group_after_a_clean_close_is_repaired_not_refu
 
     The disk is simulated: the state file as its last fdatasync left it, the segment
     files as written (the kernel may have written them back at any moment)."""
-    import hoarddb.storage.segment as segment
+    import hoarddb.storage.segment_format as segment_format
 
     durable: dict[str, bytes] = {}
-    real = segment._datasync
+    real = segment_format.datasync
 
     def datasync(fd: int) -> None:
         real(fd)
@@ -744,7 +746,7 @@ def test_a_power_cut_in_the_first_group_after_a_clean_close_is_repaired_not_refu
             with open(path, "rb") as f:
                 durable[path] = f.read()
 
-    monkeypatch.setattr(segment, "_datasync", datasync)
+    monkeypatch.setattr(segment_format, "datasync", datasync)
     log = open_log(bucket, sync=False, preallocate=SMALL)
     log.append([payload(i) for i in range(5)])
     log.close()  # clean: the counts are recorded (and flushed)
@@ -948,13 +950,14 @@ def test_a_pop_that_leaves_segments_makes_its_head_durable_first_with_sync_off(b
     log.flush()
     synced = [(bucket / STATE_FILE).read_bytes()]  # the state file as the flush, then each fsync of it, left it
 
+    real = segment_format.datasync
+
     def datasync(fd):
-        segment_module._datasync_real(fd)
+        real(fd)
         if fd == log._state_fd:
             synced.append((bucket / STATE_FILE).read_bytes())
 
-    monkeypatch.setattr(segment_module, "_datasync_real", segment_module._datasync, raising=False)
-    monkeypatch.setattr(segment_module, "_datasync", datasync)
+    monkeypatch.setattr(segment_format, "datasync", datasync)
     assert ids(log.take_head(5)) == [0, 1, 2, 3, 4]
     assert seg_files(bucket) == ["seg_00002.fifo"]
     abandon(log)

@@ -720,3 +720,21 @@ def test_a_killed_writer_loses_no_acknowledged_put(bucket, acks_before_kill):
         assert on_disk == set(ids) | {INDEX_NAME}  # no temp files, no unindexed blobs
     finally:
         store.close()
+
+
+def test_an_id_with_anything_around_it_is_not_a_dbid(tmp_path):
+    """``_ID_TEXT`` is matched whole: a trailing newline once slipped past ``$`` and made a second file."""
+    import hoarddb
+    from hoarddb.errors import BadValueError
+
+    with hoarddb.open(tmp_path / "d") as client:
+        db = client["app"]
+        db.create_bucket("B", type="blob")
+        good = db.B.put(b"hi")
+        for bad in (good + "\n", " " + good, good + "x", good.upper() + "\n"):
+            with pytest.raises(BadValueError, match="is not a DbID"):
+                db.B.load([{"_id_": bad, "data": b"x", "name": "n", "type": "text/plain",
+                            "sha256": "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}])
+            with pytest.raises(BadValueError, match="is not a DbID"):
+                db.B.get(bad)
+        assert sorted(p.name for p in (tmp_path / "d" / "app" / "B").iterdir() if len(p.name) >= 36) == [good]

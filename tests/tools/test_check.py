@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import hoarddb
 from hoarddb.cli import main
 from hoarddb.testing import ServerProcess
-from hoarddb.storage import segment
+from hoarddb.storage import segment_format
 from hoarddb.tools import check as check_module
 from hoarddb.tools.check import check
 from hoarddb.values.codec import decode, encode
@@ -316,7 +316,7 @@ def test_a_queue_segment_of_another_queue_with_the_same_sizes_is_reported(data):
 def test_a_damaged_state_slot_of_a_queue_closed_cleanly_is_reported_as_whole_in_the_other(data):
     state = data / "app" / "Q" / "state.bson"
     raw = state.read_bytes()
-    newest = max((s["seq"], i) for i in range(2) if (s := segment._parse_slot(raw[i * 512:(i + 1) * 512])))[1]
+    newest = max((s["seq"], i) for i in range(2) if (s := segment_format._parse_slot(raw[i * 512:(i + 1) * 512])))[1]
     flip(state, newest * 512 + 20)
     assert_reported(data, "app/Q/state.bson", f"slot {newest} does not check", "whole state of the last clean close")
 
@@ -423,3 +423,9 @@ def test_what_an_open_refuses_the_check_reports_naming_the_file(built, tmp_path,
     assert [p for p in report.problems if p.bucket != target] == [], "\n".join(report.lines())
     assert mine, "\n".join(report.lines())
     assert any(named in f"{p.file}: {p.problem}" for p in mine), "\n".join(report.lines())
+
+
+def test_a_blob_file_whose_name_is_an_id_with_a_newline_is_reported(data):
+    odd = data / "app" / "B" / (blob_file(data, "B").name + "\n")
+    shutil.copyfile(blob_file(data, "B"), odd)
+    assert_reported(data, f"app/B/{odd.name!r}", "not a blob's id")

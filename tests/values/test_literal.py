@@ -55,4 +55,7 @@ def test_literal_reads_back_as_hql(value):
 
 
 def test_long_bytes_are_summarised():
-    assert literal(b"\x01" * 1000) == "BinData(0, <1000 bytes>)"
+    import hashlib
+
+    data = b"\x01" * 1000
+    assert literal(data) == f"BinData(0, <1000 bytes, sha256 {hashlib.sha256(data).hexdigest()}>)"
