@@ -445,6 +445,12 @@ for _op in [
               summary="A bucket's entries, bytes and index states.", answer="a document"),
     Operation("metrics", scope=SERVER, cost=SCAN, summary="Every metric sample.", answer="a document"),
     Operation("sweep_ttl", scope=SERVER, write=True, summary="Run one TTL sweep now.", answer="a document"),
+    # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
+    # data directory elsewhere: neither changes the data, and neither is worth sending twice
+    Operation("check", scope=SERVER, cost=SCAN, retry=False,
+              summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
+    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True, "a directory"),),
+              summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
     Operation("whoami", scope=SERVER, runs=SERVER, role="any",
               summary="The logged-in user and their roles.", answer="{user, roles}"),
     Operation("list_users", scope=SERVER, runs=SERVER, summary="Every user and their roles.", answer="a list"),
@@ -457,12 +463,6 @@ for _op in [
     Operation("set_roles", scope=SERVER, runs=SERVER, write=True, fields=(_USER, _ROLES),
               summary="Replace a user's roles; open connections use them from their next request.",
               answer="a document"),
-    Operation("check", scope=SERVER, cost=SCAN, fields=(Param("db", "str", False), Param("bucket", "str", False)),
-              summary="Check the hash, btree and heap buckets of a running server in read transactions.",
-              answer="{buckets: [{db, bucket, type, checked, problems, more}]}"),
-    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True),),
-              summary="Copy the open data directory into a new folder on the server's machine, each bucket "
-                      "as one moment of it.", answer="{path, buckets, seconds}"),
 ]:
     ADMIN[_op.name] = _op
 
