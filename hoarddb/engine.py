@@ -27,6 +27,7 @@ from typing import Any, Callable
 from . import lifecycle, operations
 from .catalog import Catalog, check_name
 from .declaration import check_fields, declare_bucket
+from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
@@ -800,7 +801,7 @@ def _index_states(store: Store, decl: dict) -> list[dict]:
     return [
         {"name": ix["name"], "fields": ix["fields"], "unique": ix.get("unique", False),
          "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
-         "summary": describe_index(ix)}
+         **{k: ix[k] for k in INDEX_OPTIONS if k in ix}, "summary": describe_index(ix)}
         for ix in states
     ]
 

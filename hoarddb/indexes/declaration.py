@@ -13,11 +13,16 @@ creation. ``format`` is the version of the index format that wrote the entries
     2  entries for every document, a missing field recorded as null; an array by its
        distinct elements and as a whole (never written now)
     3  as 2, but a non-empty array by its distinct elements only, an empty one by the
-       entry []  (FORMAT)
+       entry []  (FORMAT, for a plain index)
+    4  as 3, for an index whose declaration changes which documents have entries
+       (``sparse``, ``partialFilterExpression``); a hoardDB that knows only 3 would write
+       an entry for every document, so it must see this index as ``unreadable``
+       (FORMAT_FILTERED)
 
-An index whose format is older than FORMAT is rebuilt when its bucket opens (state
+An index whose format is older than the one this version writes for its declaration
+(:func:`format_for`) is rebuilt when its bucket opens (state
 ``building`` meanwhile): every entry is deleted and written again from the documents.
-One newer than FORMAT was declared by a newer hoardDB and is ``unreadable`` here, kept
+One newer than FORMAT_FILTERED was declared by a newer hoardDB and is ``unreadable`` here, kept
 unchanged. Change FORMAT whenever the entries a document has change, and add its line
 above: entries of another format would be wrong to keep (a unique index would refuse
 values nobody holds).
@@ -25,16 +30,32 @@ values nobody holds).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from ..errors import BadValueError, UnknownOptionError
+from bson.regex import Regex
 
-#: The index format this version writes and can maintain (the list above).
+from ..errors import BadValueError, UnknownOptionError
+from ..values.filter import compile_filter
+from ..values.literal import literal
+
+#: The index format this version writes for a plain index (the list above).
 FORMAT = 3
+#: The format of an index that leaves some documents out (sparse or partial), and the
+#: newest this version can maintain.
+FORMAT_FILTERED = 4
+NEWEST_FORMAT = FORMAT_FILTERED
 #: The most indexes one bucket may declare (an index id is one byte).
 MAX_INDEXES = 64
 
-ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "type", "desc")
+ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "type", "desc", "sparse",
+                 "partialFilterExpression")
+#: What a partialFilterExpression may hold (MongoDB's subset), as the refusal of anything else names it.
+PARTIAL_ACCEPTED = ("equality ({field: value} or {field: {$eq: value}})", "$exists: true", "$gt", "$gte", "$lt",
+                    "$lte", "$type", "$and at the top level")
+#: Keys a declaration holds only when they are given (describe, dump and restore carry them over).
+OPTIONAL_KEYS = ("sparse", "partialFilterExpression")
+PARTIAL_OPERATORS = ("$eq", "$exists", "$gt", "$gte", "$lt", "$lte", "$type")
 STATES = ("ready", "building", "conflicted", "unreadable")
 #: The longest expire_after_seconds (2**31 - 1 seconds, about 68 years, as MongoDB allows):
 #: the sweeper turns ``now - expire_after_seconds`` into a date, which must exist.
@@ -66,7 +87,7 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
     specs = []
     for f in unique_fields:
         _check_field(f, f"the unique field line {f!r}")
-        specs.append({"fields": [f], "unique": True, "expire_after_seconds": None, "name": None})
+        specs.append({"fields": [f], "unique": True, "expire_after_seconds": None, "name": None, "extra": {}})
     for position, entry in enumerate(indices):
         specs.append(_entry(entry, position, warnings))
     if len(specs) > MAX_INDEXES:
@@ -82,10 +103,12 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
                 )
             if other["name"] == name:
                 raise BadValueError(f"two indexes are named {name!r}; give one of them another name with name:")
-        out.append({
+        decl = {
             "id": i, "name": name, "fields": spec["fields"], "unique": spec["unique"],
-            "expire_after_seconds": spec["expire_after_seconds"], "format": FORMAT, "state": "ready",
-        })
+            "expire_after_seconds": spec["expire_after_seconds"], **spec["extra"], "state": "ready",
+        }
+        decl["format"] = format_for(decl)
+        out.append(decl)
     return out, warnings
 
 
@@ -143,7 +166,70 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
     name = entry.get("name")
     if name is not None and (not isinstance(name, str) or not name):
         raise BadValueError(f"{where}: name is a non-empty string, got {name!r}")
-    return {"fields": list(fields), "unique": unique, "expire_after_seconds": ttl, "name": name}
+    extra: dict = {}
+    sparse = entry.get("sparse", False)
+    if not isinstance(sparse, bool):
+        raise BadValueError(f"{where}: sparse is true or false, got {sparse!r}")
+    if sparse:
+        extra["sparse"] = True
+    if "partialFilterExpression" in entry:
+        if sparse:
+            raise BadValueError(
+                f"{where}: sparse and partialFilterExpression cannot be combined — a partial index already leaves "
+                "out the documents its expression does not match; for a sparse one write "
+                "{Field: {$exists: true}} in the expression"
+            )
+        extra["partialFilterExpression"] = check_partial(entry["partialFilterExpression"], where)
+    return {"fields": list(fields), "unique": unique, "expire_after_seconds": ttl, "name": name, "extra": extra}
+
+
+def format_for(decl: dict) -> int:
+    """The index format this version writes for a declaration (see the module's docstring)."""
+    return FORMAT_FILTERED if decl.get("sparse") or "partialFilterExpression" in decl else FORMAT
+
+
+def check_partial(expr: Any, where: str) -> dict:
+    """A partialFilterExpression, checked: MongoDB's subset (:data:`PARTIAL_ACCEPTED`), and a valid filter."""
+    accepted = "; a partialFilterExpression accepts " + ", ".join(PARTIAL_ACCEPTED)
+    if not isinstance(expr, dict) or not expr:
+        raise BadValueError(f"{where}: partialFilterExpression is a non-empty document such as "
+                            f"{{Status: \"open\"}}, got {expr!r:.60}")
+    for key, value in expr.items():
+        if key == "$and":
+            if not isinstance(value, list) or not value or not all(isinstance(m, dict) and m for m in value):
+                raise BadValueError(f"{where}: partialFilterExpression's $and is a non-empty list of documents")
+            for member in value:
+                for k, v in member.items():
+                    if k.startswith("$"):
+                        raise BadValueError(f"{where}: partialFilterExpression: {k} is not accepted inside $and "
+                                            f"(only field conditions are){accepted}")
+                    _check_partial_condition(k, v, where, accepted)
+        elif isinstance(key, str) and key.startswith("$"):
+            raise BadValueError(f"{where}: partialFilterExpression: {key} is not accepted{accepted}")
+        else:
+            _check_partial_condition(key, value, where, accepted)
+    try:
+        compile_filter(expr)
+    except BadValueError as exc:
+        raise BadValueError(f"{where}: partialFilterExpression: {exc.message}") from None
+    return expr
+
+
+def _check_partial_condition(field: Any, cond: Any, where: str, accepted: str) -> None:
+    if not isinstance(field, str) or not field:
+        raise BadValueError(f"{where}: partialFilterExpression: a field name is a non-empty string, got {field!r}")
+    if isinstance(cond, (Regex, re.Pattern)):
+        raise BadValueError(f"{where}: partialFilterExpression: {field}: a regular expression is not accepted{accepted}")
+    if isinstance(cond, dict) and cond and all(isinstance(k, str) and k.startswith("$") for k in cond):
+        for op, arg in cond.items():
+            if op not in PARTIAL_OPERATORS:
+                raise BadValueError(f"{where}: partialFilterExpression: {field}: {op} is not accepted{accepted}")
+            if op == "$exists" and arg is not True:
+                raise BadValueError(f"{where}: partialFilterExpression: {field}: $exists is accepted only as "
+                                    f"$exists: true, got {arg!r}{accepted}")
+            if op == "$eq" and isinstance(arg, (Regex, re.Pattern)):
+                raise BadValueError(f"{where}: partialFilterExpression: {field}: a regular expression is not "
+                                    f"accepted{accepted}")
 
 
 def _check_field(f: Any, where: str) -> None:
@@ -164,6 +250,10 @@ def describe(index: dict) -> str:
     if index.get("expire_after_seconds") is not None:
         ttl = index["expire_after_seconds"]
         notes.append(f"ttl {int(ttl) if float(ttl).is_integer() else ttl}s")
+    if index.get("sparse"):
+        notes.append("sparse")
+    if "partialFilterExpression" in index:
+        notes.append(f"partial {literal(index['partialFilterExpression'])}")
     if index.get("state", "ready") != "ready":
         notes.append(index["state"])
     return index["name"] + (f" ({', '.join(notes)})" if notes else "")

@@ -7,7 +7,9 @@ Entries live in the bucket's LMDB environment beside the documents:
 
 So one entry costs the encoded values plus the encoded document key plus 2 bytes (as
 key and value; LMDB adds an 8-byte node header), and its key is at most MAX_ENTRY_KEY
-bytes. A missing field is indexed as null. A field holding a non-empty array is indexed
+bytes. A missing field is indexed as null (a
+sparse index has no entry for a document lacking all of its fields, and a partial one
+none for a document its partialFilterExpression does not match). A field holding a non-empty array is indexed
 once per distinct element, never as the whole array (so only each element is bounded,
 not the array); an empty array is one entry whose value is ``[]``, which is also the
 entry of an element ``[]``. Every document ``find`` matches by an equality therefore has
@@ -46,7 +48,8 @@ from bson.objectid import ObjectId
 from ..errors import BadValueError, DuplicateKeyError, IndexNotReadyError
 from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
-from .declaration import FORMAT
+from ..values.filter import compile_filter
+from .declaration import NEWEST_FORMAT, format_for
 
 PREFIX = b"I"
 MAX_ENTRY_KEY = 500  # LMDB keys are at most 511 bytes
@@ -89,16 +92,32 @@ class Index:
         self.unique: bool = bool(decl.get("unique"))
         self.ttl = decl.get("expire_after_seconds")
         self.prefix = PREFIX + bytes([self.id])
-        fmt = decl.get("format", FORMAT)
-        if fmt > FORMAT:
+        #: A sparse index leaves out a document lacking every one of its fields; a partial one,
+        #: a document its partialFilterExpression does not match (see :meth:`covers`).
+        self.sparse: bool = bool(decl.get("sparse"))
+        self.partial: dict | None = decl.get("partialFilterExpression")
+        self.filtered: bool = self.sparse or self.partial is not None
+        fmt = decl.get("format", format_for(decl))
+        if fmt > NEWEST_FORMAT:
             self.state = "unreadable"
-        elif fmt < FORMAT:
+        elif fmt < format_for(decl):
             self.state = "building"
         else:
             self.state = decl.get("state", "ready")
         #: Whether claims (see the module's docstring) may exist: only a unique index that a
         #: load or a rebuild found conflicted pays the extra lookup when a holder leaves.
         self.claims = self.unique and self.state == "conflicted"
+        self._partial_match = compile_filter(self.partial) if self.partial is not None and self.maintained else None
+
+    def covers(self, doc) -> bool:
+        """Whether a document has entries in this index: every one, unless the index is sparse
+        (a document holding none of its fields, not even as null, has none) or partial (a
+        document its expression does not match has none)."""
+        if self.sparse:
+            return any(f in doc for f in self.fields)
+        if self._partial_match is not None:
+            return self._partial_match(doc)
+        return True
 
     @property
     def maintained(self) -> bool:
@@ -106,6 +125,8 @@ class Index:
 
     def value_tuples(self, doc: dict, bucket: str) -> list[tuple[bytes, tuple]]:
         """``(encoded values, values)`` for each entry a document has in this index (see the module's docstring)."""
+        if self.filtered and not self.covers(doc):
+            return []
         if len(self.fields) == 1:  # the common case: one field, not an array, one entry
             v = doc.get(self.fields[0])
             if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
@@ -146,6 +167,8 @@ class Index:
         """``(key, value, values)`` of each entry a document has in this index: :meth:`entry`
         of each of :meth:`value_tuples`, and for a single field that holds no array (nearly
         every entry) the same made in one step."""
+        if self.filtered and not self.covers(doc):
+            return []
         if self.single is not None:
             v = doc.get(self.single)
             if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):

@@ -2,8 +2,10 @@
 
 An index serves a search when its first fields are fixed by equality in the filter (a
 prefix, in declaration order). Among those, the one covering more fields wins, then a
-unique one, then the one declared first — so the choice is the same every time. Nothing
-fits: a full scan. Either way ``search`` returns what ``find`` returns: every predicate is
+unique one, then the one declared first — so the choice is the same every time. A sparse
+or partial index competes only when every document the filter matches has an entry in
+it (hoarddb.indexes.implication); when it cannot, explain's ``considered`` says why.
+Nothing fits: a full scan. Either way ``search`` returns what ``find`` returns: every predicate is
 checked on every document fetched, unless the entry read already proves it (``Shape.exact``).
 
 The index is read at each key a document matching the pinned values may have: one per
@@ -31,6 +33,7 @@ from ..errors import IndexNotReadyError
 from ..values.filter import equality_fields
 from ..values.keys import encode_key
 from ..values.literal import literal
+from .implication import conditions, partial_refusal, sparse_refusal
 from .maintenance import ARRAY_TYPES, Index
 
 FULL_SCAN = "none — full scan"
@@ -73,7 +76,7 @@ def plan(filter: dict, indexes: list[Index]) -> Plan:
     if not indexes:
         return Plan(None)
     pinned = {k: v for k, v in equality_fields(filter, check=False).items() if not _is_pattern(v)}
-    best, covered, considered = choose(pinned, indexes)
+    best, covered, considered = choose(pinned, indexes, unusable(filter, indexes))
     if best is None:
         return Plan(None, considered=considered)
     if best.state != "ready":
@@ -104,9 +107,26 @@ def lookups(value: Any) -> list[bytes]:
     return [encode_key(value)]
 
 
-def choose(pinned, indexes: list[Index]) -> tuple[Index | None, int, list]:
+def unusable(filter: dict, indexes: list[Index]) -> dict[str, str]:
+    """``{index name: why}`` for each sparse or partial index that cannot serve ``filter``: a
+    document the filter matches might have no entry in it (hoarddb.indexes.implication)."""
+    out: dict[str, str] = {}
+    conds = None
+    for ix in indexes:
+        if not ix.filtered:
+            continue
+        if conds is None:
+            conds = conditions(filter)
+        why = sparse_refusal(ix.fields, conds) if ix.sparse else partial_refusal(ix.partial, conds)
+        if why is not None:
+            out[ix.name] = why
+    return out
+
+
+def choose(pinned, indexes: list[Index], unusable: dict | None = None) -> tuple[Index | None, int, list]:
     """``(index, fields covered, considered)`` for the fields ``pinned`` fixes by equality (any
-    container of field names): the choice depends on the names alone, never on the values."""
+    container of field names), leaving out the indexes ``unusable`` names (with its reason): the
+    choice among the others depends on the names alone, never on the values."""
     candidates = []
     considered: list = []
     for position, ix in enumerate(indexes):
@@ -116,6 +136,9 @@ def choose(pinned, indexes: list[Index]) -> tuple[Index | None, int, list]:
         if covered == 0:
             considered.append({"index": ix.name, "covered": 0,
                                "reason": f"its first field {ix.fields[0]!r} is not fixed by equality in the filter"})
+            continue
+        if unusable and ix.name in unusable:
+            considered.append({"index": ix.name, "covered": covered, "reason": unusable[ix.name]})
             continue
         candidates.append((covered, ix.unique, -position, ix))
     if not candidates:
@@ -173,6 +196,9 @@ class Shape:
     whole: bool = False
     in_order: bool = False
     exact: bool = False
+    #: A sparse or partial index could serve some filters of this shape: whether it may
+    #: depends on the values, so each is planned by :func:`plan`.
+    general: bool = False
 
     @property
     def index_used(self) -> str:
@@ -215,11 +241,13 @@ class Shapes:
             if len(self._shapes) >= self.MAX:
                 self._shapes.clear()
             self._shapes[names] = shape
-        return shape
+        return None if shape.general else shape
 
     def _plan(self, names: tuple) -> Shape:
         if not self.indexes:
             return Shape(None)
+        if any(ix.filtered for ix in self.indexes):
+            return Shape(None, general=True)
         best, covered, considered = choose(frozenset(names), self.indexes)
         if best is None:
             return Shape(None, considered=tuple(considered))

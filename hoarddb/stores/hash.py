@@ -26,7 +26,7 @@ from bson.regex import Regex
 from ..errors import BadValueError
 from ..errors import DuplicateKeyError, HoardError, TooManyElementsError
 from ..ids import uuid7
-from ..indexes.declaration import FORMAT
+from ..indexes.declaration import format_for
 from ..indexes.maintenance import LMDB_MAX_KEY, PREFIX, IndexSet
 from ..indexes.planner import FULL_SCAN, Shapes, not_ready, plan
 from bson.raw_bson import RawBSONDocument
@@ -511,7 +511,7 @@ class HashStore(KVStore):
                 return self.indexes.rebuild(txn, ix, _batched_scan(txn, self.DOC, decode))
 
             conflict = self._write(lambda txn, fn=fn: (fn(txn), 0))
-            decl = dict(ix.decl, format=FORMAT, state="conflicted" if conflict else "ready")
+            decl = dict(ix.decl, format=format_for(ix.decl), state="conflicted" if conflict else "ready")
             decl.pop("conflict", None)
             if conflict:
                 decl["conflict"] = conflict

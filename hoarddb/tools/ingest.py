@@ -44,7 +44,7 @@ from bson import json_util
 from ..catalog import check_name
 from ..errors import (BadValueError, CorruptDataError, DatabaseNotFoundError, HoardError, InvalidArgumentError,
                       NotFoundError)
-from ..indexes.declaration import index_name
+from ..indexes.declaration import check_partial, index_name
 from .batches import BATCH_SIZE, ON_ERROR, BatchWriter, Stop, fewer_collections
 from .keys import key_document
 from .readers import (JSON_OPTIONS, PARALLEL_MIN_BYTES, InputFile, ParallelBSON, describe_position,
@@ -169,8 +169,9 @@ def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
     The ``_id`` index is skipped (a hash bucket's key is its own index). Ascending and
     descending keys both become plain fields (hoardDB's indexes serve equality search,
     where direction means nothing); ``unique`` and ``expireAfterSeconds`` carry over;
-    text, geo and hashed indexes, paths into nested documents, partial and sparse
-    indexes have no hoardDB equivalent and are named in the notes.
+    ``sparse`` and ``partialFilterExpression`` too (an expression outside the operators
+    hoardDB accepts skips its index, with a note); text, geo and hashed indexes and paths
+    into nested documents have no hoardDB equivalent and are named in the notes.
     """
     out: list[dict] = []
     notes: list[str] = []
@@ -193,11 +194,20 @@ def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
             notes.append(f"index {name!r} covers {', '.join(nested)}, a path into nested documents; hoardDB "
                          "indexes top-level fields only — skipped")
             continue
-        for option in ("partialFilterExpression", "sparse", "collation", "hidden"):
+        for option in ("collation", "hidden"):
             if option in ix and ix[option] not in (False, None):
                 notes.append(f"index {name!r}: {option} has no hoardDB equivalent; the index below covers "
                              "every document")
         entry: dict[str, Any] = {"field": fields[0]} if len(fields) == 1 else {"fields": fields}
+        partial = ix.get("partialFilterExpression")
+        if partial is not None:
+            try:
+                entry["partialFilterExpression"] = check_partial(partial, f"index {name!r}")
+            except BadValueError as exc:
+                notes.append(f"{exc.message} — skipped")
+                continue
+        elif ix.get("sparse") not in (None, False, 0):
+            entry["sparse"] = True
         if ix.get("unique"):
             entry["unique"] = True
         ttl = ix.get("expireAfterSeconds")

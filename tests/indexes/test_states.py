@@ -16,7 +16,7 @@ import pytest
 import hoarddb
 from hoarddb import errors
 from hoarddb.catalog import Catalog
-from hoarddb.indexes.declaration import FORMAT
+from hoarddb.indexes.declaration import FORMAT, NEWEST_FORMAT
 from hoarddb.values.codec import encode
 from hoarddb.values.keys import encode_key
 
@@ -94,7 +94,7 @@ def test_a_conflicted_index_refuses_search_naming_both_documents(data):
 
 
 def test_an_index_from_a_newer_version_is_unreadable_kept_and_blocks_writes_if_unique(data):
-    set_index_format(data, FORMAT + 1)
+    set_index_format(data, NEWEST_FORMAT + 1)
     with hoarddb.open(data) as c:
         b = c["app"].Users
         assert b.describe()["indexes"][0]["state"] == "unreadable"
@@ -106,14 +106,14 @@ def test_an_index_from_a_newer_version_is_unreadable_kept_and_blocks_writes_if_u
                 write()
         assert b.count() == 2 and len(b.find({"Email": "dalek@example.com"})) == 1
     cat = Catalog(data)
-    assert cat.bucket("app", "Users")["indexes"][0]["format"] == FORMAT + 1  # kept unchanged
+    assert cat.bucket("app", "Users")["indexes"][0]["format"] == NEWEST_FORMAT + 1  # kept unchanged
     cat.close()
 
 
 def test_an_unreadable_plain_index_does_not_block_writes(tmp_path):
     with hoarddb.open(tmp_path) as c:
         c["app"].create_bucket("Users", type="hash", indices=["Email"])
-    set_index_format(tmp_path, FORMAT + 1)
+    set_index_format(tmp_path, NEWEST_FORMAT + 1)
     with hoarddb.open(tmp_path) as c:
         c["app"].Users.insert({"_id_": "a", "Email": "x"})
         assert c["app"].Users.search({"_id_": "a"}).index_used == "none — full scan"
