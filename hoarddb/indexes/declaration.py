@@ -15,9 +15,9 @@ creation. ``format`` is the version of the index format that wrote the entries
     3  as 2, but a non-empty array by its distinct elements only, an empty one by the
        entry []  (FORMAT, for a plain index)
     4  as 3, for an index whose declaration changes which documents have entries
-       (``sparse``, ``partialFilterExpression``); a hoardDB that knows only 3 would write
-       an entry for every document, so it must see this index as ``unreadable``
-       (FORMAT_FILTERED)
+       (``sparse``, ``partialFilterExpression``) or their order (``desc``); a hoardDB
+       that knows only 3 would write every document's entries in ascending order, so it
+       must see this index as ``unreadable`` (FORMAT_EXTENDED)
 
 An index whose format is older than the one this version writes for its declaration
 (:func:`format_for`) is rebuilt when its bucket opens (state
@@ -41,10 +41,10 @@ from ..values.literal import literal
 
 #: The index format this version writes for a plain index (the list above).
 FORMAT = 3
-#: The format of an index that leaves some documents out (sparse or partial), and the
-#: newest this version can maintain.
-FORMAT_FILTERED = 4
-NEWEST_FORMAT = FORMAT_FILTERED
+#: The format of an index that leaves some documents out (sparse or partial) or orders a
+#: field descending, and the newest this version can maintain.
+FORMAT_EXTENDED = 4
+NEWEST_FORMAT = FORMAT_EXTENDED
 #: The most indexes one bucket may declare (an index id is one byte).
 MAX_INDEXES = 64
 
@@ -54,7 +54,7 @@ ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "t
 PARTIAL_ACCEPTED = ("equality ({field: value} or {field: {$eq: value}})", "$exists: true", "$gt", "$gte", "$lt",
                     "$lte", "$type", "$and at the top level")
 #: Keys a declaration holds only when they are given (describe, dump and restore carry them over).
-OPTIONAL_KEYS = ("sparse", "partialFilterExpression")
+OPTIONAL_KEYS = ("sparse", "partialFilterExpression", "desc")
 PARTIAL_OPERATORS = ("$eq", "$exists", "$gt", "$gte", "$lt", "$lte", "$type")
 STATES = ("ready", "building", "conflicted", "unreadable")
 #: The longest expire_after_seconds (2**31 - 1 seconds, about 68 years, as MongoDB allows):
@@ -62,9 +62,10 @@ STATES = ("ready", "building", "conflicted", "unreadable")
 MAX_TTL_SECONDS = 2**31 - 1
 
 
-def index_name(fields: list[str]) -> str:
-    """The default name: each field followed by ``_1``, joined with ``_`` (``CustomerID_1_CreatedAt_1``)."""
-    return "_".join(f"{f}_1" for f in fields)
+def index_name(fields: list[str], desc: list[str] | tuple = ()) -> str:
+    """The default name: each field followed by ``_1`` (``_-1`` when it descends), joined with ``_``
+    (``CustomerID_1_CreatedAt_-1``)."""
+    return "_".join(f"{f}_-1" if f in desc else f"{f}_1" for f in fields)
 
 
 def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[list[dict], list[str]]:
@@ -94,7 +95,7 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
         raise BadValueError(f"a bucket may declare at most {MAX_INDEXES} indexes; this one declares {len(specs)}")
     out: list[dict] = []
     for i, spec in enumerate(specs):
-        name = spec["name"] or index_name(spec["fields"])
+        name = spec["name"] or index_name(spec["fields"], spec["extra"].get("desc", ()))
         for other in out:
             if other["fields"] == spec["fields"]:
                 raise BadValueError(
@@ -136,14 +137,7 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
     unique = entry.get("unique", False)
     if not isinstance(unique, bool):
         raise BadValueError(f"{where}: unique is true or false, got {unique!r}")
-    desc = entry.get("desc", False)
-    if not isinstance(desc, bool):
-        raise BadValueError(f"{where}: desc is false (or left out), got {desc!r}")
-    if desc:
-        raise BadValueError(
-            f"{where}: desc: true is refused — a descending component only matters to sorting, "
-            "and indexes serve equality search, not sorting"
-        )
+    desc = _desc(entry.get("desc", False), fields, where)
     ttl = entry.get("expire_after_seconds")
     if ttl is not None:
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not (0 <= ttl <= MAX_TTL_SECONDS):
@@ -159,6 +153,9 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
             )
         if len(fields) > 1:
             raise BadValueError(f"{where}: a TTL index covers exactly one field (the time), not {len(fields)}")
+        if desc:
+            raise BadValueError(f"{where}: a TTL index cannot be desc — the sweeper reads it from the oldest time "
+                                "on; declare it without desc, and another index with desc to sort by that field")
     if "type" in entry:
         if entry["type"] != "range":
             raise BadValueError(f"{where}: type may only be \"range\" (and is ignored); got {entry['type']!r}")
@@ -172,6 +169,8 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
         raise BadValueError(f"{where}: sparse is true or false, got {sparse!r}")
     if sparse:
         extra["sparse"] = True
+    if desc:
+        extra["desc"] = desc
     if "partialFilterExpression" in entry:
         if sparse:
             raise BadValueError(
@@ -185,7 +184,25 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
 
 def format_for(decl: dict) -> int:
     """The index format this version writes for a declaration (see the module's docstring)."""
-    return FORMAT_FILTERED if decl.get("sparse") or "partialFilterExpression" in decl else FORMAT
+    return FORMAT_EXTENDED if any(decl.get(k) for k in OPTIONAL_KEYS) else FORMAT
+
+
+def _desc(desc: Any, fields: list[str], where: str) -> list[str]:
+    """The fields that descend: ``desc: true`` all of them, ``desc: ["B"]`` those named, false none."""
+    if desc is False:
+        return []
+    if desc is True:
+        return list(fields)
+    if isinstance(desc, list) and desc and all(isinstance(f, str) for f in desc):
+        for f in desc:
+            if f not in fields:
+                raise BadValueError(f"{where}: desc names {f!r}, which is not one of the index's fields "
+                                    f"({', '.join(fields)})")
+        if len(set(desc)) != len(desc):
+            raise BadValueError(f"{where}: desc names a field twice")
+        return [f for f in fields if f in desc]
+    raise BadValueError(f"{where}: desc is true (every field descends), false, or a list of the index's fields "
+                        f"that descend, such as [\"{fields[-1]}\"]; got {desc!r}")
 
 
 def check_partial(expr: Any, where: str) -> dict:
@@ -219,7 +236,8 @@ def _check_partial_condition(field: Any, cond: Any, where: str, accepted: str) -
     if not isinstance(field, str) or not field:
         raise BadValueError(f"{where}: partialFilterExpression: a field name is a non-empty string, got {field!r}")
     if isinstance(cond, (Regex, re.Pattern)):
-        raise BadValueError(f"{where}: partialFilterExpression: {field}: a regular expression is not accepted{accepted}")
+        raise BadValueError(f"{where}: partialFilterExpression: {field}: a regular expression is not "
+                            f"accepted{accepted}")
     if isinstance(cond, dict) and cond and all(isinstance(k, str) and k.startswith("$") for k in cond):
         for op, arg in cond.items():
             if op not in PARTIAL_OPERATORS:
@@ -252,6 +270,8 @@ def describe(index: dict) -> str:
         notes.append(f"ttl {int(ttl) if float(ttl).is_integer() else ttl}s")
     if index.get("sparse"):
         notes.append("sparse")
+    if index.get("desc") and index["name"] != index_name(index["fields"], index["desc"]):
+        notes.append("desc " + ", ".join(index["desc"]))
     if "partialFilterExpression" in index:
         notes.append(f"partial {literal(index['partialFilterExpression'])}")
     if index.get("state", "ready") != "ready":

@@ -63,15 +63,29 @@ NOT_ARRAYS = frozenset({str, int, float, bool, type(None), ObjectId, datetime.da
 EMPTY_ARRAY = encode_key([])
 
 
-def elements(array: list | tuple) -> list[tuple[bytes, Any]]:
+_INVERT = bytes(255 - i for i in range(256))
+
+
+def descending(encoded: bytes) -> bytes:
+    """The encoding of a value in a descending field: every bit inverted. Encodings are
+    self-delimiting (none is the start of another), so inverted ones sort in exactly the
+    reverse order, and stay self-delimiting."""
+    return encoded.translate(_INVERT)
+
+
+def encode_descending(value: Any) -> bytes:
+    return encode_key(value).translate(_INVERT)
+
+
+def elements(array: list | tuple, encode=encode_key) -> list[tuple[bytes, Any]]:
     """``(encoded element, element)`` for each distinct element of an array, in order; for an
     empty array the one ``(encoded [], [])``."""
     if not array:
-        return [(EMPTY_ARRAY, [])]
+        return [(encode([]), [])]
     seen: set = set()
     out = []
     for element in array:
-        ek = encode_key(element)
+        ek = encode(element)
         if ek not in seen:
             seen.add(ek)
             out.append((ek, element))
@@ -89,6 +103,11 @@ class Index:
         #: The field of a single-field index (None for a compound one): its entries are made
         #: without the general path when the value is not an array (see entries).
         self.single: str | None = self.fields[0] if len(self.fields) == 1 else None
+        #: Whether each field descends (``desc``), and the function that encodes its values:
+        #: hoarddb.values.keys's order-preserving bytes, inverted for a descending field.
+        desc = decl.get("desc") or ()
+        self.descending: tuple = tuple(f in desc for f in self.fields)
+        self.encoders: tuple = tuple(encode_descending if d else encode_key for d in self.descending)
         self.unique: bool = bool(decl.get("unique"))
         self.ttl = decl.get("expire_after_seconds")
         self.prefix = PREFIX + bytes([self.id])
@@ -130,19 +149,19 @@ class Index:
         if len(self.fields) == 1:  # the common case: one field, not an array, one entry
             v = doc.get(self.fields[0])
             if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
-                return [(encode_key(v), (v,))]
-            return [(ek, (element,)) for ek, element in elements(v)]
+                return [(self.encoders[0](v), (v,))]
+            return [(ek, (element,)) for ek, element in elements(v, self.encoders[0])]
         values = [doc.get(f) for f in self.fields]
         if not any(isinstance(v, ARRAY_TYPES) for v in values):  # one entry
-            return [(b"".join([encode_key(v) for v in values]), tuple(values))]
+            return [(b"".join([enc(v) for enc, v in zip(self.encoders, values)]), tuple(values))]
         per_field = []
         arrays = 0
-        for v in values:
+        for enc, v in zip(self.encoders, values):
             if isinstance(v, ARRAY_TYPES):
                 arrays += 1
-                per_field.append(elements(v))
+                per_field.append(elements(v, enc))
             else:
-                per_field.append([(encode_key(v), v)])
+                per_field.append([(enc(v), v)])
         if arrays > 1:
             raise BadValueError(
                 f"index {self.name!r} on bucket {bucket!r} cannot index a document whose fields "
@@ -172,7 +191,7 @@ class Index:
         if self.single is not None:
             v = doc.get(self.single)
             if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
-                return [(*self.entry(encode_key(v), doc_key), (v,))]
+                return [(*self.entry(self.encoders[0](v), doc_key), (v,))]
         return [(*self.entry(encoded, doc_key), values) for encoded, values in self.value_tuples(doc, bucket)]
 
     def _too_long(self, key: bytes) -> BadValueError:
@@ -185,10 +204,26 @@ class Index:
         """The encoded ``_id_`` an entry points to."""
         if self.unique:
             return bytes(value)
+        return bytes(key[self.values_end(key):])
+
+    def values_end(self, key: bytes, fields: int | None = None) -> int:
+        """Where the encoded values of the first ``fields`` fields (all by default) end in an
+        entry's ``key`` (BadValueError if they do not parse)."""
         pos = len(self.prefix)
-        for _ in self.fields:
-            pos = key_end(key, pos)
-        return bytes(key[pos:])
+        for down in self.descending[:fields]:
+            pos = pos + key_end(descending(bytes(key[pos:])), 0) if down else key_end(key, pos)
+        return pos
+
+    def decoded_values(self, encoded: bytes) -> list:
+        """The values an entry's encoded values (after the prefix) hold, for messages."""
+        out = []
+        pos = 0
+        for down in self.descending:
+            part = descending(encoded[pos:]) if down else encoded[pos:]
+            end = key_end(part, 0)
+            out.append(decode_key(part[:end]))
+            pos += end
+        return out
 
 
 class IndexSet:

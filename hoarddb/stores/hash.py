@@ -33,7 +33,7 @@ from bson.raw_bson import RawBSONDocument
 
 from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
 from ..values.filter import compile_filter
-from ..values.keys import decode_key, decode_keys, encode_key, key_end
+from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
 from ..values.update import apply_update, validate_update
 from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document
@@ -337,7 +337,8 @@ class HashStore(KVStore):
             return False
         if shape.whole:
             return True
-        prefix = shape.index.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+        enc = shape.index.encoders
+        prefix = shape.index.prefix + b"".join([enc[i](filter[f]) for i, f in enumerate(shape.fields)])
         with self.kv.read() as txn:
             cursor = txn.cursor()
             if not cursor.set_range(prefix):
@@ -365,9 +366,9 @@ class HashStore(KVStore):
         # prove the match (no second check of the document).
         ix = shape.index
         if len(shape.fields) == 1:
-            prefix = ix.prefix + encode_key(filter[shape.fields[0]])
+            prefix = ix.prefix + ix.encoders[0](filter[shape.fields[0]])
         else:
-            prefix = ix.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+            prefix = ix.prefix + b"".join([ix.encoders[i](filter[f]) for i, f in enumerate(shape.fields)])
         matcher = None if shape.exact else compile_filter(filter)
         if limit is not None:
             check_limit(limit, 1 << 62, "search")
@@ -417,7 +418,7 @@ class HashStore(KVStore):
                 docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
         if explain:
             return Reply(out, index_used=ix.name, explain={
-                "index_used": ix.name, "considered": shape.explained(),
+                "index_used": ix.name, "considered": shape.explained(), "served": shape.served(),
                 "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
             })
         return Reply(out, index_used=ix.name)
@@ -436,22 +437,16 @@ class HashStore(KVStore):
             if p.index is None:
                 raws = (raw for _key, raw in self._candidates(txn, filter))
             else:
-                doc_keys = set()
-                cursor = txn.cursor()
-                for prefix in p.prefixes:  # several when the filter pins arrays (planner.lookups)
-                    if cursor.set_range(prefix):
-                        for key, value in cursor:
-                            if not key.startswith(prefix):
-                                break
-                            keys_examined += 1
-                            doc_keys.add(p.index.doc_key_of(key, value))
+                # the key ranges of the plan: its equality prefixes (several when the filter
+                # pins arrays, planner.lookups), or a range of the next field within them
+                doc_keys, keys_examined = p.read(txn)
                 # in key order, as find answers
                 raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
             docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
-                "index_used": p.index_used, "considered": p.considered,
+                "index_used": p.index_used, "considered": p.considered, "served": p.served(),
                 "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
             }
         return Reply(out, **extras)
@@ -763,9 +758,7 @@ def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> Non
             continue
         key, value = bytes(key), bytes(value)
         try:
-            pos = len(ix.prefix)
-            for _field in ix.fields:
-                pos = key_end(key, pos)
+            pos = ix.values_end(key)
             entry, rest = key[:pos], key[pos:]
             if rest and key_end(rest, 0) != len(rest):
                 raise BadValueError("more than one document key after the values")
@@ -802,7 +795,7 @@ def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> Non
         except (HoardError, *DECODE_ERRORS):
             continue  # said of the document already
         if (entry if ix.unique else key) not in has:
-            values = ", ".join(literal(v) for v in _decoded_values(entry[len(ix.prefix):]))
+            values = ", ".join(literal(v) for v in _decoded_values(ix, entry[len(ix.prefix):]))
             problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an {what} for document '
                                                        f"{_shown_key(owner)} with the value(s) {values}, which the "
                                                        "document does not hold", REBUILD))
@@ -819,8 +812,8 @@ def _shown_key(dk) -> str:
         return repr(bytes(dk)[:40])
 
 
-def _decoded_values(encoded: bytes) -> list:
+def _decoded_values(ix, encoded: bytes) -> list:
     try:
-        return decode_keys(encoded)
+        return ix.decoded_values(encoded)
     except Exception:
         return [encoded[:40]]

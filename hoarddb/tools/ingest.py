@@ -166,9 +166,9 @@ def read_metadata(path: Path) -> dict:
 def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
     """The hoardDB ``indices`` entries for a mongodump metadata's indexes, and notes on what was left out.
 
-    The ``_id`` index is skipped (a hash bucket's key is its own index). Ascending and
-    descending keys both become plain fields (hoardDB's indexes serve equality search,
-    where direction means nothing); ``unique`` and ``expireAfterSeconds`` carry over;
+    The ``_id`` index is skipped (a hash bucket's key is its own index). Descending keys
+    (``-1``) become ``desc`` (but a TTL index stays ascending, noted); ``unique`` and
+    ``expireAfterSeconds`` carry over;
     ``sparse`` and ``partialFilterExpression`` too (an expression outside the operators
     hoardDB accepts skips its index, with a note); text, geo and hashed indexes and paths
     into nested documents have no hoardDB equivalent and are named in the notes.
@@ -219,12 +219,15 @@ def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
                 notes.append(f"index {name!r}: TTL on more than one field is refused; declared without expiry")
             else:
                 entry["expire_after_seconds"] = int(ttl) if float(ttl).is_integer() else float(ttl)
-        descending = any(v == -1 for v in key.values())
-        if isinstance(name, str) and name and name != index_name(fields) and not descending:
-            entry["name"] = name
+        descending = [f for f, v in key.items() if v == -1]
+        if descending and "expire_after_seconds" in entry:
+            notes.append(f"index {name!r} is a descending TTL index; hoardDB's TTL indexes are ascending — "
+                         "declared ascending")
+            descending = []
         if descending:
-            notes.append(f"index {name!r} has descending keys; hoardDB indexes serve equality search, where "
-                         "direction means nothing — declared ascending")
+            entry["desc"] = True if descending == fields else descending
+        if isinstance(name, str) and name and name != index_name(fields, descending):
+            entry["name"] = name
         out.append(entry)
     return out, notes
 
