@@ -16,6 +16,7 @@ A data directory, as the engine lays it out:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -34,6 +35,7 @@ from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDat
                      UnknownOptionError, UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
+from .indexes.builder import Builder
 from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
@@ -102,11 +104,15 @@ class Engine:
         # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,
         # the handlers are functions of the engine): an engine nobody holds any more is
         # freed at once, and its finalizer closes what it had open (see lifecycle.forgotten).
-        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
+        # Indexes of an older format (or conflicted) are rebuilt in the background, from now on.
+        self.builder = Builder(lifecycle.weak_index_builds(self))
+        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock,
+                                      self.builder)
         self._finalizer = weakref.finalize(self, lifecycle.forgotten, self._parts)
         self._finalizer.atexit = False  # at exit, lifecycle._close_at_exit closes it (quietly)
         lifecycle.OPEN.add(self)
         self.sweeper.start()
+        self.builder.start()
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -729,6 +735,27 @@ class Engine:
                     continue  # dropped (or closed) since the list was read
                 yield store
 
+    def _index_builds(self):
+        """``(store, done)`` for each hash bucket with an index to rebuild (see hoarddb.indexes.builder)."""
+        for decl in self.catalog.all_buckets():
+            if self._closed:
+                return
+            if any(Index(ix).state in ("building", "conflicted") for ix in decl.get("indexes") or []):
+                try:
+                    store = self._store(decl["db"], decl["name"])
+                except (BucketNotFoundError, DatabaseNotFoundError, ClosedError):
+                    continue  # dropped (or closed) since the list was read
+                yield store, functools.partial(self._indexes_built, decl["db"], decl["name"], store)
+
+    def _indexes_built(self, db: str, bucket: str, store: Store, indexes: list[dict]) -> None:
+        """Persist a bucket's rebuilt index declarations (unless it was dropped meanwhile)."""
+        with self._mutex:
+            if self._closed or self._stores.get((db, bucket)) is not store:
+                return
+            self.catalog.replace_bucket(db, dict(self.catalog.bucket(db, bucket), indexes=indexes))
+            self._catalog_dirty = True
+            self._hot.pop((db, bucket), None)
+
     def _metrics(self) -> dict:
         counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)
         for decl in self.catalog.all_buckets():
@@ -801,7 +828,7 @@ def _index_states(store: Store, decl: dict) -> list[dict]:
     return [
         {"name": ix["name"], "fields": ix["fields"], "unique": ix.get("unique", False),
          "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
-         **{k: ix[k] for k in INDEX_OPTIONS if k in ix}, "summary": describe_index(ix)}
+         **{k: ix[k] for k in (*INDEX_OPTIONS, "progress") if k in ix}, "summary": describe_index(ix)}
         for ix in states
     ]
 

@@ -126,6 +126,12 @@ class Index:
         #: Whether claims (see the module's docstring) may exist: only a unique index that a
         #: load or a rebuild found conflicted pays the extra lookup when a holder leaves.
         self.claims = self.unique and self.state == "conflicted"
+        #: While the index is ``building`` (hoarddb.indexes.builder): None until its old
+        #: entries are gone, then the encoded key of the last document whose entries the
+        #: rebuild wrote. Writes keep the entries of documents up to it, and leave the
+        #: others to the rebuild (:meth:`kept`). ``progress`` is (documents done, of).
+        self.frontier: bytes | None = None
+        self.progress: tuple[int, int] = (0, 0)
         self._partial_match = compile_filter(self.partial) if self.partial is not None and self.maintained else None
 
     def covers(self, doc) -> bool:
@@ -141,6 +147,13 @@ class Index:
     @property
     def maintained(self) -> bool:
         return self.state != "unreadable"
+
+    def kept(self, doc_key: bytes) -> bool:
+        """Whether a write keeps this index's entries of the document ``doc_key``: always, but
+        while the index is building only for the documents the rebuild has passed."""
+        if self.state != "building":
+            return True
+        return self.frontier is not None and doc_key <= self.frontier
 
     def value_tuples(self, doc: dict, bucket: str) -> list[tuple[bytes, tuple]]:
         """``(encoded values, values)`` for each entry a document has in this index (see the module's docstring)."""
@@ -266,10 +279,14 @@ class IndexSet:
             return
         if old is None:  # an insert: every entry is new (the common case, without the set arithmetic)
             for ix in self.maintained:
+                if ix.state == "building" and not ix.kept(doc_key):
+                    continue
                 for key, value, values in ix.entries(new, doc_key, self.bucket):
                     self._add(txn, ix, key, value, values, doc_key, where, conflicts)
             return
         for ix in self.maintained:
+            if ix.state == "building" and not ix.kept(doc_key):
+                continue
             before = self.entries(ix, old, doc_key)
             after = self.entries(ix, new, doc_key)
             for key in before.keys() - after.keys():
@@ -331,6 +348,8 @@ class IndexSet:
         if doc is None:
             return
         for ix in self.maintained:
+            if ix.state == "building" and not ix.kept(doc_key):
+                continue
             for encoded, _values in ix.value_tuples(doc, self.bucket):
                 if ix.unique:
                     self._leave(txn, ix, ix.prefix + encoded, doc_key)
@@ -350,18 +369,30 @@ class IndexSet:
 
     def rebuild(self, txn, ix: Index, documents: Iterable[tuple[bytes, dict]]) -> dict | None:
         """Write ``ix``'s entries again from every document; return the first conflict found, if any."""
-        while True:  # the old entries go, a batch at a time (a fresh cursor after each batch's deletes)
-            cursor = txn.cursor()
-            doomed = []
-            if cursor.set_range(ix.prefix):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(ix.prefix) or len(doomed) >= 10_000:
-                        break
-                    doomed.append(bytes(key))
-            for key in doomed:
-                txn.delete(key)
-            if len(doomed) < 10_000:
-                break
+        while self.clear(txn, ix) == 10_000:
+            pass
+        conflict = self.build(txn, ix, documents)
+        if conflict is None:
+            ix.claims = False
+        return conflict
+
+    @staticmethod
+    def clear(txn, ix: Index, batch: int = 10_000) -> int:
+        """Delete up to ``batch`` of ``ix``'s entries (and claims); how many."""
+        cursor = txn.cursor()
+        doomed = []
+        if cursor.set_range(ix.prefix):
+            for key in cursor.iternext(values=False):
+                if not key.startswith(ix.prefix) or len(doomed) >= batch:
+                    break
+                doomed.append(bytes(key))
+        for key in doomed:
+            txn.delete(key)
+        return len(doomed)
+
+    def build(self, txn, ix: Index, documents: Iterable[tuple[bytes, dict]]) -> dict | None:
+        """Write the entries of ``documents`` in ``ix`` (whose old entries are gone); the first
+        conflict found, if any (then the other holder's claim is recorded)."""
         conflict = None
         for doc_key, doc in documents:
             for key, (value, values) in self.entries(ix, doc, doc_key).items():
@@ -376,6 +407,4 @@ class IndexSet:
                         self._claim(txn, ix, key, doc_key)
                         continue
                 txn.put(key, value)
-        if conflict is None:
-            ix.claims = False
         return conflict

@@ -274,8 +274,10 @@ def choose(pinned, indexes: list[Index], unusable: dict | None = None,
 def not_ready(ix: Index) -> IndexNotReadyError:
     """The refusal of a search on an index that is not ready, with its reason and what to do."""
     if ix.state == "building":
-        why = ("it is being rebuilt from the documents after an upgrade (once, while the database opens); "
-               "retry, or use find")
+        done, total = ix.progress
+        why = ("it is building: it is being rebuilt from the documents in the background, once after the "
+               f"database opened (an index written by an older hoardDB, or conflicted), {done} of about {total} "
+               "documents so far. Retry when describe shows it ready, or use find")
     elif ix.state == "conflicted":
         conflict = ix.decl.get("conflict") or {}
         docs = " and ".join(literal(d) for d in conflict.get("documents", []))

@@ -43,6 +43,8 @@ from .fields import FieldStores, check_fields
 log = logging.getLogger("hoarddb.indexes")
 MAX_KEY_BYTES = 480  # LMDB keys are at most 511 bytes, with room for the namespace
 SWEEP_BATCH = 2000
+#: Documents an index rebuild reads and indexes per write transaction (see build_indexes).
+BUILD_BATCH = 1000
 _DATE_TAG = encode_key(datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))[:1]
 #: Where a TTL index's expiring numbers begin: -inf (NaN sorts first among numbers, and never expires).
 _NUMBER_FROM = encode_key(float("-inf"))
@@ -489,29 +491,79 @@ class HashStore(KVStore):
 
     # -- index life cycle ----------------------------------------------------------
 
-    def open_indexes(self) -> list[dict] | None:
-        """Rebuild indexes that need it (an older format, or conflicted); the new declarations, or None.
+    def open_indexes(self) -> None:
+        """Mark ``building`` the indexes that need a rebuild (an older format, or conflicted);
+        the engine's index builder rebuilds them in the background (:meth:`build_indexes`).
 
-        Runs once when the bucket opens. A unique index that finds one value in two
-        documents becomes ``conflicted``, naming both; nothing is deleted.
+        Until then a write leaves their entries alone, and search refuses them.
         """
-        todo = [ix for ix in self.indexes.indexes if ix.state in ("building", "conflicted")]
+        for ix in self.indexes.indexes:
+            if ix.state in ("building", "conflicted"):
+                ix.state = "building"
+                ix.frontier = None
+                ix.progress = (0, self._count)
+
+    def build_indexes(self, stop, persist=None) -> list[dict] | None:
+        """Rebuild every ``building`` index from the documents; the new declarations, or None
+        if there was none (or ``stop``, a threading.Event, was set: the next open starts over).
+
+        ``persist(declarations)`` is called first with each index to rebuild declared
+        ``building``, so that an interrupted rebuild (of a conflicted index, whose format is
+        current) is never taken for a finished one: not by the next open, which rebuilds it
+        again, nor by ``hoarddb check``, which leaves a building index alone.
+
+        First the old entries go, then the documents are read in key order, ``BUILD_BATCH``
+        at a time, each batch one write transaction that writes their entries and moves the
+        index's frontier past them (under the store's write lock, so that no write runs
+        between the commit and the move). Writes in between keep the entries of the
+        documents behind the frontier, and leave the others to the batches to come. A
+        unique index that finds one value in two documents becomes ``conflicted``, naming
+        both; nothing is deleted.
+        """
+        todo = [ix for ix in self.indexes.indexes if ix.state == "building"]
         if not todo:
             return None
+        if persist is not None and any(ix.decl.get("state", "ready") != "building" for ix in todo):
+            for ix in todo:
+                ix.decl = dict(ix.decl, state="building")
+            persist([ix.decl for ix in self.indexes.indexes])
         for ix in todo:
-            ix.state = "building"
             log.warning("bucket %s: rebuilding index %s from the documents", self.name, ix.name)
+            ix.progress = (0, self._count)
+            while True:  # the old entries go (writes meanwhile leave this index alone: no frontier yet)
+                if stop.is_set():
+                    return None
+                if self._write(lambda txn, ix=ix: (self.indexes.clear(txn, ix), 0)) < 10_000:
+                    break
+            with self._wlock:
+                ix.claims = False
+                ix.frontier = b""
+            conflict = None
+            while True:
+                if stop.is_set():
+                    return None
+                with self._wlock:
+                    start = ix.frontier
 
-            def fn(txn, ix=ix):
-                return self.indexes.rebuild(txn, ix, _batched_scan(txn, self.DOC, decode))
+                    def batch(txn, ix=ix, start=start):
+                        docs = _docs_after(txn, self.DOC, start, BUILD_BATCH)
+                        return (docs[-1][0] if docs else None, len(docs), self.indexes.build(txn, ix, docs)), 0
 
-            conflict = self._write(lambda txn, fn=fn: (fn(txn), 0))
-            decl = dict(ix.decl, format=format_for(ix.decl), state="conflicted" if conflict else "ready")
-            decl.pop("conflict", None)
-            if conflict:
-                decl["conflict"] = conflict
-                log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
-            ix.decl, ix.state = decl, decl["state"]
+                    last, n, found = self._write(batch)
+                    conflict = conflict or found
+                    done = n < BUILD_BATCH
+                    if last is not None:
+                        ix.frontier = last
+                    ix.progress = (ix.progress[0] + n, max(self._count, ix.progress[0] + n))
+                    if done:  # every document has its entries: from now on, every write keeps them
+                        decl = dict(ix.decl, format=format_for(ix.decl), state="conflicted" if conflict else "ready")
+                        decl.pop("conflict", None)
+                        if conflict:
+                            decl["conflict"] = conflict
+                            log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
+                        ix.decl, ix.state, ix.frontier = decl, decl["state"], None
+                        break
+            log.warning("bucket %s: index %s is %s (%d documents)", self.name, ix.name, ix.state, ix.progress[0])
         return [ix.decl for ix in self.indexes.indexes]
 
     def declarations(self) -> list[dict]:
@@ -519,8 +571,11 @@ class HashStore(KVStore):
         return [ix.decl for ix in self.indexes.indexes]
 
     def index_states(self) -> list[dict]:
-        """Each index's declaration with its state as this version sees it."""
-        return [dict(ix.decl, state=ix.state) for ix in self.indexes.indexes]
+        """Each index's declaration with its state as this version sees it (and, while it is
+        building, ``progress``: ``{documents, of}``)."""
+        return [dict(ix.decl, state=ix.state, **({"progress": {"documents": ix.progress[0], "of": ix.progress[1]}}
+                                                 if ix.state == "building" else {}))
+                for ix in self.indexes.indexes]
 
     # -- TTL -----------------------------------------------------------------------------
 
@@ -671,26 +726,17 @@ def _scan(txn, prefix: bytes):
         yield key, raw
 
 
-def _batched_scan(txn, prefix: bytes, convert, batch: int = 1000):
-    """``(key without the prefix's first byte, convert(value))`` for every key under ``prefix``,
-    read ``batch`` at a time with a fresh cursor each, so the caller may write to ``txn``
-    between them (an index rebuild) and holds one batch in memory, not the whole bucket."""
-    start = prefix
-    while True:
-        cursor = txn.cursor()
-        if not cursor.set_range(start):
-            return
-        got = []
-        for key, raw in cursor:
-            if not key.startswith(prefix):
-                break
-            got.append((bytes(key), convert(raw)))
-            if len(got) >= batch:
-                break
-        yield from ((key[1:], value) for key, value in got)
-        if len(got) < batch:
-            return
-        start = got[-1][0] + b"\x00"  # the next key after the last one read
+def _docs_after(txn, prefix: bytes, after: bytes, n: int) -> list[tuple[bytes, dict]]:
+    """``(encoded _id_, document)`` of the first ``n`` documents whose key is above ``after``."""
+    cursor = txn.cursor()
+    out: list = []
+    if not cursor.set_range(prefix + after + b"\x00" if after else prefix):
+        return out
+    for key, raw in cursor:
+        if not key.startswith(prefix) or len(out) >= n:
+            break
+        out.append((bytes(key[len(prefix):]), decode(raw)))
+    return out
 
 
 # -- checking (hoarddb check) ----------------------------------------------------------------
