@@ -286,3 +286,24 @@ def test_ingest_declares_mongodumps_sparse_and_partial_indexes(client, tmp_path)
     client.execute(parser.parse_statement(rep.statement).to_request("app"))
     assert summaries(client["app"].users) == ["email_1 (unique, sparse)",
                                               'status_1 (partial {total: {$gt: 10}, kind: "bug"})']
+
+
+def _filters_know_type() -> bool:
+    from hoarddb.values.filter import compile_filter
+    try:
+        compile_filter({"a": {"$type": "string"}})
+    except errors.BadValueError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _filters_know_type(), reason="filters do not know $type yet")
+def test_a_type_condition_in_a_partial_index(db):
+    b = db.create_bucket("B", type="hash", indices=[
+        {"field": "K", "partialFilterExpression": {"V": {"$type": "string"}}}])
+    b.batch_insert([{"_id_": 1, "K": 1, "V": "s"}, {"_id_": 2, "K": 1, "V": 5}, {"_id_": 3, "K": 1}])
+    for f, used in (({"K": 1, "V": {"$type": "string"}}, True), ({"K": 1, "V": "s"}, True),
+                    ({"K": 1, "V": 5}, False), ({"K": 1}, False)):
+        got = b.search(f)
+        assert (got.index_used == "K_1") == used, f
+        assert ids(got) == ids(b.find(f)), f
