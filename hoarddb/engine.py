@@ -16,6 +16,7 @@ A data directory, as the engine lays it out:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -27,12 +28,14 @@ from typing import Any, Callable
 from . import lifecycle, operations
 from .catalog import Catalog, check_name
 from .declaration import check_fields, declare_bucket
+from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
                      UnknownOptionError, UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
+from .indexes.builder import Builder
 from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
@@ -105,11 +108,15 @@ class Engine:
         # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,
         # the handlers are functions of the engine): an engine nobody holds any more is
         # freed at once, and its finalizer closes what it had open (see lifecycle.forgotten).
-        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
+        # Indexes of an older format (or conflicted) are rebuilt in the background, from now on.
+        self.builder = Builder(lifecycle.weak_index_builds(self))
+        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock,
+                                      self.builder)
         self._finalizer = weakref.finalize(self, lifecycle.forgotten, self._parts)
         self._finalizer.atexit = False  # at exit, lifecycle._close_at_exit closes it (quietly)
         lifecycle.OPEN.add(self)
         self.sweeper.start()
+        self.builder.start()
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -780,6 +787,27 @@ class Engine:
                     continue  # dropped (or closed) since the list was read
                 yield store
 
+    def _index_builds(self):
+        """``(store, done)`` for each hash bucket with an index to rebuild (see hoarddb.indexes.builder)."""
+        for decl in self.catalog.all_buckets():
+            if self._closed:
+                return
+            if any(Index(ix).state in ("building", "conflicted") for ix in decl.get("indexes") or []):
+                try:
+                    store = self._store(decl["db"], decl["name"])
+                except (BucketNotFoundError, DatabaseNotFoundError, ClosedError):
+                    continue  # dropped (or closed) since the list was read
+                yield store, functools.partial(self._indexes_built, decl["db"], decl["name"], store)
+
+    def _indexes_built(self, db: str, bucket: str, store: Store, indexes: list[dict]) -> None:
+        """Persist a bucket's rebuilt index declarations (unless it was dropped meanwhile)."""
+        with self._mutex:
+            if self._closed or self._stores.get((db, bucket)) is not store:
+                return
+            self.catalog.replace_bucket(db, dict(self.catalog.bucket(db, bucket), indexes=indexes))
+            self._catalog_dirty = True
+            self._hot.pop((db, bucket), None)
+
     def _metrics(self, request: dict | None = None) -> dict:
         counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)
         for decl in self.catalog.all_buckets():
@@ -840,7 +868,7 @@ def _index_states(store: Store, decl: dict) -> list[dict]:
     return [
         {"name": ix["name"], "fields": ix["fields"], "unique": ix.get("unique", False),
          "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
-         "summary": describe_index(ix)}
+         **{k: ix[k] for k in (*INDEX_OPTIONS, "progress") if k in ix}, "summary": describe_index(ix)}
         for ix in states
     ]
 

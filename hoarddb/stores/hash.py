@@ -26,14 +26,14 @@ from bson.regex import Regex
 from ..errors import BadValueError
 from ..errors import DuplicateKeyError, HoardError, TooManyElementsError
 from ..ids import uuid7
-from ..indexes.declaration import FORMAT
+from ..indexes.declaration import format_for
 from ..indexes.maintenance import LMDB_MAX_KEY, PREFIX, IndexSet
 from ..indexes.planner import FULL_SCAN, Shapes, not_ready, plan
 from bson.raw_bson import RawBSONDocument
 
 from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
 from ..values.filter import compile_filter
-from ..values.keys import decode_key, decode_keys, encode_key, key_end
+from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
 from ..values.update import apply_update, validate_update
 from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document
@@ -43,6 +43,8 @@ from .fields import FieldStores, check_fields
 log = logging.getLogger("hoarddb.indexes")
 MAX_KEY_BYTES = 480  # LMDB keys are at most 511 bytes, with room for the namespace
 SWEEP_BATCH = 2000
+#: Documents an index rebuild reads and indexes per write transaction (see build_indexes).
+BUILD_BATCH = 1000
 _DATE_TAG = encode_key(datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))[:1]
 #: Where a TTL index's expiring numbers begin: -inf (NaN sorts first among numbers, and never expires).
 _NUMBER_FROM = encode_key(float("-inf"))
@@ -346,7 +348,8 @@ class HashStore(KVStore):
             return False
         if shape.whole:
             return True
-        prefix = shape.index.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+        enc = shape.index.encoders
+        prefix = shape.index.prefix + b"".join([enc[i](filter[f]) for i, f in enumerate(shape.fields)])
         with self.kv.read() as txn:
             cursor = txn.cursor()
             if not cursor.set_range(prefix):
@@ -374,9 +377,9 @@ class HashStore(KVStore):
         # prove the match (no second check of the document).
         ix = shape.index
         if len(shape.fields) == 1:
-            prefix = ix.prefix + encode_key(filter[shape.fields[0]])
+            prefix = ix.prefix + ix.encoders[0](filter[shape.fields[0]])
         else:
-            prefix = ix.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+            prefix = ix.prefix + b"".join([ix.encoders[i](filter[f]) for i, f in enumerate(shape.fields)])
         matcher = None if shape.exact else compile_filter(filter)
         if limit is not None:
             check_limit(limit, 1 << 62, "search")
@@ -426,7 +429,7 @@ class HashStore(KVStore):
                 docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
         if explain:
             return Reply(out, index_used=ix.name, explain={
-                "index_used": ix.name, "considered": shape.explained(),
+                "index_used": ix.name, "considered": shape.explained(), "served": shape.served(),
                 "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
             })
         return Reply(out, index_used=ix.name)
@@ -445,22 +448,16 @@ class HashStore(KVStore):
             if p.index is None:
                 raws = (raw for _key, raw in self._candidates(txn, filter))
             else:
-                doc_keys = set()
-                cursor = txn.cursor()
-                for prefix in p.prefixes:  # several when the filter pins arrays (planner.lookups)
-                    if cursor.set_range(prefix):
-                        for key, value in cursor:
-                            if not key.startswith(prefix):
-                                break
-                            keys_examined += 1
-                            doc_keys.add(p.index.doc_key_of(key, value))
+                # the key ranges of the plan: its equality prefixes (several when the filter
+                # pins arrays, planner.lookups), or a range of the next field within them
+                doc_keys, keys_examined = p.read(txn)
                 # in key order, as find answers
                 raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
             docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
-                "index_used": p.index_used, "considered": p.considered,
+                "index_used": p.index_used, "considered": p.considered, "served": p.served(),
                 "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
             }
         return Reply(out, **extras)
@@ -503,29 +500,79 @@ class HashStore(KVStore):
 
     # -- index life cycle ----------------------------------------------------------
 
-    def open_indexes(self) -> list[dict] | None:
-        """Rebuild indexes that need it (an older format, or conflicted); the new declarations, or None.
+    def open_indexes(self) -> None:
+        """Mark ``building`` the indexes that need a rebuild (an older format, or conflicted);
+        the engine's index builder rebuilds them in the background (:meth:`build_indexes`).
 
-        Runs once when the bucket opens. A unique index that finds one value in two
-        documents becomes ``conflicted``, naming both; nothing is deleted.
+        Until then a write leaves their entries alone, and search refuses them.
         """
-        todo = [ix for ix in self.indexes.indexes if ix.state in ("building", "conflicted")]
+        for ix in self.indexes.indexes:
+            if ix.state in ("building", "conflicted"):
+                ix.state = "building"
+                ix.frontier = None
+                ix.progress = (0, self._count)
+
+    def build_indexes(self, stop, persist=None) -> list[dict] | None:
+        """Rebuild every ``building`` index from the documents; the new declarations, or None
+        if there was none (or ``stop``, a threading.Event, was set: the next open starts over).
+
+        ``persist(declarations)`` is called first with each index to rebuild declared
+        ``building``, so that an interrupted rebuild (of a conflicted index, whose format is
+        current) is never taken for a finished one: not by the next open, which rebuilds it
+        again, nor by ``hoarddb check``, which leaves a building index alone.
+
+        First the old entries go, then the documents are read in key order, ``BUILD_BATCH``
+        at a time, each batch one write transaction that writes their entries and moves the
+        index's frontier past them (under the store's write lock, so that no write runs
+        between the commit and the move). Writes in between keep the entries of the
+        documents behind the frontier, and leave the others to the batches to come. A
+        unique index that finds one value in two documents becomes ``conflicted``, naming
+        both; nothing is deleted.
+        """
+        todo = [ix for ix in self.indexes.indexes if ix.state == "building"]
         if not todo:
             return None
+        if persist is not None and any(ix.decl.get("state", "ready") != "building" for ix in todo):
+            for ix in todo:
+                ix.decl = dict(ix.decl, state="building")
+            persist([ix.decl for ix in self.indexes.indexes])
         for ix in todo:
-            ix.state = "building"
             log.warning("bucket %s: rebuilding index %s from the documents", self.name, ix.name)
+            ix.progress = (0, self._count)
+            while True:  # the old entries go (writes meanwhile leave this index alone: no frontier yet)
+                if stop.is_set():
+                    return None
+                if self._write(lambda txn, ix=ix: (self.indexes.clear(txn, ix), 0)) < 10_000:
+                    break
+            with self._wlock:
+                ix.claims = False
+                ix.frontier = b""
+            conflict = None
+            while True:
+                if stop.is_set():
+                    return None
+                with self._wlock:
+                    start = ix.frontier
 
-            def fn(txn, ix=ix):
-                return self.indexes.rebuild(txn, ix, _batched_scan(txn, self.DOC, decode))
+                    def batch(txn, ix=ix, start=start):
+                        docs = _docs_after(txn, self.DOC, start, BUILD_BATCH)
+                        return (docs[-1][0] if docs else None, len(docs), self.indexes.build(txn, ix, docs)), 0
 
-            conflict = self._write(lambda txn, fn=fn: (fn(txn), 0))
-            decl = dict(ix.decl, format=FORMAT, state="conflicted" if conflict else "ready")
-            decl.pop("conflict", None)
-            if conflict:
-                decl["conflict"] = conflict
-                log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
-            ix.decl, ix.state = decl, decl["state"]
+                    last, n, found = self._write(batch)
+                    conflict = conflict or found
+                    done = n < BUILD_BATCH
+                    if last is not None:
+                        ix.frontier = last
+                    ix.progress = (ix.progress[0] + n, max(self._count, ix.progress[0] + n))
+                    if done:  # every document has its entries: from now on, every write keeps them
+                        decl = dict(ix.decl, format=format_for(ix.decl), state="conflicted" if conflict else "ready")
+                        decl.pop("conflict", None)
+                        if conflict:
+                            decl["conflict"] = conflict
+                            log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
+                        ix.decl, ix.state, ix.frontier = decl, decl["state"], None
+                        break
+            log.warning("bucket %s: index %s is %s (%d documents)", self.name, ix.name, ix.state, ix.progress[0])
         return [ix.decl for ix in self.indexes.indexes]
 
     def declarations(self) -> list[dict]:
@@ -533,8 +580,11 @@ class HashStore(KVStore):
         return [ix.decl for ix in self.indexes.indexes]
 
     def index_states(self) -> list[dict]:
-        """Each index's declaration with its state as this version sees it."""
-        return [dict(ix.decl, state=ix.state) for ix in self.indexes.indexes]
+        """Each index's declaration with its state as this version sees it (and, while it is
+        building, ``progress``: ``{documents, of}``)."""
+        return [dict(ix.decl, state=ix.state, **({"progress": {"documents": ix.progress[0], "of": ix.progress[1]}}
+                                                 if ix.state == "building" else {}))
+                for ix in self.indexes.indexes]
 
     # -- TTL -----------------------------------------------------------------------------
 
@@ -685,26 +735,17 @@ def _scan(txn, prefix: bytes):
         yield key, raw
 
 
-def _batched_scan(txn, prefix: bytes, convert, batch: int = 1000):
-    """``(key without the prefix's first byte, convert(value))`` for every key under ``prefix``,
-    read ``batch`` at a time with a fresh cursor each, so the caller may write to ``txn``
-    between them (an index rebuild) and holds one batch in memory, not the whole bucket."""
-    start = prefix
-    while True:
-        cursor = txn.cursor()
-        if not cursor.set_range(start):
-            return
-        got = []
-        for key, raw in cursor:
-            if not key.startswith(prefix):
-                break
-            got.append((bytes(key), convert(raw)))
-            if len(got) >= batch:
-                break
-        yield from ((key[1:], value) for key, value in got)
-        if len(got) < batch:
-            return
-        start = got[-1][0] + b"\x00"  # the next key after the last one read
+def _docs_after(txn, prefix: bytes, after: bytes, n: int) -> list[tuple[bytes, dict]]:
+    """``(encoded _id_, document)`` of the first ``n`` documents whose key is above ``after``."""
+    cursor = txn.cursor()
+    out: list = []
+    if not cursor.set_range(prefix + after + b"\x00" if after else prefix):
+        return out
+    for key, raw in cursor:
+        if not key.startswith(prefix) or len(out) >= n:
+            break
+        out.append((bytes(key[len(prefix):]), decode(raw)))
+    return out
 
 
 # -- checking (hoarddb check) ----------------------------------------------------------------
@@ -772,9 +813,7 @@ def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> Non
             continue
         key, value = bytes(key), bytes(value)
         try:
-            pos = len(ix.prefix)
-            for _field in ix.fields:
-                pos = key_end(key, pos)
+            pos = ix.values_end(key)
             entry, rest = key[:pos], key[pos:]
             if rest and key_end(rest, 0) != len(rest):
                 raise BadValueError("more than one document key after the values")
@@ -811,7 +850,7 @@ def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> Non
         except (HoardError, *DECODE_ERRORS):
             continue  # said of the document already
         if (entry if ix.unique else key) not in has:
-            values = ", ".join(literal(v) for v in _decoded_values(entry[len(ix.prefix):]))
+            values = ", ".join(literal(v) for v in _decoded_values(ix, entry[len(ix.prefix):]))
             problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an {what} for document '
                                                        f"{_shown_key(owner)} with the value(s) {values}, which the "
                                                        "document does not hold", REBUILD))
@@ -828,8 +867,8 @@ def _shown_key(dk) -> str:
         return repr(bytes(dk)[:40])
 
 
-def _decoded_values(encoded: bytes) -> list:
+def _decoded_values(ix, encoded: bytes) -> list:
     try:
-        return decode_keys(encoded)
+        return ix.decoded_values(encoded)
     except Exception:
         return [encoded[:40]]
