@@ -15,7 +15,7 @@ from bson.timestamp import Timestamp
 
 from hoarddb.errors import BadValueError
 
-from .filter import FIELD_OPERATORS, LOGICAL_OPERATORS, compile_filter
+from .filter import FIELD_OPERATORS, TOP_OPERATORS, compile_filter
 from .keys import encode_key
 from .literal import literal
 from .order import NUMBER, RANK_NAMES, compare, type_rank, values_equal
@@ -215,7 +215,7 @@ def _pull_condition(path: str, arg):
     """
     if isinstance(arg, Mapping):
         keys = list(arg)
-        if keys and all(isinstance(k, str) and k.startswith("$") and k not in LOGICAL_OPERATORS for k in keys):
+        if keys and all(isinstance(k, str) and k.startswith("$") and k not in TOP_OPERATORS for k in keys):
             unknown = [k for k in keys if k not in FIELD_OPERATORS]
             if unknown:
                 raise BadValueError(
