@@ -14,6 +14,7 @@ multi-document update, is all or nothing, and a crash leaves all of it or none.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import math
 import time
@@ -35,7 +36,9 @@ from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
 from ..values.filter import compile_filter
 from ..values.keys import decode_key, decode_keys, encode_key, key_end
 from ..values.literal import literal
-from ..values.update import apply_update, validate_update
+from ..values.projection import compile_projection
+from ..values.sort import compile_sort
+from ..values.update import compile_update, upsert_document
 from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
@@ -249,33 +252,118 @@ class HashStore(KVStore):
                           self.name, ix.name, conflicts[ix.name])
         return {"loaded": len(prepared), "conflicts": [{"index": k, **v} for k, v in conflicts.items()]}
 
-    def update(self, filter: Mapping, update: Mapping) -> dict:
-        """Apply update operators to every matching document, in key order, in one write: ``{matched, modified}``.
+    def update(self, filter: Mapping, update: Mapping, upsert: bool = False, multi: bool = True,
+               arrayFilters: list | None = None) -> dict:  # noqa: N803 - MongoDB's name
+        """Apply update operators to the matching documents, in key order, in one write: ``{matched, modified}``.
+
+        ``multi`` (true unless given): every matching document; ``multi: false``: only the
+        first in key order. ``upsert``: when nothing matches, insert the document the
+        filter's equality fields and the update make (``$setOnInsert`` applies then only),
+        answering ``{matched: 0, modified: 0, upserted: <its _id_>}``. ``arrayFilters``:
+        the filters of ``$[<identifier>]`` paths; ``a.$`` is the element the filter matched.
 
         Each document's index entries move before the next document is updated, so a
         multi-update that moves one document off a unique value and then another onto
-        it is accepted; the other order is refused, and nothing is written.
+        it is accepted; the other order is refused, and nothing is written. An upsert or a
+        positional update that would give a unique index a value in use is refused
+        (DUPLICATE_KEY), and nothing is written.
         """
-        validate_update(update)
+        _check_flag(upsert, "upsert")
+        _check_flag(multi, "multi")
+        compiled = compile_update(update, arrayFilters)
         matcher = compile_filter(filter)
         self.indexes.check_writable()
 
         def fn(txn):
             matched = modified = 0
-            for key, raw in list(self._candidates(txn, filter)):
-                doc = decode(raw)
-                if not matcher(doc):
-                    continue
+            found = ((key, raw, decode(raw)) for key, raw in self._candidates(txn, filter))
+            targets = list(itertools.islice(((k, r, d) for k, r, d in found if matcher(d)), None if multi else 1))
+            for key, raw, doc in targets:
                 matched += 1
-                new = apply_update(doc, update)
-                data = encode_document(new, f"document {literal(doc.get('_id_'))} after the update")
-                if data != raw:
-                    self.indexes.apply(txn, key[1:], doc, new)
-                    txn.put(key, data)
+                if self._rewrite(txn, key, raw, doc, compiled.apply(doc, query=filter)):
                     modified += 1
+            if matched == 0 and upsert:
+                ident = self._upsert(txn, filter, compiled)
+                return {"matched": 0, "modified": 0, "upserted": ident}, 1
             return {"matched": matched, "modified": modified}, 0
 
         return self._write(fn)
+
+    def _rewrite(self, txn, key: bytes, raw, doc: dict, new: dict) -> bool:
+        """Write ``new`` over ``doc`` (under ``key``, stored as ``raw``) with its index entries; whether it changed."""
+        data = encode_document(new, f"document {literal(doc.get('_id_'))} after the update")
+        if data == raw:
+            return False
+        self.indexes.apply(txn, key[1:], doc, new)
+        txn.put(key, data)
+        return True
+
+    def _upsert(self, txn, filter: Mapping, compiled) -> Any:
+        """Insert what an upsert makes of ``filter`` and the update; its ``_id_`` (DUPLICATE_KEY as insert)."""
+        dk, ident, doc, data = self._prepare(upsert_document(filter, compiled))
+        self._write_one(txn, dk, ident, doc, data, False)
+        return ident
+
+    def find_and_modify(self, filter: Mapping | None = None, update: Mapping | None = None, remove: bool = False,
+                        new: bool = False, upsert: bool = False, sort: Any = None, projection: Any = None,
+                        arrayFilters: list | None = None) -> Any:  # noqa: N803 - MongoDB's name
+        """Update or remove one document and return it, in one atomic read-modify-write.
+
+        The document is the first match in key order, or in ``sort``'s order. With
+        ``update``, it returns the document as it was (or as it became, with ``new: true``);
+        with ``upsert: true`` and no match, it inserts as update's upsert does and returns
+        None (or the new document, with ``new``). With ``remove: true``, it deletes the
+        document and returns it. None when nothing matched. ``projection`` shapes the
+        document returned. Counters and job claims are built on it: no other write comes
+        between the read and the write.
+        """
+        filter = filter or {}
+        _check_flag(remove, "remove")
+        _check_flag(new, "new")
+        _check_flag(upsert, "upsert")
+        if remove and update is not None:
+            raise BadValueError("find_and_modify takes an update or remove: true, not both")
+        if not remove and update is None:
+            raise BadValueError("find_and_modify needs an update (such as {'$inc': {'n': 1}}) or remove: true")
+        if remove and (new or upsert):
+            raise BadValueError("find_and_modify with remove: true takes neither new nor upsert")
+        compiled = None if remove else compile_update(update, arrayFilters)
+        matcher = compile_filter(filter)
+        order = compile_sort(sort) if sort is not None else None
+        shape = compile_projection(projection) if projection is not None else None
+        self.indexes.check_writable()
+        unlink: list = []
+
+        def fn(txn):
+            unlink.clear()
+            found = ((key, raw, decode(raw)) for key, raw in self._candidates(txn, filter))
+            found = ((key, raw, doc) for key, raw, doc in found if matcher(doc))
+            if order is None:
+                target = next(found, None)
+            else:
+                target = min(found, key=lambda t: order(t[2]), default=None)
+            if target is None:
+                if compiled is not None and upsert:
+                    ident = self._upsert(txn, filter, compiled)
+                    return (self._get_in(txn, ident) if new else None), 1
+                return None, 0
+            key, raw, doc = target
+            if compiled is None:
+                self._remove(txn, key, doc, unlink)
+                return doc, -1
+            changed = compiled.apply(doc, query=filter)
+            self._rewrite(txn, key, raw, doc, changed)
+            return (decode(encode_document(changed)) if new else doc), 0
+
+        result = self._write(fn)
+        self.fields.unlink(unlink)
+        if result is not None and shape is not None:
+            result = shape(result)
+        return result
+
+    def _get_in(self, txn, ident: Any) -> dict | None:
+        raw = txn.get(self.DOC + self._doc_key(ident))
+        return decode(raw) if raw is not None else None
 
     def delete(self, target: Any) -> dict:
         """Delete the documents matching a filter (or the one with this key): ``{deleted}``."""
@@ -660,6 +748,11 @@ def _matching(raws, matcher, limit: int | None, out: list, room: int | None, ver
             if limit is not None and len(out) >= limit:
                 break
     return examined
+
+
+def _check_flag(value: Any, name: str) -> None:
+    if not isinstance(value, bool):
+        raise BadValueError(f"{name} is true or false, got {value!r:.40}")
 
 
 _MISSING = object()
