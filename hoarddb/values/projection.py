@@ -41,7 +41,7 @@ def compile_projection(spec, *, what: str = "projection", expressions: bool = Tr
         raise BadValueError(
             f"{what} mixes inclusion and exclusion: name the fields to keep (1) or the fields to drop (0), "
             f"not both (only {', '.join(KEY_FIELDS)} may be dropped from an inclusion)")
-    if mode["include"]:
+    if mode["include"] or (not mode["exclude"] and any(keys.values())):  # {_id_: 1} alone keeps only the key
         for k in KEY_FIELDS:
             if keys.get(k, True) and k not in tree:
                 tree[k] = True
