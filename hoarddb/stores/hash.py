@@ -36,6 +36,8 @@ from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
 from ..values.filter import compile_filter
 from ..values.keys import decode_key, decode_keys, encode_key, key_end
 from ..values.literal import literal
+from ..values.paths import MISSING, resolve, split_path
+from ..values.pipeline import Limits, compile_pipeline
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from ..values.update import compile_update, upsert_document
@@ -404,17 +406,28 @@ class HashStore(KVStore):
             return Reply(decode(raw), store_fields=self.fields.sizes(key))
         return decode(raw)
 
-    def find(self, filter: Mapping | None = None, limit: int | None = None) -> Reply:
-        """Every document matching the filter, in key order; a full scan unless the filter pins ``_id_``."""
+    def find(self, filter: Mapping | None = None, limit: int | None = None, sort: Any = None, skip: int = 0,
+             projection: Mapping | None = None) -> Reply:
+        """The documents matching the filter, in key order (or ``sort``'s); a full scan unless the filter pins ``_id_``.
+
+        ``sort`` orders by several keys in MongoDB's order of types (``{Date: -1}``);
+        ``skip`` passes over that many matches first, ``limit`` returns at most that many,
+        ``projection`` keeps (``{name: 1}``) or drops (``{notes: 0}``) fields, ``_id_``
+        kept unless excluded. A sort holds the matches in memory (only ``skip + limit``
+        of them with a limit), refused past ``stage_memory_bytes``.
+        """
         filter = filter or {}
-        matcher = compile_filter(filter)
-        if limit is not None:
-            check_limit(limit, 1 << 62, "find")
-        out: list = []
+        reading = self._reading(filter, limit, sort, skip, projection, "find")
         with self.kv.read() as txn:
-            _matching((raw for _key, raw in self._candidates(txn, filter)), matcher, limit, out,
-                      self.options.max_answer_bytes, "find")
+            out = reading.collect(raw for _key, raw in self._candidates(txn, filter))
         return Reply(out, index_used=FULL_SCAN)
+
+    def _reading(self, filter, limit, sort, skip, projection, verb: str) -> "_Reading":
+        if limit is not None:
+            check_limit(limit, 1 << 62, verb)
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise BadValueError(f"{verb} skip must be a whole number >= 0, got {skip!r:.40}")
+        return _Reading(compile_filter(filter), limit, sort, skip, projection, self.options, verb)
 
     def matches_at_most(self, filter: Any, n: int) -> bool:
         """Whether ``search(filter)`` reads at most ``n`` documents, known cheaply: a flat
@@ -437,7 +450,8 @@ class HashStore(KVStore):
                     return False
         return True
 
-    def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False) -> Reply:
+    def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False, sort: Any = None,
+               skip: int = 0, projection: Mapping | None = None) -> Reply:
         """Like find, through the index that fits the filter best (see hoarddb.indexes.planner).
 
         The result is the documents find returns, in the same (key) order; the answer
@@ -445,6 +459,8 @@ class HashStore(KVStore):
         were considered, why each lost, and how many keys and documents were examined.
         """
         filter = filter or {}
+        if sort is not None or skip or projection is not None:
+            return self._search(filter, limit, explain, sort, skip, projection)
         shape = self.shapes.of(filter)
         if shape is None or shape.index is None:
             return self._search(filter, limit, explain)
@@ -510,38 +526,107 @@ class HashStore(KVStore):
             })
         return Reply(out, index_used=ix.name)
 
-    def _search(self, filter: Mapping, limit: int | None, explain: Any) -> Reply:
+    def _search(self, filter: Mapping, limit: int | None, explain: Any, sort: Any = None, skip: int = 0,
+                projection: Mapping | None = None) -> Reply:
         """search for any filter: compiled and planned for this call, every document checked."""
-        matcher = compile_filter(filter)
-        if limit is not None:
-            check_limit(limit, 1 << 62, "search")
+        reading = self._reading(filter, limit, sort, skip, projection, "search")
         if not isinstance(explain, bool):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
         p = plan(filter, self.indexes.indexes)
-        keys_examined = docs_examined = 0
-        out = []
         with self.kv.read() as txn:
-            if p.index is None:
-                raws = (raw for _key, raw in self._candidates(txn, filter))
-            else:
-                doc_keys = set()
-                cursor = txn.cursor()
-                for prefix in p.prefixes:  # several when the filter pins arrays (planner.lookups)
-                    if cursor.set_range(prefix):
-                        for key, value in cursor:
-                            if not key.startswith(prefix):
-                                break
-                            keys_examined += 1
-                            doc_keys.add(p.index.doc_key_of(key, value))
-                # in key order, as find answers
-                raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
-            docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
+            raws, counted = self._planned(txn, filter, p)
+            out = reading.collect(raws)
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
                 "index_used": p.index_used, "considered": p.considered,
-                "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
+                "keys_examined": counted["keys"], "docs_examined": reading.examined, "returned": len(out),
             }
+            if sort is not None:
+                extras["explain"]["sort"] = "in memory"
+        return Reply(out, **extras)
+
+    def _planned(self, txn, filter: Mapping, p) -> tuple:
+        """``(raw documents that may match, {keys: index entries read})`` as plan ``p`` reads them, in key order."""
+        counted = {"keys": 0}
+        if p.index is None:
+            return (raw for _key, raw in self._candidates(txn, filter)), counted
+        doc_keys = set()
+        cursor = txn.cursor()
+        for prefix in p.prefixes:  # several when the filter pins arrays (planner.lookups)
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not key.startswith(prefix):
+                        break
+                    counted["keys"] += 1
+                    doc_keys.add(p.index.doc_key_of(key, value))
+        # in key order, as find answers
+        return (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None), counted
+
+    def distinct(self, field: str, filter: Mapping | None = None) -> list:
+        """The distinct values of ``field`` (a dotted path) in the documents matching ``filter``, in
+        MongoDB's order of values. An array contributes its elements (and an array inside it
+        as a value); a document without the field contributes nothing."""
+        parts = split_path(field, what="distinct field")
+        matcher = compile_filter(filter or {})
+        seen: dict = {}
+        room = self.options.max_answer_bytes
+        taken = 0
+        with self.kv.read() as txn:
+            for _key, raw in self._candidates(txn, filter or {}):
+                doc = decode(raw)
+                if not matcher(doc):
+                    continue
+                for value in resolve(doc, parts):
+                    if value is MISSING or isinstance(value, (list, tuple)) and _is_leaf_array(doc, parts, value):
+                        continue
+                    k = encode_key(value)
+                    if k not in seen:
+                        seen[k] = value
+                        taken += len(k)
+                        if room is not None and taken > room:
+                            raise answer_too_large(taken, room, "distinct")
+        return [seen[k] for k in sorted(seen)]
+
+    def aggregate(self, pipeline: list, explain: Any = False) -> Reply:
+        """The documents ``pipeline`` makes of the bucket's documents (MongoDB's stages; see
+        hoarddb.values.pipeline). A leading ``$match`` is served by an index where one fits
+        (``index_used`` says which), and by the ``_id_`` it pins; ``$group`` and ``$sort``
+        are bounded by ``stage_memory_bytes``/``stage_max_documents`` (LIMIT_EXCEEDED past them)."""
+        if not isinstance(explain, bool):
+            raise BadValueError(f"aggregate's explain is true or false, got {explain!r}")
+        compiled = compile_pipeline(pipeline, limits=Limits(self.options.stage_memory_bytes,
+                                                            self.options.stage_max_documents))
+        first = compiled.leading_match
+        room = self.options.max_answer_bytes
+        out: list = []
+        taken = 0
+        with self.kv.read() as txn:
+            if first is not None:
+                p = plan(first, self.indexes.indexes)
+                if p.index is not None and p.index.state != "ready":
+                    p = plan(first, [])
+                raws, counted = self._planned(txn, first, p)
+                index_used = p.index_used
+            else:
+                raws, counted = (raw for _key, raw in self._candidates(txn, {})), {"keys": 0}
+                index_used = FULL_SCAN
+            examined = [0]
+
+            def docs():
+                for raw in raws:
+                    examined[0] += 1
+                    yield decode(raw)
+            for doc in compiled.run(docs()):
+                out.append(doc)
+                if room is not None:
+                    taken += len(encode_document(doc, "a document of the aggregation"))
+                    if taken > room:
+                        raise answer_too_large(taken, room, "aggregate")
+        extras = {"index_used": index_used}
+        if explain:
+            extras["explain"] = {"index_used": index_used, "keys_examined": counted["keys"],
+                                 "docs_examined": examined[0], "returned": len(out)}
         return Reply(out, **extras)
 
     def count(self, filter: Mapping | None = None) -> int:
@@ -728,6 +813,58 @@ def expires_at(value: Any, ttl: float) -> float | None:
         value = float(value)
         return None if math.isnan(value) else value + ttl
     return None
+
+
+class _Reading:
+    """What a find or search does with the documents it reads: match, sort, skip, limit, project,
+    and refuse an answer past ``max_answer_bytes`` as soon as it knows."""
+
+    def __init__(self, matcher, limit, sort, skip, projection, options, verb: str):
+        self.matcher, self.limit, self.skip, self.verb = matcher, limit, skip, verb
+        self.room = options.max_answer_bytes
+        self.shape = compile_projection(projection, expressions=False) if projection is not None else None
+        self.order = None
+        if sort is not None:
+            stages = [{"$sort": sort}] + ([{"$limit": skip + limit}] if limit is not None else [])
+            self.order = compile_pipeline(stages, limits=Limits(options.stage_memory_bytes, options.stage_max_documents))
+        self.examined = 0
+
+    def collect(self, raws) -> list:
+        out: list = []
+        if self.order is None and self.shape is None and not self.skip:
+            self.examined = _matching(raws, self.matcher, self.limit, out, self.room, self.verb)
+            return out
+        matched = self._matched(raws)
+        if self.order is not None:
+            matched = self.order.run(matched)
+        taken = 0
+        for doc in itertools.islice(matched, self.skip, None if self.limit is None else self.skip + self.limit):
+            if self.shape is not None:
+                doc = self.shape(doc)
+            out.append(doc)
+            if self.room is not None:
+                taken += len(encode_document(doc, "a document of the answer"))
+                if taken > self.room:
+                    raise answer_too_large(taken, self.room, self.verb)
+        return out
+
+    def _matched(self, raws):
+        for raw in raws:
+            self.examined += 1
+            doc = decode(raw)
+            if self.matcher(doc):
+                yield doc
+
+
+def _is_leaf_array(doc, parts, value) -> bool:
+    """Whether ``value`` is an array the path ends on (its elements count, not it), rather than an
+    element of such an array that is itself an array (a value of its own)."""
+    return any(v is value for v in _path_ends(doc, parts))
+
+
+def _path_ends(doc, parts):
+    """The values a path ends on, arrays not expanded (paths.resolve with leaf_arrays=False)."""
+    return resolve(doc, parts, leaf_arrays=False)
 
 
 def _matching(raws, matcher, limit: int | None, out: list, room: int | None, verb: str) -> int:
