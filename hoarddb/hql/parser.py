@@ -668,13 +668,23 @@ class _ToValues(Transformer):
     def arguments(self, c):
         return [_no_bare(v) for v in c]
 
+    def chained(self, c):
+        return _Chained(c[0], c[1])
+
     def bucket_call(self, c):
-        (bucket, _), verb, args = _tokens(c)
+        parts = _tokens(c)
+        (bucket, _), verb, args = parts[:3]
+        chain = parts[3:]
         if verb.value not in operations.VERBS and verb.value in BUCKET_METHODS:
             if args:
                 raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no arguments"), verb)
+            if chain:
+                raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no chained methods"), chain[0].tok)
             return Statement("request", request={"op": BUCKET_METHODS[verb.value], "bucket": bucket}, needs_db=True)
-        return Statement("request", request=_verb_request(bucket, verb, args), needs_db=True)
+        request = _verb_request(bucket, verb, args)
+        if chain:
+            request = _apply_chain(request, verb, chain)
+        return Statement("request", request=request, needs_db=True)
 
     def field_call(self, c):
         (bucket, _), key, (field_name, _), verb, args = _tokens(c)
@@ -692,6 +702,52 @@ class _ToValues(Transformer):
                 raise _Positioned(e, verb)
         request = {"op": name, "bucket": bucket, "key": _no_bare(key), "field": field_name, "args": bound}
         return Statement("request", request=request, needs_db=True)
+
+
+class _Chained:
+    """One ``.method(args)`` after a call: ``.sort({Date: -1})``."""
+
+    __slots__ = ("tok", "args")
+
+    def __init__(self, tok: Token, args: list):
+        self.tok, self.args = tok, args
+
+
+#: The methods chained after find or search, as mongosh's cursor has them, and the option each sets.
+CHAINED = {"sort": "sort", "limit": "limit", "skip": "skip", "projection": "projection", "count": None,
+           "explain": "explain"}
+
+
+def _apply_chain(request: dict, verb: Token, chain: list) -> dict:
+    """find/search with ``.sort() .limit() .skip() .projection() .count() .explain()`` chained after it.
+
+    ``.count()`` counts what the filter matches (skip and limit aside, as mongosh's count);
+    ``.explain()`` runs the query as search with ``explain: true`` (the plan and the counts).
+    """
+    if request["op"] not in ("find", "search"):
+        raise _Positioned(InvalidArgumentError(
+            f"only find and search take chained methods ({', '.join(CHAINED)}); {verb.value}() does not"), chain[0].tok)
+    args = dict(request["args"])
+    op = request["op"]
+    for link in chain:
+        name = link.tok.value
+        if name not in CHAINED:
+            raise _Positioned(InvalidArgumentError(
+                f"unknown method .{name}() after {verb.value}(); accepted: "
+                f"{', '.join('.' + m + '()' for m in CHAINED)}"), link.tok)
+        if name in ("count", "explain"):
+            if link.args:
+                raise _Positioned(InvalidArgumentError(f".{name}() takes no arguments"), link.tok)
+            if name == "count":
+                return {**request, "op": "count", "args": {k: v for k, v in args.items() if k == "filter"}}
+            op, args["explain"] = "search", True
+            continue
+        if len(link.args) != 1:
+            raise _Positioned(InvalidArgumentError(f".{name}() takes one argument, such as "
+                                                   f"{'.sort({Date: -1})' if name == 'sort' else '.' + name + '(10)'}"),
+                              link.tok)
+        args[CHAINED[name]] = _no_bare(link.args[0])
+    return {**request, "op": op, "args": args}
 
 
 def _verb_request(bucket: str, verb: Token, args: list) -> dict:
