@@ -25,7 +25,7 @@ from bson.decimal128 import Decimal128
 from bson.regex import Regex
 
 from ..errors import BadValueError
-from ..errors import DuplicateKeyError, HoardError, TooManyElementsError
+from ..errors import DuplicateKeyError, HoardError, LimitExceededError, TooManyElementsError
 from ..ids import uuid7
 from ..indexes.declaration import FORMAT
 from ..indexes.maintenance import LMDB_MAX_KEY, PREFIX, IndexSet
@@ -588,15 +588,40 @@ class HashStore(KVStore):
                             raise answer_too_large(taken, room, "distinct")
         return [seen[k] for k in sorted(seen)]
 
-    def aggregate(self, pipeline: list, explain: Any = False) -> Reply:
+    def documents(self, max_bytes: int | None = None) -> list:
+        """Every document, in key order, read in one read transaction (what a ``$lookup`` from
+        another bucket joins against); LIMIT_EXCEEDED past ``max_bytes`` of BSON."""
+        out = []
+        taken = 0
+        with self.kv.read() as txn:
+            for _key, raw in _scan(txn, self.DOC):
+                taken += len(raw)
+                if max_bytes is not None and taken > max_bytes:
+                    raise LimitExceededError(
+                        f"$lookup from bucket {self.name!r} holds more than its memory limit of {max_bytes} bytes "
+                        "(stage_memory_bytes); it refuses rather than spill to disk")
+                out.append(decode(raw))
+        return out
+
+    def aggregate(self, pipeline: list, explain: Any = False, buckets: Any = None) -> Reply:
         """The documents ``pipeline`` makes of the bucket's documents (MongoDB's stages; see
         hoarddb.values.pipeline). A leading ``$match`` is served by an index where one fits
         (``index_used`` says which), and by the ``_id_`` it pins; ``$group`` and ``$sort``
-        are bounded by ``stage_memory_bytes``/``stage_max_documents`` (LIMIT_EXCEEDED past them)."""
+        are bounded by ``stage_memory_bytes``/``stage_max_documents`` (LIMIT_EXCEEDED past them).
+        ``buckets(name)`` gives the documents of another hash bucket of the database, for
+        ``$lookup`` (the engine passes it); each bucket is read once per aggregation."""
         if not isinstance(explain, bool):
             raise BadValueError(f"aggregate's explain is true or false, got {explain!r}")
+        lookup = None
+        if buckets is not None:
+            read: dict = {}
+
+            def lookup(name):
+                if name not in read:
+                    read[name] = buckets(name)
+                return read[name]
         compiled = compile_pipeline(pipeline, limits=Limits(self.options.stage_memory_bytes,
-                                                            self.options.stage_max_documents))
+                                                            self.options.stage_max_documents), lookup=lookup)
         first = compiled.leading_match
         room = self.options.max_answer_bytes
         out: list = []
