@@ -11,7 +11,7 @@
     hoarddb server --data DIR [--host H] [--port P] [--config FILE] [--metrics-port N]
                    [--insecure] [--tls-cert FILE --tls-key FILE] [...]
         run a server (TLS and authentication on unless --insecure, which is loopback only)
-    hoarddb user add|remove|list|passwd [NAME] --data DIR [--role ROLE[:DB]]...
+    hoarddb user add|remove|list|passwd|role [NAME] [ROLE...] --data DIR [--role ROLE[:DB]]...
         manage the server's users (roles: admin, read:DB, readWrite:DB, dbAdmin:DB)
     hoarddb check DIR [--db NAME] [--bucket NAME] [--json]
         read every file of a data directory that nothing has open and say what is wrong
@@ -255,8 +255,12 @@ def _users(data):
 
 
 def _new_password(name: str, password_stdin: bool) -> str:
+    """A new password for ``name``, at least the minimum length (HOARDDB_MIN_PASSWORD_LENGTH, else 8)."""
     import os
 
+    from .server.users import check_password, min_password_length
+
+    minimum = min_password_length()
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -264,7 +268,7 @@ def _new_password(name: str, password_stdin: bool) -> str:
             f"password for {name}", hide_input=True, confirmation_prompt=True)
     if not password:
         raise click.UsageError("the password is empty")
-    return password
+    return check_password(password, minimum)
 
 
 _data_option = click.option("--data", "data", metavar="DIR", required=True, type=click.Path(file_okay=False),
@@ -304,8 +308,10 @@ def user_add(name, data, roles, password_stdin, iterations):
 
     for role in roles:
         parse_role(role)
-    record = _users(data).add(name, _new_password(name, password_stdin), list(roles),
-                              iterations=iterations or DEFAULT_ITERATIONS)
+    store = _users(data)
+    store.require_absent(name)  # before asking for a password (and a damaged file is said first)
+    record = store.add(name, _new_password(name, password_stdin), list(roles),
+                       iterations=iterations or DEFAULT_ITERATIONS)
     click.echo(f"added user {record['name']} ({', '.join(record['roles'])})")
 
 
@@ -316,7 +322,7 @@ def user_add(name, data, roles, password_stdin, iterations):
 @_iterations_option
 @_user_errors
 def user_passwd(name, data, password_stdin, iterations):
-    """Set a user's password (its open connections stay logged in)."""
+    """Set a user's password (a running server closes its open connections at their next request)."""
     from .wire.scram import DEFAULT_ITERATIONS
 
     store = _users(data)
@@ -328,12 +334,26 @@ def user_passwd(name, data, password_stdin, iterations):
     click.echo(f"changed the password of {name}")
 
 
+@user.command("role")
+@click.argument("name")
+@click.argument("roles", nargs=-1, required=True, metavar="ROLE...")
+@_data_option
+@_user_errors
+def user_role(name, roles, data):
+    """Set a user's roles, replacing those it has: admin, or read:DB, readWrite:DB, dbAdmin:DB
+    (`none` for no role). A running server applies them to the user's open connections at
+    their next request."""
+    roles = [] if list(roles) == ["none"] else list(roles)
+    record = _users(data).set_roles(name, roles)
+    click.echo(f"roles of {record['name']}: {', '.join(record['roles']) or 'none'}")
+
+
 @user.command("remove")
 @click.argument("name")
 @_data_option
 @_user_errors
 def user_remove(name, data):
-    """Remove a user (its open connections stay logged in until they close)."""
+    """Remove a user (a running server refuses its open connections' next request, then closes them)."""
     _users(data).remove(name)
     click.echo(f"removed user {name}")
 
@@ -360,20 +380,25 @@ def tour(data):
     sys.exit(result if isinstance(result, int) else 0)
 
 
-def _closed_directory_options(verb: str):
-    """The arguments of a tool run on a closed data directory (check, compact): DIR and its scope."""
+def _closed_directory_options(verb: str, online: bool = False):
+    """The arguments of a tool run on a closed data directory (check, compact): DIR and its scope
+    (``online``: DIR may be left out for a server's options, see hoarddb/tools/online.py)."""
     def decorate(f):
+        if online:
+            from .tools.commands import server_options
+            f = server_options(f)
         f = click.option("--json", "json_mode", is_flag=True, help="Print the report as one line of JSON.")(f)
         f = click.option("--bucket", "bucket", metavar="NAME", default=None,
                          help=f"{verb} only this bucket (of --db).")(f)
         f = click.option("--db", "db", metavar="NAME", default=None, help=f"{verb} only this database's buckets.")(f)
-        return click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))(f)
+        return click.argument("directory", metavar="[DIR]" if online else "DIR",
+                              type=click.Path(exists=True, file_okay=False), required=not online)(f)
     return decorate
 
 
 @main.command("check")
-@_closed_directory_options("Check")
-def check_command(directory, db, bucket, json_mode):
+@_closed_directory_options("Check", online=True)
+def check_command(directory, db, bucket, json_mode, **server):
     """Read every file of the data directory DIR and say what is wrong with it.
 
     Nothing may have DIR open (a server, another process): the check takes its lock.
@@ -381,9 +406,14 @@ def check_command(directory, db, bucket, json_mode):
     Exit status: 0 when everything checked is sound, 1 when problems were found (one
     line each: where, the file, what is wrong, what to do), 2 for a usage error or a
     directory that cannot be checked now. docs/user/check.md says what is checked.
+
+    Without DIR, checks a running server's buckets instead (--host/--port..., an admin).
     """
     from .tools.check import check, format_json
 
+    if directory is None:
+        from .tools.online import check_command_online
+        sys.exit(check_command_online(db, bucket, json_mode, server))
     _report("check", check, format_json, directory, db, bucket, json_mode)
 
 

@@ -184,9 +184,9 @@ db.Users.insert({_id_: "u2", Email: "b@example.com"})
 describe bucket Users
 """, out=out, err=io.StringIO()) == 0
     shown = out.getvalue().splitlines()[-len(sample.splitlines()):]
-    bytes_line = r"Bytes:    \d+"
-    assert [re.sub(bytes_line, "Bytes:    N", line) for line in shown] == \
-           [re.sub(bytes_line, "Bytes:    N", line) for line in sample.splitlines()]
+    bytes_line = r"Bytes:    \d+ on disk, \d+ of data"
+    assert [re.sub(bytes_line, "Bytes:    N on disk, M of data", line) for line in shown] == \
+           [re.sub(bytes_line, "Bytes:    N on disk, M of data", line) for line in sample.splitlines()]
 
 
 def test_shell_md_error_and_warning_lines(tmp_path):

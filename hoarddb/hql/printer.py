@@ -97,6 +97,8 @@ def format_bucket(info: Mapping) -> str:
     for key, label in (("entries", "Entries"), ("bytes", "Bytes")):
         if key in info:
             rows.append((label, info[key]))
+    if "bytes" in info and "data_bytes" in info:  # on one line: what the files take, and what the data fills
+        rows[-1] = ("Bytes", f"{info['bytes']} on disk, {info['data_bytes']} of data")
     if info.get("placement") is not None:
         rows.append(("Placement", info["placement"]))
     if info.get("options"):
@@ -108,8 +110,8 @@ def format_bucket(info: Mapping) -> str:
         rows.append(("Stores", ", ".join(_field(f, store=True) for f in info["store_fields"])))
     if "indexes" in info:
         rows.append(("Indexes", ", ".join(_index(ix) for ix in info["indexes"]) or "none"))
-    known = {"name", "type", "entries", "bytes", "placement", "options", "fields", "store_fields", "indexes",
-             "db", "verbs"}
+    known = {"name", "type", "entries", "bytes", "data_bytes", "placement", "options", "fields", "store_fields",
+             "indexes", "db", "verbs"}
     for key, value in info.items():
         if key not in known:
             rows.append((str(key).replace("_", " ").capitalize(), value))

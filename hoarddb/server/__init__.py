@@ -6,6 +6,7 @@
     commit.py      group commit: one Engine.sync() for many writes
     auth.py        roles and the permission each operation needs
     users.py       users and their SCRAM keys in DATA/_users/users.bson
+    logins.py      failed logins: lockouts per user name and per client address
     tls.py         certificates: given, or self-signed in DATA/tls/
     metrics.py     the server's prometheus metrics, /metrics and /healthz
 """

@@ -22,16 +22,17 @@ from typing import Any
 from .. import operations
 from ..errors import UnauthorizedError
 from ..wire.protocol import Principal
+from .logins import LoginLimiter
 from .users import UserStore, format_role
 
 #: Catalog operations that change a database's buckets: dbAdmin on that database.
-DB_ADMIN_OPS = frozenset({"create_database", "drop_database", "create_bucket", "drop_bucket", "alter_bucket"})
+DB_ADMIN_OPS = operations.names(role="dbAdmin")
 #: Catalog operations that only look: any role on that database.
-DB_LOOK_OPS = frozenset({"list_buckets", "describe_bucket", "stats"})
+DB_LOOK_OPS = operations.names(role="look")
 #: Operations any authenticated user may run (list_databases shows only their databases).
-ANY_USER_OPS = frozenset({"list_databases", "whoami"})
+ANY_USER_OPS = operations.names(role="any")
 #: Server operations on users: admin only.
-USER_OPS = frozenset({"create_user", "drop_user", "update_user", "list_users"})
+USER_OPS = operations.names(runs=operations.SERVER, role="admin")
 
 
 def is_admin(principal: Principal) -> bool:
@@ -84,7 +85,8 @@ def authorize(principal: Principal, request: dict) -> None:
     held = ", ".join(format_role(r) for r in principal.roles) or "no roles"
     raise UnauthorizedError(
         f"user {principal.user!r} may not run {op!r:.40}{where}: it needs {wanted}{where} and has {held}; "
-        "an admin grants roles with `hoarddb user add`", user=principal.user, op=str(op)[:40])
+        f"an admin sets a user's roles with `hoarddb user role {principal.user} ROLE...` (or the set_roles "
+        "operation)", user=principal.user, op=str(op)[:40])
 
 
 def visible_databases(principal: Principal, names: list) -> list:
@@ -96,10 +98,16 @@ def visible_databases(principal: Principal, names: list) -> list:
 
 
 class Authenticator:
-    """Authenticator is what :class:`hoarddb.wire.ServerProtocol` asks about users."""
+    """Authenticator is what :class:`hoarddb.wire.ServerProtocol` asks about users, and
+    whether a login may be tried at all (the ``limiter``'s lockouts)."""
 
-    def __init__(self, users: UserStore):
+    def __init__(self, users: UserStore, limiter: LoginLimiter | None = None):
         self.users = users
+        self.limiter = limiter if limiter is not None else LoginLimiter()
+
+    def refusal(self, name: str, address: str) -> tuple[str, str] | None:
+        """``(reason, message)`` when a login to ``name`` from ``address`` is locked out now."""
+        return self.limiter.refusal(name, address)
 
     def lookup(self, name: str) -> dict | None:
         record = self.users.get(name)
@@ -109,5 +117,9 @@ class Authenticator:
         return self.users.decoy(name)
 
     def principal(self, name: str) -> Principal:
+        """Who ``name`` is now: its roles, and the stored key of its password of now (None
+        if it was removed meanwhile)."""
         record = self.users.get(name)
-        return Principal(name, list(record["roles"]) if record else [])
+        if record is None:
+            return Principal(name, [])
+        return Principal(name, list(record["roles"]), bytes(record["credentials"]["stored_key"]))

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..busypoll import MAX_BUSY_POLL
 from ..errors import BadValueError, UnknownOptionError
-from ..wire.messages import DEFAULT_METRICS_PORT, DEFAULT_PORT
+from ..wire.messages import DEFAULT_METRICS_PORT, DEFAULT_PORT, MAX_MESSAGE_SIZE
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,27 @@ class ServerConfig:
     handshake_timeout: float = 10.0
     #: Seconds before a failed login is answered (slows password guessing).
     auth_failure_delay: float = 1.0
+    #: Lockouts (hoarddb/server/logins.py): failed logins to one user name within
+    #: ``auth_lockout`` seconds after which every login to it is refused for
+    #: ``auth_lockout`` seconds, the right password too (0: no limit per name). Anyone
+    #: can lock a name out this way, for that long: the price of stopping a guesser.
+    auth_user_failures: int = 5
+    #: The same per client address (its IP), whatever names it tries; users who logged in
+    #: from that address before are still let in (0: no limit per address). Clients behind
+    #: one NAT share an address: raise it for them.
+    auth_address_failures: int = 20
+    #: Seconds failed logins are remembered, and a lockout lasts (0: no lockouts at all).
+    auth_lockout: float = 60.0
+    #: Characters a new password must have at least: the admin made from
+    #: HOARDDB_ADMIN_PASSWORD at a first start, and ``hoarddb user add`` / ``passwd``, which
+    #: read HOARDDB_MIN_PASSWORD_LENGTH too. (Over the wire the password never travels:
+    #: the client that derives the keys checks it.)
+    min_password_length: int = 8
+    #: Bytes of messages not yet received whole, all connections together. A connection whose
+    #: message would take them past it is read no further: what it sent before is answered,
+    #: then it gets CONNECTION_ERROR saying so and is closed. At least one message of the
+    #: largest size (16 MiB and 64 KiB); each connection may hold up to one such message.
+    receive_budget: int = 256 * 1024 * 1024
     #: Requests one connection may have queued or running; past it the server stops
     #: reading from that connection until some are answered (backpressure).
     max_pipeline: int = 128
@@ -104,7 +125,14 @@ class ServerConfig:
         for name in ("max_connections", "max_pipeline", "write_buffer", "read_threads", "write_threads"):
             if getattr(self, name) < 1:
                 raise BadValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout", "regex_timeout"):
+        if self.receive_budget < MAX_MESSAGE_SIZE:
+            raise BadValueError(f"receive_budget must be at least {MAX_MESSAGE_SIZE} bytes (one message of the "
+                                f"largest size), got {self.receive_budget}")
+        for name in ("auth_user_failures", "auth_address_failures", "min_password_length"):
+            if getattr(self, name) < 0:
+                raise BadValueError(f"{name} must be 0 (no limit) or more, got {getattr(self, name)}")
+        for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout", "regex_timeout",
+                     "auth_lockout"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise BadValueError(f"{name} must be a finite number of seconds ≥ 0, got {value!r}")

@@ -31,9 +31,10 @@ import threading
 from collections import deque
 from typing import Any
 
+from .. import operations
 from ..errors import ConnectionError_, HoardError, ProtocolError, TimeoutError_
 from ..wire.messages import error_answer
-from ..wire.protocol import Chunk, Close, Request, Send, ServerProtocol, State
+from ..wire.protocol import Chunk, Close, LoggedIn, LoginFailed, Request, Send, ServerProtocol, State
 
 log = logging.getLogger("hoarddb.server")
 
@@ -156,13 +157,22 @@ class Connection(asyncio.Protocol):
         self._corked_bytes = 0
         self.poller = None  # a BusyPoll, if the server busy-polls a lone connection
         self._grace: asyncio.TimerHandle | None = None  # cuts a closing connection that reads nothing
+        self.over_limit = False  # accepted past max_connections: shakes hands only to be told so
+        self._held = 0  # bytes of an unfinished message counted in server.receiving
+        #: Why the server ends this connection once what it read is answered (end_after_answers).
+        self.goodbye: HoardError | None = None
+        #: ``(reason, error)`` once its user was removed or its password changed: each request
+        #: from then on is refused with ``error``, then the connection is closed (Server.users_changed).
+        self.revoked: tuple[str, HoardError] | None = None
 
     # -- asyncio.Protocol
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.server.handshake_ended(self)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.core.address = str(peer[0]) if isinstance(peer, tuple) else str(peer)  # lockouts count per address
         transport.set_write_buffer_limits(high=self.config.write_buffer)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -182,14 +192,23 @@ class Connection(asyncio.Protocol):
         # A message is being received from ``now`` on if one ended in these bytes (what is left
         # is the next one's beginning), or if nothing was held before them. Otherwise these
         # bytes continue a message begun earlier, whose clock runs on.
-        if events or self._frames.buffered == len(data):
+        held = self._frames.buffered
+        if events or held == len(data):
             self.message_started = now
+        if held != self._held:  # the server-wide budget of unfinished messages (receive_budget)
+            server = self.server
+            if held > self._held and server.receiving + held - self._held > self.config.receive_budget \
+                    and self.goodbye is None and self.core.state is not State.CLOSED:
+                server.over_budget(self, held)
+            else:
+                server.receiving += held - self._held
+                self._held = held
         corked = self.cork()  # the answers of what runs now leave in one send
         try:
             queued = 0  # requests queued since the last look at whether to stop reading
             for event in events:
                 if type(event) is Request:
-                    if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
+                    if event.doc.get("upload") and event.doc.get("op") in operations.UPLOADS:
                         self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
                     self.queue.append((event, now))
                     queued += 1
@@ -210,6 +229,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        if self._held:
+            self.server.receiving -= self._held
+            self._held = 0
         if self._grace is not None:  # closed in time: the timer would only keep this object 5 s more
             self._grace.cancel()
             self._grace = None
@@ -250,6 +272,10 @@ class Connection(asyncio.Protocol):
                 self.write(event.data)
         elif isinstance(event, Chunk):
             self._chunk(event)
+        elif isinstance(event, LoginFailed):
+            self.server.login_failed(self, event)
+        elif isinstance(event, LoggedIn):
+            self.server.logged_in(self, event)
         elif isinstance(event, Close):
             if "failed logins" not in event.reason:
                 self.server.metrics.rejected.labels("protocol_error").inc()
@@ -259,7 +285,9 @@ class Connection(asyncio.Protocol):
     def _chunk(self, event: Chunk) -> None:
         upload = self.uploads.get(event.id)
         if upload is not None:
-            if event.abort:
+            if event.refusal is not None:
+                upload.fail(event.refusal)
+            elif event.abort:
                 upload.fail(ConnectionError_("the client aborted the blob upload; nothing was stored"))
             else:
                 upload.feed(event.data, event.end)
@@ -268,7 +296,7 @@ class Connection(asyncio.Protocol):
             if event.end or event.abort:
                 self.discarding.discard(event.id)
         else:
-            self.write(self.core.encode(error_answer(event.id, ProtocolError(
+            self.write(self.core.encode(error_answer(event.id, event.refusal or ProtocolError(
                 f"a chunk for request {event.id!r:.40}, which is not a blob upload in progress "
                 "(a put sent with upload: true)"))))
 
@@ -399,6 +427,9 @@ class Connection(asyncio.Protocol):
         self.busy -= 1
         if self.busy == 0:
             self.server.idle_changed()
+            if self.goodbye is not None:
+                self.abort_with(self.goodbye)
+                return
             if self.poller is not None and len(self.server.connections) == 1 and self.poller.wanted():
                 self.loop.call_soon(self._busy_poll)  # after the answer's send, and a held LMDB commit
 
@@ -418,9 +449,20 @@ class Connection(asyncio.Protocol):
         else:
             self.close()
 
+    def end_after_answers(self, error: HoardError) -> None:
+        """Read no more requests; once those read are answered (writes once durable), send
+        ``error`` as the server's goodbye (``id: null``) and close."""
+        if self.goodbye is not None or self.closed:
+            return
+        self.goodbye = error
+        self.stop_reading()
+        if not self.busy:
+            self.abort_with(error)
+
     def abort_with(self, error: HoardError) -> None:
         """Tell the client why (a message with ``id: null``), then close."""
         if self.transport is not None and not self.closed:
+            self.uncork()  # the answers held for one send go first
             self.write(self.core.notice(error))
         self.close()
 

@@ -9,8 +9,12 @@ Names (all ``hoarddb_server_*``; the engine adds ``hoarddb_ttl_*`` and ``hoarddb
     accepted_connections_total    connections accepted
     connections_rejected_total{reason}   max_connections, handshake_timeout, idle_timeout,
                                   message_timeout (a message not whole within idle_timeout),
-                                  send_timeout (answers not read for idle_timeout), protocol_error
-    auth_failures_total           failed logins
+                                  send_timeout (answers not read for idle_timeout), protocol_error,
+                                  receive_budget (a message that would pass it), user_removed and
+                                  password_changed (a connection of a user removed, or whose
+                                  password changed, ended at its next request)
+    auth_failures_total{reason}   failed logins: unknown_user, wrong_password, locked_user and
+                                  locked_address (refused by a lockout, logins.py), bad_message
     received_bytes_total, sent_bytes_total
     fsyncs_total                  group commits (Engine.sync calls)
     ops_per_fsync                 write operations made durable by one fsync (histogram)
@@ -32,14 +36,12 @@ from prometheus_client import GC_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from .. import operations
+from ..wire.messages import AUTH_CONTINUE, AUTH_START, CHUNK, HELLO
 
 log = logging.getLogger("hoarddb.server")
 
 _LATENCY = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-_KNOWN_OPS = frozenset(operations.VERBS) | {
-    "create_database", "drop_database", "list_databases", "create_bucket", "drop_bucket", "list_buckets",
-    "describe_bucket", "stats", "alter_bucket", "metrics", "sweep_ttl", "whoami", "create_user", "drop_user",
-    "update_user", "list_users", "hello", "auth_start", "auth_continue", "chunk"}
+_KNOWN_OPS = frozenset(operations.OPERATIONS) | {HELLO, AUTH_START, AUTH_CONTINUE, CHUNK}
 
 
 class ServerMetrics:
@@ -58,9 +60,12 @@ class ServerMetrics:
         self.connections_total = Counter("hoarddb_server_accepted_connections_total", "Connections accepted", registry=r)
         self.rejected = Counter("hoarddb_server_connections_rejected_total",
                                 "Connections closed by the server, by reason", ["reason"], registry=r)
-        self.auth_failures = Counter("hoarddb_server_auth_failures_total", "Failed logins", registry=r)
+        self.auth_failures = Counter("hoarddb_server_auth_failures_total", "Failed logins, by reason", ["reason"],
+                                     registry=r)
+        for reason in ("unknown_user", "wrong_password", "locked_user", "locked_address", "bad_message"):
+            self.auth_failures.labels(reason)
         for reason in ("max_connections", "handshake_timeout", "idle_timeout", "message_timeout", "send_timeout",
-                       "protocol_error"):
+                       "protocol_error", "receive_budget", "user_removed", "password_changed"):
             self.rejected.labels(reason)
         self.received = 0  # bytes from clients
         self.sent = 0  # bytes to clients

@@ -24,6 +24,7 @@ import signal
 import ssl
 import struct
 import threading
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,14 +32,15 @@ from typing import Any
 
 from .. import __version__, operations
 from ..engine import Engine
-from ..errors import (ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
-                      TimeoutError_)
+from ..operations import check_request
+from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
+                      TimeoutError_, UnauthorizedError)
 from ..options import Options
 from ..values.codec import encode_checked
 from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
 from ..wire.framing import MAX_MESSAGE_SIZE, encode_message
 from ..wire.messages import CHUNK_SIZE, error_answer
-from ..wire.protocol import Request
+from ..wire.protocol import Principal, Request
 from . import auth, tls
 from .auth import Authenticator, authorize
 from .. import busypoll
@@ -46,20 +48,24 @@ from ..busypoll import BusyPoll
 from .commit import GroupCommitter
 from .config import ServerConfig
 from .connection import Connection
+from .logins import LoginLimiter
 from .metrics import MetricsEndpoint, ServerMetrics
-from .users import UserStore
+from .users import UserStore, check_password
 
 log = logging.getLogger("hoarddb.server")
 
-#: Catalog and maintenance operations that write (verbs say so in the operations table).
-WRITE_OPS = auth.DB_ADMIN_OPS | {"sweep_ttl"}
-#: Operations the server answers itself, without the engine.
-SERVER_OPS = frozenset({"whoami"}) | auth.USER_OPS
+#: Operations that write, verbs and catalog and server operations alike (the table's ``write``).
+WRITE_OPS = operations.names(write=True)
+#: Operations the server answers itself, without the engine (the table's ``runs=SERVER``).
+SERVER_OPS = operations.names(runs=operations.SERVER)
+#: Operations whose answer is a stream of chunks (a blob's bytes).
+STREAMS = operations.names(streams=True)
+#: Operations whose answer lists only the databases a user holds a role on.
+NARROWED = operations.names(narrowed=True)
 
 
 def is_write(op: str) -> bool:
-    verb = operations.VERBS.get(op)
-    return verb.write if verb is not None else op in WRITE_OPS
+    return op in WRITE_OPS
 
 
 # Reads known to touch few keys and no file (Engine.is_quick_read: get, length, peek or
@@ -72,8 +78,14 @@ def is_write(op: str) -> bool:
 #: Seconds the loop waits for a read it handed to the read pool before it serves others
 #: meanwhile: most scans finish within it, and are answered without a hop back to the loop.
 READ_WAIT = 0.002
+#: Seconds between two looks at the users file for changes made by another process
+#: (``hoarddb user``): the bound within which they reach open connections.
+USERS_POLL = 0.25
+#: Server operations that change users: applied to open connections at once.
+USER_CHANGES = operations.names(runs=operations.SERVER, write=True)
 #: Catalog reads as cheap as a point read.
-INLINE_CATALOG_READS = frozenset({"list_databases", "list_buckets"})
+INLINE_CATALOG_READS = frozenset(n for n, op in operations.ADMIN.items()
+                                 if op.runs == operations.ENGINE and not op.write and op.cost == operations.POINT)
 
 
 class _Pool(ThreadPoolExecutor):
@@ -110,9 +122,17 @@ class Server:
         self.engine: Engine | None = None
         self.metrics = ServerMetrics()
         self.users = UserStore(config.data)
-        self.authenticator = Authenticator(self.users) if config.auth else None
+        self.authenticator = Authenticator(self.users, LoginLimiter(
+            config.auth_user_failures, config.auth_address_failures, config.auth_lockout)) if config.auth else None
         self.info = {"server": f"hoardDB {__version__}", "chunkSize": CHUNK_SIZE}
         self.connections: set[Connection] = set()
+        #: Connections accepted and still in their TLS handshake: they count toward max_connections.
+        #: Weak: a handshake that fails drops its connection without a call (the TLS layer
+        #: calls connection_made and connection_lost only after a handshake that worked).
+        self.handshaking: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self.tls_context: ssl.SSLContext | None = None
+        #: Bytes of messages not received whole, all connections together (receive_budget).
+        self.receiving = 0
         self.committer: GroupCommitter | None = None
         self.fingerprint: str | None = None
         self.host, self.port = config.host, config.port
@@ -165,8 +185,9 @@ class Server:
                 warning = tls.expiry_warning(cert)
                 if warning:
                     log.warning("%s", warning)
+            self.tls_context = context
             self._listener = await self.loop.create_server(
-                lambda: Connection(self), self.config.host, self.config.port, ssl=context,
+                self._accepted, self.config.host, self.config.port, ssl=context,
                 ssl_handshake_timeout=self.config.handshake_timeout or None if context else None,
                 reuse_address=True, backlog=1024)
             self.port = self._listener.sockets[0].getsockname()[1]
@@ -178,6 +199,7 @@ class Server:
             await self.loop.run_in_executor(None, self.engine.close)
             raise
         self._sweeper = self.loop.create_task(self._sweep_connections())
+        self._users_watcher = self.loop.create_task(self._watch_users()) if self.config.auth else None
         log.info("%s", self.start_line())
 
     def start_line(self) -> str:
@@ -238,6 +260,8 @@ class Server:
                 break
             await asyncio.sleep(0.01)
         self._sweeper.cancel()
+        if self._users_watcher is not None:
+            self._users_watcher.cancel()
         if self._endpoint is not None:
             await self._endpoint.stop()
         if self._listener is not None:
@@ -256,6 +280,10 @@ class Server:
             return
         password = os.environ.get("HOARDDB_ADMIN_PASSWORD")
         if password:
+            try:
+                check_password(password, self.config.min_password_length)
+            except BadValueError as e:  # the server does not start: say which password
+                raise BadValueError(f"HOARDDB_ADMIN_PASSWORD, for the first admin: {e.message}") from None
             self.users.add("admin", password, ["admin"])
             log.info("created user admin (role admin) from HOARDDB_ADMIN_PASSWORD")
         else:
@@ -265,16 +293,50 @@ class Server:
 
     # -- connections
 
+    def over_budget(self, conn: Connection, held: int) -> None:
+        """A connection's unfinished message would take the bytes of unfinished messages past
+        receive_budget: it is not read further, what it sent before is answered, then it is
+        told why and closed."""
+        self.metrics.rejected.labels("receive_budget").inc()
+        mib = 1 << 20
+        log.warning("closing %s: its unfinished message (%d bytes so far) would take the messages being received "
+                    "past receive_budget (%.1f of %.1f MiB held)", conn.peer, held, self.receiving / mib,
+                    self.config.receive_budget / mib)
+        conn.end_after_answers(ConnectionError_(
+            f"the server is holding {self.receiving / mib:.1f} MiB of messages not yet received whole, across its "
+            f"connections, and this connection's next message would take it past its limit "
+            f"({self.config.receive_budget / mib:.1f} MiB, receive_budget); that message was not run (those sent "
+            "before it were answered). Reconnect and send it again"))
+
+    def _accepted(self) -> Connection:
+        """The protocol of a connection just accepted; with TLS, counted while it shakes hands.
+
+        Connections in their handshake count toward ``max_connections`` with the open ones:
+        one accepted when they add up to the limit shakes hands only to be told it is
+        refused (connection_opened), and each handshake ends within handshake_timeout."""
+        conn = Connection(self)
+        if self.tls_context is not None:
+            self.metrics.connections_total.inc()
+            conn.over_limit = len(self.connections) + len(self.handshaking) >= self.config.max_connections
+            self.handshaking.add(conn)
+        return conn
+
+    def handshake_ended(self, conn: Connection) -> None:
+        self.handshaking.discard(conn)
+
     def connection_opened(self, conn: Connection) -> bool:
-        self.metrics.connections_total.inc()
+        if self.tls_context is None:  # (a TLS connection was counted at its accept)
+            self.metrics.connections_total.inc()
         if self.stopping:
             conn.abort_with(ConnectionError_("the server is stopping; try again after it restarts"))
             return False
-        if len(self.connections) >= self.config.max_connections:
+        held = len(self.connections) + len(self.handshaking)
+        if conn.over_limit or held >= self.config.max_connections:
             self.metrics.rejected.labels("max_connections").inc()
-            log.warning("refusing %s: %d connections is the limit (max_connections)", conn.peer, len(self.connections))
+            log.warning("refusing %s: %d connections open or in their TLS handshake is the limit (max_connections)",
+                        conn.peer, held)
             conn.abort_with(ConnectionError_(
-                f"the server has {len(self.connections)} connections, its limit (max_connections); try again later"))
+                f"the server has {held} connections, its limit (max_connections); try again later"))
             return False
         self.connections.add(conn)
         self.metrics.connections.set(len(self.connections))
@@ -291,10 +353,25 @@ class Server:
         if conn in self.connections:
             self.connections.discard(conn)
             self.metrics.connections.set(len(self.connections))
-        if conn.core.auth_failures:
-            self.metrics.auth_failures.inc(conn.core.auth_failures)
-            conn.core.auth_failures = 0
+        self.handshaking.discard(conn)
         self.idle_changed()
+
+    def login_failed(self, conn: Connection, event) -> None:
+        """A failed login (a LoginFailed event): counted by reason, logged, and counted
+        toward the lockouts of its name and address when it was a guess."""
+        self.metrics.auth_failures.labels(event.reason).inc()
+        locked = []
+        if event.reason in ("unknown_user", "wrong_password"):
+            locked = self.authenticator.limiter.failed(event.user, conn.core.address)
+        log.warning("failed login on %s: user %s, %s%s%s", conn.peer, _quoted(event.user),
+                    event.reason.replace("_", " "), f" ({event.detail})" if event.detail else "",
+                    "".join(f"; {what} locked out for {self.config.auth_lockout:g} s"
+                            for what in (f"user {_quoted(event.user)}" if w == "user" else f"address {conn.core.address}"
+                                         for w in locked)))
+
+    def logged_in(self, conn: Connection, event) -> None:
+        self.authenticator.limiter.succeeded(event.user, conn.core.address)
+        log.info("connection %s logged in as %s", conn.peer, _quoted(event.user))
 
     def idle_changed(self) -> None:
         if self._idle_event is not None:
@@ -318,12 +395,12 @@ class Server:
             await asyncio.sleep(interval)
             now = self.loop.time()
             idle_timeout = self.config.idle_timeout
+            for conn in list(self.handshaking):  # the TLS layer ends each handshake within its timeout;
+                if now - conn.opened > (self.config.handshake_timeout or 60) + 5:  # this is a backstop
+                    self.handshaking.discard(conn)
             for conn in list(self.connections):
                 if conn.closed:
                     continue
-                if conn.core.auth_failures:
-                    self.metrics.auth_failures.inc(conn.core.auth_failures)
-                    conn.core.auth_failures = 0
                 if not conn.ready:
                     if self.config.handshake_timeout and now - conn.opened > self.config.handshake_timeout:
                         self.metrics.rejected.labels("handshake_timeout").inc()
@@ -390,28 +467,103 @@ class Server:
         "read" (on a read-pool thread, waited for a moment) or "pool" (in a thread, the loop
         not waiting). Remembered on the request once it is final: a read behind this
         connection's writes is judged again after they ran (they may make it longer)."""
+        if conn.revoked is not None:
+            return self._refuse_revoked(conn, request)
         how = request.how
         if how is not None:
             return how
         doc = request.doc
-        op = doc.get("op")
-        principal = conn.core.principal
-        if not principal.admin and not self._authorized(principal, request):
-            how = "inline"  # answered at once with its refusal
-        elif op in SERVER_OPS or doc.get("upload"):
-            how = "pool"
-        else:
-            verb = operations.VERBS.get(op)
-            if verb is not None and verb.write:
-                how = "write" if self.committer is not None else "pool"
-            elif op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
-                                                and not _matches_by_regex(doc)):
-                how = "inline"
+        try:
+            op = check_request(doc)  # before anything looks a field up
+        except HoardError as e:
+            request.refusal, request.how = e, "inline"  # answered with its refusal, in its turn
+            return "inline"
+        try:
+            principal = conn.core.principal
+            if not principal.admin and not self._authorized(principal, request):
+                how = "inline"  # answered at once with its refusal
+            elif op in SERVER_OPS or doc.get("upload"):
+                how = "pool"
             else:
-                how = "read" if op != "stream" and not is_write(op) else "pool"
+                verb = operations.VERBS.get(op)
+                if verb is not None and verb.write:
+                    how = "write" if self.committer is not None else "pool"
+                elif op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
+                                                    and not _matches_by_regex(doc)):
+                    how = "inline"
+                else:
+                    how = "read" if op not in STREAMS and not is_write(op) else "pool"
+        except Exception as e:  # a bug: this request alone is refused, the connection goes on
+            log.error("request %.40s on %s could not be dispatched", op, conn.peer, exc_info=e)
+            request.refusal, request.how = InternalError(f"{type(e).__name__}: {e} (please report this)"), "inline"
+            return "inline"
         if how == "write" or not conn.unexecuted:
             request.how = how
         return how
+
+    def _refuse_revoked(self, conn: Connection, request: Request) -> str:
+        """A request of a connection whose user was removed, or whose password changed: refused;
+        the first one ends the connection (after what it read is answered)."""
+        reason, error = conn.revoked
+        request.refusal = error
+        request.how = "inline"
+        if conn.goodbye is None:
+            self.metrics.rejected.labels(reason).inc()
+            log.warning("ending connection %s of user %s: %s", conn.peer, _quoted(conn.core.principal.user),
+                        "the user was removed" if reason == "user_removed" else "its password was changed")
+            conn.end_after_answers(error)
+        return "inline"
+
+    # -- users changed (by `hoarddb user` in another process, or over the wire)
+
+    async def _watch_users(self) -> None:
+        """Look at the users file every USERS_POLL seconds; when it changed (``hoarddb user``
+        run in another process), apply it to the open connections (:meth:`users_changed`)."""
+        stamp = self._users_stamp()
+        while True:
+            await asyncio.sleep(USERS_POLL)
+            now = self._users_stamp()
+            if now != stamp:
+                stamp = now
+                self.users_changed()
+
+    def _users_stamp(self):
+        try:
+            st = os.stat(self.users.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
+
+    def users_changed(self) -> None:
+        """Apply the users as they are now to every logged-in connection: a connection whose
+        user was removed, or whose password changed since it logged in, is revoked (its next
+        request is refused UNAUTHORIZED saying why, then it is closed); one whose user's roles
+        changed holds the new roles from its next request on."""
+        if self.authenticator is None:
+            return
+        try:
+            records = {u["name"]: u for u in self.users.users()}
+        except HoardError as e:  # a damaged file: logins are refused meanwhile (users.py logs it, once)
+            log.debug("the users file could not be read; open connections keep their users: %s", e.message)
+            return
+        for conn in list(self.connections):
+            principal = conn.core.principal
+            if principal is None or principal.user is None or conn.closed or conn.revoked is not None:
+                continue
+            name = principal.user
+            record = records.get(name)
+            if record is None:
+                conn.revoked = ("user_removed", UnauthorizedError(
+                    f"user {name!r} was removed while this connection was open: it can run nothing more, "
+                    "and the server closes it", user=name))
+            elif principal.key is not None and bytes(record["credentials"]["stored_key"]) != principal.key:
+                conn.revoked = ("password_changed", UnauthorizedError(
+                    f"the password of user {name!r} was changed while this connection was open: the server "
+                    "closes it; connect again with the new password", user=name))
+            elif record["roles"] != principal.roles:
+                conn.core.principal = Principal(name, list(record["roles"]), principal.key)
+                log.info("connection %s of user %s: its roles are now %s", conn.peer, _quoted(name),
+                         ", ".join(_role_text(r) for r in record["roles"]) or "none")
 
     @staticmethod
     def _authorized(principal, request: Request) -> bool:
@@ -484,16 +636,18 @@ class Server:
         doc = request.doc
 
         def done(result, rid=request.id, op=doc.get("op")):
-            conn.write_ran()
-            if type(result) is dict:  # (the engine's answer: nearly always)
-                answer = result
-            elif isinstance(result, HoardError):
-                answer = result.to_answer()
-            elif isinstance(result, BaseException):
-                answer = self._bug(conn, doc, result)
-            else:
-                answer = result
-            self._answer(conn, rid, op, answer, arrived)
+            try:
+                if type(result) is dict:  # (the engine's answer: nearly always)
+                    answer = result
+                elif isinstance(result, HoardError):
+                    answer = result.to_answer()
+                elif isinstance(result, BaseException):
+                    answer = self._bug(conn, doc, result)
+                else:
+                    answer = result
+                self._answer(conn, rid, op, answer, arrived)
+            finally:
+                conn.write_ran()  # after its answer: the requests it pumps are answered after it
 
         self.committer.submit(doc, done)
 
@@ -513,8 +667,8 @@ class Server:
             if upload is not None:
                 conn.finish_upload(rid)
         result = answer.get("result")
-        if op == "stream" and answer.get("ok") == 1 and hasattr(result, "__next__"):
-            await self._stream(conn, rid, result, arrived)
+        if op in STREAMS and answer.get("ok") == 1 and hasattr(result, "__next__"):
+            await self._stream(conn, rid, op, result, arrived)
             return
         if write and self.committer is not None and answer.get("ok") == 1:  # a refusal wrote nothing: answer now
             def durable(error, answer=answer):
@@ -527,14 +681,20 @@ class Server:
         principal = conn.core.principal
         authorize(principal, doc)
         if op in SERVER_OPS:
-            return {"ok": 1, "result": await self.loop.run_in_executor(self._writes, self._server_op, principal, doc)}
+            result = await self.loop.run_in_executor(self._writes, self._server_op, principal, doc)
+            if op in USER_CHANGES:
+                self.users_changed()  # at once: the admin's answer comes after the change applies
+            return {"ok": 1, "result": result}
         request = {k: v for k, v in doc.items() if k not in ("id", "upload")}
         if upload is not None:
             args = dict(request.get("args") or {})
-            if op == "load" and isinstance(args.get("docs"), list) and len(args["docs"]) == 1:
+            if operations.OPERATIONS[op].upload == "docs" and isinstance(args.get("docs"), list) \
+                    and len(args["docs"]) == 1:
                 args["docs"] = [{**args["docs"][0], "data": upload}]  # a restored blob, keeping its id
             elif isinstance(args.get("doc"), dict):
                 args["doc"] = {**args["doc"], "data": upload}
+            elif "field" in request and "doc" not in args:  # a blob store field's put: its data is its key
+                args["key"] = {**args["key"], "data": upload} if isinstance(args.get("key"), dict) else upload
             else:
                 args["doc"] = upload
             request["args"] = args
@@ -542,8 +702,9 @@ class Server:
         return self._visible(conn, doc, answer)
 
     def _visible(self, conn: Connection, doc: dict, answer: dict) -> dict:
-        """list_databases shows a user only the databases they hold a role on."""
-        if doc.get("op") == "list_databases" and not auth.is_admin(conn.core.principal):
+        """An answer the table marks ``narrowed`` (list_databases) shows a user only the
+        databases they hold a role on."""
+        if doc.get("op") in NARROWED and not auth.is_admin(conn.core.principal):
             answer = {**answer, "result": auth.visible_databases(conn.core.principal, answer.get("result") or [])}
         return answer
 
@@ -552,19 +713,31 @@ class Server:
         return InternalError(f"{type(exc).__name__}: {exc} (please report this)").to_answer()
 
     def _server_op(self, principal, doc: dict) -> Any:
-        op = doc["op"]
-        if op == "whoami":
-            return {"user": principal.user, "roles": [_role_text(r) for r in principal.roles]}
-        if op == "list_users":
-            return [{"name": u["name"], "roles": [_role_text(r) for r in u["roles"]]} for u in self.users.users()]
-        if op == "create_user":
-            return self.users.add_credentials(doc.get("user"), doc.get("credentials"), list(doc.get("roles") or []))
-        if op == "update_user":
-            return self.users.update(doc.get("user"), credentials=doc.get("credentials"),
-                                     roles=doc.get("roles") if "roles" in doc else None)
-        if op == "drop_user":
-            return self.users.remove(doc.get("user"))
-        raise InternalError(f"no server operation {op!r}")
+        """Run an operation the table says the server runs (``runs=SERVER``): its method ``_op_<name>``."""
+        return getattr(self, "_op_" + doc["op"])(principal, doc)
+
+    def _op_whoami(self, principal, doc: dict) -> dict:
+        return {"user": principal.user, "roles": [_role_text(r) for r in principal.roles]}
+
+    def _op_list_users(self, principal, doc: dict) -> list:
+        return [{"name": u["name"], "roles": [_role_text(r) for r in u["roles"]]} for u in self.users.users()]
+
+    def _op_create_user(self, principal, doc: dict) -> dict:
+        return self.users.add_credentials(doc.get("user"), doc.get("credentials"), list(doc.get("roles") or []))
+
+    def _op_update_user(self, principal, doc: dict) -> dict:
+        return self.users.update(doc.get("user"), credentials=doc.get("credentials"),
+                                 roles=doc.get("roles") if "roles" in doc else None)
+
+    def _op_drop_user(self, principal, doc: dict) -> dict:
+        return self.users.remove(doc.get("user"))
+
+    def _op_set_roles(self, principal, doc: dict) -> dict:
+        roles = doc.get("roles")
+        if not isinstance(roles, list):
+            raise BadValueError("set_roles needs 'roles', a list such as [\"readWrite:app\", \"read:reports\"] "
+                                "(an empty list takes every role away)")
+        return self.users.set_roles(doc.get("user"), roles)
 
     @contextlib.contextmanager
     def _answers_together(self):
@@ -586,7 +759,7 @@ class Server:
         self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
         conn.done()
 
-    async def _stream(self, conn: Connection, rid, chunks, arrived: float) -> None:
+    async def _stream(self, conn: Connection, rid, op: str, chunks, arrived: float) -> None:
         """Send a blob's chunks as they are read, never more than the connection's write buffer ahead."""
         codename = None
         try:
@@ -611,7 +784,7 @@ class Server:
             close = getattr(chunks, "close", None)
             if close is not None:
                 await self.loop.run_in_executor(self._reads, close)
-        self.metrics.answered("stream", self.loop.time() - arrived, codename)
+        self.metrics.answered(op, self.loop.time() - arrived, codename)
         conn.done()
 
     async def _exposition(self) -> bytes:
@@ -664,6 +837,11 @@ def _matches_by_regex(doc: dict) -> bool:
     in the read pool, not on the loop (its matching may take up to regex_timeout)."""
     args = doc.get("args")
     return isinstance(args, dict) and filter_has_regex(args.get("filter"))
+
+
+def _quoted(user) -> str:
+    """A user name as the log shows it: quoted and cut short (a client chose it), or "(none)"."""
+    return "(none)" if user is None else f"{user!r:.70}"
 
 
 def _role_text(role: dict) -> str:

@@ -8,8 +8,9 @@
 No password and no plain hash of one is stored: only the salted, iterated SCRAM keys
 (:func:`hoarddb.wire.scram.make_credentials`). The file is rewritten whole through a
 temporary file, fsynced and renamed, so a crash leaves the old or the new file, never a
-mix. ``hoarddb user add`` may run while the server runs: the server rereads the file
-when it changes. (``_users`` cannot clash with a database: those begin with a letter.)
+mix. The ``hoarddb user`` commands may run while the server runs: the server looks at
+the file every quarter of a second and applies a change to the connections already
+open too (``Server.users_changed``). (``_users`` cannot clash with a database: those begin with a letter.)
 
 The file has no checksum. What reads it checks its shape instead: a file that is not
 BSON, or a record with a field missing or of the wrong type, is CorruptDataError naming
@@ -69,6 +70,30 @@ def parse_role(text) -> dict:
 
 def format_role(role: dict) -> str:
     return role["role"] + (f":{role['db']}" if role.get("db") else "")
+
+
+#: Characters a new password has at least, unless told otherwise (``min_password_length``).
+MIN_PASSWORD_LENGTH = 8
+
+
+def min_password_length(environ=os.environ) -> int:
+    """The minimum length of a new password: HOARDDB_MIN_PASSWORD_LENGTH, else MIN_PASSWORD_LENGTH."""
+    raw = environ.get("HOARDDB_MIN_PASSWORD_LENGTH", "").strip()
+    if not raw:
+        return MIN_PASSWORD_LENGTH
+    if not raw.isdigit():
+        raise BadValueError(f"HOARDDB_MIN_PASSWORD_LENGTH must be a whole number of characters ≥ 0, got {raw!r}")
+    return int(raw)
+
+
+def check_password(password: str, minimum: int = MIN_PASSWORD_LENGTH) -> str:
+    """The password, if it has at least ``minimum`` characters; BadValueError saying why otherwise."""
+    if len(password) < minimum:
+        raise BadValueError(
+            f"the password has {len(password)} characters, fewer than the {minimum} required: a short password "
+            "is guessed quickly by anyone who can try logins. Choose a longer one (a few words make a good one); "
+            "HOARDDB_MIN_PASSWORD_LENGTH (min_password_length) sets the minimum")
+    return password
 
 
 def check_user_name(name) -> str:
@@ -146,12 +171,17 @@ class UserStore:
         credentials = _check_credentials(credentials)
         with self._locked() as doc:
             if any(u["name"] == name for u in doc["users"]):
-                raise BadValueError(f"user {name!r} exists already; change it with `hoarddb user passwd`, "
-                                    "or remove it first")
+                raise _exists(name)
             record = {"name": name, "roles": roles, "credentials": credentials,
                       "created": datetime.datetime.now(datetime.timezone.utc)}
             doc["users"].append(record)
         return _public(record)
+
+    def require_absent(self, name: str) -> None:
+        """BadValueError, saying how to change it, if a user of that name exists (reads the file:
+        CorruptDataError if it is damaged)."""
+        if self.get(name) is not None:
+            raise _exists(name)
 
     def update(self, name: str, *, credentials: dict | None = None, roles: list | None = None) -> dict:
         """Change a user's credentials and/or roles; NotFoundError for an unknown user."""
@@ -169,6 +199,10 @@ class UserStore:
 
     def set_password(self, name: str, password: str, *, iterations: int = scram.DEFAULT_ITERATIONS) -> dict:
         return self.update(name, credentials=scram.make_credentials(password, iterations))
+
+    def set_roles(self, name: str, roles: list) -> dict:
+        """Replace a user's roles (an empty list leaves it none); NotFoundError for an unknown user."""
+        return self.update(check_user_name(name), roles=list(roles))
 
     def remove(self, name: str) -> dict:
         with self._locked() as doc:
@@ -194,6 +228,11 @@ class UserStore:
 
 
 _PROCESS_SECRET = os.urandom(16)
+
+
+def _exists(name: str) -> BadValueError:
+    return BadValueError(f"user {name!r} exists already; set its password with `hoarddb user passwd {name}`, "
+                         f"its roles with `hoarddb user role {name} ROLE...`")
 
 
 def _find(doc: dict, name: str) -> dict:

@@ -66,8 +66,10 @@ grows the file must also commit the new size through the file system's journal; 
 after overwriting blocks the file already has flushes only the data (on ext4 about 30%
 less time for a small entry, half for a 4 KiB one). So the last segment is kept longer
 than its entries: an append that would run past the file's end writes, after its
-frames, ``preallocate`` bytes of zeros (1 MiB for a fifo; never past ``segment_size``),
-and the appends that follow land on those zeros::
+frames, zeros: as many bytes as the segment holds already, from 16 KiB up to
+``preallocate`` (1 MiB for a fifo), and never past ``segment_size`` — so a queue of a few
+entries keeps a file of a few KiB, and a growing one preallocates more each time — and
+the appends that follow land on those zeros::
 
     0                                        data end                 file size
     +---------+---------+-----+---------+------------------------------------+
@@ -105,10 +107,12 @@ identities, state slots) are :mod:`hoarddb.storage.segment_format`'s.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import threading
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import ClosedError, StorageError
@@ -127,8 +131,11 @@ log = logging.getLogger("hoarddb.segment")
 
 #: An emptied fifo drops its last segment when it holds this much (or half a segment).
 _RESET_BYTES = 1 << 20
-#: Zeros a fifo log's append writes after its entries when it grows the last segment.
+#: Zeros a fifo log's append writes after its entries when it grows the last segment, at most:
+#: as many as the segment holds already (so a small queue's file stays small, a growing one's
+#: preallocation doubles), and never fewer than PREALLOCATE_MIN.
 PREALLOCATE = 1 << 20
+PREALLOCATE_MIN = 16 * 1024
 #: Segment files whose descriptors stay open besides the head and the tail.
 _OPEN_FDS = 4
 
@@ -295,6 +302,24 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
         """How many segment files the log has on disk."""
         return len(self._segs)
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the log still inside: no append, pop or cut runs, so its files (segments and
+        ``state.bson``, which every change writes at once, flushed or not) can be copied as one
+        moment of the queue (a hot backup)."""
+        with self._lock:
+            self._check_open()
+            yield
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of the entries the log holds, frames included: no segment header, popped entry or
+        preallocated zero is counted (what the files take on disk is more)."""
+        with self._lock:
+            head_seg, head_off = self._head
+            return sum(max(0, self._sizes[n] - (head_off if n == head_seg else self._base[n]))
+                       for n in self._segs if n >= head_seg)
+
     @property
     def popped(self) -> int:
         """How many entries were ever taken from the head."""
@@ -340,7 +365,8 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
             if self.preallocate:
                 end = last_start + sum(len(fr) for fr in last_parts)
                 if end > self._padded.get(last_number, last_start):  # the write runs past the file's end
-                    pad_end = max(end, min(end + self.preallocate, self.segment_size))
+                    ahead = min(self.preallocate, max(PREALLOCATE_MIN, end))  # scaled to what it holds
+                    pad_end = max(end, min(end + ahead, self.segment_size))
             if groups[-1][3] and not self._identity_durable:
                 self._write_state()  # the identity the new segment carries, durably first (see _write_state)
             try:

@@ -32,7 +32,8 @@ On disk, ``kv/wal.0`` and ``kv/wal.1`` (generation g lives in ``wal.<g % 2>``)::
 
 Both files are made a header's length of zeros when the log is created, so that a
 header write never grows a file (a checkpoint needs no room on a full disk), and each is
-kept up to :data:`FILL` bytes of zeros past its last record when the disk has room.
+kept zeros past its last record when the disk has room: as many bytes as its records take,
+from :data:`FILL_MIN` up to :data:`FILL`.
 
 A checkpoint switches appends to the other file first (records of the next generation),
 flushes LMDB's file meanwhile in the background, and only then writes the other file's
@@ -71,9 +72,11 @@ CLOSED = 1                             # flags: written by a clean close, nothin
 _RECORD = struct.Struct("<II")         # length, crc
 _LEN = struct.Struct("<I")
 _GEN = struct.Struct("<Q")
-#: the log file is kept written this far ahead of its last record (zeros), so that an
-#: fdatasync overwrites blocks the file has instead of growing it
+#: the log file is kept written ahead of its last record (zeros), so that an fdatasync
+#: overwrites blocks the file has instead of growing it: as far as the records before it
+#: reach (a small bucket's log stays small; a busy one's fill doubles), from FILL_MIN to FILL
 FILL = 1 << 20
+FILL_MIN = 64 * 1024
 _ZEROS = bytes(FILL)
 _datasync = getattr(os, "fdatasync", os.fsync)
 
@@ -443,13 +446,13 @@ class WriteAheadLog:
         too full for them, the zeros that landed are cut off again (they would only take
         the room the record needs) and the record grows the file itself::
 
-            | header | records | 00 00 ... (FILL past the record) |   room for it
+            | header | records | 00 00 ... (up to FILL past the record) |   room for it
             | header | records |                                     a full disk: as it was
 
         A crash in the middle leaves zeros past the records, which read as the log's end.
         """
         fd = self.fds[i]
-        target = stop + FILL
+        target = stop + min(FILL, max(FILL_MIN, stop - self.header_size))
         start = offset = max(os.fstat(fd).st_size, self._filled[i])
         try:
             while offset < target:

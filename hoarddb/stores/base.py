@@ -116,6 +116,8 @@ class Store(ABC):
     type_name: ClassVar[str] = ""
     #: Bucket options this type accepts besides ``type``, with a one-line meaning each.
     bucket_options: ClassVar[dict[str, str]] = {}
+    #: Whether writes to it can share one transaction in a group (:meth:`begin_group`).
+    groups: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         # Opening a store reads what it keeps in memory (a count, a heap, claims, index
@@ -167,13 +169,84 @@ class Store(ABC):
     def sync(self) -> None:
         """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit)."""
 
+    def backup(self, target: Path) -> None:
+        """Copy the open bucket's files into the new folder ``target`` as one moment of the bucket,
+        while it serves (a hot backup): what a later open of ``target`` reads is the bucket as it
+        was at some instant during the call, every write before it whole and none after it."""
+        raise NotImplementedError(f"{type(self).__name__} has no backup")
+
     def stats(self) -> dict:
-        """``{"entries": n, "bytes": bytes on disk}`` for this store."""
-        return {"entries": self.length(), "bytes": directory_bytes(self.directory)}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": bytes of the data}`` for this store.
+
+        ``bytes`` is what the bucket's files take on disk (allocated blocks: free pages,
+        logs and preallocated space included); ``data_bytes`` what its entries fill of
+        them (each store type says how it counts).
+        """
+        return {"entries": self.length(), "bytes": directory_bytes(self.directory),
+                "data_bytes": apparent_bytes(self.directory)}
 
     @abstractmethod
     def length(self) -> int:
         """How many entries the store holds (every type has a length)."""
+
+    # -- group commit (Engine.execute_group), for a type whose ``groups`` is true
+
+    def begin_group(self) -> None:
+        """Begin a group: the writes that follow, until :meth:`end_group`, share one
+        transaction, each in a nested one of its own (a refused write undoes only itself),
+        and the store is the group's alone meanwhile (other writers wait). Raises
+        StorageError if the disk refuses to begin one; then no group is open."""
+        raise NotImplementedError(f"{type(self).__name__} writes alone, never in a group")
+
+    def end_group(self) -> None:
+        """Commit the group :meth:`begin_group` began and let other writers in again, whatever
+        happens. Raises StorageError if the group could not be kept: then none of its
+        writes is, and what the store keeps in memory is read again from the last commit."""
+        raise NotImplementedError(f"{type(self).__name__} writes alone, never in a group")
+
+
+def link_files(source: Path, target: Path, names=None) -> int:
+    """Hard-link the files of folder ``source`` (or only ``names``) into ``target`` (made if missing),
+    copying where a link cannot be made (another file system); those already there are kept.
+    For files never changed once written (blobs). How many were added."""
+    import shutil
+
+    target.mkdir(parents=True, exist_ok=True)
+    added = 0
+    for name in sorted(names if names is not None else os.listdir(source)):
+        src, dst = source / name, target / name
+        if dst.exists() or not src.is_file():
+            continue
+        try:
+            os.link(src, dst)
+        except FileNotFoundError:  # deleted meanwhile
+            continue
+        except OSError:
+            try:
+                shutil.copy2(src, dst)
+            except FileNotFoundError:
+                continue
+        added += 1
+    return added
+
+
+def apparent_bytes(directory: Path) -> int:
+    """Bytes of the files below ``directory`` as they read (their sizes, not the blocks they take)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def kv_data_bytes(kv) -> int:
+    """Bytes of the LMDB pages a KV's entries fill (documents, index entries, store-field elements):
+    its B-tree's branch, leaf and overflow pages, without free pages, the log or the lock file."""
+    stat = kv.env.stat()
+    return stat["psize"] * (stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
 
 
 def directory_bytes(directory: Path) -> int:
@@ -249,6 +322,7 @@ class KVStore(Store):
     DOC = b"D"
     COUNT_KEY = b"Mcount"
     OWNER_KEY = b"Mbucket"
+    groups = True
 
     def __init__(self, directory, declaration, options):
         super().__init__(directory, declaration, options)
@@ -332,8 +406,17 @@ class KVStore(Store):
             self._count = count
             return result
 
+    def begin_group(self) -> None:
+        """Take the write lock and begin LMDB's group transaction (see Store.begin_group)."""
+        self._wlock.acquire()
+        try:
+            self.kv.begin_group()
+        except BaseException:
+            self._wlock.release()
+            raise
+
     def end_group(self) -> None:
-        """Commit the group of writes begun with ``kv.begin_group()`` (a server's group commit).
+        """Commit the group begun by :meth:`begin_group`, and release the write lock.
 
         If the group could not be kept, its writes are gone although each was counted when
         it ran: what this store keeps in memory is read again from what was committed
@@ -344,6 +427,8 @@ class KVStore(Store):
         except BaseException:
             self.reload()
             raise
+        finally:
+            self._wlock.release()
 
     def reload(self) -> None:
         """Read again what the store keeps in memory of its data (its count) from the last
@@ -354,7 +439,8 @@ class KVStore(Store):
             self._count = int.from_bytes(raw, "little") if raw else 0
 
     def stats(self) -> dict:
-        return {"entries": self._count, "bytes": directory_bytes(self.directory)}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": LMDB pages its entries fill}``."""
+        return {"entries": self._count, "bytes": directory_bytes(self.directory), "data_bytes": kv_data_bytes(self.kv)}
 
     def export(self, cursor: Any = None, limit: int = 1000) -> dict:
         """A page of every entry in storage (key) order: ``{docs, next}``; pass ``next`` back as ``cursor``.
@@ -409,6 +495,31 @@ class KVStore(Store):
         except DAMAGE_ERRORS as exc:
             problems.append(Problem(cls.KV_FILE, f"LMDB found its pages are not what it wrote ({exc}); what "
                                                  "comes after the damage was not checked"))
+        return problems
+
+    def backup(self, target: Path) -> None:
+        """LMDB's own copy of the environment, made from one read transaction (writes go on
+        meanwhile), and the files of blob store fields (``fields/``, written before the commit
+        that names them, never changed after): linked before the copy, and again after it for
+        those written meanwhile."""
+        fields = self.directory / "fields"
+        if fields.is_dir():
+            link_files(fields, target / "fields")
+        (target / "kv").mkdir(parents=True)
+        self.kv.env.copy(str(target / "kv"), compact=True)
+        if fields.is_dir():
+            link_files(fields, target / "fields")
+
+    def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
+        """:meth:`check` on the open bucket, while it serves: the same walk, in one read
+        transaction, so it sees one moment of the bucket and writes go on meanwhile."""
+        problems = Problems()
+        try:
+            with self.kv.read() as txn:
+                type(self).check_kv(txn, declaration, self.directory, problems)
+        except DAMAGE_ERRORS as exc:
+            problems.append(Problem(self.KV_FILE, f"LMDB found its pages are not what it wrote ({exc}); what "
+                                                  "comes after the damage was not checked"))
         return problems
 
     @classmethod

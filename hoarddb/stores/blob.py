@@ -500,6 +500,27 @@ class BlobStore(BlobReads, Store):
         self._check_open()
         return len(self._records)
 
+    def backup(self, target: Path) -> None:
+        """``_index.bson`` up to its last whole record, and each blob file it names (hard links:
+        a blob file never changes once written), taken with the index held still."""
+        from .base import link_files
+
+        self._check_open()
+        with self._lock:
+            target.mkdir(parents=True)
+            end = self._index.end
+            if end:
+                with open(self._index.path, "rb") as src, open(target / self._index.path.name, "wb") as dst:
+                    dst.write(src.read(end))
+            link_files(self.directory, target, names=list(self._records))
+
+    def stats(self) -> dict:
+        """``{"entries": blobs, "bytes": bytes on disk, "data_bytes": the blobs' sizes summed}``."""
+        self._check_open()
+        with self._lock:
+            size = sum(int(r.get("size") or 0) for r in self._records.values())
+        return {**super().stats(), "data_bytes": size}
+
     def list(self, after: Any = None, limit: int = 100) -> list[dict]:
         """Info dicts of up to ``limit`` blobs in DbID order (so, oldest first), after the id ``after``."""
         self._check_open()

@@ -236,9 +236,24 @@ class SegmentStore(QueueVerbs, Store):
         if not self.options.sync:
             self.log.flush()
 
+    def backup(self, target: Path) -> None:
+        """The segment files and ``state.bson``, copied byte for byte with the log held still
+        (pushes and pops wait for the copy: a big queue holds them for as long as its files take)."""
+        with self.log.held():
+            self._copy_log(target)
+
+    def _copy_log(self, target: Path) -> None:
+        import shutil
+
+        target.mkdir(parents=True)
+        for path in sorted(self.directory.iterdir()):
+            if path.is_file():
+                shutil.copyfile(path, target / path.name)
+
     def stats(self) -> dict:
-        """``{"entries": n, "bytes": bytes on disk, "segments": segment files}``."""
-        return {"entries": len(self.log), "bytes": directory_bytes(self.directory), "segments": self.log.segments}
+        """``{"entries": n, "bytes": bytes on disk, "data_bytes": bytes of its entries, "segments": segment files}``."""
+        return {"entries": len(self.log), "bytes": directory_bytes(self.directory), "data_bytes": self.log.data_bytes,
+                "segments": self.log.segments}
 
     def close(self) -> None:
         """Close the segment files; later calls raise ClosedError."""
@@ -515,11 +530,21 @@ class FifoStore(ClaimVerbs, SegmentStore):
         docs = [decode(p) for p in payloads]
         return {"docs": docs, "next": next_position if len(docs) == limit else None}
 
+    def backup(self, target: Path) -> None:
+        """The log (as :meth:`SegmentStore.backup`) and the claims' LMDB environment, copied
+        together with claims and the log held still, so the claims match the log."""
+        with self._claim_lock, self.log.held():
+            self._copy_log(target)
+            if self._claims_kv is not None:
+                (target / CLAIMS_DIR).mkdir()
+                self._claims_kv.env.copy(str(target / CLAIMS_DIR), compact=True)
+
     def stats(self) -> dict:
-        """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "segments": segment files}``."""
+        """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "data_bytes": bytes of its entries
+        (claimed ones included), "segments": segment files}``."""
         again, held = self._claim_counts() if self._claims is not None else (0, 0)
-        return {"entries": len(self.log) + again, "claimed": held,
-                "bytes": directory_bytes(self.directory), "segments": self.log.segments}
+        return {"entries": len(self.log) + again, "claimed": held, "bytes": directory_bytes(self.directory),
+                "data_bytes": self.log.data_bytes, "segments": self.log.segments}
 
     def sync(self) -> None:
         """Make every write so far durable: the claim table first, then the log (as the claim order)."""

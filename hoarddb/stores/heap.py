@@ -41,7 +41,7 @@ from ..errors import BadValueError, NotADocumentError
 from ..values.codec import DECODE_ERRORS, decode
 from ..values.keys import encode_key
 from . import claims
-from .base import REBUILD, KVStore, Problem, Reply, check_limit, directory_bytes, encode_document, scan
+from .base import REBUILD, KVStore, Problem, Reply, check_limit, directory_bytes, encode_document, kv_data_bytes, scan
 from .keyspace import KeyLog, Keyspace
 from .claims import CLAIM, CLAIM_OPTIONS, HEADER, ClaimTable, ClaimVerbs, load_records, validate_claim_options
 
@@ -324,11 +324,13 @@ class HeapStore(HeapVerbs, ClaimVerbs, KVStore):
         return Reply(ready, ready=ready, claimed=held)
 
     def stats(self) -> dict:
-        """``{"entries": ready, "claimed": held by claims, "bytes": bytes on disk}``."""
+        """``{"entries": ready, "claimed": held by claims, "bytes": bytes on disk, "data_bytes": LMDB pages
+        its entries fill}``."""
         with self._mutex:
             _again, held = self._claim_counts()
             ready = self._count - held
-        return {"entries": ready, "claimed": held, "bytes": directory_bytes(self.directory)}
+        return {"entries": ready, "claimed": held, "bytes": directory_bytes(self.directory),
+                "data_bytes": kv_data_bytes(self.kv)}
 
     def _ordered(self, skip: int, limit: int) -> list[dict]:
         with self._mutex, self.kv.read() as txn:

@@ -11,6 +11,11 @@ too. With ``on_error="stop"`` nothing after the first bad document is written.
 A refused write leaves nothing behind, so a batch is never partly in the bucket: what
 is loaded is exactly the documents the writes that succeeded carried, and the report
 says which those are.
+
+A hash bucket's write replaces the document of the same key. With ``track_keys``, the
+writer remembers the key (``Record.key``) of every document written from the file and
+reports a later document with the same key as a replacement of the earlier one (in the
+report's ``replaced``), so "loaded" and what the bucket holds never differ silently.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any, Callable
 from ..errors import (BadValueError, DocumentTooLargeError, DuplicateKeyError, HoardError, InvalidArgumentError,
                       MissingKeyError, NotADocumentError)
 from .readers import Record
-from .report import BucketReport, Refusal
+from .report import BucketReport, Refusal, Replacement
 
 #: Errors that blame a document of the batch rather than the database: the batch is split to find it.
 DOCUMENT_ERRORS = (DuplicateKeyError, BadValueError, DocumentTooLargeError, NotADocumentError, MissingKeyError,
@@ -46,13 +51,15 @@ class BatchWriter:
     sees each successful write's result (restore collects unique-index conflicts from
     ``load``). ``write_one(doc)``, when given, writes a batch of one (``put`` for
     ``batch_put``), so a refusal found by halving is worded for that document alone.
-    ``add`` raises :class:`Stop` when loading must end.
+    ``track_keys`` reports each document written whose key an earlier written document of
+    the file had (it replaced that one) in ``report.replaced``; it holds every key of the
+    file in memory (under 100 bytes each). ``add`` raises :class:`Stop` when loading must end.
     """
 
     def __init__(self, write: Callable[[list], Any], report: BucketReport, *, on_error: str = "stop",
                  batch_size: int = BATCH_SIZE, batch_bytes: int = BATCH_BYTES,
                  on_result: Callable[[Any], None] | None = None, write_one: Callable[[Any], Any] | None = None,
-                 stop_hint: str = "fix it, or use --on-error skip, and run again"):
+                 stop_hint: str = "fix it, or use --on-error skip, and run again", track_keys: bool = False):
         if on_error not in ON_ERROR:
             raise BadValueError(f"on_error is \"stop\" or \"skip\", got {on_error!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -67,6 +74,8 @@ class BatchWriter:
         self.on_result = on_result
         self._pending: list[Record] = []
         self._bytes = 0
+        #: key -> the number of the last document written with it, or (number, line) in JSON Lines (track_keys).
+        self._written: dict[bytes, int | tuple[int, int]] | None = {} if track_keys else None
 
     def add(self, record: Record) -> None:
         """Queue a record; write a batch when one is full. Raises Stop when loading must end."""
@@ -120,8 +129,25 @@ class BatchWriter:
                                    f"{batch[-1].number}: nothing from document {batch[0].number} on was loaded")
             raise Stop from exc
         self.report.documents += len(batch)
+        if self._written is not None:
+            self._remember(batch)
         if self.on_result is not None:
             self.on_result(result)
+
+
+    def _remember(self, batch: list[Record]) -> None:
+        """Note the keys of a written batch, and the documents among them that replaced an earlier one."""
+        written = self._written
+        for r in batch:
+            if r.key is None:
+                continue
+            earlier = written.get(r.key)
+            if earlier is not None:
+                number, line = earlier if type(earlier) is tuple else (earlier, None)
+                self.report.replaced.append(Replacement(
+                    file=self.report.file, number=r.number, offset=r.offset, line=r.line, earlier=number,
+                    earlier_line=line))
+            written[r.key] = r.number if r.line is None else (r.number, r.line)
 
 
 def _refusal(file: str, record: Record, reason: str, code: str) -> Refusal:

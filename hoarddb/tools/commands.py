@@ -1,16 +1,26 @@
-"""The ``hoarddb ingest``, ``hoarddb dump`` and ``hoarddb restore`` commands: thin wrappers of hoarddb.tools.
+"""The ``hoarddb ingest``, ``dump``, ``restore``, ``ping`` and ``status`` commands: thin wrappers of hoarddb.tools.
 
     hoarddb ingest PATH --into-db DB | --into DB.BUCKET [--type T] [--allow-dots]
-                   [--on-error stop|skip] [--yes] [--batch-size N]
+                   [--on-error stop|skip] [--yes] [--batch-size N] [--json]
         load a mongodump folder or file (.bson, .bson.gz) or JSON Lines (.jsonl, .json)
-    hoarddb dump --db DB --out DIR [--bucket B ...]
-        write DIR/DB/<bucket>.bson, <bucket>.metadata.json (and <bucket>.blobs/)
-    hoarddb restore DIR/DB [--db DB2] [--bucket B ...] [--drop]
-        declare each bucket of a dump and load it
+    hoarddb dump --out DIR [--db DB [--bucket B ...]] [--json]
+        write DIR/DB/<bucket>.bson, <bucket>.metadata.json (and <bucket>.blobs/), for
+        every database, or the one --db names
+    hoarddb restore DIR | DIR/DB [--db DB2] [--bucket B ...] [--drop] [--json]
+        declare each bucket of a dump and load it: every database of a dump's top
+        folder DIR, or the one database of DIR/DB
+    hoarddb ping [server options] [--json]
+        whether a server answers, and how fast (exit 0: it does, 1: it does not)
+    hoarddb status [server options] [--json]
+        a running server's address, version, user, databases and buckets, indexes
+    hoarddb backup --out DIR [server options | --data DIR] [--json]
+        copy the server's data directory into DIR on its machine while it serves
 
-Each takes ``--data DIR`` (an embedded data directory) or a server: ``--host/--port``
-(or ``--url``), with ``--insecure`` or ``--tls-ca``/``--tls-fingerprint``, ``--user``,
-``--password`` — built with :func:`hoarddb.connect`. Exit status: 0 when
+ingest, dump and restore take ``--data DIR`` (an embedded data directory) or a server;
+ping and status a server only: ``--host/--port`` (default 127.0.0.1:7070, or ``--url``),
+with ``--insecure`` or ``--tls-ca``/``--tls-fingerprint``, ``--user``, ``--password`` —
+built with :func:`hoarddb.connect`. ``--json`` prints the report as one
+line of JSON (:meth:`~hoarddb.tools.report.Report.to_dict`) instead of the summary. Exit status: 0 when
 everything was moved, 1 when something was not (the summary says what) or the
 database could not be opened, 2 for a usage error or a refusal before anything was
 written.
@@ -18,8 +28,11 @@ written.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
+from dataclasses import asdict
 
 import click
 
@@ -29,8 +42,24 @@ from .report import BucketReport
 NO_CONNECT = "this hoardDB has no server client (hoarddb.connect); use --data DIR for an embedded database"
 
 
+def _json_option(f):
+    return click.option("--json", "json_mode", is_flag=True,
+                         help="Print the report as one line of JSON instead of the summary.")(f)
+
+
+def _print_report(report, json_mode: bool) -> None:
+    click.echo(report.to_json() if json_mode else report.summary())
+
+
 def _client_options(f):
     """--data for an embedded database, or the server options every client command shares."""
+    f = server_options(f)
+    return click.option("--data", metavar="DIR", type=click.Path(file_okay=False),
+                        help="The data directory of an embedded database (created if missing).")(f)
+
+
+def server_options(f):
+    """The options that name a server and how to reach it (127.0.0.1:7070 when none is given)."""
     f = click.option("--timeout", type=float, default=None, help="Seconds to wait for an answer.")(f)
     f = click.option("--tls-fingerprint", "tls_fingerprint", metavar="SHA256",
                      help="Trust the server whose certificate has this SHA-256 fingerprint.")(f)
@@ -43,8 +72,6 @@ def _client_options(f):
     f = click.option("--port", type=int, default=None, help="The server's port.")(f)
     f = click.option("--host", default=None, help="The server's address.")(f)
     f = click.option("--url", default=None, metavar="URL", help="A server: hoarddb://user:password@host:port/")(f)
-    f = click.option("--data", metavar="DIR", type=click.Path(file_okay=False),
-                     help="The data directory of an embedded database (created if missing).")(f)
     return f
 
 
@@ -139,8 +166,9 @@ def _run(fn) -> int:
 @click.option("--yes", "-y", is_flag=True, help="Append to fifo/lifo buckets without asking.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
               help="Documents per write.")
+@_json_option
 @_client_options
-def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, **conn):
+def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, json_mode, **conn):
     """Load mongodump .bson (.bson.gz) files or JSON Lines (.jsonl, .json) into buckets."""
     from .ingest import ingest as run_ingest
 
@@ -155,25 +183,28 @@ def ingest(path, into_db, into, type_, allow_dots, on_error, yes, batch_size, **
             report = run_ingest(client, path, into_db=into_db, into=into, type=type_, allow_dots=allow_dots,
                                 on_error=on_error, yes=yes, confirm=confirm, batch_size=batch_size,
                                 progress=progress)
-        click.echo(report.summary())
+        _print_report(report, json_mode)
         return 0 if report.ok else 1
 
     sys.exit(_run(go))
 
 
 @click.command()
-@click.option("--db", required=True, help="The database to dump.")
+@click.option("--db", default=None, help="Only this database (default: every database, each in its folder).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The folder to write OUT/DB/ into.")
-@click.option("--bucket", "buckets", multiple=True, help="Only this bucket (repeat for more).")
+@click.option("--bucket", "buckets", multiple=True, help="Only this bucket of --db (repeat for more).")
+@_json_option
 @_client_options
-def dump(db, out, buckets, **conn):
-    """Write every bucket of a database (documents, declaration, blob files) under OUT/DB/."""
+def dump(db, out, buckets, json_mode, **conn):
+    """Write every bucket of every database, or of --db (documents, declaration, blob files), under OUT/DB/."""
     from .dump import dump as run_dump
 
     def go() -> int:
+        if buckets and db is None:
+            raise click.UsageError("--bucket names buckets of one database: give it with --db")
         with _open(conn) as client, _Progress(unit="docs") as progress:
             report = run_dump(client, db, out, buckets=list(buckets) or None, progress=progress)
-        click.echo(report.summary())
+        _print_report(report, json_mode)
         return 0 if report.ok else 1
 
     sys.exit(_run(go))
@@ -181,14 +212,15 @@ def dump(db, out, buckets, **conn):
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--db", help="The database to restore into (default: the dump folder's name).")
-@click.option("--bucket", "buckets", multiple=True, help="Only this bucket of the dump (repeat for more).")
+@click.option("--db", help="The database to restore one database's folder into (default: the folder's name).")
+@click.option("--bucket", "buckets", multiple=True, help="Only this bucket of one database's folder (repeat for more).")
 @click.option("--drop", is_flag=True, help="Drop a bucket of the same name first (else one that exists refuses).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
               help="Entries per write.")
+@_json_option
 @_client_options
-def restore(path, db, buckets, drop, batch_size, **conn):
-    """Declare each bucket of a dump folder (PATH is OUT/DB) and load it."""
+def restore(path, db, buckets, drop, batch_size, json_mode, **conn):
+    """Declare each bucket of a dump and load it: PATH is a dump's top folder OUT (every database in it) or OUT/DB."""
     from .restore import restore as run_restore
 
     def go() -> int:
@@ -196,11 +228,90 @@ def restore(path, db, buckets, drop, batch_size, **conn):
         with _open(conn) as client, _Progress() as progress:
             report = run_restore(client, path, db=db, buckets=list(buckets) or None, drop=drop,
                                  batch_size=batch_size, progress=progress)
-        click.echo(report.summary())
-        click.echo(f"({time.perf_counter() - started:.1f} s)")
+        _print_report(report, json_mode)
+        if not json_mode:
+            click.echo(f"({time.perf_counter() - started:.1f} s)")
         return 0 if report.ok else 1
 
     sys.exit(_run(go))
 
 
-COMMANDS = (ingest, dump, restore)
+def server_address(conn: dict) -> tuple[str | None, dict]:
+    """``(url, options)`` for hoarddb.connect from the server options given (none: 127.0.0.1:7070)."""
+    conn = {k: v for k, v in conn.items() if v is not None}
+    url = conn.pop("url", None)
+    if conn.get("user") and "password" not in conn and not os.environ.get("HOARDDB_PASSWORD") \
+            and sys.stdin is not None and sys.stdin.isatty():
+        conn["password"] = click.prompt(f"password for {conn['user']}", hide_input=True, err=True)
+    return url, conn
+
+
+@click.command()
+@_json_option
+@server_options
+def ping(json_mode, **conn):
+    """Say whether a server answers, and how fast; exit 0 when it does, 1 when not.
+
+    No login is needed: a server that answers and asks for one is up. With --user, the
+    login must succeed, and one request is timed too.
+    """
+    from .status import ping as run_ping
+
+    url, options = server_address(conn)
+    result = run_ping(url, **options)
+    click.echo(json.dumps(asdict(result)) if json_mode else result.text())
+    sys.exit(0 if result.answered else 1)
+
+
+@click.command()
+@_json_option
+@server_options
+def status(json_mode, **conn):
+    """What a running server is: address, version, user, databases and buckets, indexes, TTL backlog."""
+    from .status import status as run_status
+
+    def go() -> int:
+        import hoarddb
+
+        url, options = server_address(conn)
+        try:
+            client = hoarddb.connect(url, **options)
+        except HoardError as exc:
+            raise _OpenFailed(f"{exc.codeName}: {exc.message}") from exc
+        with client:
+            report = run_status(client)
+        click.echo(report.to_json() if json_mode else report.text())
+        return 0
+
+    sys.exit(_run(go))
+
+
+@click.command()
+@click.option("--out", required=True, metavar="DIR",
+              help="A new folder on the server's machine (an absolute path) to copy the data directory into.")
+@_json_option
+@_client_options
+def backup(out, json_mode, **conn):
+    """Copy a running server's data directory (or an open embedded one) into a new folder, while it serves.
+
+    Each bucket is copied as one moment of it (consistent per bucket, not across buckets);
+    the folder opens as a data directory. Needs the admin role. docs/user/dump-restore.md.
+    """
+    from .online import backup as run_backup
+
+    def go() -> int:
+        # embedded, the folder is on this machine: a relative path is taken from here
+        target = os.path.abspath(out) if conn.get("data") is not None else out
+        with _open(conn) as client:
+            result = run_backup(client, target)
+        if json_mode:
+            click.echo(json.dumps(result))
+        else:
+            click.echo(f"backed up {len(result.get('buckets', []))} bucket(s) into {result.get('path')} in "
+                       f"{result.get('seconds', 0):.1f} s (each bucket as one moment of it)")
+        return 0
+
+    sys.exit(_run(go))
+
+
+COMMANDS = (ingest, dump, restore, ping, status, backup)

@@ -3,8 +3,10 @@
     >>> from hoarddb.tools import dump
     >>> report = dump(client, "app", "./backup")              # every bucket of app
     >>> report = dump(client, "app", "./backup", buckets=["Users"])
+    >>> report = dump(client, None, "./backup")               # every database: ./backup/<db>/...
 
-The layout, one folder per database and a few files per bucket:
+The layout, one folder per database (every database when no ``db`` is given) and a few
+files per bucket:
 
     OUT/
       <db>/
@@ -55,7 +57,7 @@ from bson.json_util import JSONMode, JSONOptions
 
 from .. import __version__
 from ..catalog import check_name
-from ..errors import DocumentTooLargeError, HoardError, VerbNotSupportedError
+from ..errors import DocumentTooLargeError, HoardError, InvalidArgumentError, VerbNotSupportedError
 from ..values.codec import encode
 from .batches import fewer_collections
 from .fields import FieldDumper
@@ -69,11 +71,13 @@ PAGE_SIZE = 1000
 METADATA_JSON = JSONOptions(json_mode=JSONMode.RELAXED, tz_aware=True, tzinfo=datetime.timezone.utc)
 
 
-def dump(client, db: str, out: str | os.PathLike, *, buckets: list[str] | None = None, page_size: int = PAGE_SIZE,
-         progress: Callable[[BucketReport], None] | None = None) -> Report:
+def dump(client, db: str | None, out: str | os.PathLike, *, buckets: list[str] | None = None,
+         page_size: int = PAGE_SIZE, progress: Callable[[BucketReport], None] | None = None) -> Report:
     """Write the buckets of database ``db`` under ``out/db/``; a :class:`~hoarddb.tools.report.Report`.
 
-    :param buckets: only these buckets (default: every bucket of ``db``).
+    :param db: the database to dump; None dumps every database, each under ``out/<db>/``
+        (a database without buckets gets an empty folder, which restore recreates).
+    :param buckets: only these buckets (default: every bucket of ``db``; needs a ``db``).
     :param page_size: entries read per export call.
     :param progress: called with the current bucket's report after each page.
 
@@ -81,6 +85,22 @@ def dump(client, db: str, out: str | os.PathLike, *, buckets: list[str] | None =
     reported; the others are still dumped. Files of the same buckets from an earlier
     dump in ``out/db`` are replaced; other files there are left alone.
     """
+    if db is None:
+        if buckets:
+            raise InvalidArgumentError("--bucket names buckets of one database: give it with --db "
+                                       "(without --db, dump writes every bucket of every database)")
+        report = Report("dump")
+        names = client.databases()
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            one = dump(client, name, out, page_size=page_size, progress=progress)
+            report.buckets.extend(one.buckets)
+            if not one.buckets:
+                report.notes.append(f"database {name} has no buckets: {Path(out) / name} is an empty folder, "
+                                    "and restore creates the database empty")
+        if not names:
+            report.notes.append("there are no databases: nothing was dumped")
+        return report
     check_name(db, "database")
     names = client[db].buckets()
     if buckets:

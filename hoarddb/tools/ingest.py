@@ -40,15 +40,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bson import json_util
-from bson.raw_bson import RawBSONDocument
 
 from ..catalog import check_name
 from ..errors import (BadValueError, CorruptDataError, DatabaseNotFoundError, HoardError, InvalidArgumentError,
                       NotFoundError)
 from ..indexes.declaration import index_name
 from .batches import BATCH_SIZE, ON_ERROR, BatchWriter, Stop, fewer_collections
-from ..values.codec import raw_alias, raw_get
-from .readers import (JSON_OPTIONS, PARALLEL_MIN_BYTES, RAW_OPTIONS, InputFile, ParallelBSON, describe_position,
+from .keys import key_document
+from .readers import (JSON_OPTIONS, PARALLEL_MIN_BYTES, InputFile, ParallelBSON, describe_position,
                       read_records, split_name)
 
 from .report import BucketReport, Report
@@ -385,7 +384,7 @@ def _load_file(client, s: Source, rep: BucketReport, on_error: str, batch_size: 
     write = getattr(bucket, WRITE_VERB[rep.type])
     keyed = rep.type == "hash"
     writer = BatchWriter(write, rep, on_error=on_error, batch_size=batch_size,
-                         write_one=getattr(bucket, WRITE_ONE[rep.type]))
+                         write_one=getattr(bucket, WRITE_ONE[rep.type]), track_keys=keyed)
     keys = {"_id_": 0, "_id": 0}
     start = time.perf_counter()
     if keyed and s.format == "bson" and (os.cpu_count() or 1) > 1 \
@@ -399,37 +398,12 @@ def _load_file(client, s: Source, rep: BucketReport, on_error: str, batch_size: 
     last_done = 0
     try:
         for record in records:
-            if keyed and record.doc is not None and record.key_from is not None:  # keyed by the reader process
+            if keyed and record.doc is not None:
+                if record.key_from is None:  # (ParallelBSON keyed it in its reader process)
+                    record.doc, record.key_from, record.key = key_document(record.doc)
                 if record.key_from:
                     keys[record.key_from] += 1
                 else:
-                    record.error, record.code = (
-                        "the document has no _id_ and no _id; a hash bucket keys each document by it "
-                        "(add one, or ingest into a fifo or btree bucket with --type)", "NO_KEY")
-                    record.doc = None
-            elif keyed and record.doc is not None:
-                doc = record.doc
-                if type(doc) is RawBSONDocument:  # a .bson document: read the key without decoding it all
-                    raw = doc.raw
-                    if raw_get(raw, "_id_", None) is not None:
-                        keys["_id_"] += 1
-                        has_key = True
-                    elif (keyed_raw := raw_alias(raw, "_id", "_id_")) is not None:
-                        record.doc = RawBSONDocument(keyed_raw, RAW_OPTIONS)
-                        keys["_id"] += 1
-                        has_key = True
-                    else:
-                        has_key = False
-                elif "_id_" in doc:
-                    keys["_id_"] += 1
-                    has_key = True
-                elif "_id" in doc:
-                    doc["_id_"] = doc["_id"]
-                    keys["_id"] += 1
-                    has_key = True
-                else:
-                    has_key = False
-                if not has_key:
                     record.error, record.code = (
                         "the document has no _id_ and no _id; a hash bucket keys each document by it "
                         "(add one, or ingest into a fifo or btree bucket with --type)", "NO_KEY")

@@ -90,9 +90,11 @@ class Record:
     error: str | None = None
     code: str = ""
     fatal: bool = False
-    #: Set by ParallelBSON, which keys documents in the reader process: "_id_", "_id" (copied
-    #: into a leading _id_) or "" (neither).
+    #: Set when the document is keyed for a hash bucket (:func:`hoarddb.tools.keys.key_document`):
+    #: "_id_", "_id" (copied into _id_ beside it) or "" (neither). ParallelBSON keys in its reader process.
     key_from: str | None = None
+    #: The key's bytes as the bucket encodes it (with ``key_from``), to tell a later document with the same key.
+    key: bytes | None = None
 
 
 def split_name(path: Path) -> tuple[str, str] | None:
@@ -530,22 +532,17 @@ _CHUNK = 512  # records per hand-over
 
 
 def _read_worker(path: str, queue) -> None:  # runs in the reader process
-    from ..values.codec import raw_alias, raw_get
+    from .keys import key_document
 
     try:
         f = InputFile(path)
         chunk: list = []
         with f:
             for r in read_bson(f, keep_raw="bytes"):
-                raw, key_from = r.doc, None
+                raw, key_from, key = r.doc, None, None
                 if raw is not None:  # key it here too: a hash bucket keys by _id_, else _id
-                    if raw_get(raw, "_id_", None) is not None:
-                        key_from = "_id_"
-                    elif (aliased := raw_alias(raw, "_id", "_id_")) is not None:
-                        raw, key_from = aliased, "_id"
-                    else:
-                        key_from = ""
-                chunk.append((r.number, r.offset, r.size, raw, r.line, r.error, r.code, r.fatal, key_from))
+                    raw, key_from, key = key_document(raw)
+                chunk.append((r.number, r.offset, r.size, raw, r.line, r.error, r.code, r.fatal, key_from, key))
                 if len(chunk) >= _CHUNK:
                     queue.put((chunk, f.done))
                     chunk = []
@@ -586,10 +583,10 @@ class ParallelBSON:
             if item[0] == "error":
                 raise OSError(f"reading {self.path} failed: {item[1]}")
             chunk, self.done = item
-            for number, offset, size, raw, line, error, code, fatal, key_from in chunk:
+            for number, offset, size, raw, line, error, code, fatal, key_from, key in chunk:
                 doc = RawBSONDocument(raw, RAW_OPTIONS) if raw is not None else None
                 yield Record(number, offset, size, doc=doc, line=line, error=error, code=code, fatal=fatal,
-                             key_from=key_from)
+                             key_from=key_from, key=key)
 
     def close(self) -> None:
         if self._proc.is_alive():

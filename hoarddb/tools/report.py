@@ -7,7 +7,7 @@ The reports are plain dataclasses a program can read (``report.ok``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -39,6 +39,34 @@ class Refusal:
 
 
 @dataclass
+class Replacement:
+    """Replacement is a document that was loaded under the key an earlier document of the same file
+    had, and so replaced it (a hash bucket holds one document per ``_id_``).
+
+    ``number``, ``offset`` and ``line`` place the later document as a :class:`Refusal`
+    places one; ``earlier`` (and ``earlier_line``) name the document it replaced.
+    """
+
+    file: str
+    number: int
+    offset: int
+    earlier: int
+    line: int | None = None
+    earlier_line: int | None = None
+
+    def where(self) -> str:
+        spot = f"document {self.number}"
+        if self.line is not None:
+            spot += f", line {self.line}"
+        return f"{self.file}: {spot} (byte {self.offset})"
+
+    def __str__(self) -> str:
+        earlier = f"document {self.earlier}" + (f" (line {self.earlier_line})" if self.earlier_line is not None
+                                                else "")
+        return f"{self.where()}: has the key of {earlier}, and replaced it"
+
+
+@dataclass
 class BucketReport:
     """BucketReport is what one file did to one bucket (ingest and restore), or one bucket's dump."""
 
@@ -63,6 +91,8 @@ class BucketReport:
     conflicts: list[dict] = field(default_factory=list)
     #: dump: blob files written; restore: blobs loaded.
     blobs: int = 0
+    #: ingest into a hash bucket: loaded documents that replaced an earlier one of the file with the same key.
+    replaced: list[Replacement] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -73,6 +103,18 @@ class BucketReport:
     def rate(self) -> float:
         """Documents per second."""
         return self.documents / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def kept(self) -> int:
+        """Documents of the file the bucket holds: those loaded, less those a later one replaced."""
+        return self.documents - len(self.replaced)
+
+    def to_dict(self) -> dict:
+        """The report as plain values (``ok`` and ``kept`` included), as ``--json`` prints it."""
+        out = asdict(self)
+        out["ok"] = self.ok
+        out["kept"] = self.kept
+        return out
 
 
 @dataclass
@@ -92,6 +134,24 @@ class Report:
     @property
     def documents(self) -> int:
         return sum(b.documents for b in self.buckets)
+
+    @property
+    def replaced(self) -> int:
+        """Loaded documents that replaced an earlier document of their file with the same key."""
+        return sum(len(b.replaced) for b in self.buckets)
+
+    def to_dict(self) -> dict:
+        """The whole run as plain values: ``action``, ``ok``, ``documents``, ``replaced``, ``notes``,
+        ``cancelled`` and one :meth:`BucketReport.to_dict` per bucket."""
+        return {"action": self.action, "ok": self.ok, "documents": self.documents, "replaced": self.replaced,
+                "cancelled": self.cancelled, "notes": list(self.notes),
+                "buckets": [b.to_dict() for b in self.buckets]}
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as one line of relaxed Extended JSON (what ``--json`` prints)."""
+        from bson import json_util
+
+        return json_util.dumps(self.to_dict(), json_options=json_util.RELAXED_JSON_OPTIONS)
 
     def summary(self) -> str:
         """The report as the commands print it: a table, then every refusal, note and statement."""
@@ -116,6 +176,13 @@ class Report:
                 details.extend(f"  {r}" for r in b.refused[:50])
                 if len(b.refused) > 50:
                     details.append(f"  ... and {len(b.refused) - 50} more (the report object lists them all)")
+            if b.replaced:
+                details.append(f"{len(b.replaced):,} document(s) had the key (_id_) of an earlier document of the "
+                               f"file and replaced it; the bucket holds the later one, {b.kept:,} document(s) in "
+                               "all from this file:")
+                details.extend(f"  {r}" for r in b.replaced[:50])
+                if len(b.replaced) > 50:
+                    details.append(f"  ... and {len(b.replaced) - 50:,} more (the report object lists them all)")
             for c in b.conflicts:
                 details.append(
                     f"unique index {c['index']!r} is conflicted: {_values(c.get('values'))} is held by documents "
@@ -142,6 +209,9 @@ class Report:
         lines.append("")
         verb = {"ingest": "loaded", "restore": "restored", "dump": "dumped"}.get(self.action, "moved")
         tail = f"; {refused:,} {missed}" if refused else ""
+        if self.replaced:
+            tail += (f"; {self.replaced:,} of them replaced an earlier one with the same key, so "
+                     f"{total - self.replaced:,} are kept")
         lines.append(f"{verb} {total:,} document(s) in {len(self.buckets)} bucket(s){tail}"
                      + ("" if self.ok else " — see above for what was not"))
         return "\n".join(lines)
@@ -156,6 +226,8 @@ def _result(b: BucketReport) -> str:
         return f"{len(b.refused)} refused"
     if b.conflicts:
         return "index conflicted"
+    if b.replaced:
+        return f"ok, {len(b.replaced):,} replaced"
     return "ok"
 
 

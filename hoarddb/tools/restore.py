@@ -73,16 +73,21 @@ def read_dump(path: str | os.PathLike, buckets: list[str] | None = None) -> list
     """Every bucket of a dump folder, checked (step 1); raises CorruptDataError listing every problem."""
     folder = Path(path)
     if not folder.is_dir():
-        raise NotFoundError(f"no dump folder {folder}: give the folder of one database, such as ./backup/app")
+        raise NotFoundError(f"no dump folder {folder}: give a dump's folder (./backup), or one database's "
+                            "(./backup/app)")
     metas = sorted(p for p in folder.iterdir() if p.name.endswith(METADATA_SUFFIX) and p.is_file())
     if not metas:
-        hint = ""
+        where, hint = str(folder), ""
+        subs = sorted(p for p in folder.iterdir() if p.is_dir())
         if any(p.suffix == ".bson" for p in folder.iterdir()):
             hint = " (.bson files without metadata: load them with hoarddb ingest)"
-        elif any(p.is_dir() for p in folder.iterdir()):
-            hint = " — a dump holds one folder per database: give that folder, such as " + str(
-                next(p for p in sorted(folder.iterdir()) if p.is_dir()))
-        raise InvalidArgumentError(f"no <bucket>.metadata.json in {folder}: not a hoardDB dump{hint}")
+        elif subs:
+            where += " nor in its folders (" + ", ".join(p.name for p in subs[:5]) + (", ..." if subs[5:] else "") + ")"
+            mongo = next((p for p in subs if any(q.suffix == ".bson" for q in p.iterdir())), None)
+            if mongo is not None:
+                hint = (f"; {mongo} holds .bson files without metadata: load them with "
+                        f"hoarddb ingest {mongo} --into-db {mongo.name}")
+        raise InvalidArgumentError(f"no <bucket>.metadata.json in {where}: not a hoardDB dump{hint}")
     found: list[DumpedBucket] = []
     problems: list[str] = []
     for meta in metas:
@@ -201,35 +206,112 @@ def _indices(metadata: dict, where: str) -> list:
 def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: list[str] | None = None,
             drop: bool = False, batch_size: int = BATCH_SIZE,
             progress: Callable[[BucketReport], None] | None = None) -> Report:
-    """Restore the dump folder ``path`` (one database's) into database ``db``; a :class:`~hoarddb.tools.report.Report`.
+    """Restore the dump folder ``path`` into database ``db``; a :class:`~hoarddb.tools.report.Report`.
 
-    :param db: the target database (default: the folder's name).
-    :param buckets: only these buckets of the dump.
+    ``path`` is the folder of one database (``OUT/app``), or a dump's top folder
+    (``OUT``, as ``dump`` without a database writes it): then every database folder in it
+    is restored into the database of its name, and an empty one is created empty.
+
+    :param db: the target database of one database's folder (default: the folder's name).
+    :param buckets: only these buckets of one database's folder.
     :param drop: drop a bucket of the same name first; without it, one that exists refuses the restore.
     :param batch_size: entries per ``load`` write.
     :param progress: called with the current bucket's report after each write.
 
     A damaged dump, a declaration this hoardDB refuses, or a bucket that exists without
-    ``drop`` raises before anything is written. What fails later (the database refuses
-    a write, a file goes missing) ends the run: the report's ``error`` and notes say
-    which buckets were restored, which one is partly there and which were not touched.
+    ``drop`` raises before anything is written — of any database, for a top folder: all
+    of it is checked first. What fails later (the database refuses a write, a file goes
+    missing) ends the run: the report's ``error`` and notes say which buckets (and
+    databases) were restored, which one is partly there and which were not touched.
     ``report.buckets[i].conflicts`` lists unique indexes the data left conflicted.
     """
     folder = Path(path)
-    db = db or folder.name
+    databases = dump_databases(folder)
+    if databases is None:
+        plans = [_plan(client, folder, db or folder.name, buckets, drop)]
+    else:
+        if db is not None or buckets:
+            option = "--db" if db is not None else "--bucket"
+            raise InvalidArgumentError(
+                f"{folder} is the top folder of a dump of {len(databases)} database(s) "
+                f"({', '.join(d.name for d in databases)}), each restored into the database of its name; "
+                f"{option} applies to one database: give its folder, such as {databases[0]}")
+        # every database checked before anything is written
+        plans = [_plan(client, sub, sub.name, None, drop, in_top=True) for sub in databases]
+    report = Report("restore")
+    for i, plan in enumerate(plans):
+        if not _restore_database(client, plan, report, batch_size, progress):
+            rest = [p.db for p in plans[i + 1:]]
+            if rest:
+                report.notes.append(f"Databases not restored, as the run ended before them: {', '.join(rest)}")
+            break
+    return report
+
+
+def dump_databases(folder: Path) -> list[Path] | None:
+    """The database folders of a dump's top folder, or None when ``folder`` is not one (it is one
+    database's folder, or not a dump: :func:`read_dump` then says which).
+
+    A top folder holds folders with ``<bucket>.metadata.json`` files, and maybe empty folders
+    (databases without buckets); a folder holding anything else refuses the restore.
+    """
+    if not folder.is_dir() or any(p.name.endswith(METADATA_SUFFIX) for p in folder.iterdir()):
+        return None
+    subs = sorted(p for p in folder.iterdir() if p.is_dir())
+    dumps = [p for p in subs if any(q.name.endswith(METADATA_SUFFIX) for q in p.iterdir())]
+    if not dumps:
+        return None
+    other = [p for p in subs if p not in dumps and any(p.iterdir())]
+    if other:
+        raise InvalidArgumentError(
+            f"{folder} is the top folder of a dump, but {', '.join(p.name for p in other)} holds no "
+            "<bucket>.metadata.json: not a database's dump. Move it out, or restore the databases one by one "
+            f"(hoarddb restore {dumps[0]})")
+    return subs
+
+
+@dataclass
+class _Plan:
+    """One database's restore, checked: its dumped buckets, their options, and the buckets it has now."""
+
+    folder: Path
+    db: str
+    dumped: list[DumpedBucket]
+    declarations: list[dict]
+    existing: set
+    drop: bool
+
+
+def _plan(client, folder: Path, db: str, buckets: list[str] | None, drop: bool, in_top: bool = False) -> _Plan:
+    """Check one database's dump folder (steps 1 and 2 of the module's list); raises, writing nothing.
+    ``in_top``: the folder is in a dump's top folder, where an empty one is a database without buckets."""
     check_name(db, "database")
-    dumped = read_dump(folder, buckets)
+    if in_top and not any(folder.iterdir()):
+        dumped = []  # a database that had no buckets: dump left its folder empty
+    else:
+        dumped = read_dump(folder, buckets)
     declarations = check_declarations(dumped, folder)
     try:
         existing = set(client[db].buckets())
     except DatabaseNotFoundError:
-        existing = set()
-    clash = [b.name for b in dumped if b.name in existing]
+        existing = None
+    clash = [b.name for b in dumped if b.name in (existing or ())]
     if clash and not drop:
         raise BucketExistsError(f"database {db!r} has bucket(s) {', '.join(clash)} already; restore declares each "
                                 "bucket itself: restore into another database, or pass --drop to replace them")
-    report = Report("restore")
-    for b, options in zip(dumped, declarations):
+    return _Plan(folder, db, dumped, declarations, existing, drop)
+
+
+def _restore_database(client, plan: _Plan, report: Report, batch_size: int, progress) -> bool:
+    """Restore one checked database into ``report``; False when the run ended in it."""
+    db, dumped, drop = plan.db, plan.dumped, plan.drop
+    existing = plan.existing or set()
+    if not dumped:
+        if plan.existing is None:
+            client.create_database(db)
+            report.notes.append(f"database {db}: created empty, as the dump holds no bucket of it")
+        return True
+    for b, options in zip(dumped, plan.declarations):
         rep = BucketReport(db=db, bucket=b.name, type=b.type, file=str(b.data), created=True,
                            total_bytes=b.data.stat().st_size)
         rep.notes.extend(b.notes)
@@ -265,16 +347,18 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
             rep.error = f"{step}: {reason}"
             rep.stopped = rep.stopped or f"the restore ended while {step}"
         if rep.error is not None or rep.stopped is not None:  # the run ends at this bucket
-            _what_was_written(report, dumped[dumped.index(b) + 1:], existing, drop)
-            break
-    return report
+            _what_was_written(report, [r for r in report.buckets if r.db == db],
+                              dumped[dumped.index(b) + 1:], existing, drop)
+            return False
+    return True
 
 
-def _what_was_written(report: Report, rest: list[DumpedBucket], existing: set, drop: bool) -> None:
+def _what_was_written(report: Report, done: list[BucketReport], rest: list[DumpedBucket], existing: set,
+                      drop: bool) -> None:
     """The notes of a restore that ended midway: what is in the database now, exactly, and how to finish."""
-    last = report.buckets[-1]
+    last = done[-1]
     lines = [f"The restore of {last.db} ended at bucket {last.bucket}. What was written:"]
-    for r in report.buckets[:-1]:
+    for r in done[:-1]:
         lines.append(f"  {r.bucket}: restored ({r.documents:,} entries)")
     lines.append(f"  {last.bucket}: declared, {last.documents:,} entries loaded — incomplete")
     if rest:

@@ -213,3 +213,24 @@ def raw_alias(raw: bytes, name: str, alias: str) -> bytes | None:
     element = raw[start:start + 1] + alias.encode() + b"\x00" + raw[value_start:end]
     body = raw[4:]
     return (4 + len(element) + len(body)).to_bytes(4, "little") + element + body
+
+
+def raw_to_front(raw: bytes, *names: str) -> bytes:
+    """Raw BSON with the top-level fields ``names`` (those present) moved to the front in this order,
+    the rest untouched, byte for byte, in its order.
+
+    ``raw_to_front(raw, "_id", "_id_")`` lays a document out as an encoder writes the same
+    decoded document once ``_id_`` is put first (BSON encoders then move ``_id`` before it).
+    """
+    found = sorted(f for f in (_element(raw, name) for name in names) if f is not None)
+    if not found:
+        return raw
+    front = {raw[start + 1:value_start - 1]: raw[start:end] for start, value_start, end in found}
+    head = b"".join(front.get(name.encode(), b"") for name in names)
+    parts, pos = [], 4
+    for start, _, end in found:
+        parts.append(raw[pos:start])
+        pos = end
+    parts.append(raw[pos:])
+    body = head + b"".join(parts)
+    return (4 + len(body)).to_bytes(4, "little") + body

@@ -76,6 +76,8 @@ class Chunk:
     data: bytes
     end: bool = False
     abort: bool = False
+    #: Why the upload fails, for a chunk the protocol refused (its put is answered with it, once)
+    refusal: Exception | None = None
 
 
 @dataclass
@@ -86,11 +88,38 @@ class Close:
 
 
 @dataclass
+class LoginFailed:
+    """LoginFailed is a refused login, for the server's log, metric and lockouts.
+
+    ``reason`` is one of ``unknown_user``, ``wrong_password``, ``locked_user``,
+    ``locked_address`` (a lockout refused it before the password was looked at) or
+    ``bad_message`` (an exchange that was not SCRAM); ``user`` is None when the client
+    never named one.
+    """
+
+    user: str | None
+    reason: str
+    detail: str = ""
+
+
+@dataclass
+class LoggedIn:
+    """LoggedIn is a login that worked: the connection is READY as ``user``."""
+
+    user: str
+
+
+@dataclass
 class Principal:
-    """Principal is who a connection is: a user and its roles (None for an unauthenticated server)."""
+    """Principal is who a connection is: a user and its roles (None for an unauthenticated server).
+
+    ``key`` is the SCRAM stored key the user logged in with: the server compares it with
+    the user's keys of now to tell that the password changed since.
+    """
 
     user: str | None
     roles: list = field(default_factory=list)
+    key: bytes | None = None
 
     @functools.cached_property
     def admin(self) -> bool:
@@ -108,6 +137,13 @@ class ServerProtocol:
     :param server_info: what ``hello`` answers (server version, limits).
     :param auth_failure_delay: seconds before a failed login is answered.
     :param max_auth_attempts: failed logins after which the connection is closed.
+
+    The authenticator may also have ``refusal(user, address) -> (reason, message) | None``:
+    a login it refuses is failed before its password is looked at (the server's lockouts,
+    :mod:`hoarddb.server.logins`). ``address`` is the client's address, which the adapter
+    sets once it knows it. Each failed login is handed up as a :class:`LoginFailed`, each
+    login that works as a :class:`LoggedIn`; ``auth_failures`` counts this connection's
+    failures, for ``max_auth_attempts`` only (the server counts its metric from the events).
     """
 
     def __init__(self, *, authenticator=None, server_info: dict | None = None,
@@ -121,6 +157,7 @@ class ServerProtocol:
         self.max_auth_attempts = max_auth_attempts
         self.principal: Principal | None = None
         self.auth_failures = 0
+        self.address = ""
         # until the connection is READY its messages are small: a peer that has not logged in
         # cannot make the server buffer a 16 MiB message (see _ready)
         self._reader = FrameReader(min(HANDSHAKE_MAX_MESSAGE, max_message_size),
@@ -241,6 +278,8 @@ class ServerProtocol:
                 f"({SCRAM_SHA_256}) until it has logged in"))
             return
         payload = doc.get("payload")
+        locked = None  # (reason, message) of a lockout
+        refusal = getattr(self.authenticator, "refusal", None)
         try:
             if not isinstance(payload, str):
                 raise ProtocolError(f"{op} needs a string 'payload'")
@@ -249,20 +288,41 @@ class ServerProtocol:
                     raise ProtocolError(f"the only mechanism is {SCRAM_SHA_256}; got {doc.get('mechanism')!r:.40}")
                 self._scram = scram.ScramServer(self.authenticator.lookup, self.authenticator.decoy)
                 answer = {"payload": self._scram.first(payload), "done": False}
+                locked = refusal(self._scram.user, self.address) if refusal is not None else None
+                if locked is not None:
+                    raise AuthFailedError(f"authentication failed: {locked[1]}")
             else:
                 if self._scram is None:
                     raise ProtocolError("auth_continue before auth_start")
+                # looked at again: a lockout may have come since auth_start (guesses sent in parallel)
+                locked = refusal(self._scram.user, self.address) if refusal is not None else None
+                if locked is not None:
+                    raise AuthFailedError(f"authentication failed: {locked[1]}")
                 final = self._scram.final(payload)
-                self.principal = self.authenticator.principal(self._scram.user)
+                principal = self.authenticator.principal(self._scram.user)
+                if principal.key != self._scram.stored_key:
+                    # the password changed (or the user went) between auth_start and now
+                    raise AuthFailedError("authentication failed: the password changed during the login")
+                principal.key = self._scram.stored_key
+                self.principal = principal
                 self._ready()
                 answer = {"payload": final, "done": True, "user": self.principal.user,
                           "roles": self.principal.roles}
+                events.append(LoggedIn(self.principal.user))
                 self._scram = None
         except HoardError as e:
-            self._scram = None
+            exchange, self._scram = self._scram, None
             self.auth_failures += 1
-            if not isinstance(e, ProtocolError):
+            user = exchange.user if exchange is not None else None
+            if isinstance(e, ProtocolError):
+                reason, detail = "bad_message", e.message
+            elif locked is not None:
+                reason, detail = locked
+            else:
+                reason = "wrong_password" if exchange is not None and exchange.known else "unknown_user"
+                detail = ""
                 e = AuthFailedError("authentication failed: unknown user or wrong password")
+            events.append(LoginFailed(user, reason, detail))
             events.append(Send(self.encode(error_answer(request_id, e)), delay=self.auth_failure_delay))
             if self.auth_failures >= self.max_auth_attempts:
                 self._close(events, f"{self.auth_failures} failed logins")
@@ -275,8 +335,9 @@ class ServerProtocol:
                 f"{op} is part of the handshake, which this connection has done; open a new connection to log in again"))
         elif op == CHUNK:
             data = doc.get("data", b"")
-            if not isinstance(data, bytes):
-                self._answer_error(events, request_id, ProtocolError("a chunk's 'data' must be binary"))
+            if not isinstance(data, bytes):  # the upload fails with it: its put is answered, and only once
+                events.append(Chunk(request_id, b"", abort=True, refusal=ProtocolError(
+                    f"a chunk's 'data' must be binary, got {type(data).__name__}; nothing of the upload was stored")))
                 return
             events.append(Chunk(request_id, data, bool(doc.get("end")), bool(doc.get("abort"))))
         else:

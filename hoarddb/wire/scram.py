@@ -150,6 +150,16 @@ class ScramServer:
         self._auth_prefix = ""
         self._combined = ""
 
+    @property
+    def known(self) -> bool:
+        """Whether the user named in client-first exists (False before it, and for a decoy)."""
+        return self._known
+
+    @property
+    def stored_key(self) -> bytes | None:
+        """The stored key of the credentials this exchange checks (None before client-first)."""
+        return bytes(self._credentials["stored_key"]) if self._credentials is not None else None
+
     def first(self, client_first: str) -> str:
         if not client_first.startswith("n,,"):
             raise ProtocolError("SCRAM: channel binding is not supported; client-first must start with 'n,,'")

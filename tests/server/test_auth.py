@@ -159,10 +159,10 @@ def test_cli_user_management(tmp_path):
     assert run("list").stdout.strip() == "ann\treadWrite:app, read:other"
     raw = (tmp_path / "data" / "_users" / "users.bson").read_bytes()
     assert b"cli-secret-pw" not in raw
-    assert run("passwd", "ann", "--password-stdin", "--iterations", "4096", input="new-pw\n").returncode == 0
+    assert run("passwd", "ann", "--password-stdin", "--iterations", "4096", input="new-password\n").returncode == 0
     store = UserStore(data)
     creds = store.get("ann")["credentials"]
-    assert creds == scram.make_credentials("new-pw", 4096, creds["salt"])
+    assert creds == scram.make_credentials("new-password", 4096, creds["salt"])
     assert run("remove", "ann").returncode == 0
     assert run("remove", "ann").returncode == 1 and run("list").stdout == ""
 

@@ -1,0 +1,533 @@
+package hoarddb
+
+// api.go owns Database, Bucket, Document and Field: objects that only build operation
+// documents of the command table and hand them to the Client, as hoarddb/api.py does.
+
+import (
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+)
+
+// operation is one entry of the command table (table.go): what the client must know of it.
+type operation struct {
+	scope   string
+	write   bool
+	retry   bool
+	streams bool
+	upload  string
+	types   []string
+}
+
+// Database is a named group of buckets.
+type Database struct {
+	client *Client
+	Name   string
+}
+
+// Database is the database called name (nothing is sent: CreateBucket creates it when needed).
+func (c *Client) Database(name string) *Database { return &Database{client: c, Name: name} }
+
+// Bucket is one bucket of the database (nothing is sent).
+func (d *Database) Bucket(name string) *Bucket {
+	return &Bucket{endpoint: endpoint{client: d.client, head: bson.D{{Key: "db", Value: d.Name}, {Key: "bucket", Value: name}}},
+		Database: d, Name: name}
+}
+
+// CreateBucket declares a bucket; options is a document holding its type and options,
+// such as bson.D{{"type", "hash"}, {"indices", bson.A{"Email"}}}. Warnings (an option
+// recorded but not enforced) are on the returned bucket.
+func (d *Database) CreateBucket(ctx context.Context, name string, options interface{}) (*Bucket, error) {
+	a, err := d.client.do(ctx, "create_bucket", bson.D{{Key: "op", Value: "create_bucket"}, {Key: "db", Value: d.Name},
+		{Key: "bucket", Value: name}, {Key: "options", Value: options}})
+	if err != nil {
+		return nil, err
+	}
+	b := d.Bucket(name)
+	b.Warnings = a.Warnings()
+	return b, nil
+}
+
+// AlterBucket changes a bucket's field lines or placement.
+func (d *Database) AlterBucket(ctx context.Context, name string, options interface{}) (bson.M, error) {
+	return d.client.resultM(ctx, "alter_bucket", bson.D{{Key: "db", Value: d.Name}, {Key: "bucket", Value: name},
+		{Key: "options", Value: options}})
+}
+
+// DropBucket drops a bucket and every file of it.
+func (d *Database) DropBucket(ctx context.Context, name string) (bson.M, error) {
+	return d.client.resultM(ctx, "drop_bucket", bson.D{{Key: "db", Value: d.Name}, {Key: "bucket", Value: name}})
+}
+
+// Buckets are the names of the database's buckets, sorted.
+func (d *Database) Buckets(ctx context.Context) ([]string, error) {
+	var out []string
+	return out, d.client.decode(ctx, "list_buckets", bson.D{{Key: "db", Value: d.Name}}, &out)
+}
+
+// Databases are the names of the databases the user may see, sorted.
+func (c *Client) Databases(ctx context.Context) ([]string, error) {
+	var out []string
+	return out, c.decode(ctx, "list_databases", nil, &out)
+}
+
+// CreateDatabase creates a database (CreateBucket also creates its database when needed).
+func (c *Client) CreateDatabase(ctx context.Context, name string) (*Database, error) {
+	_, err := c.call(ctx, "create_database", bson.D{{Key: "db", Value: name}})
+	return c.Database(name), err
+}
+
+// DropDatabase drops a database with all its buckets and their files.
+func (c *Client) DropDatabase(ctx context.Context, name string) (bson.M, error) {
+	return c.resultM(ctx, "drop_database", bson.D{{Key: "db", Value: name}})
+}
+
+// Metrics is every metric sample of the server (admin).
+func (c *Client) Metrics(ctx context.Context) (bson.M, error) { return c.resultM(ctx, "metrics", nil) }
+
+// SweepTTL runs one TTL sweep now (admin).
+func (c *Client) SweepTTL(ctx context.Context) (bson.M, error) {
+	return c.resultM(ctx, "sweep_ttl", nil)
+}
+
+// Whoami is the logged-in user and their roles.
+func (c *Client) Whoami(ctx context.Context) (bson.M, error) { return c.resultM(ctx, "whoami", nil) }
+
+// call runs operation op with the request's other fields.
+func (c *Client) call(ctx context.Context, op string, fields bson.D) (Answer, error) {
+	return c.do(ctx, op, append(bson.D{{Key: "op", Value: op}}, fields...))
+}
+
+func (c *Client) decode(ctx context.Context, op string, fields bson.D, v interface{}) error {
+	a, err := c.call(ctx, op, fields)
+	if err != nil {
+		return err
+	}
+	return a.Decode(v)
+}
+
+func (c *Client) resultM(ctx context.Context, op string, fields bson.D) (bson.M, error) {
+	var out bson.M
+	return out, c.decode(ctx, op, fields, &out)
+}
+
+// decodeValue decodes a result into v; a null leaves v alone.
+func decodeValue(rv bson.RawValue, v interface{}) error {
+	if v == nil || rv.Type == 0 || rv.Type == bson.TypeNull {
+		return nil
+	}
+	if p, ok := v.(*bson.RawValue); ok {
+		*p = rv
+		return nil
+	}
+	return rv.Unmarshal(v)
+}
+
+// endpoint is what a bucket and a store field share: where their operations go.
+type endpoint struct {
+	client *Client
+	head   bson.D // db and bucket; a field adds key and field
+}
+
+func (e endpoint) call(ctx context.Context, op string, args bson.D) (Answer, error) {
+	req := make(bson.D, 0, len(e.head)+2)
+	req = append(req, bson.E{Key: "op", Value: op})
+	req = append(req, e.head...)
+	if args != nil {
+		req = append(req, bson.E{Key: "args", Value: args})
+	}
+	return e.client.do(ctx, op, req)
+}
+
+func (e endpoint) decode(ctx context.Context, op string, args bson.D, v interface{}) error {
+	a, err := e.call(ctx, op, args)
+	if err != nil {
+		return err
+	}
+	return a.Decode(v)
+}
+
+// one decodes a result that is a document or null into v; whether it was a document.
+func (e endpoint) one(ctx context.Context, op string, args bson.D, v interface{}) (bool, error) {
+	a, err := e.call(ctx, op, args)
+	if err != nil {
+		return false, err
+	}
+	r := a.Result()
+	if r.Type == bson.TypeNull || r.Type == 0 {
+		return false, nil
+	}
+	return true, decodeValue(r, v)
+}
+
+func (e endpoint) count(ctx context.Context, op string, args bson.D, field string) (int64, error) {
+	a, err := e.call(ctx, op, args)
+	if err != nil {
+		return 0, err
+	}
+	r := a.Result()
+	if field != "" {
+		r = r.Document().Lookup(field)
+	}
+	n, _ := r.AsInt64OK()
+	return n, nil
+}
+
+// ListOptions continue a list after a position and bound it: queues take After as how many
+// to skip, keyed stores as a key. Zero values are left out.
+type ListOptions struct {
+	After interface{}
+	Limit int
+}
+
+func (o ListOptions) args() bson.D {
+	var d bson.D
+	if o.After != nil {
+		d = append(d, bson.E{Key: "after", Value: o.After})
+	}
+	if o.Limit > 0 {
+		d = append(d, bson.E{Key: "limit", Value: o.Limit})
+	}
+	return d
+}
+
+func orEmpty(d bson.D) bson.D {
+	if d == nil {
+		return bson.D{}
+	}
+	return d
+}
+
+// Push adds one element (a heap element carries a numeric priority).
+func (e endpoint) Push(ctx context.Context, doc interface{}) error {
+	_, err := e.call(ctx, "push", bson.D{{Key: "doc", Value: doc}})
+	return err
+}
+
+// BatchPush adds many elements (a slice) in one durable write, all or none; how many.
+func (e endpoint) BatchPush(ctx context.Context, docs interface{}) (int64, error) {
+	return e.count(ctx, "batch_push", bson.D{{Key: "docs", Value: docs}}, "")
+}
+
+// Pop removes the next element and decodes it into v; false when there was none.
+// Pop removes what it returns: a screen that refreshes reads with Peek or List.
+func (e endpoint) Pop(ctx context.Context, v interface{}) (bool, error) {
+	return e.one(ctx, "pop", bson.D{}, v)
+}
+
+// PopN removes up to n elements (at most 100) in one write, decoded into v (a pointer to a slice).
+func (e endpoint) PopN(ctx context.Context, n int, v interface{}) error {
+	return e.decode(ctx, "pop", bson.D{{Key: "limit", Value: n}}, v)
+}
+
+// Peek decodes the next element in pop order into v, without removing it; false when there is none.
+func (e endpoint) Peek(ctx context.Context, v interface{}) (bool, error) {
+	return e.one(ctx, "peek", bson.D{}, v)
+}
+
+// PeekN decodes the next n elements in pop order (n at most 1000) into v, a pointer to a slice.
+func (e endpoint) PeekN(ctx context.Context, n int, v interface{}) error {
+	return e.decode(ctx, "peek", bson.D{{Key: "limit", Value: n}}, v)
+}
+
+// Length is how many elements the store holds (fifo, heap: how many are ready, not claimed).
+func (e endpoint) Length(ctx context.Context) (int64, error) {
+	return e.count(ctx, "length", bson.D{}, "")
+}
+
+// List reads in storage order without removing, into v (a pointer to a slice): queues
+// oldest first; keyed stores in key order (a store field's elements as {key, doc}).
+func (e endpoint) List(ctx context.Context, opts ListOptions, v interface{}) error {
+	return e.decode(ctx, "list", orEmpty(opts.args()), v)
+}
+
+// Get decodes the document (or blob: see Blob) with this key into v; false when there is none.
+func (e endpoint) Get(ctx context.Context, key interface{}, v interface{}) (bool, error) {
+	return e.one(ctx, "get", bson.D{{Key: "key", Value: key}}, v)
+}
+
+// Info is a blob's metadata, without its bytes.
+func (e endpoint) Info(ctx context.Context, id string) (BlobInfo, error) {
+	var out BlobInfo
+	return out, e.decode(ctx, "info", bson.D{{Key: "key", Value: id}}, &out)
+}
+
+// Load restores entries as a dump holds them (for restore tools); the server's account.
+func (e endpoint) Load(ctx context.Context, docs interface{}) (bson.M, error) {
+	var out bson.M
+	return out, e.decode(ctx, "load", bson.D{{Key: "docs", Value: docs}}, &out)
+}
+
+// Bucket is one bucket of a database; its methods are the verbs of the command table.
+// A verb its store type does not have is refused by the server (ErrVerbNotSupported).
+type Bucket struct {
+	endpoint
+	Database *Database
+	Name     string
+	// Warnings are what CreateBucket's answer noted (an option recorded but not enforced).
+	Warnings []string
+}
+
+// Doc is the document with this key, as the owner of its store fields:
+// bucket.Doc("p1").Field("Expenses").Push(ctx, doc).
+func (b *Bucket) Doc(key interface{}) *Document { return &Document{Bucket: b, Key: key} }
+
+// Stats are the bucket's entries, bytes and index states.
+func (b *Bucket) Stats(ctx context.Context) (bson.M, error) {
+	return b.client.resultM(ctx, "stats", b.head)
+}
+
+// Describe is the bucket's declaration, verbs, indexes and size.
+func (b *Bucket) Describe(ctx context.Context) (bson.M, error) {
+	return b.client.resultM(ctx, "describe_bucket", b.head)
+}
+
+// Insert adds a document; a hash key (_id_) in use is refused with ErrDuplicateKey. Its key.
+func (b *Bucket) Insert(ctx context.Context, doc interface{}) (interface{}, error) {
+	var key interface{}
+	return key, b.decode(ctx, "insert", bson.D{{Key: "doc", Value: doc}}, &key)
+}
+
+// BatchInsert inserts many documents (a slice) in one durable write, all or none; their keys.
+func (b *Bucket) BatchInsert(ctx context.Context, docs interface{}) ([]interface{}, error) {
+	var keys []interface{}
+	return keys, b.decode(ctx, "batch_insert", bson.D{{Key: "docs", Value: docs}}, &keys)
+}
+
+// Put stores a whole document under its _id_, replacing one that exists (hash); its key.
+// A blob bucket's bytes go with PutBlob.
+func (b *Bucket) Put(ctx context.Context, doc interface{}) (interface{}, error) {
+	var key interface{}
+	return key, b.decode(ctx, "put", bson.D{{Key: "doc", Value: doc}}, &key)
+}
+
+// BatchPut puts many documents in one durable write, all or none; their keys.
+func (b *Bucket) BatchPut(ctx context.Context, docs interface{}) ([]interface{}, error) {
+	var keys []interface{}
+	return keys, b.decode(ctx, "batch_put", bson.D{{Key: "docs", Value: docs}}, &keys)
+}
+
+// Exists is whether a document (hash) or an entry (btree) with this key exists, without reading it.
+func (b *Bucket) Exists(ctx context.Context, key interface{}) (bool, error) {
+	a, err := b.call(ctx, "exists", bson.D{{Key: "key", Value: key}})
+	if err != nil {
+		return false, err
+	}
+	yes, _ := a.Result().BooleanOK()
+	return yes, nil
+}
+
+// FindOptions bound a find or search; Explain asks the planner for its account.
+type FindOptions struct {
+	Limit   int
+	Explain bool
+}
+
+// Found says how find or search found its documents.
+type Found struct {
+	// IndexUsed is the index's name, or "none — full scan".
+	IndexUsed string
+	// Explain is the planner's account, when asked for.
+	Explain bson.Raw
+}
+
+func (b *Bucket) found(ctx context.Context, op string, filter interface{}, v interface{}, opts []FindOptions) (Found, error) {
+	if filter == nil {
+		filter = bson.D{}
+	}
+	args := bson.D{{Key: "filter", Value: filter}}
+	for _, o := range opts {
+		if o.Limit > 0 {
+			args = append(args, bson.E{Key: "limit", Value: o.Limit})
+		}
+		if o.Explain {
+			args = append(args, bson.E{Key: "explain", Value: true})
+		}
+	}
+	a, err := b.call(ctx, op, args)
+	if err != nil {
+		return Found{}, err
+	}
+	f := Found{IndexUsed: a.IndexUsed()}
+	f.Explain, _ = a.Raw.Lookup("explain").DocumentOK()
+	return f, a.Decode(v)
+}
+
+// Find decodes every document matching the filter (a full scan) into v, a pointer to a slice.
+func (b *Bucket) Find(ctx context.Context, filter interface{}, v interface{}, opts ...FindOptions) (Found, error) {
+	return b.found(ctx, "find", filter, v, opts)
+}
+
+// Search is Find served by an index when one fits; Found.IndexUsed names it.
+func (b *Bucket) Search(ctx context.Context, filter interface{}, v interface{}, opts ...FindOptions) (Found, error) {
+	return b.found(ctx, "search", filter, v, opts)
+}
+
+// Count is how many documents match the filter (nil: all).
+func (b *Bucket) Count(ctx context.Context, filter interface{}) (int64, error) {
+	if filter == nil {
+		filter = bson.D{}
+	}
+	return b.count(ctx, "count", bson.D{{Key: "filter", Value: filter}}, "")
+}
+
+// UpdateResult is how many documents an update matched and changed.
+type UpdateResult struct {
+	Matched  int64 `bson:"matched"`
+	Modified int64 `bson:"modified"`
+}
+
+// Update applies update operators to every matching document, in one write.
+func (b *Bucket) Update(ctx context.Context, filter, update interface{}) (UpdateResult, error) {
+	var out UpdateResult
+	return out, b.decode(ctx, "update", bson.D{{Key: "filter", Value: filter}, {Key: "update", Value: update}}, &out)
+}
+
+// Delete deletes: a hash bucket's documents matching a filter, a btree's entries with a
+// key, a blob bucket's blob with an id. How many went.
+func (b *Bucket) Delete(ctx context.Context, target interface{}) (int64, error) {
+	return b.count(ctx, "delete", bson.D{{Key: "target", Value: target}}, "deleted")
+}
+
+// RangeOptions bound a range and choose its direction.
+type RangeOptions struct {
+	Limit   int
+	Reverse bool
+}
+
+// Range decodes the entries whose key lies within bounds ({$gte: a, $lte: b}), in key
+// order, into v, a pointer to a slice.
+func (b *Bucket) Range(ctx context.Context, bounds interface{}, v interface{}, opts ...RangeOptions) error {
+	if bounds == nil {
+		bounds = bson.D{}
+	}
+	args := bson.D{{Key: "bounds", Value: bounds}}
+	for _, o := range opts {
+		if o.Limit > 0 {
+			args = append(args, bson.E{Key: "limit", Value: o.Limit})
+		}
+		if o.Reverse {
+			args = append(args, bson.E{Key: "reverse", Value: true})
+		}
+	}
+	return b.decode(ctx, "range", args, v)
+}
+
+// First decodes the entry with the lowest key into v; false when the bucket is empty.
+func (b *Bucket) First(ctx context.Context, v interface{}) (bool, error) {
+	return b.one(ctx, "first", bson.D{}, v)
+}
+
+// Last decodes the entry with the highest key into v; false when the bucket is empty.
+func (b *Bucket) Last(ctx context.Context, v interface{}) (bool, error) {
+	return b.one(ctx, "last", bson.D{}, v)
+}
+
+// ExportPage is one page of every entry in storage order; pass Next back as the cursor,
+// until it is nil.
+type ExportPage struct {
+	Docs []bson.Raw  `bson:"docs"`
+	Next interface{} `bson:"next"`
+}
+
+// Export reads one page of every entry in storage order, for dumps.
+func (b *Bucket) Export(ctx context.Context, cursor interface{}, limit int) (ExportPage, error) {
+	args := bson.D{}
+	if cursor != nil {
+		args = append(args, bson.E{Key: "cursor", Value: cursor})
+	}
+	if limit > 0 {
+		args = append(args, bson.E{Key: "limit", Value: limit})
+	}
+	var out ExportPage
+	return out, b.decode(ctx, "export", args, &out)
+}
+
+// ClaimOptions: how many elements (1 to 100) and for how long they stay hidden (30 s by default).
+type ClaimOptions struct {
+	Limit int
+	Lease time.Duration
+}
+
+// Claim is one element handed out by claim, hidden from others until Ack, Release or its lease runs out.
+type Claim struct {
+	ClaimID    string   `bson:"claimId"`
+	Deliveries int64    `bson:"deliveries"`
+	Element    bson.Raw `bson:"element"`
+}
+
+// Decode decodes the claimed element into v.
+func (c Claim) Decode(v interface{}) error { return bson.Unmarshal(c.Element, v) }
+
+// Claim hands out up to opts.Limit elements of a fifo or heap bucket for opts.Lease: the
+// worker queue that survives a crashed worker (Ack when done, Release to give back).
+func (b *Bucket) Claim(ctx context.Context, opts ClaimOptions) ([]Claim, error) {
+	args := bson.D{}
+	if opts.Limit > 0 {
+		args = append(args, bson.E{Key: "limit", Value: opts.Limit})
+	}
+	if opts.Lease > 0 {
+		args = append(args, bson.E{Key: "lease", Value: opts.Lease.Seconds()})
+	}
+	var out []Claim
+	return out, b.decode(ctx, "claim", args, &out)
+}
+
+// oneOrList is one claimId as itself, several as a list (ack and release take either).
+func oneOrList(ids []string) interface{} {
+	if len(ids) == 1 {
+		return ids[0]
+	}
+	return ids
+}
+
+// Ack removes claimed elements for good, all in one write (at most 1000); how many.
+func (b *Bucket) Ack(ctx context.Context, claimIDs ...string) (int64, error) {
+	return b.count(ctx, "ack", bson.D{{Key: "claimId", Value: oneOrList(claimIDs)}}, "acked")
+}
+
+// Release gives claimed elements back now: claimable again first, in their order; how many.
+func (b *Bucket) Release(ctx context.Context, claimIDs ...string) (int64, error) {
+	return b.count(ctx, "release", bson.D{{Key: "claimId", Value: oneOrList(claimIDs)}}, "released")
+}
+
+// Extend renews a claim's lease to lease from now (a heartbeat for long jobs); the server's answer.
+func (b *Bucket) Extend(ctx context.Context, claimID string, lease time.Duration) (bson.M, error) {
+	var out bson.M
+	return out, b.decode(ctx, "extend", bson.D{{Key: "claimId", Value: claimID}, {Key: "seconds", Value: lease.Seconds()}}, &out)
+}
+
+// Document is a document's address in a bucket, as the owner of its store fields.
+type Document struct {
+	Bucket *Bucket
+	Key    interface{}
+}
+
+// Field is the store field called name of this document: db.Property["p1"].Expenses.
+func (d *Document) Field(name string) *Field {
+	head := make(bson.D, 0, 4)
+	head = append(head, d.Bucket.head...)
+	head = append(head, bson.E{Key: "key", Value: d.Key}, bson.E{Key: "field", Value: name})
+	return &Field{endpoint: endpoint{client: d.Bucket.client, head: head}, Document: d, Name: name}
+}
+
+// Field is one store a document owns; its methods are the store-field verbs of its type:
+// Push/Pop/Peek/List/Length on fifo, lifo and heap fields; Put(key, doc)/Get/Delete/List on
+// hash and btree fields; PutBlob/Get/Info/Delete/Stream on blob fields.
+type Field struct {
+	endpoint
+	Document *Document
+	Name     string
+}
+
+// Put stores doc under key in a hash or btree store field, replacing; the key.
+func (f *Field) Put(ctx context.Context, key interface{}, doc interface{}) (interface{}, error) {
+	var out interface{}
+	return out, f.decode(ctx, "put", bson.D{{Key: "key", Value: key}, {Key: "doc", Value: doc}}, &out)
+}
+
+// Delete deletes the element with this key (a blob field: the blob with this id); how many went.
+func (f *Field) Delete(ctx context.Context, key interface{}) (int64, error) {
+	return f.count(ctx, "delete", bson.D{{Key: "key", Value: key}}, "deleted")
+}

@@ -1,0 +1,240 @@
+package hoarddb
+
+// options.go owns the connection options: the hoarddb:// URL, as the Python client reads it.
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultPort is the port a server listens on unless told otherwise.
+const DefaultPort = 7070
+
+// Options say where a server is and how to talk to it. Connect reads them from a URL:
+//
+//	hoarddb://user:password@host:7070/?tls_ca=FILE&tls_fingerprint=SHA256&insecure=true&timeout=30
+//
+// The options are the Python client's (host, port, user, password, tls_ca,
+// tls_fingerprint, insecure, timeout, connect_timeout), plus pool_size, which is
+// this client's own. The password may come from HOARDDB_PASSWORD instead of the URL.
+type Options struct {
+	Host     string
+	Port     int
+	User     string
+	Password string
+	// TLSCA is a PEM file of the CA (or of the server's own certificate, DATA/tls/server.crt)
+	// to verify the server by; empty means the system's CAs.
+	TLSCA string
+	// TLSFingerprint pins the SHA-256 of the server's certificate (the server prints it at
+	// start); the certificate is then checked against it instead of against CAs.
+	TLSFingerprint string
+	// Insecure is plaintext and no login: only against a server started with --insecure.
+	Insecure bool
+	// Timeout is how long a call waits for its answer once sent (60 s); past it the call
+	// fails with TIMEOUT and its connection is closed, as the server fell silent. A stream
+	// waits this long for each chunk.
+	Timeout time.Duration
+	// ConnectTimeout bounds the connection, TLS and login, each step (10 s).
+	ConnectTimeout time.Duration
+	// PoolSize is how many connections the client keeps for requests (4); goroutines share
+	// them, pipelining their requests.
+	PoolSize int
+}
+
+// ParseURL reads a hoarddb:// URL into Options, refusing anything else with what is accepted.
+func ParseURL(raw string) (*Options, error) {
+	o := &Options{Host: "127.0.0.1", Port: DefaultPort, Timeout: 60 * time.Second,
+		ConnectTimeout: 10 * time.Second, PoolSize: 4}
+	bad := func(format string, args ...interface{}) (*Options, error) {
+		return nil, newError(2, format, args...)
+	}
+	text := strings.TrimSpace(raw)
+	if text == "" {
+		return o, nil
+	}
+	const example = "hoarddb://user:password@host:7070/?tls_fingerprint=SHA256"
+	if !strings.HasPrefix(strings.ToLower(text), "hoarddb://") {
+		return bad("a hoardDB URL starts with hoarddb://, such as %s; got %q", example, redact(text))
+	}
+	u, err := url.Parse(text)
+	if err != nil {
+		return bad("%q is not a valid URL; a hoardDB URL is such as %s (percent-encode @ : / ? # in a user "+
+			"name or password)", redact(text), example)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return bad("a hoardDB URL has no path (%q): choose a database with client.Database(name)", redact(text))
+	}
+	if u.Fragment != "" {
+		return bad("a hoardDB URL has no #fragment (%q)", redact(text))
+	}
+	if h := u.Hostname(); h != "" {
+		o.Host = h
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return bad("the port in %q is not a number 1-65535", redact(text))
+		}
+		o.Port = n
+	}
+	if u.User != nil {
+		o.User = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	query, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return bad("the query of %q is not key=value pairs joined by &", redact(text))
+	}
+	for key, values := range query {
+		if len(values) > 1 {
+			return bad("%s is given twice in %q; give it once", key, redact(text))
+		}
+		v := values[0]
+		if v == "" && key != "insecure" {
+			return bad("%s has no value in %q; write %s=VALUE, or leave it out", key, redact(text), key)
+		}
+		switch key {
+		case "tls_ca":
+			o.TLSCA = v
+		case "tls_fingerprint":
+			if _, err := normalizeFingerprint(v); err != nil {
+				return nil, err
+			}
+			o.TLSFingerprint = v
+		case "insecure":
+			switch strings.ToLower(v) {
+			case "", "1", "true", "yes", "on":
+				o.Insecure = true
+			case "0", "false", "no", "off":
+				o.Insecure = false
+			default:
+				return bad("insecure must be true or false, got %q", v)
+			}
+		case "timeout", "connect_timeout":
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f > 0) || f > 1e9 {
+				return bad("%s must be a finite number of seconds > 0, got %q", key, v)
+			}
+			d := time.Duration(f * float64(time.Second))
+			if key == "timeout" {
+				o.Timeout = d
+			} else {
+				o.ConnectTimeout = d
+			}
+		case "pool_size":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				return bad("pool_size must be a whole number 1..1000, got %q", v)
+			}
+			o.PoolSize = n
+		case "busy_poll":
+			// the Python client's knob (it polls its socket awake); nothing to do here
+		default:
+			return nil, newError(3, "unknown connection option %q; options: busy_poll, connect_timeout, "+
+				"insecure, pool_size, timeout, tls_ca, tls_fingerprint", key)
+		}
+	}
+	if o.User != "" && o.Password == "" {
+		o.Password = os.Getenv("HOARDDB_PASSWORD")
+	}
+	return o, o.check()
+}
+
+func (o *Options) check() error {
+	if o.Insecure && (o.TLSCA != "" || o.TLSFingerprint != "") {
+		return newError(2, "insecure means no TLS: leave out tls_ca and tls_fingerprint, or insecure")
+	}
+	if o.Password != "" && o.User == "" {
+		return newError(2, "a password without a user: give both (hoarddb://USER:PASSWORD@host/)")
+	}
+	return nil
+}
+
+// address is host:port, with an IPv6 host in brackets.
+func (o *Options) address() string {
+	return net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
+}
+
+// tlsConfig is the client's TLS configuration (nil when insecure): verify by a CA, or by a pin.
+func (o *Options) tlsConfig() (*tls.Config, error) {
+	if o.Insecure {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.Host}
+	if o.TLSFingerprint != "" {
+		want, err := normalizeFingerprint(o.TLSFingerprint)
+		if err != nil {
+			return nil, err
+		}
+		// A pin replaces the chain and the host name: the certificate is the one we know.
+		c.InsecureSkipVerify = true
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return newError(29, "the server at %s presented no certificate", o.address())
+			}
+			sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
+			if hex.EncodeToString(sum[:]) != want {
+				return newError(29, "the server at %s presented a certificate with SHA-256 fingerprint %s, not "+
+					"the pinned %s; refusing to talk to it. If the server's certificate was replaced on purpose, "+
+					"pin its new fingerprint (the server prints it at start)", o.address(), colons(sum[:]),
+					o.TLSFingerprint)
+			}
+			return nil
+		}
+		return c, nil
+	}
+	if o.TLSCA != "" {
+		pem, err := os.ReadFile(o.TLSCA)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return nil, newError(2, "cannot read the CA file %q: tls_ca must be a PEM file of the CA that signed "+
+				"the server's certificate, or a copy of that certificate (the server's DATA/tls/server.crt)", o.TLSCA)
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
+}
+
+// normalizeFingerprint is a pinned fingerprint in any usual spelling as 64 lowercase hex digits.
+func normalizeFingerprint(text string) (string, error) {
+	t := strings.ToLower(strings.TrimSpace(text))
+	for _, prefix := range []string{"sha256:", "sha256 ", "sha-256:", "sha256="} {
+		t = strings.TrimSpace(strings.TrimPrefix(t, prefix))
+	}
+	t = strings.NewReplacer(":", "", " ", "").Replace(t)
+	if _, err := hex.DecodeString(t); err != nil || len(t) != 64 {
+		return "", newError(2, "%q is not a SHA-256 fingerprint (64 hex digits, colons allowed)", text)
+	}
+	return t, nil
+}
+
+func colons(sum []byte) string {
+	parts := make([]string, len(sum))
+	for i, b := range sum {
+		parts[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(parts, ":")
+}
+
+// redact is a URL with its password replaced by ***, to show in a message.
+func redact(text string) string {
+	head, rest, found := strings.Cut(text, "//")
+	at := strings.LastIndex(rest, "@")
+	if !found || at < 0 {
+		return text
+	}
+	user, _, hasPassword := strings.Cut(rest[:at], ":")
+	if hasPassword {
+		user += ":***"
+	}
+	return head + "//" + user + rest[at:]
+}

@@ -1,0 +1,77 @@
+"""The places every contract test runs in: each executor (embedded, blocking client, asyncio
+client) times each where (a bucket, a store field), on one engine and one server for the session.
+
+A test takes ``place`` (the fields are a hash bucket's documents', and once, embedded,
+a btree bucket's entries') and makes the stores it needs (``place.make("fifo")``), each in a
+database of its own, so the tests share the engine and the server without seeing each
+other's data. ``field_place`` is the store-field places alone, for what only a field has.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import hoarddb
+from hoarddb.testing import ServerThread
+
+from .places import EXECUTORS, WHERES, Blocking, Loop, Place
+
+
+@pytest.fixture(scope="session")
+def contract_server(tmp_path_factory):
+    """One insecure server on 127.0.0.1 for the whole contract suite."""
+    with ServerThread(tmp_path_factory.mktemp("contract-server") / "data", insecure=True, busy_poll=0) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def embedded_client(tmp_path_factory):
+    """One embedded engine, with sync off: what is under contract here is what the verbs answer
+    (durability has suites of its own), and a test then costs no fsync per store it makes."""
+    data = tmp_path_factory.mktemp("contract-embedded") / "data"
+    with hoarddb.open(data, ttl_sweep_seconds=0, sync=False) as client:
+        yield client, data
+
+
+@pytest.fixture(scope="session")
+def blocking_client(contract_server):
+    client = hoarddb.connect(contract_server.url())
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def aio_client(contract_server):
+    import hoarddb.aio
+
+    loop = Loop()
+    client = loop.run(hoarddb.aio.connect(contract_server.url()))
+    yield Blocking(client, loop)
+    loop.run(client.close())
+    loop.stop()
+
+
+def _place(request, executor: str, where: str, owner_type: str = "hash") -> Place:
+    if executor == "embedded":
+        client, data = request.getfixturevalue("embedded_client")
+        return Place(executor, where, client, data, owner_type)
+    server = request.getfixturevalue("contract_server")
+    client = request.getfixturevalue("blocking_client" if executor == "blocking" else "aio_client")
+    return Place(executor, where, client, server.data)
+
+
+#: Every executor times every where, and (embedded) the store field of a btree bucket's entry,
+#: whose stores hang from its sort key.
+PLACES = [(e, w) for e in EXECUTORS for w in WHERES] + [("embedded", "field", "btree")]
+
+
+@pytest.fixture(params=PLACES, ids=lambda p: "-".join(p) if len(p) == 2 else f"{p[0]}-{p[2]}-{p[1]}")
+def place(request) -> Place:
+    return _place(request, *request.param)
+
+
+@pytest.fixture(params=[p for p in PLACES if p[1] == "field"], ids=lambda p: f"{p[0]}-{p[2] if len(p) > 2 else 'hash'}")
+def field_place(request) -> Place:
+    """The store fields of ``place`` alone, for what only a field has (its document, its limits)."""
+    return _place(request, *request.param)
+

@@ -1,0 +1,184 @@
+"""Where a store under contract lives: a bucket of its own or a document's store field, reached
+embedded, over the blocking client or over the asyncio client.
+
+A :class:`Place` makes a fresh store of a type (``place.make("fifo")``) and hands back a
+:class:`Store`: the public API object itself (a Bucket or a StoreField, with every verb
+of its kind), plus the few words the contract needs where a bucket and a field differ by
+design, said once here so the tests can say them explicitly (``refused`` checks an
+error's code and words):
+
+    keyed stores   a bucket keeps the key in the document (``_id_``): put({_id_: k, ...}),
+                   get(k) answers the document with its _id_, list answers documents;
+                   a field keeps it beside the document: put(k, doc), get(k) answers doc,
+                   list answers {key, doc} (docs/user/store-fields.md)
+    btree          a bucket's insert of a key that is there adds an entry beside it (ties);
+                   a field's put(k, doc) replaces the one under k
+
+The asyncio client is driven from a loop in a thread of its own: :class:`Blocking` turns
+its coroutine methods into calls, so the same test body runs on all three executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_names = itertools.count(1)
+
+#: The three ways a program reaches hoardDB.
+EXECUTORS = ("embedded", "blocking", "aio")
+#: Where a store lives: a bucket, or a store field of a document of a hash (or btree) bucket.
+WHERES = ("bucket", "field")
+
+
+class Store:
+    """Store is one store under contract: ``api`` is the Bucket or StoreField, and the verbs
+    are reached through it (``store.push(...)`` is ``store.api.push(...)``)."""
+
+    def __init__(self, api, type_: str, where: str, database, files: Path, owner=None):
+        self.api = api
+        self.database = database  # the Database it is in (each store has one of its own)
+        self.type = type_
+        self.where = where
+        self.files = files  # the folder its blob files are in (a blob bucket's, or the owner's fields/)
+        self.owner = owner  # the owning bucket of a field (its API object), else None
+
+    @property
+    def is_field(self) -> bool:
+        return self.where == "field"
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.api, name)
+
+    # -- keyed stores: the one place their calls differ between a bucket and a field ------
+
+    def put_key(self, key: Any, doc: dict):
+        """Store ``doc`` under ``key``: a hash bucket's put, a btree bucket's insert, a field's put."""
+        if not self.is_field:
+            whole = {"_id_": key, **doc}
+            return self.api.put(whole) if self.type == "hash" else self.api.insert(whole)
+        return self.api.put(key, doc)
+
+    def stored(self, key: Any, doc: dict) -> dict:
+        """What get(key) answers for ``doc`` put under ``key``."""
+        return doc if self.is_field else {"_id_": key, **doc}
+
+    def listed(self, key: Any, doc: dict) -> dict:
+        """What list answers for ``doc`` put under ``key``."""
+        return {"key": key, "doc": doc} if self.is_field else {"_id_": key, **doc}
+
+    def key_of(self, listed: dict) -> Any:
+        """The key of one element of a list's answer."""
+        return listed["key"] if self.is_field else listed["_id_"]
+
+    def remove(self, key: Any) -> dict:
+        """delete(key), the key given bare: ``{deleted}``."""
+        return self.api.delete(key)
+
+
+class Place:
+    """Place makes stores of one executor and one where, each in a database no other test uses."""
+
+    def __init__(self, executor: str, where: str, client, data: Path, owner_type: str = "hash"):
+        self.executor = executor
+        self.where = where
+        self.client = client
+        self.data = data
+        self.owner_type = owner_type
+
+    def database(self):
+        return self.client[f"c{next(_names)}"]
+
+    def make(self, type_: str, **options) -> Store:
+        """A new, empty store of ``type_`` (bucket options only apply to a bucket)."""
+        db = self.database()
+        if self.where == "bucket":
+            api = db.create_bucket("S", type=type_, **options)
+            return Store(api, type_, "bucket", db, self.data / db.name / "S")
+        owner = db.create_bucket("Owner", type=self.owner_type, store_fields=[{"name": "S", "type": type_}])
+        owner.insert({"_id_": "d1", "Name": "the owner"})
+        return Store(owner["d1"].S, type_, "field", db, self.data / db.name / "Owner" / "fields", owner=owner)
+
+
+# -- the asyncio client, driven from another thread ------------------------------------------
+
+class Loop:
+    """An event loop running in a thread of its own; ``run(coro)`` waits for its result."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="contract-aio", daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+class Blocking:
+    """Blocking is an object of hoarddb.aio seen as blocking calls: an awaited method's result,
+    wrapped again when it is another API object (a Database from a Client, a Bucket from
+    ``db.Name``), and an async iterator of chunks (stream) read into a blocking iterator."""
+
+    def __init__(self, target, loop: Loop):
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_loop", loop)
+
+    def _wrap(self, value):
+        module = type(value).__module__
+        if module.startswith("hoarddb.") and type(value).__name__ in ("Client", "Database", "Bucket", "Document",
+                                                                     "StoreField"):
+            return Blocking(value, self._loop)
+        if hasattr(value, "__anext__"):
+            return self._iterate(value)
+        return value
+
+    def _iterate(self, chunks):
+        while True:
+            try:
+                yield self._loop.run(chunks.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def __getattr__(self, name: str):
+        value = getattr(self._target, name)
+        if not callable(value):
+            return self._wrap(value)
+
+        def call(*args, **kwargs):
+            result = value(*args, **kwargs)
+            if asyncio.iscoroutine(result):
+                result = self._loop.run(result)
+            return self._wrap(result)
+        return call
+
+    def __getitem__(self, key):
+        return self._wrap(self._target[key])
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+def refused(code_name: str, call, *words: str):
+    """Call ``call()`` and expect it refused with the error ``code_name`` (its stable code too),
+    the message holding each of ``words``; the error."""
+    from hoarddb import errors
+
+    with pytest.raises(errors.HoardError) as info:
+        call()
+    error = info.value
+    expected = next(cls.code for cls in errors.ERRORS.values() if cls.codeName == code_name)
+    assert (error.codeName, error.code) == (code_name, expected), f"{error.codeName} ({error.code}): {error}"
+    for word in words:
+        assert word in str(error), f"{word!r} not in {str(error)!r}"
+    return error
