@@ -50,7 +50,7 @@ LEFT = {
     "hoarddb/stores/fields.py": {"batch_insert", "count", "delete", "find", "get", "insert", "length", "list", "peek",
                                  "pop", "range", "search", "update"},
     "hoarddb/stores/fifo.py": {"export", "list", "peek", "pop"},
-    "hoarddb/stores/hash.py": {"claim", "find", "list", "search"},
+    "hoarddb/stores/hash.py": {"aggregate", "claim", "distinct", "find", "list", "search"},
     "hoarddb/stores/heap.py": {"first", "list", "peek", "pop"},
     "hoarddb/tools/check.py": {"length"},
     "hoarddb/tools/ingest.py": {"batch_insert", "batch_push", "batch_put", "insert", "push", "put"},
@@ -60,6 +60,7 @@ LEFT = {
     "hoarddb/indexes/declaration.py": {"range"},
     "hoarddb/server/config.py": {"info"},
     "hoarddb/server/metrics.py": {"count"},
+    "hoarddb/values/pipeline.py": {"count"},  # $sortByCount's output field
     "hoarddb/storage/blobfiles.py": {"put"},
     "hoarddb/storage/segment.py": {"last"},
     "hoarddb/storage/wal.py": {"get"},

@@ -713,41 +713,45 @@ class _Chained:
         self.tok, self.args = tok, args
 
 
-#: The methods chained after find or search, as mongosh's cursor has them, and the option each sets.
-CHAINED = {"sort": "sort", "limit": "limit", "skip": "skip", "projection": "projection", "count": None,
-           "explain": "explain"}
-
-
 def _apply_chain(request: dict, verb: Token, chain: list) -> dict:
-    """find/search with ``.sort() .limit() .skip() .projection() .count() .explain()`` chained after it.
-
-    ``.count()`` counts what the filter matches (skip and limit aside, as mongosh's count);
-    ``.explain()`` runs the query as search with ``explain: true`` (the plan and the counts).
+    """A call with cursor methods chained after it, as mongosh writes them:
+    ``db.T.find(f).sort({Date: -1}).limit(10)``. The operations table says which verbs take
+    them (``Operation.chains``): each option of the verb is a method of one argument
+    (``.sort``, ``.limit``, ``.skip``, ``.projection``), and ``chains`` names the methods
+    that make it another operation (``.count()``: count what the filter matches, skip and
+    limit aside, as mongosh's count; ``.explain()``: search with ``explain: true``).
     """
-    if request["op"] not in ("find", "search"):
+    op = operations.verb(request["op"])
+    if not op.chains:
         raise _Positioned(InvalidArgumentError(
-            f"only find and search take chained methods ({', '.join(CHAINED)}); {verb.value}() does not"), chain[0].tok)
+            f"{verb.value}() takes no chained methods; "
+            f"{', '.join(sorted(n for n, o in operations.VERBS.items() if o.chains and n == o.name))} do"),
+            chain[0].tok)
     args = dict(request["args"])
-    op = request["op"]
     for link in chain:
         name = link.tok.value
-        if name not in CHAINED:
-            raise _Positioned(InvalidArgumentError(
-                f"unknown method .{name}() after {verb.value}(); accepted: "
-                f"{', '.join('.' + m + '()' for m in CHAINED)}"), link.tok)
-        if name in ("count", "explain"):
+        becomes = {method: (target, sets) for method, target, sets in op.chains}
+        if name in becomes:
             if link.args:
                 raise _Positioned(InvalidArgumentError(f".{name}() takes no arguments"), link.tok)
-            if name == "count":
-                return {**request, "op": "count", "args": {k: v for k, v in args.items() if k == "filter"}}
-            op, args["explain"] = "search", True
+            target, sets = becomes[name]
+            op = operations.VERBS[target]
+            keep = {p.name for p in op.params + op.options}
+            args = {**{k: v for k, v in args.items() if k in keep}, **sets}
             continue
+        if op.param(name) is None or name in op.param_names:
+            methods = [p.name for p in op.options] + [m for m, _t, _s in op.chains]
+            raise _Positioned(InvalidArgumentError(
+                f"unknown method .{name}() after {verb.value}(); accepted: "
+                f"{', '.join('.' + m + '()' for m in dict.fromkeys(methods))}"), link.tok)
         if len(link.args) != 1:
-            raise _Positioned(InvalidArgumentError(f".{name}() takes one argument, such as "
-                                                   f"{'.sort({Date: -1})' if name == 'sort' else '.' + name + '(10)'}"),
-                              link.tok)
-        args[CHAINED[name]] = _no_bare(link.args[0])
-    return {**request, "op": op, "args": args}
+            raise _Positioned(InvalidArgumentError(f".{name}() takes one argument: {op.param(name).help}"), link.tok)
+        args[name] = _no_bare(link.args[0])
+    try:
+        bound = operations.bind(op, (), args)
+    except HoardError as e:
+        raise _Positioned(e, chain[-1].tok)
+    return {**request, "op": op.name, "args": bound}
 
 
 def _verb_request(bucket: str, verb: Token, args: list) -> dict:

@@ -146,7 +146,7 @@ def test_call_binds_arguments_through_the_operations_table():
 def test_every_verb_and_alias_is_callable():
     for name, op in operations.VERBS.items():
         args = {"doc": "{a: 1}", "docs": "[{a: 1}]", "filter": "{a: 1}", "update": "{$set: {a: 2}}",
-                "int": "1", "any": '"k"', "data": '"k"', "str": '"k"'}
+                "int": "1", "any": '"k"', "data": '"k"', "str": '"k"', "list": "[]"}
         text = f"db.B.{name}({', '.join(args[p.kind] for p in op.params if p.required)})"
         assert request(text)["op"] == op.name, text
 
@@ -575,10 +575,13 @@ def test_chained_cursor_methods(text, request_):
 
 
 @pytest.mark.parametrize("text, says", [
-    ('db.T.get("k").sort({a: 1})', "only find and search take chained methods"),
-    ("db.T.find().next()", "unknown method .next() after find()"),
+    ('db.T.get("k").sort({a: 1})', "get() takes no chained methods; find, search do"),
+    ("db.T.find().next()", "unknown method .next() after find(); accepted: .limit(), .sort(), .skip(), "
+                           ".projection(), .count(), .explain()"),
     ("db.T.find().limit()", ".limit() takes one argument"),
     ("db.T.find().count(5)", ".count() takes no arguments"),
+    ('db.T.find().limit("ten")', "limit"),
+    ("db.T.find().filter({a: 1})", "unknown method .filter()"),
 ])
 def test_chained_cursor_method_refusals(text, says):
     (err,) = list(statements(text))

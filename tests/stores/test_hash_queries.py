@@ -171,8 +171,9 @@ def test_find_and_modify(tickets):
                                   sort={"Date": -1}, projection={"Date": 1, "_id_": 0})
     assert job == {"Date": datetime.datetime(2024, 1, 12, tzinfo=UTC)}
     assert tickets.find_and_modify({"_id_": "none"}, {"$set": {"a": 1}}) is None
-    assert tickets.find_and_modify({"_id_": "n1"}, {"$set": {"a": 1}}, upsert=True) is None
-    assert tickets.find_and_modify({"_id_": "n2"}, {"$set": {"a": 1}}, upsert=True, new=True) == {"_id_": "n2", "a": 1}
+    assert tickets.find_and_modify({"_id_": "n1"}, {"$set": {"Code": "n1"}}, upsert=True) is None
+    assert tickets.find_and_modify({"_id_": "n2"}, {"$set": {"Code": "n2"}}, upsert=True, new=True) == \
+        {"_id_": "n2", "Code": "n2"}
     gone = tickets.find_and_modify({"Category": "tax"}, remove=True, sort={"Cost": -1})
     assert gone["_id_"] == "t10" and tickets.get("t10") is None and tickets.count() == 13
     for kwargs, says in [({}, "needs an update"), ({"update": {"$set": {"a": 1}}, "remove": True}, "not both"),
@@ -197,3 +198,18 @@ def test_find_and_modify_is_atomic_under_threads(tmp_path):
             t.join()
         assert sorted(seen) == list(range(1, 101))
         assert b.get("c")["n"] == 100
+
+
+def test_lookup_joins_a_bucket_of_the_same_database(db):
+    orders = db.create_bucket("Orders", type="hash")
+    stock = db.create_bucket("Stock", type="hash")
+    orders.batch_insert([{"_id_": 1, "item": "almonds"}, {"_id_": 2, "item": "pecans"}])
+    stock.batch_insert([{"_id_": "s1", "sku": "almonds", "instock": 120}, {"_id_": "s2", "sku": "bread"}])
+    out = orders.aggregate([{"$lookup": {"from": "Stock", "localField": "item", "foreignField": "sku", "as": "stock"}},
+                            {"$project": {"n": {"$size": "$stock"}}}])
+    assert out == [{"_id_": 1, "n": 1}, {"_id_": 2, "n": 0}]
+    with pytest.raises(errors.BucketNotFoundError):
+        orders.aggregate([{"$lookup": {"from": "Nope", "localField": "a", "foreignField": "b", "as": "c"}}])
+    db.create_bucket("Q", type="fifo")
+    with pytest.raises(errors.BadValueError, match="joins hash buckets"):
+        orders.aggregate([{"$lookup": {"from": "Q", "localField": "a", "foreignField": "b", "as": "c"}}])
