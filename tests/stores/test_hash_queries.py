@@ -7,7 +7,10 @@ import datetime
 import itertools
 import threading
 
+import mongomock
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import hoarddb
 from hoarddb import errors
@@ -213,3 +216,30 @@ def test_lookup_joins_a_bucket_of_the_same_database(db):
     db.create_bucket("Q", type="fifo")
     with pytest.raises(errors.BadValueError, match="joins hash buckets"):
         orders.aggregate([{"$lookup": {"from": "Q", "localField": "a", "foreignField": "b", "as": "c"}}])
+
+
+_scalar = st.one_of(st.integers(-5, 5), st.sampled_from(["a", "b"]), st.none())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(st.fixed_dictionaries({}, optional={"a": _scalar, "b": _scalar}), min_size=1, max_size=12),
+       sort=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([1, -1])), min_size=1, max_size=2,
+                     unique_by=lambda t: t[0]),
+       skip=st.integers(0, 4), limit=st.one_of(st.none(), st.integers(1, 5)),
+       projection=st.sampled_from([None, {"a": 1}, {"b": 0}, {"a": 1, "_id_": 0}]),
+       flt=st.sampled_from([{}, {"a": {"$gte": 0}}, {"b": {"$in": ["a", None]}}]))
+def test_find_options_agree_with_mongomock(tmp_path_factory, docs, sort, skip, limit, projection, flt):
+    with hoarddb.open(tmp_path_factory.mktemp("oracle") / "data") as client:
+        b = client["app"].create_bucket("B", type="hash")
+        b.batch_insert([dict(d, _id_=i) for i, d in enumerate(docs)])
+        coll = mongomock.MongoClient().db.c
+        coll.insert_many([dict(d, _id=i) for i, d in enumerate(docs)])
+        spec = sort + [("_id_", 1)]
+        got = b.find(flt, sort=dict(spec), skip=skip, limit=limit, projection=projection)
+        mongo_projection = None if projection is None else {k.replace("_id_", "_id"): v for k, v in projection.items()}
+        cursor = coll.find(flt, mongo_projection).sort([(k.replace("_id_", "_id"), d) for k, d in spec]).skip(skip)
+        if limit is not None:
+            cursor = cursor.limit(limit)
+        expected = [{("_id_" if k == "_id" else k): v for k, v in d.items()} for d in cursor]
+        assert [sorted(d.items(), key=str) for d in got] == [sorted(d.items(), key=str) for d in expected]
