@@ -271,8 +271,8 @@ def _shown(v) -> str:
 # numbers
 
 
-def _kind(v) -> int:
-    """0 int, 1 long, 2 double, 3 decimal: the widest of the operands is the result's type."""
+def number_kind(v) -> int:
+    """A number's result kind, 0 int, 1 long, 2 double, 3 decimal: the widest of the operands is the result's type."""
     if isinstance(v, (Decimal128, decimal.Decimal)):
         return 3
     if isinstance(v, float):
@@ -282,7 +282,8 @@ def _kind(v) -> int:
     return 0
 
 
-def _is_num(v) -> bool:
+def is_number(v) -> bool:
+    """True for a number (bool, null and missing are not)."""
     return not isinstance(v, bool) and v is not MISSING and v is not None and type_rank(v) == NUMBER
 
 
@@ -311,7 +312,8 @@ def _make(kind: int, value):
     return value
 
 
-def _arith(kind: int, fn, *nums):
+def arith(kind: int, fn, *nums):
+    """``fn`` of numbers computed as kind ``kind`` (number_kind) and made a value of that kind."""
     if kind == 3:
         with decimal.localcontext(_DECIMAL128_CONTEXT):
             return _make(3, fn(*[_to_decimal(n) for n in nums]))
@@ -322,7 +324,7 @@ def _arith(kind: int, fn, *nums):
 
 def _numbers(op, values, dates_ok=False):
     for v in values:
-        if not _is_num(v) and not (dates_ok and _is_date(v)):
+        if not is_number(v) and not (dates_ok and _is_date(v)):
             accepted = "numbers or a date" if dates_ok else "numbers"
             raise BadValueError(f"{op} takes {accepted}, got {_shown(v)}")
 
@@ -343,8 +345,8 @@ def _op_add(op, arg, defined, where):
         nums = [v for v in values if not _is_date(v)]
         if len(dates) > 1:
             raise BadValueError(f"{op} takes one date at most")
-        kind = max((_kind(n) for n in nums), default=0)
-        total = _arith(kind, lambda *xs: sum(xs[1:], xs[0]), *nums) if nums else 0
+        kind = max((number_kind(n) for n in nums), default=0)
+        total = arith(kind, lambda *xs: sum(xs[1:], xs[0]), *nums) if nums else 0
         if dates:
             ms = round(float(number_value(total))) if kind >= 2 else int(total)
             return dates[0] + datetime.timedelta(milliseconds=ms)
@@ -361,10 +363,10 @@ def _op_subtract(op, arg, defined, where):
             return None
         if _is_date(x) and _is_date(y):
             return Int64(_date_ms(x) - _date_ms(y))
-        if _is_date(x) and _is_num(y):
+        if _is_date(x) and is_number(y):
             return x - datetime.timedelta(milliseconds=round(float(number_value(y))))
         _numbers(op, (x, y))
-        return _arith(max(_kind(x), _kind(y)), lambda p, q: p - q, x, y)
+        return arith(max(number_kind(x), number_kind(y)), lambda p, q: p - q, x, y)
     return subtract
 
 
@@ -378,14 +380,14 @@ def _op_multiply(op, arg, defined, where):
         _numbers(op, values)
         if not values:
             return 1
-        kind = max(_kind(n) for n in values)
+        kind = max(number_kind(n) for n in values)
 
         def product(*xs):
             out = xs[0]
             for x in xs[1:]:
                 out = out * x
             return out
-        return _arith(kind, product, *values)
+        return arith(kind, product, *values)
     return multiply
 
 
@@ -399,8 +401,8 @@ def _op_divide(op, arg, defined, where):
         _numbers(op, (x, y))
         if number_value(y) == 0:
             raise BadValueError(f"{op}: can't divide by zero")
-        if max(_kind(x), _kind(y)) == 3:
-            return _arith(3, lambda p, q: p / q, x, y)
+        if max(number_kind(x), number_kind(y)) == 3:
+            return arith(3, lambda p, q: p / q, x, y)
         return float(number_value(x)) / float(number_value(y))
     return divide
 
@@ -415,9 +417,9 @@ def _op_mod(op, arg, defined, where):
         _numbers(op, (x, y))
         if number_value(y) == 0:
             raise BadValueError(f"{op}: can't take the remainder of a division by zero")
-        kind = max(_kind(x), _kind(y))
+        kind = max(number_kind(x), number_kind(y))
         if kind == 3:
-            return _arith(3, lambda p, q: p % q, x, y)  # Decimal's % keeps the dividend's sign
+            return arith(3, lambda p, q: p % q, x, y)  # Decimal's % keeps the dividend's sign
         if kind == 2:
             return math.fmod(float(number_value(x)), float(number_value(y)))
         p, q = int(x), int(y)
@@ -437,7 +439,7 @@ def _unary_math(fn, *, domain=None, keep_int=False):
             _numbers(op, (x,))
             if domain is not None and not is_nan(x) and not domain(number_value(x)):
                 raise BadValueError(f"{op}: {x!r} is outside the values it takes")
-            kind = _kind(x)
+            kind = number_kind(x)
             if keep_int and kind <= 1:
                 return _make(kind, fn(int(x)))
             if kind == 3:
@@ -484,7 +486,7 @@ def _round_like(op, arg, defined, where, rounding):
         place = int(number_value(place))
         if is_nan(x) or (isinstance(x, float) and not math.isfinite(x)):
             return x
-        kind = _kind(x)
+        kind = number_kind(x)
         q = decimal.Decimal(1).scaleb(-place)
         d = _to_decimal(x)
         with decimal.localcontext(_DECIMAL128_CONTEXT):
@@ -508,13 +510,13 @@ def _op_pow(op, arg, defined, where):
         _numbers(op, (x, y))
         if number_value(x) == 0 and number_value(y) < 0:
             raise BadValueError(f"{op}: 0 cannot be raised to a negative power")
-        kind = max(_kind(x), _kind(y))
+        kind = max(number_kind(x), number_kind(y))
         if kind <= 1 and int(y) >= 0:
             return _make(kind, int(x) ** int(y))
         if kind <= 1:
             return float(int(x)) ** int(y)
         if kind == 3:
-            return _arith(3, lambda p, q: p ** q, x, y)
+            return arith(3, lambda p, q: p ** q, x, y)
         try:
             return float(number_value(x)) ** float(number_value(y))
         except OverflowError:
@@ -567,7 +569,7 @@ def _case(fn):
             v = a(ctx)
             if _nullish(v):
                 return ""
-            if _is_num(v) or _is_date(v):
+            if is_number(v) or _is_date(v):
                 return fn(_to_string(op, v))
             return fn(_string_of(op, v))
         return case
@@ -689,7 +691,7 @@ def _to_string(op, v) -> str:
         return str(v)
     if isinstance(v, bool):
         return "true" if v else "false"
-    if _is_num(v):
+    if is_number(v):
         if isinstance(v, float):
             if math.isnan(v):
                 return "NaN"
@@ -967,7 +969,7 @@ def _convert(op, v, target):
         return truthy(v)
     if isinstance(v, bool):
         n = int(v)
-    elif _is_num(v):
+    elif is_number(v):
         n = number_value(v)
     elif isinstance(v, str):
         try:

@@ -24,14 +24,13 @@ from bson.int64 import Int64
 from hoarddb.errors import BadValueError, LimitExceededError
 
 from .codec import encode
-from .expression import compile_evaluator, expression_compare
+from .expression import arith, compile_evaluator, is_number, number_kind  # one arithmetic for $sum and $add
 from .filter import compile_filter
 from .keys import encode_key
 from .order import NUMBER, compare, number_value, type_rank
 from .paths import MISSING, split_path
 from .projection import compile_projection
 from .sort import compile_sort
-from .expression import _arith, _is_num, _kind, _make  # one arithmetic for $sum and $add
 
 #: Every stage, in the order the docs list them.
 STAGES = ("$match", "$project", "$addFields", "$set", "$unset", "$group", "$sort", "$skip", "$limit",
@@ -452,9 +451,9 @@ def _accumulate(op, state, i, value) -> int:
     """Add ``value`` to accumulator ``i`` of a group; how many bytes it now holds more."""
     acc = state[i]
     if op == "$sum" or op == "$avg":
-        if _is_num(value):
-            kind = max(acc[-1], _kind(value))
-            acc[0] = _arith(kind, lambda a, b: a + b, acc[0], value)
+        if is_number(value):
+            kind = max(acc[-1], number_kind(value))
+            acc[0] = arith(kind, lambda a, b: a + b, acc[0], value)
             acc[-1] = max(kind, 2) if isinstance(acc[0], float) else kind  # a long past int64 became a double
             if op == "$avg":
                 acc[1] += 1
@@ -492,7 +491,7 @@ def _finish(op, acc):
         if not acc[1]:
             return None
         if acc[2] == 3:
-            return _arith(3, lambda a, b: a / b, acc[0], acc[1])
+            return arith(3, lambda a, b: a / b, acc[0], acc[1])
         return float(number_value(acc[0])) / acc[1]
     if op in ("$min", "$max"):
         return None if acc[0] is MISSING else acc[0]
@@ -559,5 +558,4 @@ _BUILDERS = {
     "$unwind": _unwind_stage, "$count": _count_stage, "$sortByCount": _sort_by_count_stage,
 }
 
-__all__ = ["compile_pipeline", "run_pipeline", "Pipeline", "Limits", "DEFAULT_LIMITS", "STAGES", "ACCUMULATORS",
-           "expression_compare"]
+__all__ = ["compile_pipeline", "run_pipeline", "Pipeline", "Limits", "DEFAULT_LIMITS", "STAGES", "ACCUMULATORS"]

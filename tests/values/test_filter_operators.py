@@ -345,7 +345,7 @@ _fcond = st.one_of(
     st.builds(lambda op, v: {op: v}, st.sampled_from(["$gt", "$gte", "$lt", "$lte"]), st.one_of(_fnum, st.just("a"))),
     st.builds(lambda op, vs: {op: vs}, st.sampled_from(["$in", "$nin"]), st.lists(_fval, max_size=3)),
     st.builds(lambda b: {"$exists": b}, st.booleans()),
-    st.builds(lambda n: {"$size": n}, st.integers(0, 3)),
+    # ($size is left to test_filter.py: mongomock matches {a: 1} by {$size: 1}, MongoDB only arrays)
     st.builds(lambda v: {"$not": {"$gt": v}}, _fnum),
     st.builds(lambda v: {"$elemMatch": {"$gte": v}}, _fnum),
     st.builds(lambda vs: {"$all": vs}, st.lists(_fnum, min_size=1, max_size=2)),
