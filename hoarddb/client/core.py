@@ -332,7 +332,7 @@ class Stream:
 
 def stream_of(request: Mapping, answer: dict) -> Stream | None:
     """A Stream when ``answer`` is the first message of a blob stream ``request`` asked for, else None."""
-    if request["op"] != "stream" or answer.get("ok") != 1 or not ("chunk" in answer or answer.get("end")):
+    if request["op"] not in STREAMS or answer.get("ok") != 1 or not ("chunk" in answer or answer.get("end")):
         return None
     args = request.get("args") or {}
     size = args.get("chunk_size") if isinstance(args, Mapping) else None
@@ -340,7 +340,9 @@ def stream_of(request: Mapping, answer: dict) -> Stream | None:
 
 
 #: The operations whose data may go in chunks (see upload_source): no other op need ask it.
-UPLOADS = frozenset({"put", "load"})
+UPLOADS = frozenset(operations.UPLOADS)
+#: The operations whose answer is a stream of chunks (the table's ``streams``).
+STREAMS = operations.names(streams=True)
 
 
 def upload_source(request: Mapping):
@@ -348,7 +350,8 @@ def upload_source(request: Mapping):
     sends) must be uploaded in chunks, else None."""
     op = request.get("op")
     args = request.get("args")
-    if op == "load" and isinstance(args, Mapping) and isinstance(args.get("docs"), list) \
+    where = operations.OPERATIONS[op].upload if op in UPLOADS else None  # the argument holding the data
+    if where == "docs" and isinstance(args, Mapping) and isinstance(args.get("docs"), list) \
             and len(args["docs"]) == 1 and isinstance(args["docs"][0], Mapping) and "data" in args["docs"][0]:
         data = args["docs"][0]["data"]
         if isinstance(data, bytes) and len(data) <= INLINE_BLOB_MAX:
@@ -357,7 +360,7 @@ def upload_source(request: Mapping):
             return None
         rest = {**args, "docs": [{k: v for k, v in args["docs"][0].items() if k != "data"}]}
         return {**request, "args": rest}, data
-    if op != "put" or not isinstance(args, Mapping):
+    if where != "doc" or not isinstance(args, Mapping):
         return None
     # A bucket's put carries its data in doc; a blob store field's put(data) in key (the
     # field verb's first parameter). The server puts the upload back where it was taken from.

@@ -55,11 +55,11 @@ from typing import Any, Callable
 from bson import json_util
 from bson.json_util import JSONMode, JSONOptions
 
-from .. import __version__
+from ..version import __version__
 from ..catalog import check_name
-from ..errors import DocumentTooLargeError, HoardError, InvalidArgumentError, VerbNotSupportedError
+from ..errors import HoardError, InvalidArgumentError, VerbNotSupportedError
 from ..values.codec import encode
-from .batches import fewer_collections
+from .batches import fewer_collections, shrinking
 from .fields import FieldDumper
 from .report import BucketReport, Refusal, Report
 
@@ -264,17 +264,6 @@ def _list_pages(bucket, page_size: int):
         after += len(docs)
         if len(docs) < page_size:
             return
-
-
-def shrinking(read: Callable[[int], Any], limit: int) -> tuple[Any, int]:
-    """``read(limit)``, halving ``limit`` while its answer is too large for one message; (answer, limit)."""
-    while True:
-        try:
-            return read(limit), limit
-        except DocumentTooLargeError:
-            if limit <= 1:
-                raise
-            limit = max(1, limit // 2)
 
 
 def _dump_blob(bucket, info: dict, folder: Path) -> str:
