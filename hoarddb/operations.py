@@ -549,7 +549,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
     kind = p.kind
     if kind in ("doc", "filter", "update"):
         ok = isinstance(value, (dict, Mapping))
-    elif kind == "docs":
+    elif kind in ("docs", "list"):
         ok = isinstance(value, (list, tuple))
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -560,7 +560,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
         ok = type(value) is str  # (not BSON's code, which is a str too)
     else:
         ok = True
-    if kind in ("filter", "update", "any") and ok:
+    if kind in ("filter", "update", "any", "list") and ok:
         check_ints(op, p, value)
     if not ok:
         raise InvalidArgumentError(
