@@ -243,3 +243,14 @@ def test_find_options_agree_with_mongomock(tmp_path_factory, docs, sort, skip, l
             cursor = cursor.limit(limit)
         expected = [{("_id_" if k == "_id" else k): v for k, v in d.items()} for d in cursor]
         assert [sorted(d.items(), key=str) for d in got] == [sorted(d.items(), key=str) for d in expected]
+
+
+def test_a_lookup_past_the_stage_memory_is_refused(tmp_path):
+    with hoarddb.open(tmp_path / "small", stage_memory_bytes=2000) as client:
+        db = client["app"]
+        db.create_bucket("Big", type="hash").batch_insert([{"_id_": i, "pad": "x" * 100} for i in range(50)])
+        orders = db.create_bucket("Orders", type="hash")
+        orders.insert({"_id_": 1, "k": 1})
+        with pytest.raises(errors.LimitExceededError, match="\\$lookup from bucket 'Big' holds more than its memory "
+                                                            "limit of 2000 bytes"):
+            orders.aggregate([{"$lookup": {"from": "Big", "localField": "k", "foreignField": "_id_", "as": "b"}}])
