@@ -165,6 +165,17 @@ class Engine:
             raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
         return self.call(op, db, bucket, operations.bind(op, (), args))
 
+    def _documents_of(self, db: str, bucket: str) -> list:
+        """The documents of the hash bucket ``bucket`` of ``db``, for an operation that joins
+        (``Operation.joins``: aggregate's $lookup), within the stage memory limit."""
+        check_name(bucket, "bucket")
+        with self._mutex:
+            decl = self.catalog.bucket(db, bucket)
+            store = self._store(db, bucket, decl)
+        if decl["type"] != "hash":
+            raise BadValueError(f"$lookup joins hash buckets; {bucket!r} is a {decl['type']} bucket")
+        return store.documents(self.options.stage_memory_bytes)
+
     def call(self, op: operations.Operation, db: str, bucket: str, args: dict) -> dict:
         """Run a bucket verb whose arguments ``operations.bind`` has checked; its answer.
 
@@ -201,6 +212,8 @@ class Engine:
                 while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
                     positional.pop()
                 keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+                if op.joins:
+                    keywords["buckets"] = functools.partial(self._documents_of, db)
                 result = getattr(store, op.name)(*positional, **keywords)
         except RecursionError:
             raise BadValueError(TOO_DEEP) from None

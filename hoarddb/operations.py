@@ -218,6 +218,13 @@ class Operation:
     #: Whether its requests in a row to one bucket may run as one (a group commit's pushes
     #: or pops of one queue: the store's ``<name>_each``).
     together: bool = False
+    #: Whether its store method reads other buckets of the same database (aggregate's
+    #: $lookup): the engine passes it ``buckets(name)``, that hash bucket's documents.
+    joins: bool = False
+    #: HQL's chained cursor methods that make it another operation, as mongosh's cursor:
+    #: ``(method, operation, {args it sets})``; ``db.T.find(f).count()`` is count(f). An
+    #: entry with these also takes each of its options as a method: ``.sort({Date: -1})``.
+    chains: tuple = ()
 
     def __post_init__(self):
         verb = self.scope in (BUCKET, FIELD)
@@ -254,6 +261,12 @@ def _types(*names: str) -> frozenset:
 
 
 _LIMIT = Param("limit", "int", False, "how many elements")
+#: What find and search become when HQL chains .count() or .explain() after them.
+_CURSOR_CHAINS = (("count", "count", {}), ("explain", "search", {"explain": True}))
+#: find's and search's options besides the limit.
+_READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, such as {Date: -1}"),
+                 Param("skip", "int", False, "how many matches to pass over"),
+                 Param("projection", "doc", False, "the fields to keep ({name: 1}) or drop ({notes: 0})"))
 _ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
 
@@ -311,19 +324,44 @@ for _op in [
     Operation("exists", _types("hash", "btree"), (Param("key", "any"),),
               summary="Whether a document (hash) or an entry (btree) with this key exists, without reading it.",
               answer="true or false", example='db.User.exists("jane_doe")'),
-    Operation("find", _types("hash"), (Param("filter", "filter", False),), (_LIMIT,),
-              summary="Every document matching the filter (a full scan).", answer="a list",
-              example='db.User.find({Email: "jane@example.com"})', cost=SCAN),
-    Operation("search", _types("hash"), (Param("filter", "filter", False),), (_LIMIT, Param("explain", "any", False)),
+    Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
+              summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
+              answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
+              cost=SCAN, chains=_CURSOR_CHAINS),
+    Operation("search", _types("hash"), (Param("filter", "filter", False),),
+              _READ_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
-              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED),
+              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS),
     Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
               example="db.User.count()", cost=SCAN),
-    Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")), write=True,
-              summary="Apply update operators to every matching document, in one write.",
-              answer="{matched, modified}", example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE),
+    Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
+              summary="The different values of a field (an array's elements one by one) in the matching documents.",
+              answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
+    Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False),),
+              summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
+              answer="a list (index_used names what served a leading $match)",
+              example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True),
+    Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")),
+              (Param("upsert", "any", False, "insert when nothing matches"),
+               Param("multi", "any", False, "false: only the first match (default true: every match)"),
+               Param("arrayFilters", "list", False, "the filters of $[<identifier>] paths")), write=True,
+              summary="Apply update operators to every matching document (multi: false, the first), in one write; "
+                      "upsert inserts when nothing matches.",
+              answer="{matched, modified} (and upserted: the new key)",
+              example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE),
+    Operation("find_and_modify", _types("hash"), (Param("filter", "filter", False), Param("update", "update", False)),
+              (Param("remove", "any", False, "delete the document instead of updating it"),
+               Param("new", "any", False, "return the document as it became (default: as it was)"),
+               Param("upsert", "any", False, "insert when nothing matches"),
+               Param("sort", "doc", False, "which match, when several do"),
+               Param("projection", "doc", False, "the fields returned"),
+               Param("arrayFilters", "list", False, "the filters of $[<identifier>] paths")), write=True,
+              summary="Update (or remove) one document and return it, in one atomic read-modify-write.",
+              answer="the document before (or, with new, after), or null", aliases=("findAndModify",),
+              example='db.Counters.findAndModify({_id_: "orders"}, {$inc: {n: 1}}, {new: true, upsert: true})',
+              cost=FILTERED_WRITE),
     Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True,
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
@@ -511,7 +549,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
     kind = p.kind
     if kind in ("doc", "filter", "update"):
         ok = isinstance(value, (dict, Mapping))
-    elif kind == "docs":
+    elif kind in ("docs", "list"):
         ok = isinstance(value, (list, tuple))
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -522,7 +560,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
         ok = type(value) is str  # (not BSON's code, which is a str too)
     else:
         ok = True
-    if kind in ("filter", "update", "any") and ok:
+    if kind in ("filter", "update", "any", "list") and ok:
         check_ints(op, p, value)
     if not ok:
         raise InvalidArgumentError(
