@@ -527,13 +527,12 @@ func (b *Bucket) Range(ctx context.Context, bounds interface{}, v interface{}, o
 		bounds = bson.D{}
 	}
 	args := bson.D{{Key: "bounds", Value: bounds}}
-	for _, o := range opts {
-		if o.Limit > 0 {
-			args = append(args, bson.E{Key: "limit", Value: o.Limit})
-		}
-		if o.Reverse {
-			args = append(args, bson.E{Key: "reverse", Value: true})
-		}
+	o := last(opts)
+	if o.Limit > 0 {
+		args = append(args, bson.E{Key: "limit", Value: o.Limit})
+	}
+	if o.Reverse {
+		args = append(args, bson.E{Key: "reverse", Value: true})
 	}
 	return b.decode(ctx, "range", args, v)
 }
