@@ -296,7 +296,7 @@ def _make_verb(op: operations.Operation, name: str):
                 check_ints(op, first, args[0])  # all the checking binding would do of a dict
                 return self._call_bound(op, {filter_name: args[0]})
             return self._call(op, args, kwargs)
-    elif op.single is not None and first.kind in ("doc", "docs"):
+    elif op.single is not None and first is not None and first.kind in ("doc", "docs"):
         # insert(doc), push(doc), batch_insert(docs): a dict (a list) is bound as it is, with
         # no check to make (the engine refuses what is in it when it encodes it).
         exact = dict if first.kind == "doc" else list

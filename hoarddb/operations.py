@@ -28,6 +28,7 @@ is expected, or left over after the params, is the options document
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
@@ -218,6 +219,15 @@ class Operation:
     #: Whether its requests in a row to one bucket may run as one (a group commit's pushes
     #: or pops of one queue: the store's ``<name>_each``).
     together: bool = False
+    # Derived once from the above by __post_init__, for binding on the hot path:
+    #: the names of params, in order
+    param_names: tuple = dataclasses.field(init=False, repr=False, compare=False)
+    #: whether a positional call is bound by zipping (no scalar param that could take an options document instead)
+    simple: bool = dataclasses.field(init=False, repr=False, compare=False)
+    #: whether every param of a simple call takes any value: a positional call needs no kind check at all
+    unchecked: bool = dataclasses.field(init=False, repr=False, compare=False)
+    #: the name of the one argument of a simple verb (insert's doc, get's key), else None
+    single: str | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         verb = self.scope in (BUCKET, FIELD)
@@ -231,15 +241,10 @@ class Operation:
                 object.__setattr__(self, name, value)
         if self.role not in ROLES or self.cost not in COSTS:
             raise ValueError(f"operation {self.name}: role {self.role!r} or cost {self.cost!r} is not one of the table's")
-        # Derived once, for binding on the hot path: names of params, and whether a
-        # positional call can be bound by zipping (no scalar param that could take an
-        # options document instead).
         object.__setattr__(self, "param_names", tuple(p.name for p in self.params))
         object.__setattr__(self, "simple", all(p.kind not in ("int", "str") for p in self.params)
                            and not self.options and all(p.required for p in self.params))
-        # every param takes any value: a positional call needs no kind check at all
         object.__setattr__(self, "unchecked", self.simple and all(p.kind == "any" for p in self.params))
-        # the name of the one argument of a simple verb (insert's doc, get's key), else None
         object.__setattr__(self, "single", self.param_names[0] if self.simple and len(self.params) == 1 else None)
 
     def param(self, name: str) -> Param | None:

@@ -1,8 +1,9 @@
 """The code's shape holds: import-linter's contracts (pyproject.toml) are kept, docs/dev/architecture.md draws the
-same layers, and ruff finds nothing in the code."""
+same layers, ruff finds nothing in the code, and mypy no error in the public API."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 RUFF = Path(sys.executable).with_name("ruff")
+MYPY = Path(sys.executable).with_name("mypy")
 
 
 def contracts() -> list[dict]:
@@ -47,3 +49,12 @@ def test_ruff_finds_nothing():
     done = subprocess.run([str(RUFF), "check", "--no-cache", "--output-format", "concise", "hoarddb", "tests", "bench"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not MYPY.exists(), reason="mypy is not installed (pip install '.[test]')")
+def test_mypy_finds_no_error_in_the_public_api():
+    """pyproject.toml's [tool.mypy] names the files: hoarddb's exports, api, client, aio, errors, operations."""
+    done = subprocess.run([str(MYPY), "--cache-dir", os.devnull], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "Success: no issues found" in done.stdout
