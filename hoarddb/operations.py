@@ -471,6 +471,13 @@ for _op in [
 ]:
     ADMIN[_op.name] = _op
 
+#: The catalog and server operations as names of this module, for the code that builds
+#: their requests (``{"op": LIST_DATABASES.name}``) or asks about one: each is its entry,
+#: named as it is, upper-cased (tests/test_operations_table.py holds them to it).
+(CREATE_DATABASE, DROP_DATABASE, LIST_DATABASES, CREATE_BUCKET, DROP_BUCKET, ALTER_BUCKET, LIST_BUCKETS,
+ DESCRIBE_BUCKET, STATS, METRICS, SWEEP_TTL, WHOAMI, LIST_USERS, CREATE_USER, UPDATE_USER, DROP_USER, SET_ROLES,
+ CHECK, BACKUP) = ADMIN.values()
+
 #: Every operation by name (and alias): bucket verbs, catalog and server operations. A
 #: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.
 OPERATIONS: dict[str, Operation] = {**VERBS, **ADMIN}
