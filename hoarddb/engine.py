@@ -40,7 +40,7 @@ from .storage.oserrors import is_full, storage_error
 from .stores import store_class
 from .stores.base import DAMAGE, Reply, Store
 from .stores.claims import move_dead_letters
-from .stores.fields import refusal as field_refusal
+from .stores.fields import no_store_field
 
 log = logging.getLogger("hoarddb.engine")
 
@@ -247,31 +247,31 @@ class Engine:
                           lambda name, d: self._store(db, name, d), None if self.options.sync else self._mark_dirty)
 
     def _field_verb(self, name: str, request: dict) -> Any:
-        """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""
+        """A verb on a document's store field: ``{op, db, bucket, key, field, args}``. The bucket's
+        store fields (``stores/fields.py``) refuse a field it has not and a verb the field's type
+        has not (with advice); the table binds the arguments."""
         db, bucket = db_of(request), bucket_of(request)
         decl = self.catalog.bucket(db, bucket)
         field = request.get("field")
         if "key" not in request or not isinstance(field, str):
             raise InvalidArgumentError("a store-field operation names the document's key and the field: "
                                        "{op, db, bucket, key, field, args}")
-        declared = {f["name"]: f["type"] for f in decl.get("store_fields") or []}
-        if field not in declared:
-            names = ", ".join(f"{n} ({t})" for n, t in declared.items()) or "none"
-            raise BadValueError(f"bucket {bucket!r} has no store field {field!r}; its store fields: {names}")
-        op = operations.FIELD_VERBS.get(name)
-        if op is None or declared[field] not in op.types:
-            raise field_refusal(bucket, field, declared[field], name)
-        args = request.get("args") or {}
-        if not isinstance(args, dict):
-            raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
-        args = operations.bind(op, (), args)
-        positional = [args.get(p.name) for p in op.params]
-        while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
-            positional.pop()
-        keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
         store = self._store(db, bucket, decl)
+        fields = getattr(store, "fields", None)
+        if fields is None:  # a queue, heap or blob bucket: its elements own no stores
+            raise no_store_field(bucket, field, {})
         try:
-            result = store.fields.call(request["key"], field, op.name, positional, keywords)
+            target = fields.store(request["key"], field, name)
+            op = operations.FIELD_VERBS[name]
+            args = request.get("args") or {}
+            if not isinstance(args, dict):
+                raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
+            args = operations.bind(op, (), args)
+            positional = [args.get(p.name) for p in op.params]
+            while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
+                positional.pop()
+            keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+            result = getattr(target, op.name)(*positional, **keywords)
         except RecursionError:
             raise BadValueError(TOO_DEEP) from None
         except Exception as exc:
