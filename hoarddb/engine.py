@@ -299,8 +299,8 @@ class Engine:
                 directory = self.path / db / bucket
                 if not directory.is_dir() or not any(directory.iterdir()):
                     # A create makes the folder and its files durably before the declaration
-                    # (_create_bucket), so no crash leaves a declared bucket without them: they
-                    # were deleted. Making them anew would answer as an empty bucket.
+                    # (catalog_operations.create_bucket), so no crash leaves a declared bucket
+                    # without them: they were deleted. Making them anew would answer as an empty bucket.
                     raise CorruptDataError(
                         f"{directory}: the folder of bucket {bucket!r} of database {db!r} is missing or empty, "
                         "though the catalog declares the bucket: its files were deleted or moved. Nothing was "
