@@ -1,4 +1,4 @@
-"""The operations the engine runs itself, one function of ``(engine, request)`` each: the catalog's, and the data directory's.
+"""The engine's own operations (the catalog's, the data directory's), one function of ``(engine, request)`` each.
 
 These are the table's ``runs=ENGINE`` entries (hoarddb/operations.py): creating, altering,
 listing and dropping databases and buckets, a bucket's stats and description, and the data
