@@ -412,7 +412,7 @@ def test_an_unknown_verb_lists_the_verbs_of_the_buckets_own_type(run):
         "line 6, column 21: unknown verb 'pusj'; did you mean push? verbs of lifo store field U.Expenses: "
         + ", ".join(operations.field_verbs_for("lifo")) + " (help VERB describes one)")
     # a bucket that does not exist: every verb, as the parser says it
-    assert "did you mean push? verbs: ack, batch_insert" in nowhere["message"]
+    assert "did you mean push? verbs: ack, aggregate, batch_insert" in nowhere["message"]
     # a verb of another store type: whose it is
     ran = run("use app\ncreate bucket U { type: hash }\ndb.U.psh({a: 1})", continue_on_error=True)
     assert ("unknown verb 'psh'; push is a verb of fifo, lifo and heap buckets, not this one; verbs of hash "
