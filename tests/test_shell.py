@@ -438,10 +438,10 @@ def test_search_with_explain_prints_the_plan_in_the_readable_shell(run):
     ran = run(script, json_mode=False)
     assert ran.code == 0, ran.err
     plan = ran.out[ran.out.index('[{_id_: "o1", C: 1}]'):].splitlines()
-    assert plan[:8] == ['[{_id_: "o1", C: 1}]', "-- plan:", "--   index used:    C_1", "--   keys examined: 1",
-                        "--   docs examined: 1", "--   returned:      1", "--   considered:",
-                        "--     C_1 (covers 1 field): chosen"]
-    assert plan[8:11] == ["[]", "-- plan:", "--   index used:    none — full scan"]
+    assert plan[:9] == ['[{_id_: "o1", C: 1}]', "-- plan:", "--   index used:    C_1", "--   keys examined: 1",
+                        "--   docs examined: 1", "--   returned:      1", '--   served:        {equality: ["C"]}',
+                        "--   considered:", "--     C_1 (covers 1 field): chosen"]
+    assert plan[9:12] == ["[]", "-- plan:", "--   index used:    none — full scan"]
     assert plan[-1] == '[{_id_: "o1", C: 1}]'  # without explain: the documents only
     assert ran.out.count("-- plan:") == 2
 
