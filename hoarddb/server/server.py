@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Any
 
 from .. import operations
@@ -576,7 +577,7 @@ class Server:
             return False
         return True
 
-    def run_inline(self, conn: Connection, request: Request, arrived: float) -> None:
+    def run_inline(self, conn: Connection, request: Request, arrived: int) -> None:
         """Run a one-key read (or answer a refusal) on the loop, and answer it."""
         doc = request.doc
         try:
@@ -591,7 +592,7 @@ class Server:
             answer = self._bug(conn, doc, e)
         self._answer(conn, request.id, doc.get("op"), answer, arrived)
 
-    def run_read(self, conn: Connection, request: Request, arrived: float):
+    def run_read(self, conn: Connection, request: Request, arrived: int):
         """Run a read that may scan on a read-pool thread; the loop waits for it a moment
         (READ_WAIT) and answers at once if it is done: None. A longer one finishes in the
         background while the loop serves others: the task that answers it."""
@@ -632,7 +633,7 @@ class Server:
         except Exception as e:  # a bug: say so in the same shape, keep serving
             return self._bug(conn, doc, e)
 
-    def submit_write(self, conn: Connection, request: Request, arrived: float) -> None:
+    def submit_write(self, conn: Connection, request: Request, arrived: int) -> None:
         """Hand a write to the group commit; it is answered once durable (or refused)."""
         doc = request.doc
 
@@ -652,7 +653,7 @@ class Server:
 
         self.committer.submit(doc, done)
 
-    async def run_request(self, conn: Connection, request: Request, arrived: float) -> None:
+    async def run_request(self, conn: Connection, request: Request, arrived: int) -> None:
         """Run one request in a pool and send its answer (a write's once it is durable)."""
         doc, rid = request.doc, request.id
         op = doc.get("op")
@@ -752,15 +753,15 @@ class Server:
             for conn in corked:
                 conn.uncork()
 
-    def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float, data: bytes | None = None) -> None:
+    def _answer(self, conn: Connection, rid, op, answer: dict, arrived: int, data: bytes | None = None) -> None:
         """Send an answer (``data``: its message, encoded already) and count it."""
         if self._corking is not None and conn.cork():
             self._corking.append(conn)
         conn.send({"id": rid, **answer} if data is None else data)
-        self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
+        self.metrics.answered(op, perf_counter_ns() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
         conn.done()
 
-    async def _stream(self, conn: Connection, rid, op: str, chunks, arrived: float) -> None:
+    async def _stream(self, conn: Connection, rid, op: str, chunks, arrived: int) -> None:
         """Send a blob's chunks as they are read, never more than the connection's write buffer ahead."""
         codename = None
         try:
@@ -785,7 +786,7 @@ class Server:
             close = getattr(chunks, "close", None)
             if close is not None:
                 await self.loop.run_in_executor(self._reads, close)
-        self.metrics.answered(op, self.loop.time() - arrived, codename)
+        self.metrics.answered(op, perf_counter_ns() - arrived, codename)
         conn.done()
 
     async def _exposition(self) -> bytes:
