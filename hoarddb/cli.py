@@ -20,6 +20,8 @@
         give back the disk space deleted data left in the LMDB files of a data directory
         that nothing has open (exit 0: done, 1: some could not be compacted, 2: usage, or
         the directory in use)
+    hoarddb slowlog [--limit N] [--reset] [--json] [--host H --port P --user U ...]
+        a running server's last requests slower than slow_ms, newest first (an admin)
     hoardDB [same options as hoarddb shell] [-insecure]
         the same shell; -insecure reaches a local server without TLS
     hoarddb help [COMMAND...], hoarddb, hoarddb --help
@@ -223,6 +225,11 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
               help="Seconds before an idle connection is closed, and that a message may take to arrive "
                    "or answers may stay unread (300; 0 never).")
 @click.option("--log-level", "log_level", default=None, help="debug, info, warning or error (info).")
+@click.option("--log-format", "log_format", default=None,
+              help="text (for people), or json: one JSON object a line, for a log collector (text).")
+@click.option("--slow-ms", "slow_ms", type=float, default=None, metavar="MS",
+              help="Log requests that take this many milliseconds or more, and keep them for "
+                   "`hoarddb slowlog` (100).")
 @click.option("--event-loop", "event_loop", default=None,
               help="uvloop, asyncio, or auto: uvloop where installed (auto).")
 @click.option("--busy-poll", "busy_poll", type=int, default=None, metavar="US",
@@ -432,6 +439,55 @@ def compact_command(directory, db, bucket, json_mode):
     from .tools.compact import compact, format_json
 
     _report("compact", compact, format_json, directory, db, bucket, json_mode)
+
+
+def _server_options(f):
+    """The options naming a running server (hoarddb/tools/commands.py's, as ping and status take)."""
+    from .tools.commands import server_options
+
+    return server_options(f)
+
+
+@main.command("slowlog")
+@click.option("--limit", type=int, default=None, help="Show at most this many entries, newest first.")
+@click.option("--reset", is_flag=True, help="Forget the entries after showing them.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the answer as one line of JSON.")
+@_server_options
+def slowlog_command(limit, reset, json_mode, **server):
+    """A running server's slow log: its last requests slower than slow_ms, newest first (an admin).
+
+    One line each: when, how long, the operation and where, the client and its user, and
+    the refusal's code if it was refused. The server keeps slowlog_length entries (128).
+    """
+    import json
+
+    import hoarddb
+
+    from .tools.commands import server_address
+
+    request: dict = {"op": "slowlog"}
+    if limit is not None:
+        request["limit"] = limit
+    if reset:
+        request["reset"] = True
+    url, options = server_address(server)
+    try:
+        with hoarddb.connect(url, **options) as client:
+            answer = client.execute(request).get("result") or {}
+    except HoardError as e:
+        click.echo(f"hoarddb slowlog: {e.codeName}: {e.message}", err=True)
+        sys.exit(1)
+    if json_mode:
+        click.echo(json.dumps(answer, default=str))
+        return
+    entries = answer.get("entries") or []
+    for e in entries:
+        where = ".".join(x for x in (e.get("db"), e.get("bucket"), e.get("field")) if x)
+        click.echo(f"{e['id']}  {e['time']:%Y-%m-%d %H:%M:%S}  {e['micros'] / 1000:9.1f} ms  {e['op']}"
+                   f"{' ' + where if where else ''}  {e['peer']}{' ' + e['user'] if e.get('user') else ''}"
+                   f"{'  refused ' + e['code'] if e.get('code') else ''}")
+    click.echo(f"{len(entries)} slow request(s) (slow_ms {answer.get('slow_ms'):g}, "
+               f"keeping the last {answer.get('slowlog_length')})")
 
 
 def _report(name, tool, format_json, directory, db, bucket, json_mode):

@@ -38,6 +38,7 @@ LEFT = {
     "hoarddb/client/connection.py": {"stream"},  # in "the stream changed nothing"
     "hoarddb/tools/online.py": {"backup", "check"},  # the requests of hoarddb check and backup against a server
     "hoarddb/tools/status.py": {"list_buckets", "stats", "whoami"},  # hoarddb status's requests
+    "hoarddb/cli.py": {"check", "list", "slowlog"},  # hoarddb slowlog's request; the command hoarddb check, a click choice
     "hoarddb/engine.py": {"claim", "load"},  # the dead-letter hook (moving to stores/claims.py) and a load's indexes
     "hoarddb/hql/parser.py": {"alter_bucket", "create_bucket", "create_database", "describe_bucket", "drop_bucket",
                               "drop_database", "list_buckets", "list_databases", "stats"},
@@ -56,7 +57,6 @@ LEFT = {
     "hoarddb/tools/ingest.py": {"batch_insert", "batch_push", "batch_put", "insert", "push", "put"},
     "hoarddb/tools/restore.py": {"batch_push", "load"},
     # words that are no operation there
-    "hoarddb/cli.py": {"check", "list"},  # the command hoarddb check, a click choice
     "hoarddb/tools/check.py": {"check", "length"},
     "hoarddb/indexes/declaration.py": {"range"},
     "hoarddb/server/config.py": {"info"},

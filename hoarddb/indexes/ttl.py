@@ -78,6 +78,9 @@ class Sweeper:
                                   "and it is tried again next pass", getattr(store, "name", store))
                     total["failed"] += 1
                     continue
+                if got["expired"] or got["exhausted"]:
+                    log.info("TTL sweep of %s: %d documents expired%s", getattr(store, "name", store), got["expired"],
+                             f", {got['backlog']} more due (the pass's budget ran out)" if got["exhausted"] else "")
                 for key in ("expired", "skipped", "backlog"):
                     total[key] += got[key]
                 total["exhausted"] |= got["exhausted"]

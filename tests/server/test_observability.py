@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 import hoarddb
-from hoarddb.testing import ServerThread
+from hoarddb.errors import HoardError, UnauthorizedError
+from hoarddb.testing import ServerProcess, ServerThread
 
 
 def _metrics(server) -> str:
@@ -45,3 +52,73 @@ def test_a_get_of_a_hundred_microseconds_lands_in_a_sub_millisecond_bucket(serve
     assert abs(total * 1000 - round(total * 1000)) > 1e-6, f"the sum {total} is whole milliseconds"
     assert buckets[0.001] >= 45, buckets  # a one-key read on the loop takes well under a millisecond
     assert buckets[0.0005] >= 1, buckets
+
+
+def _hoarddb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    repo = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=repo)
+    env.pop("HOARDDB_PASSWORD", None)
+    return subprocess.run([sys.executable, "-m", "hoarddb.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+def test_the_slow_log_keeps_the_last_slow_requests_and_hoarddb_slowlog_shows_them(tmp_path):
+    # slow_ms 0 keeps every request: each is "slow", which a test can make happen without sleeping
+    with ServerThread(tmp_path / "data", insecure=True, slow_ms=0, slowlog_length=3) as server:
+        with hoarddb.connect(server.url()) as client:
+            db = client["slow"]
+            db.create_bucket("Users", type="hash")
+            db.Users.insert({"_id_": "u1"})
+            with pytest.raises(HoardError):
+                client.execute({"op": "get", "db": "slow", "bucket": "Nope", "args": {"key": "x"}})
+            answer = client.execute({"op": "slowlog"})["result"]
+            assert answer["slow_ms"] == 0 and answer["slowlog_length"] == 3
+            entries = answer["entries"]
+            assert len(entries) == 3  # only the last three are kept
+            assert entries[0]["id"] > entries[1]["id"] > entries[2]["id"]  # newest first
+            newest = entries[0]
+            assert newest["op"] == "get" and newest["db"] == "slow" and newest["bucket"] == "Nope"
+            assert newest["code"] is not None and newest["micros"] >= 0 and newest["peer"].startswith("127.0.0.1:")
+            assert "args" not in newest and "key" not in newest  # never what a request carried
+        run = _hoarddb("slowlog", "--insecure", "--port", str(server.port), "--limit", "2")
+        assert run.returncode == 0, run.stderr
+        lines = run.stdout.splitlines()
+        assert len(lines) == 3 and "slowlog" in lines[0] and "2 slow request(s) (slow_ms 0" in lines[-1]
+        run = _hoarddb("slowlog", "--insecure", "--port", str(server.port), "--json", "--reset")
+        assert run.returncode == 0, run.stderr
+        assert len(json.loads(run.stdout)["entries"]) == 3
+        with hoarddb.connect(server.url()) as client:
+            entries = client.execute({"op": "slowlog"})["result"]["entries"]
+        assert not any(e["op"] == "get" for e in entries), "--reset forgot nothing"
+
+
+def test_the_slow_log_is_for_admins(tmp_path):
+    from .server_users import add_users
+
+    add_users(tmp_path / "data")
+    with ServerThread(tmp_path / "data") as server:
+        with hoarddb.connect(server.url("reader", "reader-pw")) as client:
+            with pytest.raises(UnauthorizedError):
+                client.execute({"op": "slowlog"})
+
+
+def test_json_logs_one_object_a_line_with_connections_and_slow_requests(tmp_path):
+    with ServerProcess(tmp_path / "data", "--log-format", "json", "--slow-ms", "0") as server:
+        with hoarddb.connect(server.url()) as client:
+            client["j"].create_bucket("Q", type="fifo")
+            client["j"].Q.push({"n": 1})
+            client.execute({"op": "check"})
+        deadline = time.monotonic() + 20
+        while "closed after" not in server.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = server.log_text()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]  # every line is JSON
+    assert all({"time", "level", "logger", "message"} <= r.keys() for r in records)
+    assert any("listening on" in r["message"] for r in records)
+    opened = [r for r in records if r.get("event") == "open"]
+    closed = [r for r in records if r.get("event") == "close"]
+    assert opened and closed and opened[0]["peer"] == closed[0]["peer"]
+    slow = [r for r in records if r["message"].startswith("slow request: push on j.Q")]
+    assert slow and slow[0]["level"] == "warning" and slow[0]["op"] == "push" and slow[0]["micros"] >= 0
+    check = [r for r in records if r.get("event") == "check"]
+    assert check and check[0]["message"].endswith(": 1 buckets, 0 problems"), check
