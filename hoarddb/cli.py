@@ -88,10 +88,89 @@ def remote_options(url=None, host=None, port=None, insecure=None, user=None, pas
                  tls_fingerprint=tls_fingerprint, timeout=timeout)
     if url is None and all(v is None for v in given.values()):
         return None
-    if user and password is None and not __import__("os").environ.get("HOARDDB_PASSWORD") \
-            and sys.stdin is not None and sys.stdin.isatty():
-        given["password"] = click.prompt(f"password for {user}", hide_input=True)
-    return ConnectOptions.from_url(url, **given)
+    return ConnectOptions.from_url(url, **given)  # the password is asked for once the server is trusted (run_shell)
+
+
+def _for_shell(message: str) -> str:
+    """A client's message in the shell's words: its flags for the keyword arguments a program passes."""
+    for keyword, flag in (("tls_fingerprint=", "--tls-fingerprint "), ("tls_ca=", "--tls-ca "),
+                          ("insecure=True", "-insecure")):
+        message = message.replace(keyword, flag)
+    return message
+
+
+def _trusted(remote, default: bool):
+    """``remote`` once its server is trusted, the password asked for after (never before).
+
+    With --tls-fingerprint or --tls-ca, a TLS handshake checks the server by them first. With
+    neither, a certificate this machine's CAs vouch for is trusted as is; any other is
+    trusted on first use, as ssh does: its fingerprint is shown and, on a terminal, the user
+    is asked once and the answer remembered in the known-hosts file (client/known_hosts.py);
+    a certificate that differs from the one remembered is refused. ``default``: the address
+    was not given (bare hoardDB), which a refused connection says."""
+    from dataclasses import replace
+
+    from .client.known_hosts import KnownHosts, same, server_certificate
+    from .errors import HoardConnectionError
+    from .wire.fingerprint import fingerprint
+
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    try:
+        if remote.insecure or remote.tls_ca or remote.tls_fingerprint:
+            server_certificate(remote)
+        else:
+            try:
+                server_certificate(remote)  # a certificate the system's CAs vouch for: nothing to ask
+            except HoardConnectionError as e:
+                if getattr(e, "refused", False) or "certificate" not in e.message:
+                    raise
+                remote = replace(remote, tls_fingerprint=_trust_on_first_use(
+                    remote, fingerprint(server_certificate(remote, verify=False)), KnownHosts(), interactive))
+                server_certificate(remote)  # pinned now: the server must still present it
+    except HoardConnectionError as e:
+        if default and getattr(e, "refused", False):
+            raise HoardConnectionError(
+                f"no hoardDB server answers at {remote.address}, where hoardDB looks when given no address "
+                f"({e.message.partition(': ')[2].partition(';')[0]}): start one with `hoarddb server --data DIR`, "
+                "give a server's address with --host and --port, or open a data directory with --data DIR",
+                outcome_unknown=False) from None
+        raise
+    if remote.user and remote.password is None and interactive:
+        remote = replace(remote, password=click.prompt(f"password for {remote.user}", hide_input=True, err=True))
+    return remote
+
+
+def _trust_on_first_use(remote, fp: str, known, interactive: bool) -> str:
+    """The fingerprint to pin for ``remote``, whose certificate has ``fp``: the one remembered, or
+    ``fp`` once the user said yes (and it is remembered); HoardConnectionError otherwise."""
+    from .client.known_hosts import same
+    from .errors import HoardConnectionError
+
+    remembered = known.get(remote.address)
+    if remembered is not None:
+        if same(remembered, fp):
+            return fp
+        raise HoardConnectionError(
+            f"THE CERTIFICATE OF THE SERVER AT {remote.address} HAS CHANGED. It presents SHA-256 fingerprint {fp}, "
+            f"but {known.path} remembers {remembered}. Someone may be between you and the server, or its "
+            "certificate was replaced. Refusing to connect. If it was replaced on purpose, compare the new "
+            f"fingerprint with the one in the server's start line, then remove the line of {remote.address} from "
+            f"{known.path} (or pass --tls-fingerprint NEW)", outcome_unknown=False)
+    if not interactive:
+        raise HoardConnectionError(
+            f"the server at {remote.address} presents a certificate this machine does not trust, SHA-256 fingerprint "
+            f"{fp}, and none is remembered for it in {known.path}; standard input is not a terminal, so nobody can "
+            "be asked. Compare it with the fingerprint in the server's start line, then pass --tls-fingerprint "
+            "with it (or --tls-ca with a copy of the server's DATA/tls/server.crt), or connect once from a "
+            "terminal to remember it", outcome_unknown=False)
+    click.echo(f"The server at {remote.address} is not known yet. Its certificate's SHA-256 fingerprint is\n"
+               f"    {fp}\nCompare it with the fingerprint in the server's start line.", err=True)
+    if not click.confirm(f"Trust this server and remember it in {known.path}?", default=False, err=True):
+        raise HoardConnectionError(f"not trusting the server at {remote.address}: nothing was sent to it",
+                                   outcome_unknown=False)
+    known.remember(remote.address, fp)
+    click.echo(f"remembered {remote.address} in {known.path}", err=True)
+    return fp
 
 
 def run_shell(data, json_mode=False, script=None, statement=None, continue_on_error=False, remote=None) -> int:
@@ -100,24 +179,29 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
     from .hql import printer
     from .shell import Shell, interactive, is_terminal_session
 
-    if data is None and remote is None:
-        click.echo("give --data DIR (an embedded database) or --host/--port/-insecure (a server); see --help", err=True)
-        return 2
+    if data is None and remote is None:  # nothing said: the server on this machine, as mongosh and redis-cli do
+        remote = "default"
     if data is not None and remote is not None:
         click.echo("give --data DIR or a server (--host, --port, -insecure, --url), not both", err=True)
         return 2
     if script is not None and statement is not None:
         click.echo("give -f FILE or -e STATEMENT, not both", err=True)
         return 2
+    default = remote == "default"
     try:
         if remote is not None:
             from .api import Client
             from .client import RemoteExecutor
+            from .client.options import ConnectOptions
 
+            remote = _trusted(ConnectOptions() if default else remote, default)
             client = Client(RemoteExecutor(remote))
         else:
             client = open_database(data)
     except HoardError as e:
+        if remote is not None:  # a client's advice names keyword arguments: the shell's user has flags
+            e.message = _for_shell(e.message)
+            e.args = (e.message,)
         if json_mode:
             click.echo(printer.json_line(printer.error_answer(e)))
         else:
@@ -131,7 +215,7 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
             elif script is not None:
                 text = script.read()
             elif is_terminal_session():
-                interactive(shell)
+                interactive(shell, where=_where(client, data, remote))
                 return 0
             else:
                 text = sys.stdin.read() if sys.stdin is not None else ""
@@ -141,6 +225,19 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
             click.echo("interrupted: the statements answered above ran; one running then may or may not have",
                        err=True)
             return 130
+
+
+def _where(client, data, remote) -> str:
+    """The banner's line on where the shell is: the server's address and version, the user, the database."""
+    if remote is None:
+        return f"embedded database in {data} (hoardDB {__version__}); no database yet: `use NAME`"
+    try:
+        version = client._executor.server_info.get("version") or "?"
+    except HoardError:
+        version = "?"
+    user = f"user {remote.user}" if remote.user else "no user (insecure)" if remote.insecure else "no user"
+    tls = "insecure" if remote.insecure else "TLS"
+    return f"connected to {remote.address} (hoardDB {version}, {tls}) as {user}; no database yet: `use NAME`"
 
 
 class _Group(click.Group):

@@ -162,7 +162,7 @@ class ConnectOptions:
             if "mismatch" in why:
                 hint = (f"the server's certificate is not made out to {self.host!r}, the name you connected to: "
                         "connect by a host name or IP address the certificate names, or pin the certificate "
-                        "with tls_fingerprint (--tls-fingerprint; the server prints it at start)")
+                        "with tls_fingerprint= (the server prints it at start)")
             elif "expired" in why:
                 hint = ("the server's certificate has expired (or this machine's clock is ahead): the server needs "
                         "a renewed certificate (--tls-cert, --tls-key); check the clocks of both machines")
@@ -172,15 +172,15 @@ class ConnectOptions:
             elif self.tls_ca:
                 hint = (f"the CA file {self.tls_ca} does not vouch for the server's certificate: give the CA that "
                         "signed it, or a copy of the server's own DATA/tls/server.crt; or pin the certificate with "
-                        "tls_fingerprint (printed at the server's start)")
+                        "tls_fingerprint= (printed at the server's start)")
             else:
                 hint = ("the server's certificate does not verify against this machine's CAs: if it is "
-                        "self-signed, pass --tls-fingerprint (printed at the server's start) or "
-                        "--tls-ca DATA/tls/server.crt")
+                        "self-signed, pass tls_fingerprint= (printed at the server's start) or "
+                        "tls_ca=DATA/tls/server.crt")
         elif "WRONG_VERSION_NUMBER" in text or "record layer failure" in text or "wrong version" in text \
                 or isinstance(exc, (ConnectionResetError, EOFError)) or "EOF" in text:
-            hint = ("the server does not speak TLS here: if it runs with --insecure, connect with -insecure "
-                    "(insecure=true); otherwise check the port")
+            hint = ("the server does not speak TLS here: if it runs with --insecure, connect with insecure=True; "
+                    "otherwise check the port")
         else:
             hint = "check the port, and that the server runs with TLS"
         return ConnectionError_(f"TLS handshake with {self.address} failed ({why}): {hint}", outcome_unknown=False)
