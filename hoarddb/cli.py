@@ -23,7 +23,9 @@
     hoarddb slowlog [--limit N] [--reset] [--json] [--host H --port P --user U ...]
         a running server's last requests slower than slow_ms, newest first (an admin)
     hoardDB [same options as hoarddb shell] [-insecure]
-        the same shell; -insecure reaches a local server without TLS
+        the same shell; -insecure reaches a local server without TLS; with no --data and no
+        address, the server on 127.0.0.1:7070 (a self-signed one trusted on first use, as ssh
+        does: hoarddb/client/known_hosts.py)
     hoarddb help [COMMAND...], hoarddb, hoarddb --help
         the list of commands (each with its first sentence whole), or one command's help
 
@@ -610,7 +612,8 @@ def _report(name, tool, format_json, directory, db, bucket, json_mode):
 @click.version_option(version=__version__, prog_name="hoardDB")
 def shell_main(data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
                tls_ca, tls_fingerprint, timeout):
-    """The hoardDB shell (the same as `hoarddb shell`): --data DIR, or a server (-insecure for a local one)."""
+    """The hoardDB shell (the same as `hoarddb shell`): --data DIR, or a server (-insecure for a local one;
+    none given: the server on 127.0.0.1:7070)."""
     _shell_command("hoardDB", data, json_mode, script, statement, continue_on_error,
                    (url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout))
 
