@@ -112,13 +112,15 @@ def _trusted(remote, default: bool):
     was not given (bare hoardDB), which a refused connection says."""
     from dataclasses import replace
 
-    from .client.known_hosts import KnownHosts, same, server_certificate
+    from .client.known_hosts import KnownHosts, server_certificate
     from .errors import HoardConnectionError
     from .wire.fingerprint import fingerprint
 
+    if remote.insecure:  # no certificate to check, no password to ask
+        return remote
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
-        if remote.insecure or remote.tls_ca or remote.tls_fingerprint:
+        if remote.tls_ca or remote.tls_fingerprint:
             server_certificate(remote)
         else:
             try:
