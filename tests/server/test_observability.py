@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -122,3 +123,35 @@ def test_json_logs_one_object_a_line_with_connections_and_slow_requests(tmp_path
     assert slow and slow[0]["level"] == "warning" and slow[0]["op"] == "push" and slow[0]["micros"] >= 0
     check = [r for r in records if r.get("event") == "check"]
     assert check and check[0]["message"].endswith(": 1 buckets, 0 problems"), check
+
+
+def test_user_changes_reloads_and_connections_are_logged(tmp_path, caplog):
+    from hoarddb.server.users import UserStore
+
+    from .server_users import add_users
+
+    add_users(tmp_path / "data")
+    caplog.set_level(logging.INFO, logger="hoarddb")
+    with ServerThread(tmp_path / "data") as server:
+        UserStore(server.data).add("dave", "dave-password", ["read:app"], iterations=4096)
+        with hoarddb.connect(server.url("admin", "admin-pw")) as admin:
+            admin.execute({"op": "set_roles", "user": "dave", "roles": ["readWrite:app"]})
+            deadline = time.monotonic() + 20
+            while "the users file" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+    text = caplog.text
+    assert "user 'dave' given new roles by 'admin'" in text
+    assert "the users file" in text and "changed" in text  # a reload (the add above, by another writer)
+    assert re.search(r"connection 127\.0\.0\.1:\d+ opened", text)
+    assert re.search(r"connection 127\.0\.0\.1:\d+ of user 'admin' closed after", text)
+
+
+def test_a_ttl_sweep_that_expires_documents_is_logged(tmp_path, caplog):
+    import datetime
+
+    caplog.set_level(logging.INFO, logger="hoarddb")
+    with hoarddb.open(tmp_path, ttl_sweep_seconds=0) as c:
+        b = c["app"].create_bucket("S", type="hash", indices=[{"field": "At", "expire_after_seconds": 0}])
+        b.insert({"_id_": "old", "At": datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)})
+        assert c.sweep_ttl()["expired"] == 1
+    assert re.search(r"TTL sweep of \S*S\S*: 1 documents expired", caplog.text), caplog.text
