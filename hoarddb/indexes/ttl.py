@@ -79,7 +79,7 @@ class Sweeper:
                     total["failed"] += 1
                     continue
                 if got["expired"] or got["exhausted"]:
-                    log.info("TTL sweep of %s: %d documents expired%s", getattr(store, "name", store), got["expired"],
+                    log.info("TTL sweep of %s: %d documents expired%s", _where(store), got["expired"],
                              f", {got['backlog']} more due (the pass's budget ran out)" if got["exhausted"] else "")
                 for key in ("expired", "skipped", "backlog"):
                     total[key] += got[key]
@@ -90,3 +90,9 @@ class Sweeper:
             if total["exhausted"]:
                 self.metrics.ttl_budget_exhausted.inc()
             return total
+
+
+def _where(store) -> str:
+    """A bucket as the log names it: DB.BUCKET, from its directory (DATA/DB/BUCKET)."""
+    directory = getattr(store, "directory", None)
+    return f"{directory.parent.name}.{directory.name}" if directory is not None else str(getattr(store, "name", store))
