@@ -35,8 +35,8 @@ from .. import operations
 from ..version import __version__
 from ..engine import Engine
 from ..operations import check_request
-from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
-                      TimeoutError_, UnauthorizedError)
+from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError,
+                      InvalidArgumentError, StorageError, TimeoutError_, UnauthorizedError)
 from ..options import Options
 from ..values.codec import encode_checked
 from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
@@ -763,8 +763,11 @@ class Server:
     def _op_slowlog(self, principal, doc: dict) -> dict:
         """The slow log, newest first (``limit``: at most so many); ``reset``: forget it after."""
         limit = doc.get("limit")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise BadValueError(f"slowlog: limit is a whole number from 1, got {limit!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidArgumentError(f"slowlog: limit is a whole number from 1, got {type(limit).__name__} "
+                                       f"{limit!r:.40}")
+        if limit is not None and limit < 1:
+            raise BadValueError(f"slowlog: limit is a whole number from 1, got {limit}")
         entries = self.slowlog.newest(limit)
         if doc.get("reset") is True:
             self.slowlog.reset()
@@ -789,7 +792,7 @@ class Server:
         conn.send({"id": rid, **answer} if data is None else data)
         code = None if answer.get("ok") == 1 else answer.get("codeName")
         self._answered(conn, doc, arrived, code)
-        if doc.get("op") in _LOGGED_OPS:
+        if type(op := doc.get("op")) is str and op in _LOGGED_OPS:  # (a malformed op may be anything, unhashable)
             _log_admin_op(conn, doc, answer, code)
         conn.done()
 
