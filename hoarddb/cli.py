@@ -93,14 +93,6 @@ def remote_options(url=None, host=None, port=None, insecure=None, user=None, pas
     return ConnectOptions.from_url(url, **given)  # the password is asked for once the server is trusted (run_shell)
 
 
-def _for_shell(message: str) -> str:
-    """A client's message in the shell's words: its flags for the keyword arguments a program passes."""
-    for keyword, flag in (("tls_fingerprint=", "--tls-fingerprint "), ("tls_ca=", "--tls-ca "),
-                          ("insecure=True", "-insecure")):
-        message = message.replace(keyword, flag)
-    return message
-
-
 def _trusted(remote, default: bool):
     """``remote`` once its server is trusted, the password asked for after (never before).
 
@@ -203,9 +195,6 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
         else:
             client = open_database(data)
     except HoardError as e:
-        if remote is not None:  # a client's advice names keyword arguments: the shell's user has flags
-            e.message = _for_shell(e.message)
-            e.args = (e.message,)
         if json_mode:
             click.echo(printer.json_line(printer.error_answer(e)))
         else:
@@ -266,9 +255,18 @@ def main(ctx):
 
     `hoarddb COMMAND --help` (or `hoarddb help COMMAND`) describes a command.
     """
+    _speak_flags(ctx)
     if ctx.invoked_subcommand is None:  # bare `hoarddb`: the help, and success
         click.echo(ctx.get_help())
         ctx.exit(0)
+
+
+def _speak_flags(ctx: click.Context) -> None:
+    """For this command's run, the client's advice names the flags to give, not keyword arguments."""
+    from .client.options import CALLER
+
+    token = CALLER.set("flags")
+    ctx.call_on_close(lambda: CALLER.reset(token))
 
 
 @main.command("help")
@@ -612,10 +610,12 @@ def _report(name, tool, format_json, directory, db, bucket, json_mode):
 @_shell_options
 @lambda f: _remote_options(f, ("-insecure", "--insecure"))
 @click.version_option(version=__version__, prog_name="hoardDB")
-def shell_main(data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
+@click.pass_context
+def shell_main(ctx, data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
                tls_ca, tls_fingerprint, timeout):
     """The hoardDB shell (the same as `hoarddb shell`): --data DIR, or a server (-insecure for a local one;
     none given: the server on 127.0.0.1:7070)."""
+    _speak_flags(ctx)
     _shell_command("hoardDB", data, json_mode, script, statement, continue_on_error,
                    (url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout))
 

@@ -188,3 +188,16 @@ def test_bare_hoardDB_looks_on_this_machine(tmp_path):
     result = shell("-e", "show databases", env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
     assert result.returncode == 1
     assert "no hoardDB server answers at 127.0.0.1:7070" in result.stderr and "--data DIR" in result.stderr
+
+
+def test_every_command_is_told_its_flags_and_a_program_its_keywords(tmp_path, secure):
+    status = subprocess.run([sys.executable, "-m", "hoarddb.cli", "status", "--port", str(secure.port)],
+                            capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert status.returncode != 0
+    assert "--tls-fingerprint" in status.stderr and "tls_fingerprint=" not in status.stderr, status.stderr
+    import hoarddb
+    from hoarddb.errors import HoardConnectionError
+
+    with pytest.raises(HoardConnectionError) as refused:
+        hoarddb.connect(port=secure.port)
+    assert "tls_fingerprint=" in refused.value.message and "--tls" not in refused.value.message
