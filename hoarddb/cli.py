@@ -118,7 +118,7 @@ def _trusted(remote, default: bool):
             try:
                 server_certificate(remote)  # a certificate the system's CAs vouch for: nothing to ask
             except HoardConnectionError as e:
-                if getattr(e, "refused", False) or "certificate" not in e.message:
+                if not getattr(e, "unverified", False):
                     raise
                 remote = replace(remote, tls_fingerprint=_trust_on_first_use(
                     remote, fingerprint(server_certificate(remote, verify=False)), KnownHosts(), interactive))

@@ -79,7 +79,8 @@ def same(a: str, b: str) -> bool:
 def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes | None:
     """Connect, do the TLS handshake as a client with ``options`` does (``verify``: checking the
     certificate by them; else taking whatever it is), close; the certificate (DER), None when
-    insecure. Raises HoardConnectionError (no server there, a handshake or check that fails)."""
+    insecure. Raises HoardConnectionError (no server there: its ``refused`` is True; a certificate
+    the options do not trust: ``unverified``; a handshake that fails otherwise)."""
     o = options
     context = o.ssl_context() if verify else _unverified()
     try:
@@ -88,8 +89,10 @@ def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes
         raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
                             outcome_unknown=False) from None
     except OSError as exc:
-        raise HoardConnectionError(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
-                                   "on this host and port?", outcome_unknown=False, refused=True) from None
+        error = HoardConnectionError(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
+                                     "on this host and port?", outcome_unknown=False)
+        error.refused = True  # nothing listens there (not sent in an answer: not one of its details)
+        raise error from None
     if context is None:
         sock.close()
         return None
@@ -102,7 +105,9 @@ def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes
                             "is it a hoardDB server?", outcome_unknown=False) from None
     except (ssl.SSLError, OSError) as exc:
         sock.close()
-        raise o.tls_advice(exc) from None
+        error = o.tls_advice(exc)
+        error.unverified = isinstance(exc, ssl.SSLCertVerificationError)  # a certificate, not trusted by options
+        raise error from None
     if verify:
         o.check_fingerprint(der)
     return der
