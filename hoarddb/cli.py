@@ -104,7 +104,7 @@ def _trusted(remote, default: bool):
     was not given (bare hoardDB), which a refused connection says."""
     from dataclasses import replace
 
-    from .client.known_hosts import KnownHosts, server_certificate
+    from .client.known_hosts import KnownHosts, NothingListens, NotTrusted, server_certificate
     from .errors import HoardConnectionError
     from .wire.fingerprint import fingerprint
 
@@ -112,19 +112,16 @@ def _trusted(remote, default: bool):
         return remote
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
-        if remote.tls_ca or remote.tls_fingerprint:
-            server_certificate(remote)
-        else:
-            try:
-                server_certificate(remote)  # a certificate the system's CAs vouch for: nothing to ask
-            except HoardConnectionError as e:
-                if not getattr(e, "unverified", False):
-                    raise
-                remote = replace(remote, tls_fingerprint=_trust_on_first_use(
-                    remote, fingerprint(server_certificate(remote, verify=False)), KnownHosts(), interactive))
-                server_certificate(remote)  # pinned now: the server must still present it
-    except HoardConnectionError as e:
-        if default and getattr(e, "refused", False):
+        try:
+            server_certificate(remote)  # by --tls-ca or --tls-fingerprint; else by this machine's CAs
+        except NotTrusted:
+            if remote.tls_ca or remote.tls_fingerprint:
+                raise
+            remote = replace(remote, tls_fingerprint=_trust_on_first_use(
+                remote, fingerprint(server_certificate(remote, verify=False)), KnownHosts(), interactive))
+            server_certificate(remote)  # pinned now: the server must still present it
+    except NothingListens as e:
+        if default:
             raise HoardConnectionError(
                 f"no hoardDB server answers at {remote.address}, where hoardDB looks when given no address "
                 f"({e.message.partition(': ')[2].partition(';')[0]}): start one with `hoarddb server --data DIR`, "
@@ -564,7 +561,9 @@ def slowlog_command(limit, reset, json_mode, **server):
 
     from .tools.commands import server_address
 
-    request: dict = {"op": "slowlog"}
+    from .operations import SLOWLOG
+
+    request: dict = {"op": SLOWLOG.name}
     if limit is not None:
         request["limit"] = limit
     if reset:

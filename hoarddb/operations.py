@@ -28,6 +28,7 @@ is expected, or left over after the params, is the options document
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
@@ -221,6 +222,22 @@ class Operation:
     #: Whether its requests in a row to one bucket may run as one (a group commit's pushes
     #: or pops of one queue: the store's ``<name>_each``).
     together: bool = False
+    #: Whether its store method reads other buckets of the same database (aggregate's
+    #: $lookup): the engine passes it ``buckets(name)``, that hash bucket's documents.
+    joins: bool = False
+    #: HQL's chained cursor methods that make it another operation, as mongosh's cursor:
+    #: ``(method, operation, {args it sets})``; ``db.T.find(f).count()`` is count(f). An
+    #: entry with these also takes each of its options as a method: ``.sort({Date: -1})``.
+    chains: tuple = ()
+    # Derived once from the above by __post_init__, for binding on the hot path:
+    #: the names of params, in order
+    param_names: tuple = dataclasses.field(init=False, repr=False, compare=False)
+    #: whether a positional call is bound by zipping (no scalar param that could take an options document instead)
+    simple: bool = dataclasses.field(init=False, repr=False, compare=False)
+    #: whether every param of a simple call takes any value: a positional call needs no kind check at all
+    unchecked: bool = dataclasses.field(init=False, repr=False, compare=False)
+    #: the name of the one argument of a simple verb (insert's doc, get's key), else None
+    single: str | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         verb = self.scope in (BUCKET, FIELD)
@@ -234,15 +251,10 @@ class Operation:
                 object.__setattr__(self, name, value)
         if self.role not in ROLES or self.cost not in COSTS:
             raise ValueError(f"operation {self.name}: role {self.role!r} or cost {self.cost!r} is not one of the table's")
-        # Derived once, for binding on the hot path: names of params, and whether a
-        # positional call can be bound by zipping (no scalar param that could take an
-        # options document instead).
         object.__setattr__(self, "param_names", tuple(p.name for p in self.params))
         object.__setattr__(self, "simple", all(p.kind not in ("int", "str") for p in self.params)
                            and not self.options and all(p.required for p in self.params))
-        # every param takes any value: a positional call needs no kind check at all
         object.__setattr__(self, "unchecked", self.simple and all(p.kind == "any" for p in self.params))
-        # the name of the one argument of a simple verb (insert's doc, get's key), else None
         object.__setattr__(self, "single", self.param_names[0] if self.simple and len(self.params) == 1 else None)
 
     def param(self, name: str) -> Param | None:
@@ -257,6 +269,12 @@ def _types(*names: str) -> frozenset:
 
 
 _LIMIT = Param("limit", "int", False, "how many elements")
+#: What find and search become when HQL chains .count() or .explain() after them.
+_CURSOR_CHAINS: tuple[tuple[str, str, dict[str, Any]], ...] = (("count", "count", {}), ("explain", "search", {"explain": True}))
+#: find's and search's options besides the limit.
+_READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, such as {Date: -1}"),
+                 Param("skip", "int", False, "how many matches to pass over"),
+                 Param("projection", "doc", False, "the fields to keep ({name: 1}) or drop ({notes: 0})"))
 _ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
 
@@ -314,19 +332,44 @@ for _op in [
     Operation("exists", _types("hash", "btree"), (Param("key", "any"),),
               summary="Whether a document (hash) or an entry (btree) with this key exists, without reading it.",
               answer="true or false", example='db.User.exists("jane_doe")'),
-    Operation("find", _types("hash"), (Param("filter", "filter", False),), (_LIMIT,),
-              summary="Every document matching the filter (a full scan).", answer="a list",
-              example='db.User.find({Email: "jane@example.com"})', cost=SCAN),
-    Operation("search", _types("hash"), (Param("filter", "filter", False),), (_LIMIT, Param("explain", "any", False)),
+    Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
+              summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
+              answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
+              cost=SCAN, chains=_CURSOR_CHAINS),
+    Operation("search", _types("hash"), (Param("filter", "filter", False),),
+              _READ_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
-              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED),
+              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS),
     Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
               example="db.User.count()", cost=SCAN),
-    Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")), write=True,
-              summary="Apply update operators to every matching document, in one write.",
-              answer="{matched, modified}", example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE),
+    Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
+              summary="The different values of a field (an array's elements one by one) in the matching documents.",
+              answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
+    Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False),),
+              summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
+              answer="a list (index_used names what served a leading $match)",
+              example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True),
+    Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")),
+              (Param("upsert", "any", False, "insert when nothing matches"),
+               Param("multi", "any", False, "false: only the first match (default true: every match)"),
+               Param("arrayFilters", "list", False, "the filters of $[<identifier>] paths")), write=True,
+              summary="Apply update operators to every matching document (multi: false, the first), in one write; "
+                      "upsert inserts when nothing matches.",
+              answer="{matched, modified} (and upserted: the new key)",
+              example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE),
+    Operation("find_and_modify", _types("hash"), (Param("filter", "filter", False), Param("update", "update", False)),
+              (Param("remove", "any", False, "delete the document instead of updating it"),
+               Param("new", "any", False, "return the document as it became (default: as it was)"),
+               Param("upsert", "any", False, "insert when nothing matches"),
+               Param("sort", "doc", False, "which match, when several do"),
+               Param("projection", "doc", False, "the fields returned"),
+               Param("arrayFilters", "list", False, "the filters of $[<identifier>] paths")), write=True,
+              summary="Update (or remove) one document and return it, in one atomic read-modify-write.",
+              answer="the document before (or, with new, after), or null", aliases=("findAndModify",),
+              example='db.Counters.findAndModify({_id_: "orders"}, {$inc: {n: 1}}, {new: true, upsert: true})',
+              cost=FILTERED_WRITE),
     Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True,
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
@@ -448,16 +491,6 @@ for _op in [
               summary="A bucket's entries, bytes and index states.", answer="a document"),
     Operation("metrics", scope=SERVER, cost=SCAN, summary="Every metric sample.", answer="a document"),
     Operation("sweep_ttl", scope=SERVER, write=True, logged=True, summary="Run one TTL sweep now.", answer="a document"),
-    # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
-    # data directory elsewhere: neither changes the data, and neither is worth sending twice
-    Operation("check", scope=SERVER, cost=SCAN, retry=False, logged=True,
-              summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
-    Operation("backup", scope=SERVER, cost=SCAN, retry=False, logged=True, fields=(Param("path", "str", True, "a directory"),),
-              summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
-    Operation("slowlog", scope=SERVER, runs=SERVER,
-              fields=(Param("limit", "int", False, "at most this many entries"),
-                      Param("reset", "any", False, "true: forget the entries after reading them")),
-              summary="The slowest recent requests (over slow_ms), newest first.", answer="{slow_ms, slowlog_length, entries}"),
     Operation("whoami", scope=SERVER, runs=SERVER, role="any",
               summary="The logged-in user and their roles.", answer="{user, roles}"),
     Operation("list_users", scope=SERVER, runs=SERVER, summary="Every user and their roles.", answer="a list"),
@@ -470,8 +503,27 @@ for _op in [
     Operation("set_roles", scope=SERVER, runs=SERVER, write=True, fields=(_USER, _ROLES),
               summary="Replace a user's roles; open connections use them from their next request.",
               answer="a document"),
+    # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
+    # data directory elsewhere: neither changes the data, and neither is worth sending twice
+    Operation("check", scope=SERVER, cost=SCAN, retry=False, logged=True,
+              summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
+    Operation("backup", scope=SERVER, cost=SCAN, retry=False, logged=True,
+              fields=(Param("path", "str", True, "a directory"),),
+              summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
+    Operation("slowlog", scope=SERVER, runs=SERVER,
+              fields=(Param("limit", "int", False, "at most this many entries"),
+                      Param("reset", "any", False, "true: forget the entries after reading them")),
+              summary="The slowest recent requests (over slow_ms), newest first.",
+              answer="{slow_ms, slowlog_length, entries}"),
 ]:
     ADMIN[_op.name] = _op
+
+#: The catalog and server operations as names of this module, for the code that builds
+#: their requests (``{"op": LIST_DATABASES.name}``) or asks about one: each is its entry,
+#: named as it is, upper-cased (tests/test_operations_table.py holds them to it).
+(CREATE_DATABASE, DROP_DATABASE, LIST_DATABASES, CREATE_BUCKET, DROP_BUCKET, ALTER_BUCKET, LIST_BUCKETS,
+ DESCRIBE_BUCKET, STATS, METRICS, SWEEP_TTL, WHOAMI, LIST_USERS, CREATE_USER, UPDATE_USER, DROP_USER, SET_ROLES,
+ CHECK, BACKUP, SLOWLOG) = ADMIN.values()
 
 #: Every operation by name (and alias): bucket verbs, catalog and server operations. A
 #: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.
@@ -518,7 +570,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
     kind = p.kind
     if kind in ("doc", "filter", "update"):
         ok = isinstance(value, (dict, Mapping))
-    elif kind == "docs":
+    elif kind in ("docs", "list"):
         ok = isinstance(value, (list, tuple))
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -529,7 +581,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
         ok = type(value) is str  # (not BSON's code, which is a str too)
     else:
         ok = True
-    if kind in ("filter", "update", "any") and ok:
+    if kind in ("filter", "update", "any", "list") and ok:
         check_ints(op, p, value)
     if not ok:
         raise InvalidArgumentError(

@@ -23,6 +23,14 @@ from ..wire.fingerprint import normalize
 from .options import ConnectOptions
 
 
+class NothingListens(HoardConnectionError):
+    """NothingListens is a connection refused, or not answered: no server at that address."""
+
+
+class NotTrusted(HoardConnectionError):
+    """NotTrusted is a server whose certificate the connection options do not vouch for."""
+
+
 def default_path() -> Path:
     """Where the known-hosts file is: under XDG_CONFIG_HOME, else ~/.config."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
@@ -79,8 +87,8 @@ def same(a: str, b: str) -> bool:
 def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes | None:
     """Connect, do the TLS handshake as a client with ``options`` does (``verify``: checking the
     certificate by them; else taking whatever it is), close; the certificate (DER), None when
-    insecure. Raises HoardConnectionError (no server there: its ``refused`` is True; a certificate
-    the options do not trust: ``unverified``; a handshake that fails otherwise)."""
+    insecure. Raises HoardConnectionError: NothingListens (no server there), NotTrusted (a
+    certificate the options do not vouch for), or itself (a handshake that fails otherwise)."""
     o = options
     context = o.ssl_context() if verify else _unverified()
     try:
@@ -89,10 +97,8 @@ def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes
         raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
                             outcome_unknown=False) from None
     except OSError as exc:
-        error = HoardConnectionError(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
-                                     "on this host and port?", outcome_unknown=False)
-        error.refused = True  # nothing listens there (not sent in an answer: not one of its details)
-        raise error from None
+        raise NothingListens(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
+                             "on this host and port?", outcome_unknown=False) from None
     if context is None:
         sock.close()
         return None
@@ -106,7 +112,8 @@ def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes
     except (ssl.SSLError, OSError) as exc:
         sock.close()
         error = o.tls_advice(exc)
-        error.unverified = isinstance(exc, ssl.SSLCertVerificationError)  # a certificate, not trusted by options
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            raise NotTrusted(error.message, outcome_unknown=False) from None
         raise error from None
     if verify:
         o.check_fingerprint(der)

@@ -29,6 +29,8 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
 
 from .. import operations
+from ..operations import (ALTER_BUCKET, CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE,
+                          LIST_BUCKETS, LIST_DATABASES, STATS)
 from ..errors import (BadValueError, DatabaseNotFoundError, HoardError, InternalError, InvalidArgumentError,
                       SyntaxError_, UnknownVerbError)
 from . import literals
@@ -49,7 +51,7 @@ ONE_LINE = {"use": ("use NAME",), "show": ("show databases", "show buckets"), "d
             "drop": ("drop database NAME", "drop bucket NAME")}
 
 #: Bucket methods that are not store verbs: ``db.Users.stats()`` is the engine's stats operation.
-BUCKET_METHODS = {"stats": "stats"}
+BUCKET_METHODS = {"stats": STATS.name}
 
 
 class _KeepSemicolon:
@@ -573,40 +575,40 @@ class _ToValues(Transformer):
 
     def create_database(self, c):
         (db, _), = _tokens(c)
-        return Statement("request", request={"op": "create_database", "db": db})
+        return Statement("request", request={"op": CREATE_DATABASE.name, "db": db})
 
     def drop_database(self, c):
         (db, _), = _tokens(c)
-        return Statement("request", request={"op": "drop_database", "db": db})
+        return Statement("request", request={"op": DROP_DATABASE.name, "db": db})
 
     def use(self, c):
         (db, _), = _tokens(c)
         return Statement("use", name=db)
 
     def show_databases(self, c):
-        return Statement("request", request={"op": "list_databases"})
+        return Statement("request", request={"op": LIST_DATABASES.name})
 
     def show_buckets(self, c):
-        return Statement("request", request={"op": "list_buckets"}, needs_db=True)
+        return Statement("request", request={"op": LIST_BUCKETS.name}, needs_db=True)
 
     def create_bucket(self, c):
         parts = _tokens(c)
         (bucket, _), options = parts[0], (parts[1] if len(parts) > 1 else {})
-        return Statement("request", request={"op": "create_bucket", "bucket": bucket, "options": options},
+        return Statement("request", request={"op": CREATE_BUCKET.name, "bucket": bucket, "options": options},
                          needs_db=True)
 
     def alter_bucket(self, c):
         (bucket, _), options = _tokens(c)
-        return Statement("request", request={"op": "alter_bucket", "bucket": bucket, "options": options},
+        return Statement("request", request={"op": ALTER_BUCKET.name, "bucket": bucket, "options": options},
                          needs_db=True)
 
     def describe_bucket(self, c):
         (bucket, _), = _tokens(c)
-        return Statement("request", request={"op": "describe_bucket", "bucket": bucket}, needs_db=True)
+        return Statement("request", request={"op": DESCRIBE_BUCKET.name, "bucket": bucket}, needs_db=True)
 
     def drop_bucket(self, c):
         (bucket, _), = _tokens(c)
-        return Statement("request", request={"op": "drop_bucket", "bucket": bucket}, needs_db=True)
+        return Statement("request", request={"op": DROP_BUCKET.name, "bucket": bucket}, needs_db=True)
 
     def help(self, c):
         parts = _tokens(c)
@@ -668,13 +670,23 @@ class _ToValues(Transformer):
     def arguments(self, c):
         return [_no_bare(v) for v in c]
 
+    def chained(self, c):
+        return _Chained(c[0], c[1])
+
     def bucket_call(self, c):
-        (bucket, _), verb, args = _tokens(c)
+        parts = _tokens(c)
+        (bucket, _), verb, args = parts[:3]
+        chain = parts[3:]
         if verb.value not in operations.VERBS and verb.value in BUCKET_METHODS:
             if args:
                 raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no arguments"), verb)
+            if chain:
+                raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no chained methods"), chain[0].tok)
             return Statement("request", request={"op": BUCKET_METHODS[verb.value], "bucket": bucket}, needs_db=True)
-        return Statement("request", request=_verb_request(bucket, verb, args), needs_db=True)
+        request = _verb_request(bucket, verb, args)
+        if chain:
+            request = _apply_chain(request, verb, chain)
+        return Statement("request", request=request, needs_db=True)
 
     def field_call(self, c):
         (bucket, _), key, (field_name, _), verb, args = _tokens(c)
@@ -692,6 +704,56 @@ class _ToValues(Transformer):
                 raise _Positioned(e, verb)
         request = {"op": name, "bucket": bucket, "key": _no_bare(key), "field": field_name, "args": bound}
         return Statement("request", request=request, needs_db=True)
+
+
+class _Chained:
+    """One ``.method(args)`` after a call: ``.sort({Date: -1})``."""
+
+    __slots__ = ("tok", "args")
+
+    def __init__(self, tok: Token, args: list):
+        self.tok, self.args = tok, args
+
+
+def _apply_chain(request: dict, verb: Token, chain: list) -> dict:
+    """A call with cursor methods chained after it, as mongosh writes them:
+    ``db.T.find(f).sort({Date: -1}).limit(10)``. The operations table says which verbs take
+    them (``Operation.chains``): each option of the verb is a method of one argument
+    (``.sort``, ``.limit``, ``.skip``, ``.projection``), and ``chains`` names the methods
+    that make it another operation (``.count()``: count what the filter matches, skip and
+    limit aside, as mongosh's count; ``.explain()``: search with ``explain: true``).
+    """
+    op = operations.verb(request["op"])
+    if not op.chains:
+        raise _Positioned(InvalidArgumentError(
+            f"{verb.value}() takes no chained methods; "
+            f"{', '.join(sorted(n for n, o in operations.VERBS.items() if o.chains and n == o.name))} do"),
+            chain[0].tok)
+    args = dict(request["args"])
+    for link in chain:
+        name = link.tok.value
+        becomes = {method: (target, sets) for method, target, sets in op.chains}
+        if name in becomes:
+            if link.args:
+                raise _Positioned(InvalidArgumentError(f".{name}() takes no arguments"), link.tok)
+            target, sets = becomes[name]
+            op = operations.VERBS[target]
+            keep = {p.name for p in op.params + op.options}
+            args = {**{k: v for k, v in args.items() if k in keep}, **sets}
+            continue
+        if op.param(name) is None or name in op.param_names:
+            methods = [p.name for p in op.options] + [m for m, _t, _s in op.chains]
+            raise _Positioned(InvalidArgumentError(
+                f"unknown method .{name}() after {verb.value}(); accepted: "
+                f"{', '.join('.' + m + '()' for m in dict.fromkeys(methods))}"), link.tok)
+        if len(link.args) != 1:
+            raise _Positioned(InvalidArgumentError(f".{name}() takes one argument: {op.param(name).help}"), link.tok)
+        args[name] = _no_bare(link.args[0])
+    try:
+        bound = operations.bind(op, (), args)
+    except HoardError as e:
+        raise _Positioned(e, chain[-1].tok)
+    return {**request, "op": op.name, "args": bound}
 
 
 def _verb_request(bucket: str, verb: Token, args: list) -> dict:

@@ -58,6 +58,7 @@ from bson.json_util import JSONMode, JSONOptions
 from ..version import __version__
 from ..catalog import check_name
 from ..errors import HoardError, InvalidArgumentError, VerbNotSupportedError
+from ..indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from ..values.codec import encode
 from .batches import fewer_collections, shrinking
 from .fields import FieldDumper
@@ -215,7 +216,8 @@ def _dump_bucket_files(bucket, rep: BucketReport, folder: Path, page_size: int, 
         "store_fields": decl.get("store_fields") or [],
         "indexes": [
             {"name": ix["name"], "fields": list(ix["fields"]), "unique": bool(ix.get("unique")),
-             "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready")}
+             "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
+             **{k: ix[k] for k in INDEX_OPTIONS if k in ix}}
             for ix in decl.get("indexes") or []
         ],
         "documents": rep.documents,
