@@ -20,8 +20,6 @@ its coroutine methods into calls, so the same test body runs on all three execut
 
 from __future__ import annotations
 
-from hoarddb.errors import HoardError
-
 import asyncio
 import itertools
 import threading
@@ -29,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from hoarddb.errors import HoardError
 
 _names = itertools.count(1)
 
