@@ -227,6 +227,7 @@ SAMPLE = {
     "any": 1,
     "data": b"x",
     "str": "x",
+    "list": [],
 }
 
 
