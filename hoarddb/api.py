@@ -1,9 +1,15 @@
-"""The public Python objects — Client, Database, Bucket — that only build operations and hand them to an executor.
+"""The public Python objects — Client, Database, Bucket, Document, StoreField — that only build operations and hand them to an executor.
 
 An executor is anything with ``execute(request) -> answer`` and ``close()``: the
-embedded :class:`hoarddb.engine.Engine` today, a server connection later. No behaviour
-lives here that the engine does not own; every verb method is generated from
-:mod:`hoarddb.operations`, so a new verb needs no code in this file.
+embedded :class:`hoarddb.engine.Engine`, or a server connection
+(:class:`hoarddb.client.RemoteExecutor`). No behaviour lives here that the engine does
+not own; every verb method is generated from :mod:`hoarddb.operations`, so a new verb
+needs no code in this file.
+
+These objects are written once for both clients: each method builds its operation and
+hands it, with what to make of the answer, to its client's ``_run``. :class:`Client`
+runs it at once; the asyncio client (:mod:`hoarddb.aio`, a :class:`BaseClient` too)
+gives a coroutine that awaits the answer, so there the same methods are awaited.
 """
 
 from __future__ import annotations
@@ -14,25 +20,38 @@ from . import operations
 from .errors import UnknownVerbError
 
 
-class Client:
-    """Client is an open hoardDB: ``client["app"]`` is a database.
+def _result(answer: dict) -> Any:
+    return answer.get("result")
 
-    Use it as a context manager, or call :meth:`close`. An embedded one that is dropped
-    unclosed (with every handle taken from it) is closed when Python frees it, with a
-    ResourceWarning, and one still open at exit is closed then. One client serves many
-    threads; a process forked from the one that opened it cannot use it.
+
+def _verb_result(answer: dict) -> Any:
+    """What a bucket verb returns: the result, or a :class:`Found` when the answer names an index."""
+    if "index_used" in answer:
+        return Found(answer["result"], answer["index_used"], answer.get("explain"))
+    return answer.get("result")
+
+
+class BaseClient:
+    """BaseClient is what both clients share: the operations of a client, built once.
+
+    Each method builds an operation document and hands it to :meth:`_run` with what to
+    make of the answer; a subclass says how it runs (at once, or awaited).
     """
 
     def __init__(self, executor):
         self._executor = executor
         self._call = getattr(executor, "call", None)  # an in-process engine's pre-bound entry
 
+    def _run(self, request: dict, shape=None) -> Any:
+        """Run ``request`` on the executor; its answer, or ``shape(answer)``."""
+        raise NotImplementedError
+
     def execute(self, request: dict) -> dict:
         """Run one operation document and return its whole answer (``{ok: 1, result, ...}``)."""
-        return self._executor.execute(request)
+        return self._run(request)
 
     def _result(self, request: dict) -> Any:
-        return self._executor.execute(request).get("result")
+        return self._run(request, _result)
 
     def __getitem__(self, name: str) -> "Database":
         return Database(self, name)
@@ -43,8 +62,7 @@ class Client:
 
     def create_database(self, name: str) -> "Database":
         """Create a database (``create_bucket`` also creates its database when needed)."""
-        self._result({"op": "create_database", "db": name})
-        return Database(self, name)
+        return self._run({"op": "create_database", "db": name}, lambda answer: Database(self, name))
 
     def drop_database(self, name: str) -> dict:
         """Drop a database with all its buckets and their files."""
@@ -58,6 +76,20 @@ class Client:
         """Run one TTL sweep now (the background sweeper does it every HOARDDB_TTL_SWEEP_SECONDS)."""
         return self._result({"op": "sweep_ttl"})
 
+
+class Client(BaseClient):
+    """Client is an open hoardDB: ``client["app"]`` is a database.
+
+    Use it as a context manager, or call :meth:`close`. An embedded one that is dropped
+    unclosed (with every handle taken from it) is closed when Python frees it, with a
+    ResourceWarning, and one still open at exit is closed then. One client serves many
+    threads; a process forked from the one that opened it cannot use it.
+    """
+
+    def _run(self, request: dict, shape=None) -> Any:
+        answer = self._executor.execute(request)
+        return answer if shape is None else shape(answer)
+
     def close(self) -> None:
         """Close the database; later calls raise ClosedError."""
         self._executor.close()
@@ -69,29 +101,20 @@ class Client:
         self.close()
 
 
-class BucketsByName:
-    """A database's buckets by name: ``db.Name`` and ``db["Name"]``, built as ``bucket_class``.
+class Database:
+    """Database is a named group of buckets; ``db.Name`` and ``db["Name"]`` are its buckets."""
 
-    Shared by this module's Database and hoarddb.aio's, which differ in their Bucket.
-    """
-
-    bucket_class: type
-
-    def __init__(self, client, name: str):
+    def __init__(self, client: BaseClient, name: str):
         self._client = client
         self.name = name
 
-    def __getitem__(self, name: str):
-        return self.bucket_class(self, name)
+    def __getitem__(self, name: str) -> "Bucket":
+        return Bucket(self, name)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> "Bucket":
         if name.startswith("_"):
             raise AttributeError(name)
-        return self.bucket_class(self, name)
-
-
-class Database(BucketsByName):
-    """Database is a named group of buckets; ``db.Name`` and ``db["Name"]`` are its buckets."""
+        return Bucket(self, name)
 
     def create_bucket(self, name: str, type: str = "hash", **options) -> "Bucket":
         """Create a bucket of a store type (fifo, lifo, hash, btree, heap, blob) with its options.
@@ -99,12 +122,12 @@ class Database(BucketsByName):
         Warnings (an option recorded but not enforced) are on the returned bucket's
         ``warnings`` attribute.
         """
-        answer = self._client.execute(
-            {"op": "create_bucket", "db": self.name, "bucket": name, "options": {"type": type, **options}}
-        )
-        bucket = Bucket(self, name)
-        bucket.warnings = answer.get("warnings", [])
-        return bucket
+        def made(answer: dict) -> Bucket:
+            bucket = Bucket(self, name)
+            bucket.warnings = answer.get("warnings", [])
+            return bucket
+        return self._client._run(
+            {"op": "create_bucket", "db": self.name, "bucket": name, "options": {"type": type, **options}}, made)
 
     def drop_bucket(self, name: str) -> dict:
         """Drop a bucket and every file of it."""
@@ -139,12 +162,11 @@ class Bucket:
         client = self._database._client
         if client._call is not None:  # in process: the engine takes the bound arguments as they are
             answer = client._call(op, self._database.name, self.name, bound)
-        else:
-            answer = client._executor.execute(
-                {"op": op.name, "db": self._database.name, "bucket": self.name, "args": bound})
-        if "index_used" in answer:
-            return Found(answer["result"], answer["index_used"], answer.get("explain"))
-        return answer.get("result")
+            if "index_used" in answer:
+                return Found(answer["result"], answer["index_used"], answer.get("explain"))
+            return answer.get("result")
+        return client._run({"op": op.name, "db": self._database.name, "bucket": self.name, "args": bound},
+                           _verb_result)
 
     def stats(self) -> dict:
         """Type, entries, bytes on disk and indexes of this bucket."""
@@ -175,33 +197,24 @@ class Bucket:
         return f"<hoarddb Bucket {self._database.name}.{self.name}>"
 
 
-class StoreFieldsByName:
-    """A document's store fields by name: ``doc.Expenses`` and ``doc["Expenses"]``, built as ``field_class``.
-
-    Shared by this module's Document and hoarddb.aio's, which differ in their StoreField.
-    """
-
-    field_class: type
-
-    def __init__(self, bucket, key: Any):
-        self._bucket = bucket
-        self.key = key
-
-    def __getattr__(self, field: str):
-        if field.startswith("_"):
-            raise AttributeError(field)
-        return self.field_class(self, field)
-
-    def __getitem__(self, field: str):
-        return self.field_class(self, field)
-
-
-class Document(StoreFieldsByName):
+class Document:
     """Document is a document's address in a bucket; its attributes are its store fields.
 
     ``db.Property["p1"].Expenses`` is the ``Expenses`` store of document ``p1``. The
     document's own fields are read with ``bucket.get(key)``.
     """
+
+    def __init__(self, bucket: Bucket, key: Any):
+        self._bucket = bucket
+        self.key = key
+
+    def __getattr__(self, field: str) -> "StoreField":
+        if field.startswith("_"):
+            raise AttributeError(field)
+        return StoreField(self, field)
+
+    def __getitem__(self, field: str) -> "StoreField":
+        return StoreField(self, field)
 
     def __repr__(self) -> str:
         return f"<hoarddb Document {self._bucket._database.name}.{self._bucket.name}[{self.key!r}]>"
@@ -222,11 +235,10 @@ class StoreField:
 
     def _send(self, name: str, args: dict) -> Any:
         bucket = self._document._bucket
-        answer = bucket._database._client.execute({
+        return bucket._database._client._run({
             "op": name, "db": bucket._database.name, "bucket": bucket.name,
             "key": self._document.key, "field": self.name, "args": args,
-        })
-        return answer.get("result")
+        }, _result)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -303,7 +315,5 @@ def _make_verb(op: operations.Operation, name: str):
     return verb
 
 
-Database.bucket_class = Bucket
-Document.field_class = StoreField
 for _name, _op in operations.VERBS.items():
     setattr(Bucket, _name, _make_verb(_op, _name))

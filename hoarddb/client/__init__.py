@@ -4,7 +4,9 @@
     >>> client["app"].Comments.push({"Text": "hi"})
 
     options.py     ConnectOptions: the URL, keyword arguments and shell flags, one set
-    connection.py  Connection (one socket) and RemoteExecutor (what Client runs on)
+    core.py        the client without I/O: ids, encoding, answers, errors, retries, streams, uploads
+    connection.py  the blocking adapter: Connection (one socket), RemoteExecutor (what Client runs on)
+    aio.py         the asyncio adapter and its Client (public name: hoarddb.aio)
 """
 
 from __future__ import annotations

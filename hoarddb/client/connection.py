@@ -3,9 +3,12 @@
     client = hoarddb.api.Client(RemoteExecutor(ConnectOptions(host="127.0.0.1", insecure=True)))
 
 is what ``hoarddb.connect("hoarddb://127.0.0.1/?insecure=true")`` returns: the same
-Client as ``hoarddb.open(path)``, whose requests go over the wire. Errors come back as
-the same classes (``error_from_answer``); a lost connection is ConnectionError_, a
-late answer TimeoutError_, and the next call reconnects.
+Client as ``hoarddb.open(path)``, whose requests go over the wire. This module is the
+blocking adapter over :mod:`hoarddb.client.core` (ids, encoding, answers filed by id,
+errors, the retry rule, streams and uploads): it owns the socket, the waiting, the
+timeouts and the taking of turns between threads. Errors come back as the same classes
+(``error_from_answer``); a lost connection is ConnectionError_, a late answer
+TimeoutError_, and the next call reconnects.
 
 What a call does when the connection fails:
 
@@ -22,70 +25,36 @@ What a call does when the connection fails:
 Blobs: a ``put`` whose data is a file object or more than 4 MiB is uploaded in 1 MiB
 chunks read as they are sent; ``stream`` gives an iterator that reads the server's
 chunks as it is consumed. If another request needs the connection before a stream is
-consumed, that stream's remaining chunks are spooled to a temporary file (memory
-stays bounded) and the iterator reads them from there.
+consumed, that stream's chunks wait for it, past a few in memory in a temporary file
+(memory stays bounded), and the iterator reads them from there.
 """
 
 from __future__ import annotations
 
-import io
 import select
 import socket
 import ssl
-import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
-from typing import Any, Iterator
+from typing import Iterator
 
-from .. import busypoll, operations
-from ..chunks import chunks
-from ..errors import (BadValueError, ClosedError, ConnectionError_, HoardError, InvalidArgumentError, ProtocolError,
-                      TimeoutError_, error_from_answer)
-from ..wire.framing import FrameReader, decode_frame, decode_frames, split_frames
-from ..wire.messages import CHUNK_SIZE, INLINE_BLOB_MAX
-from ..wire.protocol import ClientProtocol, State
+from .. import busypoll
+from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_, error_from_answer
+from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend, not_hoarddb,
+                   nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
+from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
 from .options import ConnectOptions
 
-#: Chunk size a stream yields when the request does not name one (the engine's default).
-STREAM_CHUNK = 1024 * 1024
 _RECV = 256 * 1024
-#: Operations safe to send again on a fresh connection when the old one turned out dead.
-_RETRYABLE = frozenset({op for op, v in operations.VERBS.items() if not v.write}) | {
-    "list_databases", "list_buckets", "describe_bucket", "stats", "metrics", "whoami", "list_users"}
-
-
-class _Spool:
-    """_Spool keeps the frames of a stream nobody is reading yet, on disk past a few MiB."""
-
-    def __init__(self):
-        self._file = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)
-        self._read = 0
-        self._write = 0
-        self.count = 0
-
-    def put(self, frame: bytes) -> None:
-        self._file.seek(self._write)
-        self._file.write(frame)
-        self._write += len(frame)
-        self.count += 1
-
-    def take(self) -> bytes:
-        self._file.seek(self._read)
-        head = self._file.read(4)
-        length = int.from_bytes(head, "little")
-        frame = head + self._file.read(length - 4)
-        self._read += length
-        self.count -= 1
-        return frame
-
-    def close(self) -> None:
-        self._file.close()
 
 
 class Connection:
-    """Connection is one open, logged-in socket to a server (blocking; not thread-safe by itself)."""
+    """Connection is one open, logged-in socket to a server (blocking; not thread-safe by itself).
+
+    The socket, the waiting and the timeouts are this class's; ids, encoding and the
+    filing of answers by id are its :class:`ClientCore`'s (``core``).
+    """
 
     def __init__(self, options: ConnectOptions):
         self.options = options
@@ -94,11 +63,7 @@ class Connection:
         self.error: HoardError | None = None
         #: Whether a request went out on it (a read that fails on a fresh connection is not resent).
         self.used = False
-        self._answers: dict[Any, deque] = {}
-        self._spools: dict[Any, _Spool] = {}
-        self._discard: set = set()
-        self._reader = FrameReader()
-        self.core = ClientProtocol(options.user, options.password)
+        self.core = ClientCore(options.user, options.password)
         #: polls the socket for a moment before a blocking recv (hoarddb/busypoll.py), or None
         self.poller: busypoll.BusyPoll | None = None  # (none during the handshake)
         self._sent: float | None = None  # when the last request went, until the first read after it
@@ -155,8 +120,9 @@ class Connection:
         return tls
 
     def _handshake(self) -> None:
-        self._send(self.core.start())
-        while self.core.state is not State.READY:
+        core = self.core
+        self._send(core.start())
+        while not core.ready:
             try:
                 data = self.sock.recv(_RECV)
             except socket.timeout:
@@ -168,13 +134,9 @@ class Connection:
             if not data:
                 raise self._lost(None, handshake=True)
             try:
-                answers = self.core.receive_data(data)
+                out = core.handshake(data)
             except ProtocolError as exc:
-                raise ConnectionError_(f"{self.options.address} did not answer as a hoardDB server: {exc.message}",
-                                       outcome_unknown=False) from None
-            for answer in answers:
-                self._file(answer)
-            out = self.core.data_to_send()
+                raise not_hoarddb(self.options.address, exc) from None
             if out:
                 self._send(out)
 
@@ -209,34 +171,44 @@ class Connection:
         self._send(data)
         return request_id
 
+    def send_many(self, docs: list) -> range:
+        """Send many requests in one write (a pipeline); their ids."""
+        ids, data = self.core.requests(docs)
+        self.used = True
+        self._send(data)  # one send: the server reads them together and runs them as one group
+        return ids
+
     def send_chunk(self, request_id: int, data, *, end: bool = False, abort: bool = False) -> None:
         self._send(self.core.chunk(request_id, data, end=end, abort=abort))
 
     # -- receiving
 
-    def receive(self, request_id) -> dict:
-        """The next message for ``request_id``, reading (and filing others') until it comes."""
-        spool = self._spools.get(request_id)
-        if spool is not None and spool.count:
-            return decode_frame(spool.take())
-        queue = self._answers.get(request_id)
-        while not queue:
+    def receive(self, request_id, last: bool = True) -> dict:
+        """The next message for ``request_id``, reading (and filing others') until it comes;
+        ``last``: it is the request's answer, the last message it gets."""
+        core = self.core
+        message = core.next(request_id, last)
+        while message is None:
             self._read_some()
-            spool = self._spools.get(request_id)
-            if spool is not None and spool.count:
-                return decode_frame(spool.take())
-            queue = self._answers.get(request_id)
-        message = queue.popleft()
-        if not queue:
-            del self._answers[request_id]
+            message = core.next(request_id, last)
         return message
+
+    def answer(self, request_id, last: bool = True) -> dict:
+        """As :meth:`receive`, for the request just sent as ``request_id``: nothing was read since,
+        so nothing can be filed for it yet, and reading comes first."""
+        next_message = self.core.next
+        while True:
+            self._read_some()
+            message = next_message(request_id, last)
+            if message is not None:
+                return message
 
     def has_message(self, request_id) -> bool:
         """Read what already arrived, without waiting; whether a message for ``request_id`` is there."""
         self._sent = None  # what this reads is no answer waited for: nothing for the busy poller to learn
         while not self.closed and self._readable():
             self._read_some()
-        return bool(self._answers.get(request_id))
+        return self.core.has_message(request_id)
 
     def _readable(self) -> bool:
         """Whether a read would not wait: bytes (or an end of file) arrived, or TLS holds some."""
@@ -259,10 +231,20 @@ class Connection:
                 pass  # the connection closed itself, saying why
         return not self.closed
 
-    def abandon(self, request_id) -> None:
-        """Nobody waits for ``request_id`` any more (its call was interrupted): drop its answer."""
-        if self._answers.pop(request_id, None) is None and not self.closed:
-            self._discard.add(request_id)
+    def finish(self, request_id) -> None:
+        """Nobody waits for ``request_id`` any more (its call was interrupted, its stream
+        dropped): what came for it and what still comes is dropped."""
+        self.core.finish(request_id)
+
+    @property
+    def _answers(self) -> dict:
+        """The requests waiting for messages (empty when no call is under way)."""
+        return self.core.answers
+
+    @property
+    def _spools(self) -> dict:
+        """The requests whose messages wait in a file."""
+        return self.core.spools
 
     def _closed_error(self) -> HoardError:
         return self.error or ConnectionError_(f"the connection to {self.options.address} is closed")
@@ -288,75 +270,14 @@ class Connection:
         self.moved = time.monotonic()
         if sent is not None:  # a wait the poller let pass: how long the answer took tells it about the next
             poller.waited(time.monotonic() - sent)
-        self._reader.feed(data)
-        while True:
-            try:
-                frames = self._reader.next_frames()
-            except ProtocolError as exc:
-                self.close()
-                raise ConnectionError_(f"the server sent bytes that are not a hoardDB message: {exc.message}") from None
-            if not frames:
-                return
-            if self._spools or self._discard:  # a stream's chunks may be among them: one by one
-                for frame in split_frames(frames):
-                    if not self._route(frame):
-                        return
-                continue
-            for doc in decode_frames(frames):  # answers: all of them in one call
-                if doc.get("id") is None:  # the server closes the connection, and says why
-                    self._goodbye(doc)
-                    return
-                self._file(doc)
-
-    def _goodbye(self, doc: dict) -> None:
-        """The server closes the connection and says why (``id: null``): the answers that came
-        before it stay filed for their callers; whoever waits for more gets this error."""
-        error = error_from_answer(doc)
-        error.server_closed = True
-        self.error = error
-        self.close()
-
-    def _route(self, frame: bytes) -> bool:
-        """File or spool one frame; False when it was the server's goodbye (the connection is closed)."""
-        # Peek at the id without decoding a whole chunk twice: spooled frames stay raw.
-        doc = None
-        request_id = _peek_id(frame)
-        if request_id is _NO_ID:
-            doc = decode_frame(frame)
-            request_id = doc.get("id")
-        if request_id is None:  # the server closes the connection, and says why
-            self._goodbye(doc or decode_frame(frame))
-            return False
-        if request_id in self._discard:
-            doc = doc or decode_frame(frame)
-            if doc.get("end") or doc.get("ok") != 1 or "chunk" not in doc:
-                self._discard.discard(request_id)
-            return True
-        spool = self._spools.get(request_id)
-        if spool is not None:
-            spool.put(frame)
-            return True
-        self._file(doc or decode_frame(frame))
-        return True
-
-    def _file(self, doc: dict) -> None:
-        self._answers.setdefault(doc.get("id"), deque()).append(doc)
-
-    # -- streams
-
-    def stream_started(self, request_id) -> None:
-        """From now on, chunks of this stream that arrive while reading for others are spooled."""
-        self._spools[request_id] = _Spool()
-        for doc in self._answers.pop(request_id, ()):  # already filed: move them in front
-            from ..values.codec import encode
-            self._spools[request_id].put(encode(doc))
-
-    def stream_finished(self, request_id, complete: bool) -> None:
-        spool = self._spools.pop(request_id, None)
-        if spool is not None:
-            spool.close()
-        if not complete and not self.closed:
-            self._discard.add(request_id)
+        try:
+            goodbye = self.core.feed(data)
+        except ProtocolError as exc:
+            self.close()
+            raise bad_bytes(exc) from None
+        if goodbye is not None:  # the answers that came before it stay filed for their callers;
+            self.error = goodbye  # whoever waits for more gets this error
+            self.close()
 
     # -- closing
 
@@ -366,15 +287,9 @@ class Connection:
 
     def _lost(self, exc, handshake: bool = False) -> HoardError:
         self.close()
-        o = self.options
-        if handshake:
-            hint = ("it may expect TLS (leave out -insecure / insecure=true)" if o.insecure else
-                    "it may have refused the connection (see its log)")
-            return ConnectionError_(f"the server at {o.address} closed the connection during the handshake"
-                                    + (f" ({exc})" if exc else "") + f": {hint}", outcome_unknown=False)
-        return ConnectionError_(f"the connection to {o.address} was lost" + (f" ({exc})" if exc else "")
-                                + ": the server closed it, stopped or restarted, or the network failed; "
-                                  "the next call reconnects")
+        return connection_lost(self.options.address, exc, handshake=handshake,
+                               tls_hint="it may expect TLS (leave out -insecure / insecure=true)"
+                               if self.options.insecure else None)
 
     def shutdown(self) -> None:
         """Stop the socket both ways, from any thread: a call blocked on it wakes up and fails.
@@ -396,21 +311,7 @@ class Connection:
         # schedstat): it goes with the socket, not with this object, which may be kept long
         # after (by a stream's generator; by the client, when closed by another thread mid-call).
         self.poller = None
-        for spool in self._spools.values():
-            spool.close()
-        self._spools.clear()
-
-
-_NO_ID = object()
-
-
-def _peek_id(frame: bytes):
-    """The id of an answer frame when it is its first element (as servers send it), else _NO_ID."""
-    if len(frame) > 8 and frame[4:8] == b"\x10id\x00":  # int32 "id"
-        return int.from_bytes(frame[8:12], "little", signed=True)
-    if len(frame) > 8 and frame[4:8] == b"\x12id\x00":  # int64 "id"
-        return int.from_bytes(frame[8:16], "little", signed=True)
-    return _NO_ID
+        self.core.close()
 
 
 class RemoteExecutor:
@@ -499,8 +400,8 @@ class RemoteExecutor:
 
     def execute(self, request: dict) -> dict:
         """Run one operation on the server; its answer, or its error raised as the engine would."""
-        if not isinstance(request, Mapping) or not isinstance(request.get("op"), str):
-            raise InvalidArgumentError(operations.REQUEST_SHAPE)  # as the engine says it
+        if type(request) is not dict or type(request.get("op")) is not str:
+            check_request(request)
         self._take_turn(request["op"])
         try:
             conn = self._connection()
@@ -508,8 +409,7 @@ class RemoteExecutor:
             try:
                 return self._execute(conn, request)
             except (ConnectionError_, TimeoutError_) as e:
-                lost = isinstance(e, ConnectionError_) or getattr(e, "server_closed", False)
-                if fresh or not lost or request["op"] not in _RETRYABLE:
+                if not may_resend(e, fresh, request["op"]):
                     raise
             return self._execute(self._connection(), request)  # a read on a connection that died: once more
         finally:
@@ -517,31 +417,29 @@ class RemoteExecutor:
 
     def _execute(self, conn: Connection, request: Mapping) -> dict:
         op = request["op"]
-        upload = _upload_source(request)
+        upload = upload_source(request) if op in UPLOADS else None
         try:
             if upload is not None:
                 answer = self._upload(conn, *upload)
             else:
                 request_id = conn.send(dict(request))
                 try:
-                    answer = conn.receive(request_id)
+                    answer = conn.answer(request_id, op != "stream")
                 except BaseException as e:
                     if not isinstance(e, HoardError):  # interrupted (Ctrl-C): the answer may still come
-                        conn.abandon(request_id)
+                        conn.finish(request_id)
                     raise
-                if op == "stream" and answer.get("ok") == 1 and ("chunk" in answer or answer.get("end")):
-                    args = request.get("args") or {}
-                    size = args.get("chunk_size") if isinstance(args, Mapping) else None
-                    conn.stream_started(request_id)
-                    stream = self._chunks(conn, request_id, answer, size or STREAM_CHUNK)
-                    next(stream)  # into its try: dropped unread, it still finishes the stream (see _chunks)
-                    return {"ok": 1, "result": stream}
+                if op == "stream":
+                    stream = stream_of(request, answer)
+                    if stream is None:
+                        conn.finish(request_id)
+                    else:
+                        chunks = self._chunks(conn, request_id, answer, stream)
+                        next(chunks)  # into its try: dropped unread, it still finishes the stream (see _chunks)
+                        return {"ok": 1, "result": chunks}
         except (ConnectionError_, TimeoutError_) as e:
-            raise self._unanswered(e, op, op not in _RETRYABLE) from None
-        answer.pop("id", None)
-        if answer.get("ok") != 1:
-            raise error_from_answer(answer)
-        return answer
+            raise self._unanswered(e, op, not retryable(op)) from None
+        return result(answer)
 
     def _unanswered(self, error: HoardError, what: str, write: bool) -> HoardError:
         return unanswered(error, what, write, closed=self._closed)
@@ -549,13 +447,8 @@ class RemoteExecutor:
     def _upload(self, conn: Connection, request: dict, source) -> dict:
         request_id = conn.send({**request, "upload": True})
         try:
-            for chunk in chunks(source, CHUNK_SIZE):
-                conn.send_chunk(request_id, chunk)
-                if conn.has_message(request_id):  # refused early (no such bucket...): stop sending
-                    conn.send_chunk(request_id, b"", end=True, abort=True)
-                    break
-            else:
-                conn.send_chunk(request_id, b"", end=True)
+            for data in conn.core.upload(request_id, source, lambda: conn.has_message(request_id)):
+                conn._send(data)
         except HoardError:
             if not conn.closed:
                 conn.send_chunk(request_id, b"", end=True, abort=True)
@@ -565,7 +458,7 @@ class RemoteExecutor:
             if not conn.closed:
                 try:
                     conn.send_chunk(request_id, b"", end=True, abort=True)
-                    conn.abandon(request_id)
+                    conn.finish(request_id)
                 except HoardError:
                     pass
             raise
@@ -573,38 +466,32 @@ class RemoteExecutor:
             return conn.receive(request_id)
         except BaseException as e:
             if not isinstance(e, HoardError):
-                conn.abandon(request_id)
+                conn.finish(request_id)
             raise
 
-    def _chunks(self, conn: Connection, request_id: int, first: dict, chunk_size: int) -> Iterator[bytes]:
-        complete = False
+    def _chunks(self, conn: Connection, request_id: int, first: dict, stream: Stream) -> Iterator[bytes]:
         try:
             # _execute takes this first yield: a generator never started runs no finally, so a
             # stream dropped unread would keep its spool, and every chunk still to come, for
             # the connection's life. Started, it is finished when read, closed or collected.
             yield b""
             message = first
-            buffer = bytearray()
             while True:
-                try:
-                    pieces, complete = stream_step(message, buffer, chunk_size)
-                except HoardError:  # an error answer: the stream is over too
-                    complete = True
-                    raise
+                pieces, ended = stream.step(message)  # an error answer raises: the stream is over too
                 yield from pieces
-                if complete:
+                if ended:
                     return
                 with self._lock:
                     if self._closed:
                         raise stream_closed()
                     try:
-                        message = conn.receive(request_id)
+                        message = conn.receive(request_id, False)
                     except (ConnectionError_, TimeoutError_) as e:
                         self._note_timeout(conn)
                         raise self._unanswered(e, "stream", False) from None
         finally:
             with self._lock:
-                conn.stream_finished(request_id, complete)
+                conn.finish(request_id)  # chunks still to come are dropped as they arrive
 
     def pipeline(self, requests: list[dict]) -> list:
         """Send every request before reading any answer; the answers in order (an error answer
@@ -613,25 +500,24 @@ class RemoteExecutor:
         self._take_turn("pipeline")
         try:
             conn = self._connection()
-            ids, data = conn.core.requests(requests)
+            ids = ()
             out = []
             try:
-                conn.used = True
-                conn._send(data)  # one send: the server reads them together and runs them as one group
-                receive = conn.receive
-                for request_id in ids:
-                    answer = receive(request_id)
+                ids = conn.send_many(requests)
+                next_message, receive = conn.core.next, conn.receive
+                for request_id in ids:  # (inline: a pipeline's hundred answers come here)
+                    answer = next_message(request_id, True) or receive(request_id)
                     del answer["id"]
                     out.append(answer if answer.get("ok") == 1 else error_from_answer(answer))
             except (ConnectionError_, TimeoutError_) as e:
-                write = any(not isinstance(r, Mapping) or r.get("op") not in _RETRYABLE for r in requests[len(out):])
-                error = self._unanswered(e, f"pipeline (from its {_ordinal(len(out) + 1)} request on)", write)
+                write = any(not isinstance(r, Mapping) or not retryable(r.get("op")) for r in requests[len(out):])
+                error = self._unanswered(e, f"pipeline (from its {ordinal(len(out) + 1)} request on)", write)
                 error.answers = out  # those that came: what became of the requests before the loss
                 raise error from None
             except BaseException as e:
                 if not isinstance(e, HoardError) and not conn.closed:
                     for request_id in ids[len(out):]:
-                        conn.abandon(request_id)
+                        conn.finish(request_id)
                 raise
             return out
         finally:
@@ -659,96 +545,3 @@ class RemoteExecutor:
                     self._conn = None
             finally:
                 self._lock.release()
-
-
-def stream_step(message: dict, buffer: bytearray, chunk_size: int) -> tuple[list[bytes], bool]:
-    """One message of a blob stream (both clients): the pieces of ``chunk_size`` bytes it
-    completes (the rest stays in ``buffer``; the last message gives the rest too) and
-    whether it was the last. An error answer raises."""
-    if message.get("ok") != 1:
-        raise error_from_answer(message)
-    if message.get("end"):
-        return ([bytes(buffer)] if buffer else []), True
-    buffer += message.get("chunk") or b""
-    pieces = []
-    while len(buffer) >= chunk_size:
-        pieces.append(bytes(buffer[:chunk_size]))
-        del buffer[:chunk_size]
-    return pieces, False
-
-
-def stream_closed() -> ClosedError:
-    """What reading a stream on a client closed meanwhile raises (both clients)."""
-    return ClosedError("this client was closed before the stream was read to its end; "
-                       "connect again and call stream again", outcome_unknown=False)
-
-
-def nothing_sent(error: HoardError) -> HoardError:
-    """``error``, of a call none of whose request reached the server: ``outcome_unknown`` False
-    (the server's own goodbye during the login, say, does not carry it)."""
-    if not hasattr(error, "outcome_unknown"):
-        error.outcome_unknown = False
-        error.details["outcome_unknown"] = False
-    return error
-
-
-def unanswered(error: HoardError, what: str, write: bool, *, closed: bool = False) -> HoardError:
-    """The error for a request sent whose answer will not come: the connection's ``error`` (or
-    ClosedError, when the client was ``closed`` meanwhile), saying whether ``what`` may have been
-    applied. ``outcome_unknown`` is True for a write: it was not resent, and may or may not
-    have been applied; a read changed nothing."""
-    if write:
-        tail = (f"the {what} may or may not have been applied: its answer was lost, and it was not sent again. "
-                "Read back before trying again: a write that names its key (put with an _id_) is safe to "
-                "repeat, one that does not (insert without _id_, push, a blob put) may be applied twice")
-    else:
-        tail = f"the {what} changed nothing; call it again"
-    if closed:
-        error_class, message = ClosedError, f"this client was closed while the {what} waited for its answer"
-    else:
-        error_class, message = type(error), error.message
-    out = error_class(f"{message}; {tail}", outcome_unknown=write)
-    out.server_closed = getattr(error, "server_closed", False)
-    return out
-
-
-def _ordinal(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
-
-
-def _upload_source(request: Mapping):
-    """``(request without the data, data)`` when a put's data (or a one-blob load's, as restore
-    sends) must be uploaded in chunks, else None."""
-    op = request.get("op")
-    args = request.get("args")
-    if op == "load" and isinstance(args, Mapping) and isinstance(args.get("docs"), list) \
-            and len(args["docs"]) == 1 and isinstance(args["docs"][0], Mapping) and "data" in args["docs"][0]:
-        data = args["docs"][0]["data"]
-        if isinstance(data, (bytes, bytearray, memoryview)) and memoryview(data).nbytes <= INLINE_BLOB_MAX:
-            return None
-        if not isinstance(data, (bytes, bytearray, memoryview)) and not callable(getattr(data, "read", None)):
-            return None
-        rest = {**args, "docs": [{k: v for k, v in args["docs"][0].items() if k != "data"}]}
-        return {**request, "args": rest}, data
-    if op != "put":
-        return None
-    if not isinstance(args, Mapping) or "doc" not in args:
-        return None
-    doc = args["doc"]
-    holder = doc if isinstance(doc, Mapping) else None
-    data = holder.get("data") if holder is not None else doc
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        if memoryview(data).nbytes <= INLINE_BLOB_MAX:
-            return None
-    elif not callable(getattr(data, "read", None)):
-        return None
-    elif isinstance(data, io.TextIOBase):
-        raise BadValueError("put data is a file opened in text mode; open it in binary mode ('rb')")
-    rest = dict(args)
-    if holder is not None:
-        rest["doc"] = {k: v for k, v in holder.items() if k != "data"}
-    else:
-        del rest["doc"]
-    return {**request, "args": rest}, data
-
-

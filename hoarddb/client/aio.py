@@ -1,0 +1,454 @@
+"""hoardDB for asyncio: the same Client, Database, Bucket and store-field verbs, awaitable.
+
+    import hoarddb.aio
+
+    async def main():
+        client = await hoarddb.aio.connect("hoarddb://app:secret@127.0.0.1:7070/?tls_ca=server.crt")
+        db = client["app"]
+        await db.Comments.push({"Text": "hi"})
+        async for chunk in await db.Photos.stream(blob_id):
+            ...
+        await client.close()
+
+(``hoarddb.aio`` is this module's public name.) Every verb of :mod:`hoarddb.operations`
+is a coroutine method here too, on the very objects of :mod:`hoarddb.api`: they build the
+operation and hand it to this module's executor, whose answer they await. Errors are the
+same classes as the blocking client's. Requests from concurrent tasks share the one
+connection and are pipelined: each is sent at once and its answer matched by id.
+The connection is asyncio's own: an :class:`asyncio.Protocol` over the client's core
+without I/O (:class:`hoarddb.client.core.ClientCore`, the blocking client's too); it
+reconnects on the next call after a loss.
+A lost connection fails every request waiting on it at once: a read is sent again on a
+new connection, a write raises with ``outcome_unknown = True`` (never resent). Before a
+call sends, the loop reads what already arrived, so a connection the server closed while
+the loop was busy elsewhere (a restart, an idle timeout) is found dead then and the
+request goes on a new one, as with the blocking client. A call
+waits at most ``timeout`` seconds of silence from the server; ``close()`` fails the
+calls in flight with ClosedError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+from collections.abc import Mapping
+from typing import Any, AsyncIterator
+
+from .. import api
+from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
+from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
+                   not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
+                   upload_source)
+from .options import ConnectOptions
+
+__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "AsyncExecutor"]
+
+
+class _Protocol(asyncio.Protocol):
+    """_Protocol is one connection on the event loop: it feeds the core and wakes the tasks whose answers came."""
+
+    def __init__(self, options: ConnectOptions):
+        self.options = options
+        self.core = ClientCore(options.user, options.password, client_name="hoarddb-python-aio",
+                               arrived=self._arrived)
+        self.loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future = self.loop.create_future()
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.error: HoardError | None = None
+        #: The tasks waiting for a message, by request id: the future that wakes each.
+        self._waiting: dict[Any, asyncio.Future] = {}
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        #: The loop's time when the server last sent something: a call times out only after
+        #: ``timeout`` seconds in which nothing came (a long pipeline that keeps answering does not).
+        self.last_heard = self.loop.time()
+        self._fd: int | None = None  # the socket's, to see whether something arrived the loop has not read
+        self._poll = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._fd = sock.fileno()
+            if hasattr(select, "poll"):
+                self._poll = select.poll()
+                self._poll.register(self._fd, select.POLLIN)
+        transport.write(self.core.start())
+
+    async def settle(self) -> None:
+        """Let the loop read what already arrived before a request goes out. When the loop was
+        busy elsewhere (a coroutine that blocked it) while the server closed the connection (a
+        restart, an idle timeout), its goodbye or end of file waits unread in the socket, and a
+        request written now would be lost with it; once read, the connection is known closed."""
+        for _ in range(_SETTLE_ROUNDS):
+            if self.closed or not self._unread():
+                return
+            await asyncio.sleep(0)  # one turn of the loop: it reads the socket, then reports the loss
+
+    def _unread(self) -> bool:
+        """Whether bytes (or the end of the stream) wait in the socket, not yet read by the loop."""
+        if self._poll is not None:
+            return bool(self._poll.poll(0))
+        if self._fd is not None:
+            return bool(select.select([self._fd], [], [], 0)[0])
+        return False
+
+    def data_received(self, data: bytes) -> None:
+        self.last_heard = self.loop.time()
+        core = self.core
+        if self.ready.done():
+            try:
+                goodbye = core.feed(data)  # each answer is filed as it is read, so the answers
+            except ProtocolError as e:  # that came before a goodbye still reach their callers
+                self._fail(bad_bytes(e))
+                return
+            if goodbye is not None:
+                self._fail(goodbye)
+            return
+        try:
+            out = core.handshake(data)
+        except ProtocolError as e:
+            self._fail(not_hoarddb(self.options.address, e))
+            return
+        except HoardError as e:  # a refused login, or a notice before the server closes
+            e.server_closed = True
+            self._fail(e)
+            return
+        if out:
+            self.transport.write(out)
+        if core.ready and not self.ready.done():
+            self.ready.set_result(True)
+
+    def _arrived(self, request_id) -> None:
+        waiter = self._waiting.pop(request_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def connection_lost(self, exc) -> None:
+        handshake = not self.ready.done()
+        self._fail(connection_lost(self.options.address, exc, handshake=handshake,
+                                   tls_hint="it may expect TLS (leave out insecure=true)"
+                                   if self.options.insecure else None))
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def _fail(self, error: HoardError) -> None:
+        if self.error is None:
+            self.error = error
+        self.closed = True
+        if not self.ready.done():
+            self.ready.set_exception(error)
+            self.ready.exception()  # retrieved: nobody may await it any more
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():  # each takes what came for it, then the error
+            if not waiter.done():
+                waiter.set_result(None)
+        self._can_write.set()
+        if self.transport is not None:
+            if not self.transport.is_closing() and self.transport.get_write_buffer_size():  # (closed: TLS has none)
+                self.transport.abort()  # requests not yet sent must not go out after their callers were failed
+            else:
+                self.transport.close()
+
+    # -- requests
+
+    def open(self, doc: dict) -> int:
+        """Send one request; its id."""
+        if self.closed:
+            raise self.error or ConnectionError_("the connection is closed")
+        request_id, data = self.core.request(doc)
+        self.transport.write(data)
+        return request_id
+
+    async def next(self, request_id, last: bool = True) -> dict:
+        """The next message for ``request_id`` (``last``: its answer, after which the request is
+        finished); TimeoutError_ (the connection failed) when the server sent nothing for
+        ``timeout`` seconds meanwhile."""
+        core = self.core
+        timeout = self.options.timeout
+        started = self.loop.time()
+        while True:
+            message = core.next(request_id, last)
+            if message is not None:
+                return message
+            if self.closed:
+                raise self.error
+            waiter = self._waiting[request_id] = self.loop.create_future()
+            try:
+                if timeout is None:
+                    await waiter
+                    continue
+                silent = self.loop.time() - max(started, self.last_heard)
+                if silent >= timeout:
+                    self._fail(TimeoutError_(f"the server at {self.options.address} sent nothing for "
+                                             f"{timeout:g} s while an answer was due (timeout); the connection "
+                                             "is closed"))
+                    continue
+                try:
+                    await asyncio.wait_for(waiter, timeout - silent)
+                except asyncio.TimeoutError:
+                    pass  # others' answers may have come meanwhile: the server is not silent
+            finally:
+                if self._waiting.get(request_id) is waiter:
+                    del self._waiting[request_id]
+
+    @property
+    def _waiters(self) -> dict:
+        """The requests under way (their messages not all taken yet), by id."""
+        return self.core.answers
+
+    def has_message(self, request_id) -> bool:
+        """Whether a message for ``request_id`` came (or the connection failed)."""
+        return self.closed or self.core.has_message(request_id)
+
+    def finish(self, request_id) -> None:
+        """Nobody waits for ``request_id`` any more: what still comes for it is dropped."""
+        self.core.finish(request_id)
+        self._waiting.pop(request_id, None)
+
+    async def write(self, data: bytes) -> None:
+        """Write one upload chunk once the transport has room (at most ``timeout`` seconds of waiting)."""
+        if not self._can_write.is_set():
+            try:
+                await asyncio.wait_for(self._can_write.wait(), self.options.timeout)
+            except asyncio.TimeoutError:
+                self._fail(TimeoutError_(f"the server at {self.options.address} took none of our upload for "
+                                         f"{self.options.timeout:g} s (timeout); the connection is closed"))
+        if self.closed:
+            raise self.error
+        self.transport.write(data)
+
+    def abort_upload(self, request_id) -> None:
+        """Tell the server to drop an upload, without waiting: when the transport has no room
+        for even that, the connection is closed instead (the server drops it then)."""
+        if self.closed:
+            return
+        if self._can_write.is_set():
+            self.transport.write(self.core.chunk(request_id, b"", end=True, abort=True))
+        else:
+            self._fail(ConnectionError_(f"an upload to {self.options.address} was abandoned while the server "
+                                        "took nothing; the connection is closed"))
+
+    def close(self, error: HoardError | None = None) -> None:
+        """Close now: every request waiting fails with ``error`` (ClosedError by default)."""
+        self._fail(error or _closed())
+
+
+#: Turns of the loop a call gives it to read what already arrived (its end of file takes two or
+#: three, through TLS a few more); answers that keep coming for other calls do not hold it longer.
+_SETTLE_ROUNDS = 8
+
+
+def _closed() -> ClosedError:
+    return ClosedError("this client is closed; connect again with hoarddb.aio.connect(...)", outcome_unknown=False)
+
+
+class AsyncExecutor:
+    """AsyncExecutor runs operation documents on a server: ``await execute(request)``, ``await close()``."""
+
+    def __init__(self, options: ConnectOptions):
+        self.options = options
+        self._proto: _Protocol | None = None
+        self._opening: _Protocol | None = None  # a connection being opened: close() fails it too
+        self._connecting: asyncio.Lock | None = None
+        self._closed = False
+
+    async def connect(self) -> _Protocol:
+        if self._closed:
+            raise _closed()
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._closed:  # closed while this task waited for another's connecting
+                raise _closed()
+            if self._proto is None or self._proto.closed:
+                proto = await self._open()
+                if self._closed:  # closed while this connection was being opened
+                    proto.close()
+                    raise _closed()
+                self._proto = proto
+        return self._proto
+
+    async def _open(self) -> _Protocol:
+        try:
+            return await self._open_connection()
+        except (ConnectionError_, TimeoutError_) as e:
+            raise nothing_sent(e) from None
+        finally:
+            self._opening = None
+
+    async def _open_connection(self) -> _Protocol:
+        o = self.options
+        loop = asyncio.get_running_loop()
+        context = o.ssl_context()
+
+        def protocol() -> _Protocol:
+            self._opening = _Protocol(o)
+            return self._opening
+        try:
+            transport, proto = await asyncio.wait_for(loop.create_connection(
+                protocol, o.host, o.port, ssl=context, server_hostname=o.host if context else None),
+                o.connect_timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
+                                outcome_unknown=False) from None
+        except ConnectionRefusedError as exc:
+            raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
+                                   "on this host and port?", outcome_unknown=False) from None
+        except (OSError, EOFError) as exc:
+            import ssl
+            if context is not None and isinstance(exc, (ssl.SSLError, ConnectionResetError, EOFError)):
+                raise o.tls_advice(exc) from None
+            raise ConnectionError_(f"cannot connect to {o.address}: {exc}", outcome_unknown=False) from None
+        try:
+            if context is not None:
+                o.check_fingerprint(transport.get_extra_info("ssl_object").getpeercert(binary_form=True))
+            await asyncio.wait_for(asyncio.shield(proto.ready), o.connect_timeout)
+        except asyncio.TimeoutError:
+            transport.abort()
+            raise TimeoutError_(f"no handshake answer from {o.address} within {o.connect_timeout:g} s; is it a "
+                                "hoardDB server?", outcome_unknown=False) from None
+        except BaseException:
+            transport.abort()
+            raise
+        return proto
+
+    @property
+    def server_info(self) -> dict:
+        return self._proto.core.server_info if self._proto else {}
+
+    async def execute(self, request: Mapping) -> dict:
+        """Run one operation; its answer, or its error raised. A stream's result is an async iterator."""
+        if type(request) is not dict or type(request.get("op")) is not str:
+            check_request(request)
+        if self._proto is not None:
+            await self._proto.settle()  # a connection closed while the loop was busy: found dead now
+        fresh = self._proto is None or self._proto.closed
+        try:
+            return await self._execute(request)
+        except (ConnectionError_, TimeoutError_) as e:
+            if not may_resend(e, fresh, request.get("op")):
+                raise
+        return await self._execute(request)
+
+    async def _execute(self, request: Mapping) -> dict:
+        proto = await self.connect()
+        op = request["op"]
+        upload = upload_source(request) if op in UPLOADS else None
+        try:
+            if upload is not None:
+                answer = await self._upload(proto, *upload)
+            else:
+                request_id = proto.open(dict(request))
+                try:
+                    answer = await proto.next(request_id, op != "stream")
+                except BaseException:
+                    proto.finish(request_id)
+                    raise
+                if op == "stream":
+                    stream = stream_of(request, answer)
+                    if stream is None:
+                        proto.finish(request_id)
+                    else:
+                        chunks = self._chunks(proto, request_id, answer, stream)
+                        await chunks.__anext__()  # into its try: dropped unread, it still finishes (see _chunks)
+                        return {"ok": 1, "result": chunks}
+        except (ConnectionError_, TimeoutError_, ClosedError) as e:
+            if isinstance(e, ClosedError) and not self._closed:
+                raise
+            raise unanswered(e, op, not retryable(op), closed=self._closed) from None
+        return result(answer)
+
+    async def _upload(self, proto: _Protocol, request: dict, source) -> dict:
+        request_id = proto.open({**request, "upload": True})
+        try:
+            try:
+                for data in proto.core.upload(request_id, source, lambda: proto.has_message(request_id)):
+                    await proto.write(data)
+            except BaseException:
+                proto.abort_upload(request_id)  # at once: a cancelled task must not wait again
+                raise
+            return await proto.next(request_id)
+        finally:
+            proto.finish(request_id)
+
+    async def _chunks(self, proto: _Protocol, request_id, first: dict, stream: Stream) -> AsyncIterator[bytes]:
+        try:
+            # _execute takes this first yield: a generator never started runs no finally (and
+            # the loop's finalizer only closes those started), so a stream dropped unread would
+            # keep its waiter, and every chunk still to come, for the connection's life.
+            yield b""
+            message = first
+            while True:
+                pieces, ended = stream.step(message)
+                for piece in pieces:
+                    yield piece
+                if ended:
+                    return
+                if self._closed:
+                    raise stream_closed()
+                try:
+                    message = await proto.next(request_id, False)
+                except (ConnectionError_, TimeoutError_, ClosedError) as e:
+                    if self._closed:
+                        raise stream_closed() from None
+                    raise unanswered(e, "stream", False) from None
+        finally:
+            proto.finish(request_id)  # chunks still arriving for it are dropped
+
+    async def close(self) -> None:
+        """Close the connection; the calls waiting for answers raise ClosedError now, later ones too."""
+        self._closed = True
+        for proto in (self._proto, self._opening):
+            if proto is not None:
+                proto.close()
+        self._proto = None
+
+
+# ---- the public objects: hoarddb.api's, whose requests this client awaits ----------------------
+
+class Client(api.BaseClient):
+    """Client is a connection to a server: ``client["app"]`` is a database; ``await client.close()``.
+
+    Its databases, buckets, documents and store fields are :mod:`hoarddb.api`'s objects:
+    they build each operation as they do for the blocking client, and their methods
+    return what this client's :meth:`_run` gives, a coroutine to await.
+    """
+
+    def __init__(self, executor: AsyncExecutor):
+        super().__init__(executor)
+        self._call = None  # no engine in this process: every request goes through _run
+
+    async def _run(self, request: dict, shape=None) -> Any:
+        answer = await self._executor.execute(request)
+        return answer if shape is None else shape(answer)
+
+    async def close(self) -> None:
+        await self._executor.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+Database = api.Database
+Bucket = api.Bucket
+Document = api.Document
+StoreField = api.StoreField
+
+
+async def connect(url: str | None = None, **options) -> Client:
+    """A connected asyncio client of the server at ``url``; the options of :func:`hoarddb.connect`
+    (``busy_poll`` is taken and does nothing here: the event loop waits for many things at once)."""
+    executor = AsyncExecutor(ConnectOptions.from_url(url, **options))
+    await executor.connect()
+    return Client(executor)
