@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from . import lifecycle, operations
 from .catalog import Catalog, check_name
-from .declaration import check_fields, declare_bucket
+from .declaration import check_fields, check_placement, declare_bucket
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
@@ -469,7 +469,11 @@ class Engine:
             if key == "fields":
                 changed["fields"] = check_fields(value, warnings)
             elif key == "placement":
-                changed["placement"] = value
+                if (decl.get("partitions") or 1) > 1:
+                    raise BadValueError(f"alter bucket cannot make a bucket of {decl['partitions']} partitions whole "
+                                        "(moving its partitions together is not built yet); create a new bucket "
+                                        "with placement: whole and copy the documents")
+                changed.update(check_placement({"placement": value}, decl["type"], decl.get("indexes") or []))
             else:
                 raise UnknownOptionError(
                     f"alter bucket may change: fields, placement; not {key!r} "
