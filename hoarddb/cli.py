@@ -227,6 +227,11 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
               help="uvloop, asyncio, or auto: uvloop where installed (auto).")
 @click.option("--busy-poll", "busy_poll", type=int, default=None, metavar="US",
               help="Microseconds to poll a lone client's socket after an answer before sleeping (200; 0 off).")
+@click.option("--cluster", "cluster", default=None, metavar="etcd://HOST:PORT[,...]",
+              help="Join the cluster whose map these etcd members hold (docs/user/cluster.md).")
+@click.option("--node-id", "node_id", default=None, metavar="NAME", help="This node's name in the cluster.")
+@click.option("--advertise", "advertise", default=None, metavar="HOST:PORT",
+              help="Where other nodes and clients reach this node (default: --host and --port).")
 def server(config_file, **flags):
     """Run a hoardDB server on a data directory until SIGTERM or Ctrl-C.
 

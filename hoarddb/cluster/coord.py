@@ -100,8 +100,10 @@ class Coordinator:
 
     # -- life cycle
 
-    async def start(self) -> None:
-        """Connect, take a lease, and join: write ``nodes/<node>`` (refused if that node is live)."""
+    async def start(self, info: dict | None = None) -> None:
+        """Connect, take a lease, and join: write ``nodes/<node>`` (refused if that node is live).
+
+        ``info`` is added to the node's record (how other nodes connect to it: tls, fingerprint, auth)."""
         self.client = etcd3aio.Etcd3Client(self.endpoints, rpc_max_attempts=2)
         await self.client.connect()
         try:
@@ -114,7 +116,8 @@ class Coordinator:
         kv = self.client.kv
         me = self.key("nodes", self.node_id)
         answer = await kv.txn([kv.txn_compare_create_revision(me, 0)],
-                              [kv.txn_op_put(me, _json({"advertise": self.advertise, "started": time.time()}),
+                              [kv.txn_op_put(me, _json({**(info or {}), "advertise": self.advertise,
+                                                          "started": time.time()}),
                                              lease=self.lease_id)],
                               [kv.txn_op_get(me)], timeout=5)
         if not answer.succeeded:

@@ -144,6 +144,8 @@ class Server:
         # seconds a lone connection is polled after its answers; none on one CPU (busypoll.py)
         self._busy_poll_off = busypoll.unavailable() if config.busy_poll else None
         self._busy_poll = config.busy_poll / 1e6 if self._busy_poll_off is None else 0.0
+        #: This server's part in a cluster (hoarddb/cluster/node.py), or None for a single server.
+        self.cluster = None
 
     # -- life cycle
 
@@ -190,12 +192,40 @@ class Server:
                 self._endpoint = MetricsEndpoint(self._exposition, lambda: not self.stopping)
                 await self._endpoint.start(self.config.metrics_host, self.config.metrics_port)
                 self.metrics_port = self._endpoint.port
+            if self.config.cluster:
+                await self._join_cluster()
         except BaseException:
+            if self._listener is not None:
+                self._listener.close()
             await self.loop.run_in_executor(None, self.engine.close)
             raise
         self._sweeper = self.loop.create_task(self._sweep_connections())
         self._users_watcher = self.loop.create_task(self._watch_users()) if self.config.auth else None
         log.info("%s", self.start_line())
+
+    async def _join_cluster(self) -> None:
+        """Join the cluster of ``config.cluster`` as ``config.node_id`` (hoarddb/cluster/node.py)."""
+        from ..cluster.coord import parse_cluster_url  # noqa: PLC0415 (only a cluster node needs etcd's client)
+        from ..cluster.node import ClusterNode  # noqa: PLC0415
+
+        if self.config.auth and not (os.environ.get("HOARDDB_CLUSTER_USER") and os.environ.get("HOARDDB_CLUSTER_PASSWORD")):
+            raise BadValueError("a cluster node with authentication on logs in to the other nodes as a user with the "
+                                "admin role: set HOARDDB_CLUSTER_USER and HOARDDB_CLUSTER_PASSWORD (the same user on "
+                                "every node)")
+        advertise = self.config.advertise or f"{self.config.host}:{self.port}"
+        self.cluster = ClusterNode(self, parse_cluster_url(self.config.cluster), self.config.node_id, advertise,
+                                   self.config.node_ttl)
+        await self.cluster.start({"tls": self.config.tls, "fingerprint": self.fingerprint, "auth": self.config.auth})
+        log.info("joined the cluster %s as node %s, advertised at %s", self.config.cluster, self.config.node_id,
+                 advertise)
+
+    async def run_here(self, doc: dict) -> dict:
+        """``doc``'s answer from this server's engine (a cluster node's own part of a request)."""
+        write = is_write(doc.get("op"))
+        try:
+            return await self.loop.run_in_executor(self._writes if write else self._reads, self._run, doc)
+        except HoardError as e:
+            return e.to_answer()
 
     def start_line(self) -> str:
         tls_text = f"TLS on (SHA-256 fingerprint {self.fingerprint})" if self.config.tls else "TLS off"
@@ -208,7 +238,8 @@ class Server:
                 else "busy poll off" + (f" ({self._busy_poll_off})" if self._busy_poll_off else ""))
         return (f"hoardDB {__version__} listening on {self.config.host}:{self.port}, "
                 f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, "
-                f"{loop} loop, {poll}, pid {os.getpid()}")
+                f"{loop} loop, {poll}, pid {os.getpid()}"
+                + (f", node {self.config.node_id} of cluster {self.config.cluster}" if self.cluster else ""))
 
     async def serve(self, *, install_signals: bool = True) -> None:
         """Start, run until a stop is asked (SIGTERM, SIGINT, :meth:`request_stop`), stop."""
@@ -255,6 +286,8 @@ class Server:
                 break
             await asyncio.sleep(0.01)
         self._sweeper.cancel()
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self._users_watcher is not None:
             self._users_watcher.cancel()
         if self._endpoint is not None:
@@ -472,6 +505,8 @@ class Server:
         principal = conn.core.principal
         if not principal.admin and not self._authorized(principal, request):
             how = "inline"  # answered at once with its refusal
+        elif self.cluster is not None and self.cluster.takes(doc):
+            how = "cluster"  # forwarded, gathered, or first taken in etcd (run_request)
         elif op in SERVER_OPS or doc.get("upload"):
             how = "pool"
         else:
@@ -642,7 +677,10 @@ class Server:
         upload = conn.uploads.get(rid)
         write = is_write(op)
         try:
-            answer = await self._execute(conn, doc, op, write, upload)
+            if request.how == "cluster":
+                answer = await self.cluster.run(doc)
+            else:
+                answer = await self._execute(conn, doc, op, write, upload)
         except HoardError as e:
             answer = e.to_answer()
         except Exception as e:  # a bug: say so in the same shape, keep serving

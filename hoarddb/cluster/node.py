@@ -1,0 +1,413 @@
+"""A server as a cluster node: which requests it runs itself, which it forwards, and scatter-gather over a spread bucket.
+
+The server asks :meth:`ClusterNode.takes` of every request (on the event loop, without
+I/O): False means "run it here as a single server would" — an operation of the server or
+the catalog that every node holds alike, or one whose partition this node owns, its lease
+fresh. True hands the request to :meth:`ClusterNode.run`, which
+
+- records a catalog change (create, drop, alter a bucket or a database) in etcd, then
+  applies it on every live node;
+- runs a request for one partition here once this node holds it (taking it in etcd if it is
+  assigned here and free), or forwards it to the partition's owner over a kept connection
+  (the same wire protocol; the request carries ``_node``, so the owner runs it without
+  routing it again, after checking that it holds the partition);
+- sends a request over a spread bucket to every node owning some of its partitions and
+  merges the answers as one node would give them (key order, limits kept, counts summed).
+
+Where a request runs is read from the command table (hoarddb.operations): the operation's
+``runs`` and ``catalog`` flags, and its route (``key``: a store field's document key; a
+bucket verb's document key is in its arguments, see :func:`_key_of`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from .. import operations
+from ..declaration import SPREADABLE, declare_bucket
+from ..errors import (BucketExistsError, ConnectionError_, HoardError, PartitionUnavailableError, TimeoutError_,
+                      error_from_answer)
+from ..ids import uuid7
+from ..values.keys import encode_key
+from .coord import Coordinator, OwnedElsewhere
+from .partitions import DEFAULT_PARTITIONS, balance, partition_of
+
+log = logging.getLogger("hoarddb.cluster")
+
+#: The request field that marks a request sent by another node (its id): run here, not routed again.
+NODE_FIELD = "_node"
+#: Verbs over a spread bucket sent to every owner, and how their answers merge.
+_LISTS = frozenset({"find", "search", "list"})
+_SUMS = frozenset({"count", "length"})
+_COUNTS = frozenset({"update", "delete"})  # by filter: {matched, modified} / {deleted} summed
+_SPLITS = frozenset({"batch_insert", "batch_put", "load"})
+#: Verbs whose key argument names the document (a bucket verb's route by key).
+_KEY_ARGS = {"get": "key", "exists": "key", "info": "key", "stream": "key"}
+_DOC_ARGS = frozenset({"insert", "put"})
+
+
+class ClusterNode:
+    """ClusterNode is one server's part in a cluster: its coordinator, its links to the other nodes, the placements it knows."""
+
+    def __init__(self, server, endpoints: list[str], node_id: str, advertise: str, ttl: int):
+        self.server = server
+        self.node_id = node_id
+        self.coord = Coordinator(endpoints, node_id, advertise, ttl=ttl)
+        #: {(db, bucket): {"partitions": P, "owners": [node per partition]}}
+        self.placements: dict[tuple[str, str], dict] = {}
+        #: live nodes {id: {advertise, tls, fingerprint}}, refreshed every second
+        self.nodes: dict[str, dict] = {}
+        self._peers: dict[str, Any] = {}
+        self._refresher: asyncio.Task | None = None
+        self.forwarded = 0
+
+    # -- life cycle
+
+    async def start(self, info: dict) -> None:
+        """Join (membership under this node's lease), learn the catalog, create what is missing here,
+        and take the partitions assigned to this node."""
+        await self.coord.start(info)
+        self.nodes = await self.coord.nodes()
+        for (db, bucket), decl in (await self.coord.buckets()).items():
+            await self._apply_bucket(db, bucket, decl)
+            await self._claim_assigned(db, bucket)
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh())
+
+    async def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+        for peer in self._peers.values():
+            try:
+                await peer.close()
+            except Exception:
+                pass
+        self._peers.clear()
+        await self.coord.stop()
+
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.nodes = await self.coord.nodes()
+            except HoardError as e:
+                log.warning("cannot refresh the cluster's nodes: %s", e.message)
+
+    # -- what runs here
+
+    def takes(self, doc: dict) -> bool:
+        """Whether the request needs the cluster (:meth:`run`); False: run it here as a single server."""
+        op = operations.OPERATIONS.get(doc.get("op"))
+        if op is None:
+            return False  # the engine refuses it, naming the operations
+        if op.catalog:
+            return True
+        if op.runs != operations.STORE:
+            return False  # the server's and the catalog's reads: every node answers alike
+        place = self.placements.get((doc.get("db"), doc.get("bucket")))
+        if place is None:
+            return True  # not known here yet: etcd says
+        p = self._partition(place, doc, op)
+        if p is None:
+            return NODE_FIELD not in doc  # sent by a node: this node's part of a scatter
+        return self.coord.holds(doc["db"], doc["bucket"], p) is None
+
+    async def run(self, doc: dict) -> dict:
+        """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered."""
+        try:
+            return await self._run(doc)
+        except HoardError as e:
+            return e.to_answer()
+
+    async def _run(self, doc: dict) -> dict:
+        op = operations.OPERATIONS[doc["op"]]
+        if op.catalog:
+            return await (self._apply_catalog(doc) if NODE_FIELD in doc else self._catalog(op, doc))
+        db, bucket = doc["db"], doc["bucket"]
+        place = await self._placement(db, bucket)
+        if place is None:
+            return await self.server.run_here(doc)  # no such bucket: the engine says so
+        p = self._partition(place, doc, op)
+        if p is None:
+            if NODE_FIELD in doc:
+                await self._claim_assigned(db, bucket)
+                return await self.server.run_here(doc)
+            return await self._gather(op, doc, place)
+        return await self._one(doc, place, p)
+
+    async def _one(self, doc: dict, place: dict, p: int) -> dict:
+        """A request for partition ``p``: run here if it is this node's, else sent to its owner."""
+        db, bucket = doc["db"], doc["bucket"]
+        owner = place["owners"][p]
+        if owner == self.node_id:
+            if self.coord.holds(db, bucket, p) is None:
+                try:
+                    await self.coord.claim(db, bucket, p)
+                except OwnedElsewhere as e:
+                    raise PartitionUnavailableError(
+                        f"partition {p} of {db}.{bucket} is assigned to node {self.node_id} but node {e.node} "
+                        "still holds it; try again in a moment", node=e.node) from None
+            local = {k: v for k, v in doc.items() if k != NODE_FIELD}
+            return await self.server.run_here(local)
+        if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
+            raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
+                                            f"{self.node_id}; send it there", node=owner)
+        return await self._forward(owner, doc)
+
+    # -- the map
+
+    async def _placement(self, db: str, bucket: str) -> dict | None:
+        place = self.placements.get((db, bucket))
+        if place is None:
+            decl = await self.coord.bucket(db, bucket)
+            if decl is None:
+                return None
+            await self._apply_bucket(db, bucket, decl)
+            place = self.placements.get((db, bucket))
+        return place
+
+    def _partition(self, place: dict, doc: dict, op: operations.Operation) -> int | None:
+        """The partition a request acts on, or None when it acts on every partition."""
+        if place["partitions"] == 1:
+            return 0
+        key = _key_of(op, doc)
+        return None if key is _NONE else partition_of(key, place["partitions"])
+
+    async def _apply_bucket(self, db: str, bucket: str, decl: dict) -> None:
+        """Create a bucket of the cluster here (if it is not yet), and remember its placement."""
+        assignment = await self.coord.assignment(db, bucket)
+        if assignment is None:
+            return
+        answer = await self.server.run_here({"op": "create_bucket", "db": db, "bucket": bucket,
+                                             "options": decl["options"]})
+        if answer.get("ok") != 1 and answer.get("codeName") != "BUCKET_EXISTS":
+            raise error_from_answer(answer)
+        self.placements[(db, bucket)] = {"partitions": decl["partitions"], "owners": assignment["owners"]}
+
+    async def _claim_assigned(self, db: str, bucket: str) -> None:
+        place = self.placements.get((db, bucket))
+        if place is None:
+            return
+        for p, owner in enumerate(place["owners"]):
+            if owner == self.node_id and self.coord.holds(db, bucket, p) is None:
+                try:
+                    await self.coord.claim(db, bucket, p)
+                except OwnedElsewhere as e:
+                    log.warning("partition %d of %s.%s is assigned here but node %s holds it", p, db, bucket, e.node)
+
+    # -- catalog changes
+
+    async def _catalog(self, op: operations.Operation, doc: dict) -> dict:
+        """A catalog change asked by a client: recorded in etcd, then applied on every live node."""
+        db, bucket = doc.get("db"), doc.get("bucket")
+        if op.name == "create_bucket":
+            raw = dict(doc.get("options") or {}) if isinstance(doc.get("options"), dict) else doc.get("options")
+            if isinstance(raw, dict) and raw.get("type", "hash") in SPREADABLE \
+                    and "placement" not in raw and "partitions" not in raw:
+                raw["partitions"] = DEFAULT_PARTITIONS  # a hash bucket is spread unless declared whole
+            declare_bucket(bucket, raw)  # every refusal, before etcd hears of it
+            if not isinstance(bucket, str):
+                return await self.server.run_here(doc)
+            partitions = raw.get("partitions", 1)
+            owners = balance(partitions, list(self.nodes) or [self.node_id])
+            if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
+                raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
+            doc = {**doc, "options": raw}
+        elif op.name == "drop_bucket":
+            await self.coord.drop_bucket(db, bucket)
+        elif op.name == "drop_database":
+            for (d, b) in list(await self.coord.buckets()):
+                if d == db:
+                    await self.coord.drop_bucket(d, b)
+        answers = await self._everywhere({**doc, NODE_FIELD: self.node_id})
+        mine = answers.pop(self.node_id)
+        failed = {n: a for n, a in answers.items() if a.get("ok") != 1 and a.get("codeName") != "BUCKET_EXISTS"}
+        if failed:
+            log.warning("%s on %s.%s: not applied on %s", op.name, db, bucket, failed)
+        return mine
+
+    async def _apply_catalog(self, doc: dict) -> dict:
+        """A catalog change another node recorded: applied here."""
+        db, bucket = doc.get("db"), doc.get("bucket")
+        local = {k: v for k, v in doc.items() if k != NODE_FIELD}
+        if doc["op"] == "create_bucket":
+            decl = await self.coord.bucket(db, bucket)
+            if decl is not None:
+                await self._apply_bucket(db, bucket, decl)
+                await self._claim_assigned(db, bucket)
+                return {"ok": 1, "result": {"name": bucket, "type": (decl["options"] or {}).get("type", "hash")}}
+        answer = await self.server.run_here(local)
+        if doc["op"] in ("drop_bucket", "drop_database"):
+            for key in [k for k in self.placements if k[0] == db and (doc["op"] == "drop_database" or k[1] == bucket)]:
+                del self.placements[key]
+                for held in [h for h in self.coord.held if h[:2] == key]:
+                    del self.coord.held[held]
+        return answer
+
+    async def _everywhere(self, doc: dict) -> dict[str, dict]:
+        """The answer of every live node to ``doc`` (this one's by ``self.node_id``)."""
+        names = sorted(set(self.nodes) | {self.node_id})
+        answers = await asyncio.gather(*(self._apply_catalog(doc) if n == self.node_id
+                                         else self._forward(n, doc, ok_only=False) for n in names))
+        return dict(zip(names, answers))
+
+    # -- forwarding
+
+    async def _forward(self, node: str, doc: dict, ok_only: bool = False) -> dict:
+        """``doc``'s answer from ``node`` over the kept connection to it (an error answer as one)."""
+        info = self.nodes.get(node)
+        if info is None:
+            raise PartitionUnavailableError(f"node {node} is not in the cluster now (down, or its lease ran out); "
+                                            "its partitions answer again once it is back", node=node)
+        peer = self._peers.get(node)
+        if peer is None:
+            peer = self._peers[node] = self._link(info)
+        self.forwarded += 1
+        try:
+            return await peer.execute({**doc, NODE_FIELD: doc.get(NODE_FIELD, self.node_id)})
+        except (ConnectionError_, TimeoutError_) as e:
+            if getattr(e, "outcome_unknown", False):
+                raise PartitionUnavailableError(
+                    f"node {node} did not answer ({e.message}); the write may or may not have been applied: "
+                    "read it back before trying again", node=node, outcome_unknown=True) from None
+            raise PartitionUnavailableError(f"node {node} cannot be reached at {info.get('advertise')}: {e.message}",
+                                            node=node) from None
+        except HoardError as e:
+            return e.to_answer()
+
+    def _link(self, info: dict):
+        from ..client.aio import AsyncExecutor  # noqa: PLC0415 (the client, below the server, as a node's own)
+        from ..client.options import ConnectOptions  # noqa: PLC0415
+
+        host, _, port = info["advertise"].rpartition(":")
+        options = {"host": host, "port": int(port), "timeout": 60.0}
+        if info.get("tls"):
+            options["tls_fingerprint"] = info["fingerprint"]
+        else:
+            options["insecure"] = True
+        if info.get("auth"):
+            options["user"] = os.environ.get("HOARDDB_CLUSTER_USER", "")
+            options["password"] = os.environ.get("HOARDDB_CLUSTER_PASSWORD", "")
+        return AsyncExecutor(ConnectOptions(**options).check())
+
+    # -- scatter-gather
+
+    async def _gather(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """A request over every partition of a spread bucket, sent to each owner and merged."""
+        if op.name in _SPLITS:
+            return await self._split(op, doc, place)
+        if op.name not in _LISTS | _SUMS | _COUNTS:
+            raise HoardError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not built yet; "
+                             "declare the bucket with placement: whole to use it")
+        owners = sorted(set(place["owners"]))
+        answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
+        for answer in answers:
+            if answer.get("ok") != 1:
+                return answer
+        if op.name in _SUMS:
+            return {"ok": 1, "result": sum(a["result"] for a in answers)}
+        if op.name in _COUNTS:
+            merged: dict = {}
+            for a in answers:
+                for k, v in (a.get("result") or {}).items():
+                    merged[k] = merged.get(k, 0) + v
+            return {"ok": 1, "result": merged}
+        docs = [d for a in answers for d in a["result"]]
+        docs.sort(key=lambda d: encode_key(d["_id_"]))
+        limit = (doc.get("args") or {}).get("limit")
+        if isinstance(limit, int) and limit > 0:
+            docs = docs[:limit]
+        answer: dict = {"ok": 1, "result": docs}
+        if op.name == "search":
+            used = {n: a.get("index_used") for n, a in zip(owners, answers)}
+            answer["index_used"] = next(iter(used.values()))
+            answer["index_used_by_node"] = used
+        return answer
+
+    async def _here_or_there(self, node: str, doc: dict) -> dict:
+        if node == self.node_id:
+            await self._claim_assigned(doc["db"], doc["bucket"])
+            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
+        return await self._forward(node, doc)
+
+    async def _split(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """A batch over a spread bucket: one batch per owner, each all-or-nothing in its node;
+        the answer lists the keys in the order given, or says which were written and which refused."""
+        args = dict(doc.get("args") or {})
+        docs = args.get("docs")
+        if not isinstance(docs, list):
+            return await self.server.run_here(doc)  # the engine refuses it, saying what it takes
+        docs = [d if not isinstance(d, dict) or "_id_" in d or op.name != "batch_insert"
+                else {"_id_": uuid7(), **d} for d in docs]
+        groups: dict[str, list[int]] = {}
+        for i, d in enumerate(docs):
+            key = d.get("_id_") if isinstance(d, dict) else None
+            owner = place["owners"][partition_of(key, place["partitions"])] if key is not None else self.node_id
+            groups.setdefault(owner, []).append(i)
+        names = sorted(groups)
+        answers = await asyncio.gather(*(self._here_or_there(
+            n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]}}) for n in names))
+        if all(a.get("ok") == 1 for a in answers):
+            if op.name == "load":
+                merged: dict = {}
+                for a in answers:
+                    for k, v in (a.get("result") or {}).items():
+                        merged[k] = merged.get(k, 0) + v if isinstance(v, int) else v
+                return {"ok": 1, "result": merged}
+            keys: list = [None] * len(docs)
+            for n, a in zip(names, answers):
+                for i, k in zip(groups[n], a["result"]):
+                    keys[i] = k
+            return {"ok": 1, "result": keys}
+        written = sorted(i for n, a in zip(names, answers) if a.get("ok") == 1 for i in groups[n])
+        refused = sorted(i for n, a in zip(names, answers) if a.get("ok") != 1 for i in groups[n])
+        first = next(a for a in answers if a.get("ok") != 1)
+        return {**first, "message": (f"{op.name} over a spread bucket: {len(written)} of {len(docs)} documents "
+                                     f"written (positions {written[:20]}{'...' if len(written) > 20 else ''}), "
+                                     f"{len(refused)} refused (positions {refused[:20]}"
+                                     f"{'...' if len(refused) > 20 else ''}), each partition all or nothing: "
+                                     f"{first.get('message')}"),
+                "details": {**(first.get("details") or {}), "written": written, "refused": refused}}
+
+    # -- status
+
+    def status(self) -> dict:
+        """This node's view: nodes, partitions held, requests forwarded, the last etcd round trip."""
+        held: dict[str, int] = {}
+        for db, bucket, _p in self.coord.held:
+            held[f"{db}.{bucket}"] = held.get(f"{db}.{bucket}", 0) + 1
+        return {"node": self.node_id, "nodes": sorted(self.nodes), "held": held, "lease_fresh": self.coord.lease_fresh(),
+                "forwarded": self.forwarded, "etcd_round_trip_ms": round(self.coord.round_trip_ms, 3)}
+
+
+_NONE = object()
+
+
+def _key_of(op: operations.Operation, doc: dict) -> Any:
+    """The document key a request acts on, or _NONE when it acts on many (read from the table's route)."""
+    if op.route == operations.ROUTE_KEY or "field" in doc:
+        return doc.get("key", _NONE)
+    args = doc.get("args") or {}
+    if not isinstance(args, dict):
+        return _NONE
+    name = op.name
+    if name in _KEY_ARGS:
+        return args.get(_KEY_ARGS[name], _NONE)
+    if name in _DOC_ARGS:
+        d = args.get("doc")
+        if isinstance(d, dict):
+            if "_id_" not in d:
+                if name == "put":
+                    return _NONE  # refused by the engine, wherever it runs
+                d = args["doc"] = {"_id_": uuid7(), **d}  # the key, chosen here so it can be routed
+            return d["_id_"]
+        return _NONE
+    if name in ("update", "delete"):
+        f = args.get("filter" if name == "update" else "target")
+        if isinstance(f, dict) and set(f) == {"_id_"} and not isinstance(f["_id_"], dict):
+            return f["_id_"]
+        if name == "delete" and f is not None and not isinstance(f, dict):
+            return f
+    return _NONE
