@@ -113,21 +113,25 @@ class Coordinator:
             await self.client.close()
             raise EtcdUnavailable(f"cannot reach etcd at {', '.join(self.endpoints)}: {_why(exc)}") from None
         self.lease_id, self.last_keepalive = lease.ID, sent
+        self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
         kv = self.client.kv
         me = self.key("nodes", self.node_id)
-        answer = await kv.txn([kv.txn_compare_create_revision(me, 0)],
-                              [kv.txn_op_put(me, _json({**(info or {}), "advertise": self.advertise,
-                                                          "started": time.time()}),
-                                             lease=self.lease_id)],
-                              [kv.txn_op_get(me)], timeout=5)
-        if not answer.succeeded:
+        record = _json({**(info or {}), "advertise": self.advertise, "started": time.time()})
+        deadline = time.monotonic() + self.ttl + 2
+        while True:
+            answer = await self._txn([kv.txn_compare_create_revision(me, 0)],
+                                     [kv.txn_op_put(me, record, lease=self.lease_id)], [kv.txn_op_get(me)])
+            if answer.succeeded:
+                break
             other = json.loads(answer.responses[0].response_range.kvs[0].value)
-            await self.client.lease.revoke(self.lease_id)
-            await self.client.close()
+            if other.get("advertise") == self.advertise and time.monotonic() < deadline:
+                # this node, killed and started again before its old lease ran out: wait for it
+                await asyncio.sleep(0.2)
+                continue
+            await self.stop()
             raise BadValueError(f"node id {self.node_id!r} is already in the cluster (live, at "
                                 f"{other.get('advertise')}); give this node another --node-id, or stop that one "
                                 f"(its membership ends {self.ttl} s after it stops)")
-        self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
 
     async def stop(self) -> None:
         """Leave: stop the keepalive and revoke the lease (membership and owner keys go at once)."""

@@ -211,6 +211,7 @@ class ClusterNode:
             if not isinstance(bucket, str):
                 return await self.server.run_here(doc)
             partitions = raw.get("partitions", 1)
+            self.nodes = await self.coord.nodes()  # as they are now: a node that just joined gets its share
             owners = balance(partitions, list(self.nodes) or [self.node_id])
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
@@ -258,6 +259,9 @@ class ClusterNode:
     async def _forward(self, node: str, doc: dict, ok_only: bool = False) -> dict:
         """``doc``'s answer from ``node`` over the kept connection to it (an error answer as one)."""
         info = self.nodes.get(node)
+        if info is None:  # joined since the last refresh, or gone: etcd says which
+            self.nodes = await self.coord.nodes()
+            info = self.nodes.get(node)
         if info is None:
             raise PartitionUnavailableError(f"node {node} is not in the cluster now (down, or its lease ran out); "
                                             "its partitions answer again once it is back", node=node)
@@ -266,7 +270,9 @@ class ClusterNode:
             peer = self._peers[node] = self._link(info)
         self.forwarded += 1
         try:
-            return await peer.execute({**doc, NODE_FIELD: doc.get(NODE_FIELD, self.node_id)})
+            request = {k: v for k, v in doc.items() if k != "id"}  # (the client's id: the link gives its own)
+            request[NODE_FIELD] = doc.get(NODE_FIELD, self.node_id)
+            return await peer.execute(request)
         except (ConnectionError_, TimeoutError_) as e:
             if getattr(e, "outcome_unknown", False):
                 raise PartitionUnavailableError(

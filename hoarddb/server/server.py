@@ -220,12 +220,31 @@ class Server:
                  advertise)
 
     async def run_here(self, doc: dict) -> dict:
-        """``doc``'s answer from this server's engine (a cluster node's own part of a request)."""
-        write = is_write(doc.get("op"))
+        """``doc``'s answer from this server's engine, a write's once it is durable (a cluster
+        node's own part of a request): a verb's write in the group commit, as a client's."""
+        doc = {k: v for k, v in doc.items() if k != "id"}
+        op = doc.get("op")
+        verb = operations.VERBS.get(op)
+        if verb is not None and verb.write and self.committer is not None:
+            done: asyncio.Future = self.loop.create_future()
+            self.committer.submit(doc, lambda result: done.done() or done.set_result(result))
+            result = await done
+            if isinstance(result, HoardError):
+                return result.to_answer()
+            if isinstance(result, BaseException):
+                return InternalError(f"{type(result).__name__}: {result} (please report this)").to_answer()
+            return result
         try:
-            return await self.loop.run_in_executor(self._writes if write else self._reads, self._run, doc)
+            answer = await self.loop.run_in_executor(self._writes if is_write(op) else self._reads, self._run, doc)
         except HoardError as e:
             return e.to_answer()
+        if is_write(op) and self.committer is not None and answer.get("ok") == 1:
+            synced: asyncio.Future = self.loop.create_future()
+            self.committer.after_durable(lambda error: synced.done() or synced.set_result(error))
+            error = await synced
+            if error is not None:
+                return error.to_answer()
+        return answer
 
     def start_line(self) -> str:
         tls_text = f"TLS on (SHA-256 fingerprint {self.fingerprint})" if self.config.tls else "TLS off"
@@ -692,7 +711,8 @@ class Server:
         if op == "stream" and answer.get("ok") == 1 and hasattr(result, "__next__"):
             await self._stream(conn, rid, result, arrived)
             return
-        if write and self.committer is not None and answer.get("ok") == 1:  # a refusal wrote nothing: answer now
+        if write and self.committer is not None and answer.get("ok") == 1 and request.how != "cluster":
+            # (a refusal wrote nothing, and a cluster's answer is durable where it ran: answer now)
             def durable(error, answer=answer):
                 self._answer(conn, rid, op, error.to_answer() if error is not None else answer, arrived)
             self.committer.after_durable(durable)

