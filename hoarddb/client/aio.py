@@ -285,7 +285,16 @@ class AsyncExecutor:
             self._opening = None
 
     async def _open_connection(self) -> _Protocol:
-        o = self.options
+        """A connection to the first of the servers (``options.candidates()``) that can be reached."""
+        candidates = self.options.candidates()
+        for i, o in enumerate(candidates):
+            try:
+                return await self._open_one(o)
+            except (ConnectionError_, TimeoutError_):
+                if i == len(candidates) - 1:
+                    raise
+
+    async def _open_one(self, o: ConnectOptions) -> _Protocol:
         loop = asyncio.get_running_loop()
         context = o.ssl_context()
 

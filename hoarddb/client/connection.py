@@ -90,7 +90,16 @@ class Connection:
     # -- opening
 
     def _open(self) -> socket.socket:
-        o = self.options
+        """A connected socket to the first of the servers (``options.candidates()``) that can be reached."""
+        candidates = self.options.candidates()
+        for i, o in enumerate(candidates):
+            try:
+                return self._open_one(o)
+            except (ConnectionError_, TimeoutError_):
+                if i == len(candidates) - 1:
+                    raise
+
+    def _open_one(self, o: ConnectOptions) -> socket.socket:
         context = o.ssl_context()  # a CA file that cannot be read is refused before connecting
         try:
             sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)

