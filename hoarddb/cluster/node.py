@@ -28,8 +28,14 @@ from typing import Any
 
 from .. import operations
 from ..declaration import SPREADABLE, declare_bucket
-from ..errors import (BucketExistsError, ConnectionError_, HoardError, PartitionUnavailableError, TimeoutError_,
-                      error_from_answer)
+from ..errors import (
+    BucketExistsError,
+    ConnectionError_,
+    HoardError,
+    PartitionUnavailableError,
+    TimeoutError_,
+    error_from_answer,
+)
 from ..ids import uuid7
 from ..values.keys import encode_key
 from .coord import Coordinator, OwnedElsewhere
@@ -284,8 +290,8 @@ class ClusterNode:
             return e.to_answer()
 
     def _link(self, info: dict):
-        from ..client.aio import AsyncExecutor  # noqa: PLC0415 (the client, below the server, as a node's own)
-        from ..client.options import ConnectOptions  # noqa: PLC0415
+        from ..client.aio import AsyncExecutor
+        from ..client.options import ConnectOptions
 
         host, _, port = info["advertise"].rpartition(":")
         options = {"host": host, "port": int(port), "timeout": 60.0}

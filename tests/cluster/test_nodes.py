@@ -8,7 +8,12 @@ import pytest
 
 import hoarddb
 import hoarddb.aio
-from hoarddb.errors import BadValueError, BucketExistsError, DuplicateKeyError, PartitionUnavailableError
+from hoarddb.errors import (
+    BadValueError,
+    BucketExistsError,
+    DuplicateKeyError,
+    PartitionUnavailableError,
+)
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available, free_port
 
@@ -188,3 +193,37 @@ def test_a_url_may_list_several_nodes_tried_in_turn(cluster, tmp_path):
         finally:
             await client.close()
     assert "app" in asyncio.run(main())
+
+
+def test_nodes_with_tls_and_authentication_log_in_to_each_other(tmp_path):
+    env = {"HOARDDB_ADMIN_PASSWORD": "node-secret-1", "HOARDDB_CLUSTER_USER": "admin",
+           "HOARDDB_CLUSTER_PASSWORD": "node-secret-1"}
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [ServerProcess(tmp_path / f"n{i}", "--cluster", etcd.url, "--node-id", f"n{i}", insecure=False, env=env)
+                 for i in (1, 2)]
+        try:
+            for n in nodes:
+                n.start()
+            clients = [hoarddb.connect(n.url("admin", "node-secret-1")) for n in nodes]
+            clients[0]["app"].create_bucket("U", type="hash", partitions=4)
+            for i in range(20):
+                clients[i % 2]["app"].U.insert({"_id_": i})
+            assert [c["app"].U.count() for c in clients] == [20, 20]
+            assert 0 < local_count_as(nodes[0], "admin", "node-secret-1") < 20
+            for c in clients:
+                c.close()
+        finally:
+            for n in nodes:
+                n.stop()
+
+
+def local_count_as(node, user, password):
+    with hoarddb.connect(node.url(user, password)) as client:
+        return client.execute({"op": "count", "db": "app", "bucket": "U", "_node": "test"})["result"]
+
+
+def test_a_node_with_authentication_needs_the_cluster_user(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        node = ServerProcess(tmp_path / "n1", "--cluster", etcd.url, "--node-id", "n1", insecure=False)
+        with pytest.raises(RuntimeError, match="HOARDDB_CLUSTER_USER and HOARDDB_CLUSTER_PASSWORD"):
+            node.start()
