@@ -227,3 +227,17 @@ def test_a_node_with_authentication_needs_the_cluster_user(tmp_path):
         node = ServerProcess(tmp_path / "n1", "--cluster", etcd.url, "--node-id", "n1", insecure=False)
         with pytest.raises(RuntimeError, match="HOARDDB_CLUSTER_USER and HOARDDB_CLUSTER_PASSWORD"):
             node.start()
+
+
+def test_a_document_s_store_fields_live_and_run_in_its_partition(cluster):
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Property", type="hash", partitions=6,
+                                    store_fields=[{"name": "Expenses", "type": "fifo"}])
+    for i in range(12):
+        clients[i % 3]["app"].Property.insert({"_id_": f"p{i}"})
+    for i in range(12):
+        for amount in (1, 2, 3):
+            clients[(i + amount) % 3]["app"].Property[f"p{i}"].Expenses.push({"Amount": amount})
+    for i in range(12):
+        field = clients[i % 3]["app"].Property[f"p{i}"].Expenses
+        assert field.length() == 3 and [e["Amount"] for e in field.pop(3)] == [1, 2, 3]
