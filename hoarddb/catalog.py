@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .errors import (BucketExistsError, BucketNotFoundError, CorruptDataError, DatabaseExistsError,
                      DatabaseNotFoundError, InvalidNameError)
+from .operations import NAME_RULE
 from .storage.kv import DAMAGE_ERRORS, KV, damage_hint
 from .values.codec import DECODE_ERRORS, decode, encode
 
@@ -34,14 +35,14 @@ CATALOG_RESERVE = 256 * 1024
 DECLARATION_FORMAT = 1
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-NAME_RULE = "1 to 64 characters: a letter, then letters, digits, '_' or '-'"
 #: Folder names inside DATA that a database may not take.
 RESERVED = frozenset({"catalog", "tls", "LOCK"})
 
 
 def check_name(name, what: str) -> str:
     """``name`` if it is a valid database or bucket name; else InvalidNameError saying the rule."""
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):  # fullmatch: "$" would let "abc\n" pass
+    # type, not isinstance: BSON decodes code as a str; fullmatch: "$" would let "abc\n" pass
+    if type(name) is not str or not NAME_RE.fullmatch(name):
         raise InvalidNameError(f"invalid {what} name {name!r}: a {what} name is {NAME_RULE}")
     if what == "database" and name in RESERVED:
         raise InvalidNameError(f"{name!r} is reserved for hoardDB's own files; choose another database name")

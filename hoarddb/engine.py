@@ -47,12 +47,16 @@ from .stores.fields import refusal as field_refusal
 log = logging.getLogger("hoarddb.engine")
 
 #: Operations that change declarations: they empty the engine's cache of (declaration, store).
-CATALOG_CHANGES = frozenset({"create_database", "drop_database", "create_bucket", "drop_bucket", "alter_bucket"})
+CATALOG_CHANGES = operations.names(catalog=True)
 #: Reads that may touch only one key (see Engine.is_point_read).
-POINT_READS = frozenset({"get", "info", "length", "first", "last", "search"})
+POINT_READS = frozenset(n for n, op in operations.VERBS.items() if op.cost in (operations.POINT, operations.INDEXED))
 #: Reads that may be quick, and the most elements a quick one touches (Engine.is_quick_read).
-QUICK_READS = frozenset({"peek", "list", "search", "length", "get"})
+QUICK_READS = frozenset(n for n, op in operations.VERBS.items()
+                        if op.cost in (operations.POINT, operations.SHORT, operations.INDEXED))
 QUICK_READ = 100
+#: Verbs whose requests in a row to one queue run together in a group (each store type that
+#: can has ``<verb>_each``): one segment append for many pushes, one state write for many pops.
+TOGETHER = frozenset(n for n, op in operations.VERBS.items() if op.together)
 
 
 #: What a value nested past what Python's recursion allows hears (a filter or update walked
@@ -113,9 +117,12 @@ class Engine:
         """Run one operation; its answer ``{ok: 1, result, ...}``, or raise its error."""
         if self._closed:
             raise self._closed_error()
-        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-            raise InvalidArgumentError(operations.REQUEST_SHAPE)
-        name = request["op"]
+        return self._execute(request, operations.check_request(request))
+
+    def _execute(self, request: dict, name: str) -> dict:
+        """execute, for a request ``check_request`` has passed (its op is ``name``)."""
+        if self._closed:
+            raise self._closed_error()
         handler = HANDLERS.get(name)
         if handler is not None:
             if name in CATALOG_CHANGES:
@@ -161,7 +168,10 @@ class Engine:
         """
         if self._closed:
             raise self._closed_error()
-        hot = self._hot.get((db, bucket))
+        try:
+            hot = self._hot.get((db, bucket))
+        except TypeError:  # a name that is no string, and cannot even be looked up: refused below
+            hot = None
         if hot is None:  # (not in an `except KeyError`: a refusal here would carry that KeyError along)
             check_name(db, "database")
             check_name(bucket, "bucket")
@@ -303,6 +313,18 @@ class Engine:
             store.close()
 
     # -- catalog operations ----------------------------------------------------------
+
+    def _create_database(self, request: dict) -> None:
+        self.catalog.create_database(_db(request))
+
+    def _list_databases(self, request: dict) -> list:
+        return self.catalog.databases()
+
+    def _list_buckets(self, request: dict) -> list:
+        return self.catalog.buckets(_db(request))
+
+    def _sweep_ttl(self, request: dict) -> dict:
+        return self.sweeper.sweep()
 
     def _create_bucket(self, request: dict) -> dict:
         db, name = _db(request), _bucket(request)
@@ -485,7 +507,7 @@ class Engine:
             answer["warnings"] = warnings
         return answer
 
-    def execute_group(self, requests: list[dict]) -> list:
+    def execute_group(self, requests: list[dict], checked: bool = False) -> list:
         """Run writes that arrived together, in order: each one's answer, or the error it raised.
 
         Writes to hash, btree and heap buckets (LMDB) share one transaction per bucket, each
@@ -500,13 +522,37 @@ class Engine:
         A group of one write runs as ``execute`` runs it: its own transaction is all the
         sharing there is, and the outer one would cost a second commit (a lone client's
         every write comes this way).
+
+        A request that fails, for whatever reason (a field of the wrong type, a refusal,
+        a bug), fails alone: the others are run and answered as they would have been had
+        it never been sent. Each request's shape is checked (``operations.check_request``)
+        before any of them runs, so a malformed one never reaches a lookup; ``checked``
+        says the caller did that already (a server's dispatch does, for every request).
         """
+        if not checked:
+            refused: list = []
+            for request in requests:
+                try:
+                    operations.check_request(request)
+                    refused.append(None)
+                except HoardError as exc:
+                    refused.append(exc)
+            if any(refused):
+                good = [r for r, e in zip(requests, refused) if e is None]
+                answers = iter(self._execute_checked(good) if good else ())
+                return [next(answers) if e is None else e for e in refused]
+        return self._execute_checked(requests)
+
+    def _execute_checked(self, requests: list[dict]) -> list:
+        """execute_group's work, for requests check_request has passed."""
         if len(requests) == 1:
             with self._group_lock:
                 try:
-                    return [self.execute(requests[0])]
+                    return [self._execute(requests[0], requests[0]["op"])]
                 except HoardError as exc:
                     return [exc]
+                except Exception as exc:  # a bug: it alone fails
+                    return [self._bug_in_group(requests[0], exc)]
         out: list = []
         grouped: list[Store] = []  # stores whose group is open, in the order they were begun
         failure: HoardError | None = None
@@ -517,8 +563,8 @@ class Engine:
                     request = requests[i]
                     try:
                         store = self._group_store(request)
-                    except HoardError:
-                        store = None  # execute refuses it as it would alone
+                    except Exception:  # refused, or a bug: execute says so as it would alone
+                        store = None
                     # Others see a group's writes when it ends, store by store in the order
                     # begun, and a queue's or a blob's at once: end the open groups before a
                     # write that would otherwise become visible ahead of earlier ones (a job
@@ -534,24 +580,23 @@ class Engine:
                     i += 1
                     try:
                         if store is not None and store not in grouped:
-                            store._wlock.acquire()
-                            try:
-                                store.kv.begin_group()
-                            except BaseException:
-                                store._wlock.release()
-                                raise
+                            store.begin_group()
                             grouped.append(store)
-                        out.append(self.execute(request))
+                        out.append(self._execute(request, request["op"]))
                     except HoardError as exc:
                         out.append(exc)
                     except Exception as exc:  # a bug in one write: it alone fails (its child transaction is undone)
-                        log.exception("a write of a group failed: %r", request.get("op"))
-                        out.append(InternalError(f"{type(exc).__name__}: {exc} (please report this)"))
+                        out.append(self._bug_in_group(request, exc))
             finally:
                 failure = self._end_groups(grouped) or failure
                 if failure is not None:  # the group's writes are not known to be on disk
                     out = [failure if not isinstance(a, HoardError) else a for a in out]
         return out
+
+    @staticmethod
+    def _bug_in_group(request: dict, exc: Exception) -> InternalError:
+        log.error("a write of a group failed: %.40s", request.get("op"), exc_info=exc)
+        return InternalError(f"{type(exc).__name__}: {exc} (please report this)")
 
     @staticmethod
     def _end_groups(grouped: list) -> HoardError | None:
@@ -563,8 +608,6 @@ class Engine:
                 store.end_group()  # (a group not kept: the store reloads what it counted)
             except HoardError as exc:
                 failure = failure or exc
-            finally:
-                store._wlock.release()
         grouped.clear()
         return failure
 
@@ -574,18 +617,20 @@ class Engine:
         by one, each push refused alone, with one segment append or one state write for
         them all. [] when there is no such run."""
         first = requests[start]
-        op = first.get("op") if type(first) is dict else None
-        if op not in ("push", "pop") or start + 1 >= len(requests) or "field" in first or "key" in first \
-                or self._closed:
+        op = first.get("op")
+        if op not in TOGETHER or start + 1 >= len(requests) or "field" in first or "key" in first or self._closed:
             return []
+        # what each request of the run gives: its one document (a push), or nothing (a pop)
+        takes = operations.VERBS[op].single
         db, bucket = first.get("db"), first.get("bucket")
         end = start
         while end < len(requests):
             r = requests[end]
-            args = r.get("args") if type(r) is dict else None
+            args = r.get("args")
             if (r.get("op") != op or r.get("db") != db or r.get("bucket") != bucket or "field" in r or "key" in r
-                    or type(args) is not dict or (op == "push" and (len(args) != 1 or type(args.get("doc")) is not dict))
-                    or (op == "pop" and args and any(v is not None for v in args.values()))):
+                    or type(args) is not dict
+                    or (takes is not None and (len(args) != 1 or type(args.get(takes)) is not dict))
+                    or (takes is None and args and any(v is not None for v in args.values()))):
                 break
             end += 1
         if end - start < 2:
@@ -593,20 +638,23 @@ class Engine:
         try:
             hot = self._hot.get((db, bucket))
             decl, store = hot if hot is not None else (self.catalog.bucket(db, bucket), None)
-            if decl["type"] not in ("fifo", "lifo"):
+            each = getattr(store_class(decl["type"]), op + "_each", None)  # push_each, pop_each
+            if each is None:
                 return []
             if store is None:
                 store = self._store(db, bucket, decl)
-        except HoardError:
+        except Exception:
             return []  # let each one be refused as it would be alone
         try:
-            if op == "push":
-                outcomes = store.push_each([r["args"]["doc"] for r in requests[start:end]])
+            if takes is not None:
+                outcomes = each(store, [r["args"][takes] for r in requests[start:end]])
                 answers = [e if e is not None else {"ok": 1, "result": None} for e in outcomes]
             else:
-                answers = [{"ok": 1, "result": doc} for doc in store.pop_each(end - start)]
+                answers = [{"ok": 1, "result": doc} for doc in each(store, end - start)]
         except HoardError as exc:  # the disk refused the append (nothing of it stays): each one hears why
             return [exc] * (end - start)
+        except Exception as exc:  # a bug: the run's own writes hear of it, no other of the group
+            return [self._bug_in_group(first, exc)] * (end - start)
         if not self.options.sync:
             self._mark_dirty(store)
         return answers
@@ -620,7 +668,7 @@ class Engine:
             decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
         except HoardError:
             return None
-        if decl["type"] not in ("hash", "btree", "heap"):
+        if not store_class(decl["type"]).groups:
             return None
         return self._store(decl["db"], decl["name"], decl)
 
@@ -637,6 +685,7 @@ class Engine:
         op = request.get("op")
         if op not in QUICK_READS:
             return False
+        entry = operations.VERBS[op]
         args = request.get("args") or {}
         if not isinstance(args, dict):
             return False
@@ -644,19 +693,22 @@ class Engine:
             decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
             if "field" in request:
                 kind = {f["name"]: f["type"] for f in decl.get("store_fields") or []}.get(request["field"])
-                if kind is None or kind == "blob" or op == "search":
+                if kind is None or kind == "blob" or entry.cost == operations.INDEXED:
                     return False
             else:
                 kind = decl["type"]
                 if kind == "blob":
                     return False
-            if op == "search":
+            if entry.cost == operations.INDEXED:
                 store = self._stores.get((decl["db"], decl["name"]))
                 return (kind == "hash" and store is not None and not args.get("explain")
                         and store.matches_at_most(args.get("filter"), QUICK_READ))
-            limit = args.get("limit")
-            if op in ("length", "get") or (op == "peek" and limit is None):
+            if entry.cost == operations.POINT:
                 return True
+            limit = args.get("limit")
+            if limit is None:  # what leaving it out means: peek's one element (a list's: not known here)
+                param = entry.param("limit")
+                limit = param.default if param is not None else None
             return type(limit) is int and 0 < limit <= QUICK_READ
         except (HoardError, KeyError, TypeError):
             return False
@@ -674,7 +726,7 @@ class Engine:
         try:
             hot = self._hot.get((request.get("db"), request.get("bucket")))
             decl = hot[0] if hot is not None else self.catalog.bucket(request.get("db"), request.get("bucket"))
-            if op != "search":
+            if operations.VERBS[op].cost != operations.INDEXED:
                 return decl["type"] != "blob"
             store = self._stores.get((request["db"], request["bucket"]))
             args = request.get("args") or {}
@@ -685,7 +737,7 @@ class Engine:
             if shape is not None:
                 return shape.whole
             p = plan(args["filter"], store.indexes.indexes)
-        except HoardError:
+        except (HoardError, TypeError):
             return False  # refused: let the ordinary path say so
         return p.index is not None and p.index.unique and p.covered == len(p.index.fields)
 
@@ -732,7 +784,7 @@ class Engine:
                     continue  # dropped (or closed) since the list was read
                 yield store
 
-    def _metrics(self) -> dict:
+    def _metrics(self, request: dict | None = None) -> dict:
         counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)
         for decl in self.catalog.all_buckets():
             store = self._stores.get((decl["db"], decl["name"]))
@@ -779,23 +831,11 @@ class Engine:
         return ClosedError("the database is closed; open it again with hoarddb.open(path)")
 
 
-#: The operations the engine handles itself (catalog, metrics, TTL), as functions of
-#: ``(engine, request)``: the engine refers to them without their referring back to it.
+#: The operations the engine runs itself (the table's ``runs=ENGINE``: catalog, metrics,
+#: TTL), each the method ``_<name>`` of ``(engine, request)``: the engine refers to them
+#: without their referring back to it.
 HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
-    "create_database": lambda e, r: e.catalog.create_database(_db(r)) and None,
-    "drop_database": Engine._drop_database,
-    "list_databases": lambda e, r: e.catalog.databases(),
-    "create_bucket": Engine._create_bucket,
-    "drop_bucket": Engine._drop_bucket,
-    "list_buckets": lambda e, r: e.catalog.buckets(_db(r)),
-    "describe_bucket": Engine._describe_bucket,
-    "stats": Engine._stats,
-    "alter_bucket": Engine._alter_bucket,
-    "metrics": lambda e, r: e._metrics(),
-    "sweep_ttl": lambda e, r: e.sweeper.sweep(),
-    "check": Engine._check,
-    "backup": Engine._backup,
-}
+    name: getattr(Engine, "_" + name) for name in sorted(operations.names(runs=operations.ENGINE))}
 
 
 def _index_states(store: Store, decl: dict) -> list[dict]:

@@ -1,11 +1,24 @@
-"""The table of operations, declared as data: every verb hoardDB serves, its arguments and limits.
+"""The table of operations, declared as data: every operation hoardDB serves, what it takes and how it runs.
 
-An operation is a plain document, ``{op: "push", db: "app", bucket: "Comments", doc: {...}}``.
-Everything that speaks operations derives from this table: the engine's dispatch and
-argument checks, the Python API's methods (``bucket.push(...)``), HQL's calls
-(``db.Comments.push(...)``), the shell's help and completion, and the verb list in
-docs/user. Adding a verb: one :class:`Operation` entry below, plus a method of the same
-name on each store type that serves it (``hoarddb/stores/<type>.py``).
+An operation is a plain document, ``{op: "push", db: "app", bucket: "Comments", args: {...}}``.
+Each one the engine, the server or the shell serves is one :class:`Operation` entry below:
+bucket verbs (:data:`VERBS`), store-field verbs (:data:`FIELD_VERBS`), catalog operations,
+and the server's own (users, whoami); :data:`OPERATIONS` holds them all by name (a
+store-field verb shares its name with the bucket verb). An entry says, as data, where the
+operation acts (``scope``), which store types serve it, its parameters, whether it writes
+or changes the catalog, its cost class (what the server's scheduling reads), whether it
+streams or takes an upload, whether a client may send it again after a lost answer, the
+role it needs, and which part of the request decides where it runs (``route``, what a
+cluster routes by). Everything that speaks operations reads these flags and keeps no
+list of its own: the engine's dispatch and argument checks, the server's authorization
+and choice of loop, pool or group commit, group-commit batching, client retries, the
+Python API's methods (``bucket.push(...)``), HQL's calls, the shell's help and
+completion, and the verb tables of docs/user (tests/test_operations_table.py holds them
+to it).
+
+Adding a verb: one :class:`Operation` entry in :data:`VERBS`, plus a method of the same
+name on each store type that serves it (``hoarddb/stores/<type>.py``); docs/dev/architecture.md
+walks through ``exists``.
 
 Calls bind their arguments the same way from Python and from HQL (:func:`bind`):
 positional values fill ``params`` in order; a document given where a scalar parameter
@@ -19,10 +32,99 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import BadValueError, InvalidArgumentError, UnknownVerbError
+from .errors import BadValueError, InvalidArgumentError, InvalidNameError, UnknownVerbError
 
 #: What an operation document is, said when a request is not one (embedded and remote alike).
 REQUEST_SHAPE = "an operation is a document with a string 'op', such as {op: \"push\", db, bucket, args}"
+
+
+
+def kind_of(value: Any) -> str:
+    """What a value is, in the words of a refusal: ``a document``, ``code``, ``the integer 5``."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"the boolean {value}"
+    if isinstance(value, Mapping):
+        return "a document"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    name = type(value).__name__
+    if isinstance(value, str):
+        return f"the string {value!r:.40}" if type(value) is str else f"{name} (not a plain string)"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    return {"Regex": "a regular expression", "Pattern": "a regular expression", "Decimal128": "a Decimal128",
+            "MinKey": "MinKey", "MaxKey": "MaxKey", "Timestamp": "a BSON timestamp", "bytes": "binary",
+            "Binary": "binary", "float": f"the number {value!r}"}.get(name, f"a {name}")
+
+
+def check_request(request: Any) -> str:
+    """The name of ``request``'s operation, once every field of the request has the type it must.
+
+    The one check of a request's shape, made before anything is looked up by its fields
+    (an unhashable bucket name would otherwise fail deep inside a lookup): the engine
+    makes it for every request it executes, and the server for every request it reads,
+    before it decides where the request runs. ``op``, ``db``, ``bucket`` and ``field``
+    must be plain strings (not code, which BSON decodes as a kind of string) and ``args``
+    a document; a refusal names the field and what it accepts. A document's ``key`` is
+    any value a key may be, checked by its bucket; an operation's arguments are checked
+    against its parameters when they are bound (:func:`bind`).
+    """
+    try:  # the common request, {op, db, bucket, args?}, looked at with no call: it runs for every request a server reads
+        op = request["op"]
+        if type(op) is str and type(request["db"]) is str and type(request["bucket"]) is str \
+                and op not in _WITH_FIELDS and type(request.get("args", _NO_ARGS)) is dict \
+                and ("field" not in request or type(request["field"]) is str) and type(request) is dict:
+            return op
+    except (KeyError, TypeError):  # no db or bucket (a catalog or server operation), or no document at all
+        pass
+    if not isinstance(request, dict):
+        raise InvalidArgumentError(f"{REQUEST_SHAPE}; got {kind_of(request)}")
+    _refuse_request(request)
+    op = request["op"]
+    if op in _WITH_FIELDS:
+        _check_fields(_WITH_FIELDS[op], request)
+    return op
+
+
+_NO_ARGS: dict = {}
+
+
+def _check_fields(op: "Operation", request: dict) -> None:
+    """Refuse a field of a catalog or server operation's request that has the wrong kind
+    (one left out is the operation's to refuse, saying what it needs)."""
+    for p in op.fields:
+        value = request.get(p.name)
+        if value is None:
+            continue
+        kind = p.kind
+        if not (type(value) is str if kind == "str" else isinstance(value, dict) if kind == "doc"
+                else isinstance(value, list) if kind == "list" else True):
+            raise InvalidArgumentError(f"{op.name}: {p.name!r} must be {KINDS[kind]}, got {kind_of(value)}")
+
+
+def _refuse_request(request: dict) -> None:
+    """Raise the refusal of the first field of ``request`` that has the wrong type."""
+    op = request.get("op")
+    if type(op) is not str:
+        raise InvalidArgumentError(f"{REQUEST_SHAPE}; 'op' must be a string, got {kind_of(op)}")
+    for name, what in (("db", "database"), ("bucket", "bucket")):
+        value = request.get(name)
+        if value is not None and type(value) is not str:
+            raise InvalidNameError(f"invalid {what} name: {op}: {name!r} must be a string, "
+                                   f"got {kind_of(value)}; a {what} name is {NAME_RULE}")
+    field = request.get("field")
+    if field is not None and type(field) is not str:
+        raise InvalidArgumentError(f"{op}: 'field' (the name of a document's store field) must be a string, "
+                                   f"got {kind_of(field)}")
+    args = request.get("args")
+    if args is not None and not isinstance(args, dict):
+        raise InvalidArgumentError(f"{op}: 'args' must be a document of named arguments, got {kind_of(args)}")
+
+
+#: The rule of database and bucket names (hoarddb.catalog checks it), said in refusals.
+NAME_RULE = "1 to 64 characters: a letter, then letters, digits, '_' or '-'"
 
 #: The six store types.
 STORE_TYPES = ("fifo", "lifo", "hash", "btree", "heap", "blob")
@@ -34,9 +136,11 @@ class Param:
     """Param is one argument of an operation: its name, its kind and whether it may be left out."""
 
     name: str
-    kind: str  # doc, docs, filter, update, int, any, data, str
+    kind: str  # doc, docs, filter, update, int, any, data, str, list
     required: bool = True
     help: str = ""
+    #: What leaving it out means, where the scheduling needs to know (peek's limit: one element).
+    default: Any = None
 
 
 #: What each parameter kind accepts, said in refusals.
@@ -49,15 +153,37 @@ KINDS = {
     "any": "a value",
     "data": "bytes, a file object, or {data, name, type}",
     "str": "a string",
+    "list": "a list",
 }
+
+# -- the flags of an entry ----------------------------------------------------------------
+
+#: Scopes: where an operation acts.
+SERVER, DATABASE, BUCKET, FIELD = "server", "database", "bucket", "field"
+#: Cost classes, as the server schedules them (server/server.py, server/commit.py):
+#: a point read touches one key and runs on the event loop; a short read (peek, list) too
+#: when its limit is at most 100; an indexed read (search) when an index answers it with
+#: few documents; a scan runs on a read thread. A write runs in the group commit; a batch
+#: write of many documents, or a write by a filter other than one key, may be long, and
+#: runs on the commit's thread even for a lone connection.
+POINT, SHORT, INDEXED, SCAN = "point", "short", "indexed", "scan"
+WRITE, BATCH, FILTERED_WRITE = "write", "batch", "filtered write"
+COSTS = (POINT, SHORT, INDEXED, SCAN, WRITE, BATCH, FILTERED_WRITE)
+#: What runs an operation: a bucket's store, the engine (the catalog), or the server (SERVER).
+STORE, ENGINE = "store", "engine"
+#: Routes: which part of a request decides where it runs, once hoardDB is a cluster.
+ROUTE_NONE, ROUTE_DATABASE, ROUTE_BUCKET, ROUTE_KEY = "none", "database", "bucket", "key"
+#: Roles an operation may need (server/auth.py): "look" is any role on the database,
+#: "any" any logged-in user.
+ROLES = ("read", "readWrite", "dbAdmin", "look", "any", "admin")
 
 
 @dataclass(frozen=True)
 class Operation:
-    """Operation is one verb: which store types serve it, its arguments, and what it answers."""
+    """Operation is one entry of the table: what an operation takes, what it answers, how it runs."""
 
     name: str
-    types: frozenset
+    types: frozenset = frozenset()  # the store types that serve it (bucket and field scopes)
     params: tuple = ()
     options: tuple = ()  # Params accepted only by name or in an options document
     write: bool = False
@@ -65,8 +191,46 @@ class Operation:
     answer: str = ""
     aliases: tuple = ()
     example: str = ""
+    scope: str = BUCKET
+    #: Whether it changes declarations (the engine then empties its cache of them).
+    catalog: bool = False
+    #: Its cost class (COSTS; default: WRITE for a write, POINT for a read).
+    cost: str = ""
+    #: Whether its answer is a stream of chunks (a blob's bytes).
+    streams: bool = False
+    #: The parameter a blob upload's bytes go to (a put's doc, a load's docs), or None.
+    upload: str | None = None
+    #: Whether a client may send it again after its answer was lost (default: it does not write).
+    retry: bool | None = None
+    #: The role it needs (ROLES; default: read or readWrite for verbs, admin otherwise).
+    role: str = ""
+    #: Which part of the request decides where it runs (ROUTE_*; default: by its scope).
+    route: str = ""
+    #: What runs it (STORE, ENGINE, SERVER; default: a store for verbs, the engine otherwise).
+    runs: str = ""
+    #: Fields of the request itself (beside op, db and bucket) that a catalog or server
+    #: operation reads; checked as params are (check_request).
+    fields: tuple = ()
+    #: The HQL statement that runs it, for operations HQL writes as statements.
+    hql: str = ""
+    #: Whether its answer is narrowed to what the user may see (list_databases: their databases).
+    narrowed: bool = False
+    #: Whether its requests in a row to one bucket may run as one (a group commit's pushes
+    #: or pops of one queue: the store's ``<name>_each``).
+    together: bool = False
 
     def __post_init__(self):
+        verb = self.scope in (BUCKET, FIELD)
+        defaults = {"cost": WRITE if self.write else POINT, "retry": not self.write,
+                    "role": ("readWrite" if self.write else "read") if verb else "admin",
+                    "route": {SERVER: ROUTE_NONE, DATABASE: ROUTE_DATABASE, BUCKET: ROUTE_BUCKET,
+                              FIELD: ROUTE_KEY}[self.scope],
+                    "runs": STORE if verb else ENGINE}
+        for name, value in defaults.items():
+            if getattr(self, name) in ("", None):
+                object.__setattr__(self, name, value)
+        if self.role not in ROLES or self.cost not in COSTS:
+            raise ValueError(f"operation {self.name}: role {self.role!r} or cost {self.cost!r} is not one of the table's")
         # Derived once, for binding on the hot path: names of params, and whether a
         # positional call can be bound by zipping (no scalar param that could take an
         # options document instead).
@@ -90,6 +254,7 @@ def _types(*names: str) -> frozenset:
 
 
 _LIMIT = Param("limit", "int", False, "how many elements")
+_ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
 
 #: Verbs on buckets (and, later, on store fields of a document).
@@ -103,82 +268,85 @@ def _verb(op: Operation) -> None:
 
 
 for _op in [
-    Operation("push", _types("fifo", "lifo", "heap"), (Param("doc", "doc"),), write=True,
+    Operation("push", _types("fifo", "lifo", "heap"), (Param("doc", "doc"),), write=True, together=True,
               summary="Add one element (a heap element carries a numeric priority).",
               answer="null", example='db.Comments.push({Author: "Bob", Text: "Nice photo!"})'),
     Operation("batch_push", _types("fifo", "lifo", "heap"), (Param("docs", "docs"),), write=True,
               summary="Add many elements in one durable write; all or none.",
               answer="the number added", aliases=("batchPush",),
-              example='db.Comments.batchPush([{Text: "a"}, {Text: "b"}])'),
-    Operation("pop", _types("fifo", "lifo", "heap"), (_LIMIT,), write=True,
+              example='db.Comments.batchPush([{Text: "a"}, {Text: "b"}])', cost=BATCH),
+    Operation("pop", _types("fifo", "lifo", "heap"), (_ONE,), write=True, together=True,
               summary="Remove and return the next element; with a limit (at most 100), that many in one write.",
               answer="a document or null; with a limit, a list", example="db.Comments.pop({limit: 10})"),
-    Operation("peek", _types("fifo", "lifo", "heap"), (_LIMIT,),
+    Operation("peek", _types("fifo", "lifo", "heap"), (_ONE,),
               summary="Return the next element without removing it; with a limit (at most 1000), the next N in pop order.",
               answer="a document or null; with a limit, a list (a heap, and a fifo once claimed from, add the answer field claimed)",
-              example="db.Comments.peek(5)"),
+              example="db.Comments.peek(5)", cost=SHORT),
     Operation("length", _types(*STORE_TYPES),
               summary="How many elements the bucket holds (fifo, heap: how many are ready, not claimed).",
               answer="an integer (a heap, and a fifo once claimed from, add the answer fields ready and claimed)",
               example="db.Comments.length()"),
     Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT),
               summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
-              answer="a list", example="db.Comments.list({after: 100, limit: 50})"),
+              answer="a list", example="db.Comments.list({after: 100, limit: 50})", cost=SHORT),
     Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True,
               summary="Add a document; a hash key (_id_) that exists is refused with DUPLICATE_KEY.",
               answer="the document's key", example='db.User.insert({_id_: "jane_doe", Name: "Jane"})'),
     Operation("batch_insert", _types("hash", "btree"), (Param("docs", "docs"),), write=True,
               summary="Insert many documents in one durable write; all or none.",
               answer="the list of keys", aliases=("batchInsert",),
-              example='db.User.batchInsert([{_id_: "a"}, {_id_: "b"}])'),
+              example='db.User.batchInsert([{_id_: "a"}, {_id_: "b"}])', cost=BATCH),
     Operation("put", _types("hash", "blob"),
               (Param("doc", "any"),), (Param("name", "str", False), Param("type", "str", False)), write=True,
               summary="hash: store a whole document under its _id_, replacing one that exists. blob: store bytes.",
               answer="the key or the blob's id",
-              example='db.Photos.put({data: BinData(0, "aGk="), name: "hi.txt", type: "text/plain"})'),
+              example='db.Photos.put({data: BinData(0, "aGk="), name: "hi.txt", type: "text/plain"})', upload="doc"),
     Operation("batch_put", _types("hash"), (Param("docs", "docs"),), write=True,
               summary="put many documents in one durable write; all or none, unique indexes checked.",
               answer="the list of keys", aliases=("batchPut",),
-              example='db.User.batchPut([{_id_: "a", Name: "A"}])'),
+              example='db.User.batchPut([{_id_: "a", Name: "A"}])', cost=BATCH),
     Operation("get", _types("hash", "btree", "blob"), (Param("key", "any"),),
               summary="The document (or blob) with this key, or null.", answer="a document or null",
               example='db.User.get("jane_doe")'),
+    Operation("exists", _types("hash", "btree"), (Param("key", "any"),),
+              summary="Whether a document (hash) or an entry (btree) with this key exists, without reading it.",
+              answer="true or false", example='db.User.exists("jane_doe")'),
     Operation("find", _types("hash"), (Param("filter", "filter", False),), (_LIMIT,),
               summary="Every document matching the filter (a full scan).", answer="a list",
-              example='db.User.find({Email: "jane@example.com"})'),
+              example='db.User.find({Email: "jane@example.com"})', cost=SCAN),
     Operation("search", _types("hash"), (Param("filter", "filter", False),), (_LIMIT, Param("explain", "any", False)),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
-              example='db.Orders.search({CustomerID: "c1"})'),
+              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED),
     Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
-              example="db.User.count()"),
+              example="db.User.count()", cost=SCAN),
     Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")), write=True,
               summary="Apply update operators to every matching document, in one write.",
-              answer="{matched, modified}", example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})'),
+              answer="{matched, modified}", example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE),
     Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True,
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
-              answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})'),
+              answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
     Operation("range", _types("btree"), (Param("bounds", "filter", False),), (_LIMIT, Param("reverse", "any", False)),
               summary="Entries whose key lies within the bounds, in key order.", answer="a list",
-              example="db.Leaderboard.range({Score: {$gte: 90}})"),
+              example="db.Leaderboard.range({Score: {$gte: 90}})", cost=SCAN),
     Operation("first", _types("btree"), summary="The entry with the lowest key, or null.",
               answer="a document or null", example="db.Leaderboard.first()"),
     Operation("last", _types("btree"), summary="The entry with the highest key, or null.",
               answer="a document or null", example="db.Leaderboard.last()"),
     Operation("export", _types(*STORE_TYPES), (), (Param("cursor", "any", False), _LIMIT),
               summary="A page of every entry in storage order, for dumps: {docs, next}; pass next back as cursor.",
-              answer="{docs, next}", example="db.Comments.export({limit: 1000})"),
+              answer="{docs, next}", example="db.Comments.export({limit: 1000})", cost=SCAN),
     Operation("load", _types(*STORE_TYPES), (Param("docs", "docs"),), write=True,
               summary="Restore entries as a dump holds them (hash: put, and a unique clash leaves the index "
                       "conflicted; blob: {_id_, data, name, type, sha256}).",
-              answer="{loaded, ...}", example='db.User.load([{_id_: "u1", Name: "Jane"}])'),
+              answer="{loaded, ...}", example='db.User.load([{_id_: "u1", Name: "Jane"}])', cost=BATCH, upload="docs"),
     Operation("info", _types("blob"), (Param("key", "any"),),
               summary="A blob's metadata (name, type, size, sha256) without its bytes.",
               answer="a document", example='db.Photos.info({_id_: "0192..."})'),
     Operation("stream", _types("blob"), (Param("key", "any"),), (Param("chunk_size", "int", False),),
               summary="A blob's bytes in chunks, never whole in memory.",
-              answer="an iterator of bytes", example='db.Photos.stream({_id_: "0192..."})'),
+              answer="an iterator of bytes", example='db.Photos.stream({_id_: "0192..."})', cost=SCAN, streams=True),
     # claim/ack: a worker queue that survives a crashed worker (hoarddb/stores/claims.py, docs/user/queues.md)
     Operation("claim", _types("fifo", "heap"), (_LIMIT,),
               (Param("lease", "any", False, "seconds the elements stay hidden (default 30, at most 86400)"),), write=True,
@@ -209,41 +377,110 @@ _KEY = Param("key", "any", True, "the element's key (hash, btree) or the blob's 
 for _op in [
     Operation("push", _types("fifo", "lifo", "heap"), (Param("doc", "doc"),), write=True,
               summary="Add one element to the document's queue, stack or heap.", answer="null",
-              example='db.Property["p1"].Expenses.push({Amount: 120})'),
+              example='db.Property["p1"].Expenses.push({Amount: 120})', scope=FIELD),
     Operation("batch_push", _types("fifo", "lifo", "heap"), (Param("docs", "docs"),), write=True,
-              summary="Add many elements in one write.", answer="the number added", aliases=("batchPush",)),
-    Operation("pop", _types("fifo", "lifo", "heap"), (_LIMIT,), write=True,
+              summary="Add many elements in one write.", answer="the number added", aliases=("batchPush",), scope=FIELD, cost=BATCH),
+    Operation("pop", _types("fifo", "lifo", "heap"), (_ONE,), write=True,
               summary="Remove and return the next element (with a limit, up to 100 in one write).",
-              answer="a document or null; with a limit, a list", example='db.Property["p1"].Tickets.pop()'),
-    Operation("peek", _types("fifo", "lifo", "heap"), (_LIMIT,),
+              answer="a document or null; with a limit, a list", example='db.Property["p1"].Tickets.pop()', scope=FIELD),
+    Operation("peek", _types("fifo", "lifo", "heap"), (_ONE,),
               summary="The next element(s) in pop order, not removed (limit at most 1000).",
-              answer="a document or null; with a limit, a list", example='db.Property["p1"].Expenses.peek({limit: 10})'),
+              answer="a document or null; with a limit, a list", example='db.Property["p1"].Expenses.peek({limit: 10})', scope=FIELD, cost=SHORT),
     Operation("length", _types(*STORE_TYPES), summary="How many elements the store field holds.",
-              answer="an integer", example='db.Property["p1"].Expenses.length()'),
+              answer="an integer", example='db.Property["p1"].Expenses.length()', scope=FIELD),
     Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT),
               summary="Read in storage order (queues oldest first; hash and btree fields in key order, as {key, doc}).",
-              answer="a list", example='db.Property["p1"].ExpenseDates.list({after: "2026-03-01/", limit: 50})'),
+              answer="a list", example='db.Property["p1"].ExpenseDates.list({after: "2026-03-01/", limit: 50})', scope=FIELD, cost=SHORT),
     Operation("put", _types("hash", "btree", "blob"), (_KEY, Param("doc", "any", False)),
               (Param("name", "str", False), Param("type", "str", False)), write=True,
               summary="hash/btree field: put(key, doc) stores doc under key, replacing; blob field: put(data) stores bytes.",
               answer="the key, or the blob's id",
-              example='db.Property["p1"].ExpenseByID.put("e1", {Amount: 95})'),
+              example='db.Property["p1"].ExpenseByID.put("e1", {Amount: 95})', scope=FIELD),
     Operation("get", _types("hash", "btree", "blob"), (_KEY,),
               summary="The element with this key (blob field: the blob with this id), or null.",
-              answer="a document or null", example='db.Property["p1"].ExpenseByID.get("e1")'),
+              answer="a document or null", example='db.Property["p1"].ExpenseByID.get("e1")', scope=FIELD),
     Operation("delete", _types("hash", "btree", "blob"), (_KEY,), write=True,
               summary="Delete the element with this key (blob field: the blob).", answer="{deleted}",
-              example='db.Property["p1"].ExpenseByID.delete("e1")'),
-    Operation("info", _types("blob"), (_KEY,), summary="A blob's metadata, no bytes.", answer="a document"),
+              example='db.Property["p1"].ExpenseByID.delete("e1")', scope=FIELD),
+    Operation("info", _types("blob"), (_KEY,), summary="A blob's metadata, no bytes.", answer="a document", scope=FIELD),
     Operation("load", _types("blob"), (Param("docs", "docs"),), write=True,
               summary="Restore blobs keeping their ids, for a dump's restore: [{_id_, data, name, type, sha256}].",
-              answer="{loaded}"),
+              answer="{loaded}", scope=FIELD, cost=BATCH, upload="docs"),
     Operation("stream", _types("blob"), (_KEY,), (Param("chunk_size", "int", False),),
-              summary="A blob's bytes in chunks.", answer="an iterator of bytes"),
+              summary="A blob's bytes in chunks.", answer="an iterator of bytes", scope=FIELD, cost=SCAN, streams=True),
 ]:
     FIELD_VERBS[_op.name] = _op
     for _alias in _op.aliases:
         FIELD_VERBS[_alias] = _op
+
+
+#: Operations on the catalog (the engine runs them) and of the server itself (users,
+#: whoami), by name: the rest of the table.
+ADMIN: dict[str, Operation] = {}
+
+_OPTIONS = Param("options", "doc", False, "the bucket's type and options, such as {type: \"fifo\"}")
+_USER = Param("user", "str", True, "the user's name")
+_CREDENTIALS = Param("credentials", "doc", False, "SCRAM-SHA-256 credentials, as `hoarddb user` makes them")
+_ROLES = Param("roles", "list", False, "roles such as [{role: \"readWrite\", db: \"app\"}]")
+for _op in [
+    Operation("create_database", scope=DATABASE, write=True, catalog=True, role="dbAdmin", hql="create database",
+              summary="Create a database (create_bucket also creates its database).", answer="null"),
+    Operation("drop_database", scope=DATABASE, write=True, catalog=True, role="dbAdmin", hql="drop database",
+              summary="Drop a database with all its buckets and their files.", answer="{dropped, buckets}"),
+    Operation("list_databases", scope=SERVER, role="any", narrowed=True, hql="show databases",
+              summary="The names of the databases (a user sees those they hold a role on).", answer="a list"),
+    Operation("create_bucket", scope=BUCKET, runs=ENGINE, write=True, catalog=True, role="dbAdmin",
+              fields=(_OPTIONS,), hql="create bucket",
+              summary="Declare a bucket of a store type, with its options.", answer="{name, type}"),
+    Operation("drop_bucket", scope=BUCKET, runs=ENGINE, write=True, catalog=True, role="dbAdmin", hql="drop bucket",
+              summary="Drop a bucket and every file of it.", answer="{dropped}"),
+    Operation("alter_bucket", scope=BUCKET, runs=ENGINE, write=True, catalog=True, role="dbAdmin",
+              fields=(_OPTIONS,), hql="alter bucket",
+              summary="Change a bucket's field lines or placement.", answer="{name, altered}"),
+    Operation("list_buckets", scope=DATABASE, role="look", hql="show buckets",
+              summary="The names of a database's buckets.", answer="a list"),
+    Operation("describe_bucket", scope=BUCKET, runs=ENGINE, role="look", cost=SCAN, hql="describe bucket",
+              summary="A bucket's declaration, verbs, indexes and size.", answer="a document"),
+    Operation("stats", scope=BUCKET, runs=ENGINE, role="look", cost=SCAN,
+              summary="A bucket's entries, bytes and index states.", answer="a document"),
+    Operation("metrics", scope=SERVER, cost=SCAN, summary="Every metric sample.", answer="a document"),
+    Operation("sweep_ttl", scope=SERVER, write=True, summary="Run one TTL sweep now.", answer="a document"),
+    Operation("whoami", scope=SERVER, runs=SERVER, role="any",
+              summary="The logged-in user and their roles.", answer="{user, roles}"),
+    Operation("list_users", scope=SERVER, runs=SERVER, summary="Every user and their roles.", answer="a list"),
+    Operation("create_user", scope=SERVER, runs=SERVER, write=True, fields=(_USER, _CREDENTIALS, _ROLES),
+              summary="Add a user.", answer="a document"),
+    Operation("update_user", scope=SERVER, runs=SERVER, write=True, fields=(_USER, _CREDENTIALS, _ROLES),
+              summary="Change a user's credentials or roles.", answer="a document"),
+    Operation("drop_user", scope=SERVER, runs=SERVER, write=True, fields=(_USER,),
+              summary="Remove a user.", answer="a document"),
+    Operation("set_roles", scope=SERVER, runs=SERVER, write=True, fields=(_USER, _ROLES),
+              summary="Replace a user's roles; open connections use them from their next request.",
+              answer="a document"),
+    Operation("check", scope=SERVER, cost=SCAN, fields=(Param("db", "str", False), Param("bucket", "str", False)),
+              summary="Check the hash, btree and heap buckets of a running server in read transactions.",
+              answer="{buckets: [{db, bucket, type, checked, problems, more}]}"),
+    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True),),
+              summary="Copy the open data directory into a new folder on the server's machine, each bucket "
+                      "as one moment of it.", answer="{path, buckets, seconds}"),
+]:
+    ADMIN[_op.name] = _op
+
+#: Every operation by name (and alias): bucket verbs, catalog and server operations. A
+#: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.
+OPERATIONS: dict[str, Operation] = {**VERBS, **ADMIN}
+#: Operations that take a blob upload (a tuple: looked up by equality, never by hash, so a
+#: request's op may be anything when it is asked, before check_request).
+UPLOADS = tuple(sorted(n for n, op in OPERATIONS.items() if op.upload))
+#: Operations whose requests carry fields of their own beside op, db, bucket and args.
+_WITH_FIELDS = {name: op for name, op in ADMIN.items() if op.fields}
+
+
+def names(**flags: Any) -> frozenset:
+    """The names (aliases included) of the operations whose flags have these values:
+    ``names(role="dbAdmin")``, ``names(runs=SERVER)``."""
+    return frozenset(name for name, op in OPERATIONS.items()
+                     if all(getattr(op, flag) == value for flag, value in flags.items()))
 
 
 def field_verbs_for(store_type: str) -> list[str]:
@@ -282,7 +519,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
             raise InvalidArgumentError(f"{op.name}: argument {p.name!r} must be a 64-bit integer, got {value}: "
                                        f"{usage(op)}")
     elif kind == "str":
-        ok = isinstance(value, str)
+        ok = type(value) is str  # (not BSON's code, which is a str too)
     else:
         ok = True
     if kind in ("filter", "update", "any") and ok:

@@ -73,10 +73,7 @@ def private_file(path: Path) -> Path:
 
 
 #: Operations whose names the engine's messages use ("create it with create_bucket"), as HQL writes them.
-HQL_STATEMENT_OF = {"create_database": "create database", "drop_database": "drop database",
-                    "create_bucket": "create bucket", "drop_bucket": "drop bucket", "alter_bucket": "alter bucket",
-                    "describe_bucket": "describe bucket", "list_databases": "show databases",
-                    "list_buckets": "show buckets"}
+HQL_STATEMENT_OF = {name: op.hql for name, op in operations.ADMIN.items() if op.hql}
 _OPERATION_NAME = re.compile(r"\b(" + "|".join(HQL_STATEMENT_OF) + r")\b")
 
 
@@ -209,7 +206,7 @@ class Shell:
             raise self._bucket_meant(in_hql(e, request), request) from None
         except HoardError as e:
             raise in_hql(e, request) from None
-        if request["op"] in ("create_bucket", "drop_bucket", "alter_bucket", "drop_database", "create_database"):
+        if request["op"] in operations.names(catalog=True):
             self.forget_buckets()
         if request["op"] == "create_database" and self.db is None:
             # Nothing was selected: the database just made is the one meant (`create database
@@ -405,7 +402,7 @@ class Shell:
         for name in names:
             with_aliases.update(table[name].aliases)
         if bucket and field is None:
-            with_aliases.update(k for k in ("stats",) if k not in operations.VERBS)
+            with_aliases.update(operations.names(scope=operations.BUCKET, role="look", hql=""))  # stats
         return sorted(with_aliases)
 
 

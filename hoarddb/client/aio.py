@@ -37,7 +37,7 @@ from typing import Any, AsyncIterator
 
 from .. import api
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
-from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
+from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
 from .options import ConnectOptions
@@ -357,11 +357,11 @@ class AsyncExecutor:
             else:
                 request_id = proto.open(dict(request))
                 try:
-                    answer = await proto.next(request_id, op != "stream")
+                    answer = await proto.next(request_id, op not in STREAMS)
                 except BaseException:
                     proto.finish(request_id)
                     raise
-                if op == "stream":
+                if op in STREAMS:
                     stream = stream_of(request, answer)
                     if stream is None:
                         proto.finish(request_id)

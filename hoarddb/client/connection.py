@@ -41,7 +41,7 @@ from typing import Iterator
 
 from .. import busypoll
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_, error_from_answer
-from .core import (UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend, not_hoarddb,
+from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend, not_hoarddb,
                    nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
 from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
 from .options import ConnectOptions
@@ -433,12 +433,12 @@ class RemoteExecutor:
             else:
                 request_id = conn.send(dict(request))
                 try:
-                    answer = conn.answer(request_id, op != "stream")
+                    answer = conn.answer(request_id, op not in STREAMS)
                 except BaseException as e:
                     if not isinstance(e, HoardError):  # interrupted (Ctrl-C): the answer may still come
                         conn.finish(request_id)
                     raise
-                if op == "stream":
+                if op in STREAMS:
                     stream = stream_of(request, answer)
                     if stream is None:
                         conn.finish(request_id)

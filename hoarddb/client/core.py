@@ -50,8 +50,7 @@ from ..wire.protocol import ClientProtocol, State
 #: Chunk size a stream yields when the request does not name one (the engine's default).
 STREAM_CHUNK = 1024 * 1024
 #: Operations safe to send again on a fresh connection when the old one turned out dead.
-_RETRYABLE = frozenset({op for op, v in operations.VERBS.items() if not v.write}) | {
-    "list_databases", "list_buckets", "describe_bucket", "stats", "metrics", "whoami", "list_users"}
+_RETRYABLE = operations.names(retry=True)
 
 
 def retryable(op: Any) -> bool:
@@ -333,7 +332,7 @@ class Stream:
 
 def stream_of(request: Mapping, answer: dict) -> Stream | None:
     """A Stream when ``answer`` is the first message of a blob stream ``request`` asked for, else None."""
-    if request["op"] != "stream" or answer.get("ok") != 1 or not ("chunk" in answer or answer.get("end")):
+    if request["op"] not in STREAMS or answer.get("ok") != 1 or not ("chunk" in answer or answer.get("end")):
         return None
     args = request.get("args") or {}
     size = args.get("chunk_size") if isinstance(args, Mapping) else None
@@ -341,7 +340,9 @@ def stream_of(request: Mapping, answer: dict) -> Stream | None:
 
 
 #: The operations whose data may go in chunks (see upload_source): no other op need ask it.
-UPLOADS = frozenset({"put", "load"})
+UPLOADS = frozenset(operations.UPLOADS)
+#: The operations whose answer is a stream of chunks (the table's ``streams``).
+STREAMS = operations.names(streams=True)
 
 
 def upload_source(request: Mapping):
@@ -349,34 +350,40 @@ def upload_source(request: Mapping):
     sends) must be uploaded in chunks, else None."""
     op = request.get("op")
     args = request.get("args")
-    if op == "load" and isinstance(args, Mapping) and isinstance(args.get("docs"), list) \
+    where = operations.OPERATIONS[op].upload if op in UPLOADS else None  # the argument holding the data
+    if where == "docs" and isinstance(args, Mapping) and isinstance(args.get("docs"), list) \
             and len(args["docs"]) == 1 and isinstance(args["docs"][0], Mapping) and "data" in args["docs"][0]:
         data = args["docs"][0]["data"]
-        if isinstance(data, (bytes, bytearray, memoryview)) and memoryview(data).nbytes <= INLINE_BLOB_MAX:
+        if isinstance(data, bytes) and len(data) <= INLINE_BLOB_MAX:
             return None
         if not isinstance(data, (bytes, bytearray, memoryview)) and not callable(getattr(data, "read", None)):
             return None
         rest = {**args, "docs": [{k: v for k, v in args["docs"][0].items() if k != "data"}]}
         return {**request, "args": rest}, data
-    if op != "put":
+    if where != "doc" or not isinstance(args, Mapping):
         return None
-    if not isinstance(args, Mapping) or "doc" not in args:
+    # A bucket's put carries its data in doc; a blob store field's put(data) in key (the
+    # field verb's first parameter). The server puts the upload back where it was taken from.
+    slot = "doc" if "doc" in args else "key" if "field" in request and "key" in args else None
+    if slot is None:
         return None
-    doc = args["doc"]
+    doc = args[slot]
     holder = doc if isinstance(doc, Mapping) else None
     data = holder.get("data") if holder is not None else doc
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        if memoryview(data).nbytes <= INLINE_BLOB_MAX:
+    if isinstance(data, bytes):
+        if len(data) <= INLINE_BLOB_MAX:
             return None
+    elif isinstance(data, (bytearray, memoryview)):
+        pass  # not a BSON value (only bytes are): always uploaded, whatever its size
     elif not callable(getattr(data, "read", None)):
         return None
     elif isinstance(data, io.TextIOBase):
         raise BadValueError("put data is a file opened in text mode; open it in binary mode ('rb')")
     rest = dict(args)
     if holder is not None:
-        rest["doc"] = {k: v for k, v in holder.items() if k != "data"}
+        rest[slot] = {k: v for k, v in holder.items() if k != "data"}
     else:
-        del rest["doc"]
+        del rest[slot]
     return {**request, "args": rest}, data
 
 

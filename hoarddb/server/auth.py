@@ -26,13 +26,13 @@ from .logins import LoginLimiter
 from .users import UserStore, format_role
 
 #: Catalog operations that change a database's buckets: dbAdmin on that database.
-DB_ADMIN_OPS = frozenset({"create_database", "drop_database", "create_bucket", "drop_bucket", "alter_bucket"})
+DB_ADMIN_OPS = operations.names(role="dbAdmin")
 #: Catalog operations that only look: any role on that database.
-DB_LOOK_OPS = frozenset({"list_buckets", "describe_bucket", "stats"})
+DB_LOOK_OPS = operations.names(role="look")
 #: Operations any authenticated user may run (list_databases shows only their databases).
-ANY_USER_OPS = frozenset({"list_databases", "whoami"})
+ANY_USER_OPS = operations.names(role="any")
 #: Server operations on users: admin only.
-USER_OPS = frozenset({"create_user", "drop_user", "update_user", "set_roles", "list_users"})
+USER_OPS = operations.names(runs=operations.SERVER, role="admin")
 
 
 def is_admin(principal: Principal) -> bool:

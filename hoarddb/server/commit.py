@@ -50,6 +50,7 @@ import logging
 import time
 from typing import Callable, ContextManager
 
+from .. import operations
 from ..errors import HoardError, InternalError, StorageError
 
 log = logging.getLogger("hoarddb.server")
@@ -157,7 +158,8 @@ class GroupCommitter:
         """On the flush thread: run the writes, then make everything written durable."""
         try:
             with self._limits():
-                results = self._execute_group(requests) if requests else []
+                # (every request passed check_request in the server's dispatch)
+                results = self._execute_group(requests, checked=True) if requests else []
         except BaseException as exc:  # a bug: every write of the group hears of it
             log.exception("a group of %d writes failed", len(requests))
             results = [InternalError(f"{type(exc).__name__}: {exc} (please report this)")] * len(requests)
@@ -206,7 +208,9 @@ class GroupCommitter:
 
 
 #: Verbs that write many documents given in the request: long when they are given many.
-_BATCHES = frozenset({"batch_insert", "batchInsert", "batch_put", "batchPut", "batch_push", "batchPush", "load"})
+_BATCHES = frozenset(n for n, op in operations.VERBS.items() if op.cost == operations.BATCH)
+#: Verbs that write what a filter (or a target) finds: long unless it names one key.
+_FILTERED = {n: op.params[0].name for n, op in operations.VERBS.items() if op.cost == operations.FILTERED_WRITE}
 #: More documents than this in one batch make it a long write.
 LONG_BATCH = 100
 
@@ -220,8 +224,8 @@ def may_be_long(request: dict) -> bool:
     args = request.get("args")
     if not isinstance(args, dict):
         return False
-    if op in ("update", "delete"):
-        return not _one_key(args.get("filter") if op == "update" else args.get("target"))
+    if op in _FILTERED:
+        return not _one_key(args.get(_FILTERED[op]))
     if op in _BATCHES:
         docs = args.get("docs")
         return isinstance(docs, list) and len(docs) > LONG_BATCH

@@ -31,6 +31,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from .. import operations
 from ..errors import ConnectionError_, HoardError, ProtocolError, TimeoutError_
 from ..wire.messages import error_answer
 from ..wire.protocol import Chunk, Close, LoggedIn, LoginFailed, Request, Send, ServerProtocol, State
@@ -207,7 +208,7 @@ class Connection(asyncio.Protocol):
             queued = 0  # requests queued since the last look at whether to stop reading
             for event in events:
                 if type(event) is Request:
-                    if event.doc.get("upload") and event.doc.get("op") in ("put", "load"):
+                    if event.doc.get("upload") and event.doc.get("op") in operations.UPLOADS:
                         self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
                     self.queue.append((event, now))
                     queued += 1
@@ -284,7 +285,9 @@ class Connection(asyncio.Protocol):
     def _chunk(self, event: Chunk) -> None:
         upload = self.uploads.get(event.id)
         if upload is not None:
-            if event.abort:
+            if event.refusal is not None:
+                upload.fail(event.refusal)
+            elif event.abort:
                 upload.fail(ConnectionError_("the client aborted the blob upload; nothing was stored"))
             else:
                 upload.feed(event.data, event.end)
@@ -293,7 +296,7 @@ class Connection(asyncio.Protocol):
             if event.end or event.abort:
                 self.discarding.discard(event.id)
         else:
-            self.write(self.core.encode(error_answer(event.id, ProtocolError(
+            self.write(self.core.encode(error_answer(event.id, event.refusal or ProtocolError(
                 f"a chunk for request {event.id!r:.40}, which is not a blob upload in progress "
                 "(a put sent with upload: true)"))))
 

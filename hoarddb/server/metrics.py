@@ -36,14 +36,12 @@ from prometheus_client import GC_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from .. import operations
+from ..wire.messages import AUTH_CONTINUE, AUTH_START, CHUNK, HELLO
 
 log = logging.getLogger("hoarddb.server")
 
 _LATENCY = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-_KNOWN_OPS = frozenset(operations.VERBS) | {
-    "create_database", "drop_database", "list_databases", "create_bucket", "drop_bucket", "list_buckets",
-    "describe_bucket", "stats", "alter_bucket", "metrics", "sweep_ttl", "whoami", "create_user", "drop_user",
-    "update_user", "set_roles", "list_users", "hello", "auth_start", "auth_continue", "chunk"}
+_KNOWN_OPS = frozenset(operations.OPERATIONS) | {HELLO, AUTH_START, AUTH_CONTINUE, CHUNK}
 
 
 class ServerMetrics:

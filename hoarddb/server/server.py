@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import __version__, operations
 from ..engine import Engine
+from ..operations import check_request
 from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
                       TimeoutError_, UnauthorizedError)
 from ..options import Options
@@ -53,15 +54,18 @@ from .users import UserStore, check_password
 
 log = logging.getLogger("hoarddb.server")
 
-#: Catalog and maintenance operations that write (verbs say so in the operations table).
-WRITE_OPS = auth.DB_ADMIN_OPS | {"sweep_ttl"}
-#: Operations the server answers itself, without the engine.
-SERVER_OPS = frozenset({"whoami"}) | auth.USER_OPS
+#: Operations that write, verbs and catalog and server operations alike (the table's ``write``).
+WRITE_OPS = operations.names(write=True)
+#: Operations the server answers itself, without the engine (the table's ``runs=SERVER``).
+SERVER_OPS = operations.names(runs=operations.SERVER)
+#: Operations whose answer is a stream of chunks (a blob's bytes).
+STREAMS = operations.names(streams=True)
+#: Operations whose answer lists only the databases a user holds a role on.
+NARROWED = operations.names(narrowed=True)
 
 
 def is_write(op: str) -> bool:
-    verb = operations.VERBS.get(op)
-    return verb.write if verb is not None else op in WRITE_OPS
+    return op in WRITE_OPS
 
 
 # Reads known to touch few keys and no file (Engine.is_quick_read: get, length, peek or
@@ -78,9 +82,10 @@ READ_WAIT = 0.002
 #: (``hoarddb user``): the bound within which they reach open connections.
 USERS_POLL = 0.25
 #: Server operations that change users: applied to open connections at once.
-USER_CHANGES = frozenset({"drop_user", "update_user", "set_roles"})
+USER_CHANGES = operations.names(runs=operations.SERVER, write=True)
 #: Catalog reads as cheap as a point read.
-INLINE_CATALOG_READS = frozenset({"list_databases", "list_buckets"})
+INLINE_CATALOG_READS = frozenset(n for n, op in operations.ADMIN.items()
+                                 if op.runs == operations.ENGINE and not op.write and op.cost == operations.POINT)
 
 
 class _Pool(ThreadPoolExecutor):
@@ -520,23 +525,32 @@ class Server:
         if how is not None:
             return how
         doc = request.doc
-        op = doc.get("op")
-        principal = conn.core.principal
-        if not principal.admin and not self._authorized(principal, request):
-            how = "inline"  # answered at once with its refusal
-        elif self.cluster is not None and self.cluster.takes(doc):
-            how = "cluster"  # forwarded, gathered, or first taken in etcd (run_request)
-        elif op in SERVER_OPS or doc.get("upload"):
-            how = "pool"
-        else:
-            verb = operations.VERBS.get(op)
-            if verb is not None and verb.write:
-                how = "write" if self.committer is not None else "pool"
-            elif op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
-                                                and not _matches_by_regex(doc)):
-                how = "inline"
+        try:
+            op = check_request(doc)  # before anything looks a field up
+        except HoardError as e:
+            request.refusal, request.how = e, "inline"  # answered with its refusal, in its turn
+            return "inline"
+        try:
+            principal = conn.core.principal
+            if not principal.admin and not self._authorized(principal, request):
+                how = "inline"  # answered at once with its refusal
+            elif self.cluster is not None and self.cluster.takes(doc):
+                how = "cluster"  # forwarded, gathered, or first taken in etcd (run_request)
+            elif op in SERVER_OPS or doc.get("upload"):
+                how = "pool"
             else:
-                how = "read" if op != "stream" and not is_write(op) else "pool"
+                verb = operations.VERBS.get(op)
+                if verb is not None and verb.write:
+                    how = "write" if self.committer is not None else "pool"
+                elif op in INLINE_CATALOG_READS or (verb is not None and self.engine.is_quick_read(doc)
+                                                    and not _matches_by_regex(doc)):
+                    how = "inline"
+                else:
+                    how = "read" if op not in STREAMS and not is_write(op) else "pool"
+        except Exception as e:  # a bug: this request alone is refused, the connection goes on
+            log.error("request %.40s on %s could not be dispatched", op, conn.peer, exc_info=e)
+            request.refusal, request.how = InternalError(f"{type(e).__name__}: {e} (please report this)"), "inline"
+            return "inline"
         if how == "write" or not conn.unexecuted:
             request.how = how
         return how
@@ -676,16 +690,18 @@ class Server:
         doc = request.doc
 
         def done(result, rid=request.id, op=doc.get("op")):
-            conn.write_ran()
-            if type(result) is dict:  # (the engine's answer: nearly always)
-                answer = result
-            elif isinstance(result, HoardError):
-                answer = result.to_answer()
-            elif isinstance(result, BaseException):
-                answer = self._bug(conn, doc, result)
-            else:
-                answer = result
-            self._answer(conn, rid, op, answer, arrived)
+            try:
+                if type(result) is dict:  # (the engine's answer: nearly always)
+                    answer = result
+                elif isinstance(result, HoardError):
+                    answer = result.to_answer()
+                elif isinstance(result, BaseException):
+                    answer = self._bug(conn, doc, result)
+                else:
+                    answer = result
+                self._answer(conn, rid, op, answer, arrived)
+            finally:
+                conn.write_ran()  # after its answer: the requests it pumps are answered after it
 
         self.committer.submit(doc, done)
 
@@ -708,8 +724,8 @@ class Server:
             if upload is not None:
                 conn.finish_upload(rid)
         result = answer.get("result")
-        if op == "stream" and answer.get("ok") == 1 and hasattr(result, "__next__"):
-            await self._stream(conn, rid, result, arrived)
+        if op in STREAMS and answer.get("ok") == 1 and hasattr(result, "__next__"):
+            await self._stream(conn, rid, op, result, arrived)
             return
         if write and self.committer is not None and answer.get("ok") == 1 and request.how != "cluster":
             # (a refusal wrote nothing, and a cluster's answer is durable where it ran: answer now)
@@ -730,10 +746,13 @@ class Server:
         request = {k: v for k, v in doc.items() if k not in ("id", "upload")}
         if upload is not None:
             args = dict(request.get("args") or {})
-            if op == "load" and isinstance(args.get("docs"), list) and len(args["docs"]) == 1:
+            if operations.OPERATIONS[op].upload == "docs" and isinstance(args.get("docs"), list) \
+                    and len(args["docs"]) == 1:
                 args["docs"] = [{**args["docs"][0], "data": upload}]  # a restored blob, keeping its id
             elif isinstance(args.get("doc"), dict):
                 args["doc"] = {**args["doc"], "data": upload}
+            elif "field" in request and "doc" not in args:  # a blob store field's put: its data is its key
+                args["key"] = {**args["key"], "data": upload} if isinstance(args.get("key"), dict) else upload
             else:
                 args["doc"] = upload
             request["args"] = args
@@ -741,8 +760,9 @@ class Server:
         return self._visible(conn, doc, answer)
 
     def _visible(self, conn: Connection, doc: dict, answer: dict) -> dict:
-        """list_databases shows a user only the databases they hold a role on."""
-        if doc.get("op") == "list_databases" and not auth.is_admin(conn.core.principal):
+        """An answer the table marks ``narrowed`` (list_databases) shows a user only the
+        databases they hold a role on."""
+        if doc.get("op") in NARROWED and not auth.is_admin(conn.core.principal):
             answer = {**answer, "result": auth.visible_databases(conn.core.principal, answer.get("result") or [])}
         return answer
 
@@ -751,25 +771,31 @@ class Server:
         return InternalError(f"{type(exc).__name__}: {exc} (please report this)").to_answer()
 
     def _server_op(self, principal, doc: dict) -> Any:
-        op = doc["op"]
-        if op == "whoami":
-            return {"user": principal.user, "roles": [_role_text(r) for r in principal.roles]}
-        if op == "list_users":
-            return [{"name": u["name"], "roles": [_role_text(r) for r in u["roles"]]} for u in self.users.users()]
-        if op == "create_user":
-            return self.users.add_credentials(doc.get("user"), doc.get("credentials"), list(doc.get("roles") or []))
-        if op == "update_user":
-            return self.users.update(doc.get("user"), credentials=doc.get("credentials"),
-                                     roles=doc.get("roles") if "roles" in doc else None)
-        if op == "set_roles":
-            roles = doc.get("roles")
-            if not isinstance(roles, list):
-                raise BadValueError("set_roles needs 'roles', a list such as [\"readWrite:app\", \"read:reports\"] "
-                                    "(an empty list takes every role away)")
-            return self.users.set_roles(doc.get("user"), roles)
-        if op == "drop_user":
-            return self.users.remove(doc.get("user"))
-        raise InternalError(f"no server operation {op!r}")
+        """Run an operation the table says the server runs (``runs=SERVER``): its method ``_op_<name>``."""
+        return getattr(self, "_op_" + doc["op"])(principal, doc)
+
+    def _op_whoami(self, principal, doc: dict) -> dict:
+        return {"user": principal.user, "roles": [_role_text(r) for r in principal.roles]}
+
+    def _op_list_users(self, principal, doc: dict) -> list:
+        return [{"name": u["name"], "roles": [_role_text(r) for r in u["roles"]]} for u in self.users.users()]
+
+    def _op_create_user(self, principal, doc: dict) -> dict:
+        return self.users.add_credentials(doc.get("user"), doc.get("credentials"), list(doc.get("roles") or []))
+
+    def _op_update_user(self, principal, doc: dict) -> dict:
+        return self.users.update(doc.get("user"), credentials=doc.get("credentials"),
+                                 roles=doc.get("roles") if "roles" in doc else None)
+
+    def _op_drop_user(self, principal, doc: dict) -> dict:
+        return self.users.remove(doc.get("user"))
+
+    def _op_set_roles(self, principal, doc: dict) -> dict:
+        roles = doc.get("roles")
+        if not isinstance(roles, list):
+            raise BadValueError("set_roles needs 'roles', a list such as [\"readWrite:app\", \"read:reports\"] "
+                                "(an empty list takes every role away)")
+        return self.users.set_roles(doc.get("user"), roles)
 
     @contextlib.contextmanager
     def _answers_together(self):
@@ -791,7 +817,7 @@ class Server:
         self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
         conn.done()
 
-    async def _stream(self, conn: Connection, rid, chunks, arrived: float) -> None:
+    async def _stream(self, conn: Connection, rid, op: str, chunks, arrived: float) -> None:
         """Send a blob's chunks as they are read, never more than the connection's write buffer ahead."""
         codename = None
         try:
@@ -816,7 +842,7 @@ class Server:
             close = getattr(chunks, "close", None)
             if close is not None:
                 await self.loop.run_in_executor(self._reads, close)
-        self.metrics.answered("stream", self.loop.time() - arrived, codename)
+        self.metrics.answered(op, self.loop.time() - arrived, codename)
         conn.done()
 
     async def _exposition(self) -> bytes:

@@ -116,6 +116,8 @@ class Store(ABC):
     type_name: ClassVar[str] = ""
     #: Bucket options this type accepts besides ``type``, with a one-line meaning each.
     bucket_options: ClassVar[dict[str, str]] = {}
+    #: Whether writes to it can share one transaction in a group (:meth:`begin_group`).
+    groups: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         # Opening a store reads what it keeps in memory (a count, a heap, claims, index
@@ -186,6 +188,21 @@ class Store(ABC):
     @abstractmethod
     def length(self) -> int:
         """How many entries the store holds (every type has a length)."""
+
+    # -- group commit (Engine.execute_group), for a type whose ``groups`` is true
+
+    def begin_group(self) -> None:
+        """Begin a group: the writes that follow, until :meth:`end_group`, share one
+        transaction, each in a nested one of its own (a refused write undoes only itself),
+        and the store is the group's alone meanwhile (other writers wait). Raises
+        StorageError if the disk refuses to begin one; then no group is open."""
+        raise NotImplementedError(f"{type(self).__name__} writes alone, never in a group")
+
+    def end_group(self) -> None:
+        """Commit the group :meth:`begin_group` began and let other writers in again, whatever
+        happens. Raises StorageError if the group could not be kept: then none of its
+        writes is, and what the store keeps in memory is read again from the last commit."""
+        raise NotImplementedError(f"{type(self).__name__} writes alone, never in a group")
 
 
 def link_files(source: Path, target: Path, names=None) -> int:
@@ -305,6 +322,7 @@ class KVStore(Store):
     DOC = b"D"
     COUNT_KEY = b"Mcount"
     OWNER_KEY = b"Mbucket"
+    groups = True
 
     def __init__(self, directory, declaration, options):
         super().__init__(directory, declaration, options)
@@ -388,8 +406,17 @@ class KVStore(Store):
             self._count = count
             return result
 
+    def begin_group(self) -> None:
+        """Take the write lock and begin LMDB's group transaction (see Store.begin_group)."""
+        self._wlock.acquire()
+        try:
+            self.kv.begin_group()
+        except BaseException:
+            self._wlock.release()
+            raise
+
     def end_group(self) -> None:
-        """Commit the group of writes begun with ``kv.begin_group()`` (a server's group commit).
+        """Commit the group begun by :meth:`begin_group`, and release the write lock.
 
         If the group could not be kept, its writes are gone although each was counted when
         it ran: what this store keeps in memory is read again from what was committed
@@ -400,6 +427,8 @@ class KVStore(Store):
         except BaseException:
             self.reload()
             raise
+        finally:
+            self._wlock.release()
 
     def reload(self) -> None:
         """Read again what the store keeps in memory of its data (its count) from the last

@@ -221,6 +221,20 @@ class BTreeStore(KVStore):
 
     # -- reads ---------------------------------------------------------------------------
 
+    def exists(self, key: Any) -> bool:
+        """Whether an entry with this sort key exists (``{Field: value}`` as :meth:`get` takes it).
+
+        A bare key, or the declared key field, is answered from the keys alone; a field named
+        on a bucket without a declared key needs the entries read to know what they sort by.
+        """
+        field, value = self._named(key, "exists")
+        if not self._sorts_by({}, field):
+            return self.get(key) is not None
+        prefix = self.DOC + self._encoded(value)
+        with self.kv.read() as txn:
+            cursor = txn.cursor()
+            return cursor.set_range(prefix) and _is_entry_of(cursor.key(), prefix)
+
     def get(self, key: Any) -> dict | None:
         """The first entry (in insertion order) whose sort key equals ``key``, or None.
 

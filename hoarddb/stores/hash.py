@@ -316,6 +316,15 @@ class HashStore(KVStore):
             return Reply(decode(raw), store_fields=self.fields.sizes(key))
         return decode(raw)
 
+    def exists(self, key: Any) -> bool:
+        """Whether a document with this ``_id_`` (also given as ``{_id_: key}``) exists; nothing is decoded."""
+        if type(key) is not str and isinstance(key, Mapping):
+            if set(key) != {"_id_"}:
+                raise BadValueError("exists takes a key, or {_id_: key}; to match other fields use count")
+            key = key["_id_"]
+        with self.kv.read() as txn:
+            return txn.get(self.DOC + self._doc_key(key)) is not None
+
     def find(self, filter: Mapping | None = None, limit: int | None = None) -> Reply:
         """Every document matching the filter, in key order; a full scan unless the filter pins ``_id_``."""
         filter = filter or {}

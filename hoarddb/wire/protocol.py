@@ -76,6 +76,8 @@ class Chunk:
     data: bytes
     end: bool = False
     abort: bool = False
+    #: Why the upload fails, for a chunk the protocol refused (its put is answered with it, once)
+    refusal: Exception | None = None
 
 
 @dataclass
@@ -333,8 +335,9 @@ class ServerProtocol:
                 f"{op} is part of the handshake, which this connection has done; open a new connection to log in again"))
         elif op == CHUNK:
             data = doc.get("data", b"")
-            if not isinstance(data, bytes):
-                self._answer_error(events, request_id, ProtocolError("a chunk's 'data' must be binary"))
+            if not isinstance(data, bytes):  # the upload fails with it: its put is answered, and only once
+                events.append(Chunk(request_id, b"", abort=True, refusal=ProtocolError(
+                    f"a chunk's 'data' must be binary, got {type(data).__name__}; nothing of the upload was stored")))
                 return
             events.append(Chunk(request_id, data, bool(doc.get("end")), bool(doc.get("abort"))))
         else:

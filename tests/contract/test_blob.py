@@ -58,21 +58,10 @@ def test_every_form_of_put(place):
     assert len(set(ids)) == len(forms) and b.length() == len(forms)
 
 
-#: Bugs the forms below meet over a server (embedded, every one is kept as documented).
-BUFFER_OVER_THE_WIRE = ("bug: over a server a blob put of a bytearray or memoryview is refused BAD_VALUE 'a message "
-                        "cannot be stored as BSON' (the clients send it as a BSON value, which only bytes are); "
-                        "embedded it is stored")
-FILE_TO_A_FIELD = ("bug: over a server a blob store field's put of a file object is refused BAD_VALUE 'a message "
-                   "cannot be stored as BSON' (the clients upload file objects for a bucket's put only), and a "
-                   "text-mode file is not told to open in binary mode; embedded both are as for a bucket")
-
-
 @pytest.mark.parametrize("form", ["bytearray", "memoryview", "file", "text file"])
-def test_put_of_a_buffer_or_a_file_object(place, form, request):
-    if form in ("bytearray", "memoryview") and place.executor != "embedded":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BUFFER_OVER_THE_WIRE))
-    if form in ("file", "text file") and place.executor != "embedded" and place.where == "field":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=FILE_TO_A_FIELD))
+def test_put_of_a_buffer_or_a_file_object(place, form):
+    """Embedded and over a server alike: a bytearray or memoryview is uploaded (only bytes are a BSON
+    value), and a file object to a store field as to a bucket."""
     b = place.make("blob")
     data = b"0123456789abcdef" * 100_000  # 1.6 MB: more than one chunk of a file's upload
     if form == "text file":

@@ -21,7 +21,7 @@ DBID = "0192a3b4-c5d6-7890-abcd-ef12345678a1"
 ARGS = {
     "push": ({"priority": 1, "n": 1},), "batch_push": ([{"priority": 1}],), "pop": (), "peek": (), "length": (),
     "list": (), "insert": ({"_id_": "x"},), "batch_insert": ([{"_id_": "x"}],), "put": ({"_id_": "x"},),
-    "batch_put": ([{"_id_": "x"}],), "get": ("x",), "find": ({},), "search": ({},), "count": ({},),
+    "batch_put": ([{"_id_": "x"}],), "get": ("x",), "exists": ("x",), "find": ({},), "search": ({},), "count": ({},),
     "update": ({"_id_": "x"}, {"$set": {"a": 1}}), "delete": ("x",), "range": ({},), "first": (), "last": (),
     "export": (), "load": ([],), "info": (DBID,), "stream": (DBID,), "claim": (), "ack": ("1.2",),
     "release": ("1.2",), "extend": ("1.2", 5),

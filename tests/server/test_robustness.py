@@ -334,3 +334,26 @@ def test_the_metrics_endpoint_does_not_wait_forever_for_a_request(server):
         slow.close()
     base = f"http://127.0.0.1:{server.metrics_port}"
     assert urllib.request.urlopen(base + "/healthz", timeout=10).read() == b"ok\n"
+
+
+@pytest.mark.parametrize("data", [None, "text", 7, {"a": 1}])
+def test_a_chunk_that_is_not_binary_fails_its_upload_once_and_the_connection_goes_on(server, data):
+    """The put of an upload whose chunk is refused is answered, once, with why; nothing is stored,
+    and the connection answers its next request (it used to wait out the upload forever)."""
+    with hoarddb.connect(server.url()) as c:
+        if "B" not in c["fuzz"].buckets():
+            c["fuzz"].create_bucket("B", type="blob")
+        before = c["fuzz"].B.length()
+    raw = RawConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        raw.hello()
+        raw.send_doc({"id": 5, "op": "put", "db": "fuzz", "bucket": "B", "upload": True, "args": {}})
+        raw.send_doc({"id": 5, "op": "chunk", "data": b"x" * 100})
+        raw.send_doc({"id": 5, "op": "chunk", "data": data})
+        answer = raw.recv_doc()
+        assert answer["id"] == 5 and answer["codeName"] == "PROTOCOL_ERROR", answer
+        assert "must be binary" in answer["message"]
+        raw.send_doc({"id": 6, "op": "length", "db": "fuzz", "bucket": "B", "args": {}})
+        assert raw.recv_doc() == {"id": 6, "ok": 1, "result": before}  # the next one, not a second answer to 5
+    finally:
+        raw.close()
