@@ -45,14 +45,11 @@ log = logging.getLogger("hoarddb.cluster")
 
 #: The request field that marks a request sent by another node (its id): run here, not routed again.
 NODE_FIELD = "_node"
-#: Verbs over a spread bucket sent to every owner, and how their answers merge.
-_LISTS = frozenset({"find", "search", "list"})
-_SUMS = frozenset({"count", "length"})
-_COUNTS = frozenset({"update", "delete"})  # by filter: {matched, modified} / {deleted} summed
-_SPLITS = frozenset({"batch_insert", "batch_put", "load"})
-#: Verbs whose key argument names the document (a bucket verb's route by key).
-_KEY_ARGS = {"get": "key", "exists": "key", "info": "key", "stream": "key"}
-_DOC_ARGS = frozenset({"insert", "put"})
+#: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
+_DOCUMENTS, _SUM, _COUNTS, _SPLIT = "documents", "sum", "counts", "split"
+#: The catalog operations, found by what they change (the table's ``change`` and ``scope``).
+_CREATE_BUCKET = next(n for n, o in operations.ADMIN.items() if o.change == "create" and o.scope == operations.BUCKET)
+_DROPS = {o.scope: n for n, o in operations.ADMIN.items() if o.change == "drop"}
 
 
 class ClusterNode:
@@ -130,16 +127,16 @@ class ClusterNode:
     async def _run(self, doc: dict) -> dict:
         op = operations.OPERATIONS[doc["op"]]
         if op.catalog:
-            return await (self._apply_catalog(doc) if NODE_FIELD in doc else self._catalog(op, doc))
+            return await (self._apply_catalog(op, doc) if NODE_FIELD in doc else self._catalog(op, doc))
         db, bucket = doc["db"], doc["bucket"]
         place = await self._placement(db, bucket)
         if place is None:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
         p = self._partition(place, doc, op)
         if p is None:
-            if NODE_FIELD in doc:
+            if NODE_FIELD in doc or not op.gather and not op.key_param:
                 await self._claim_assigned(db, bucket)
-                return await self.server.run_here(doc)
+                return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
             return await self._gather(op, doc, place)
         return await self._one(doc, place, p)
 
@@ -186,7 +183,7 @@ class ClusterNode:
         assignment = await self.coord.assignment(db, bucket)
         if assignment is None:
             return
-        answer = await self.server.run_here({"op": "create_bucket", "db": db, "bucket": bucket,
+        answer = await self.server.run_here({"op": _CREATE_BUCKET, "db": db, "bucket": bucket,
                                              "options": decl["options"]})
         if answer.get("ok") != 1 and answer.get("codeName") != "BUCKET_EXISTS":
             raise error_from_answer(answer)
@@ -208,7 +205,7 @@ class ClusterNode:
     async def _catalog(self, op: operations.Operation, doc: dict) -> dict:
         """A catalog change asked by a client: recorded in etcd, then applied on every live node."""
         db, bucket = doc.get("db"), doc.get("bucket")
-        if op.name == "create_bucket":
+        if op.change == "create" and op.scope == operations.BUCKET:
             raw = dict(doc.get("options") or {}) if isinstance(doc.get("options"), dict) else doc.get("options")
             if isinstance(raw, dict) and raw.get("type", "hash") in SPREADABLE \
                     and "placement" not in raw and "partitions" not in raw:
@@ -222,9 +219,9 @@ class ClusterNode:
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
-        elif op.name == "drop_bucket":
+        elif op.change == "drop" and op.scope == operations.BUCKET:
             await self.coord.drop_bucket(db, bucket)
-        elif op.name == "drop_database":
+        elif op.change == "drop" and op.scope == operations.DATABASE:
             for (d, b) in list(await self.coord.buckets()):
                 if d == db:
                     await self.coord.drop_bucket(d, b)
@@ -235,19 +232,19 @@ class ClusterNode:
             log.warning("%s on %s.%s: not applied on %s", op.name, db, bucket, failed)
         return mine
 
-    async def _apply_catalog(self, doc: dict) -> dict:
+    async def _apply_catalog(self, op: operations.Operation, doc: dict) -> dict:
         """A catalog change another node recorded: applied here."""
         db, bucket = doc.get("db"), doc.get("bucket")
         local = {k: v for k, v in doc.items() if k != NODE_FIELD}
-        if doc["op"] == "create_bucket":
+        if op.change == "create" and op.scope == operations.BUCKET:
             decl = await self.coord.bucket(db, bucket)
             if decl is not None:
                 await self._apply_bucket(db, bucket, decl)
                 await self._claim_assigned(db, bucket)
                 return {"ok": 1, "result": {"name": bucket, "type": (decl["options"] or {}).get("type", "hash")}}
         answer = await self.server.run_here(local)
-        if doc["op"] in ("drop_bucket", "drop_database"):
-            for key in [k for k in self.placements if k[0] == db and (doc["op"] == "drop_database" or k[1] == bucket)]:
+        if op.change == "drop":
+            for key in [k for k in self.placements if k[0] == db and (op.scope == operations.DATABASE or k[1] == bucket)]:
                 del self.placements[key]
                 for held in [h for h in self.coord.held if h[:2] == key]:
                     del self.coord.held[held]
@@ -256,7 +253,8 @@ class ClusterNode:
     async def _everywhere(self, doc: dict) -> dict[str, dict]:
         """The answer of every live node to ``doc`` (this one's by ``self.node_id``)."""
         names = sorted(set(self.nodes) | {self.node_id})
-        answers = await asyncio.gather(*(self._apply_catalog(doc) if n == self.node_id
+        op = operations.OPERATIONS[doc["op"]]
+        answers = await asyncio.gather(*(self._apply_catalog(op, doc) if n == self.node_id
                                          else self._forward(n, doc, ok_only=False) for n in names))
         return dict(zip(names, answers))
 
@@ -308,9 +306,9 @@ class ClusterNode:
 
     async def _gather(self, op: operations.Operation, doc: dict, place: dict) -> dict:
         """A request over every partition of a spread bucket, sent to each owner and merged."""
-        if op.name in _SPLITS:
+        if op.gather == _SPLIT:
             return await self._split(op, doc, place)
-        if op.name not in _LISTS | _SUMS | _COUNTS:
+        if not op.gather:
             raise HoardError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not built yet; "
                              "declare the bucket with placement: whole to use it")
         owners = sorted(set(place["owners"]))
@@ -318,9 +316,9 @@ class ClusterNode:
         for answer in answers:
             if answer.get("ok") != 1:
                 return answer
-        if op.name in _SUMS:
+        if op.gather == _SUM:
             return {"ok": 1, "result": sum(a["result"] for a in answers)}
-        if op.name in _COUNTS:
+        if op.gather == _COUNTS:
             merged: dict = {}
             for a in answers:
                 for k, v in (a.get("result") or {}).items():
@@ -332,7 +330,7 @@ class ClusterNode:
         if isinstance(limit, int) and limit > 0:
             docs = docs[:limit]
         answer: dict = {"ok": 1, "result": docs}
-        if op.name == "search":
+        if any("index_used" in a for a in answers):  # a search: the index each node used
             used = {n: a.get("index_used") for n, a in zip(owners, answers)}
             answer["index_used"] = next(iter(used.values()))
             answer["index_used_by_node"] = used
@@ -351,7 +349,7 @@ class ClusterNode:
         docs = args.get("docs")
         if not isinstance(docs, list):
             return await self.server.run_here(doc)  # the engine refuses it, saying what it takes
-        docs = [d if not isinstance(d, dict) or "_id_" in d or op.name != "batch_insert"
+        docs = [d if not isinstance(d, dict) or "_id_" in d or not op.makes_key
                 else {"_id_": uuid7(), **d} for d in docs]
         groups: dict[str, list[int]] = {}
         for i, d in enumerate(docs):
@@ -362,7 +360,7 @@ class ClusterNode:
         answers = await asyncio.gather(*(self._here_or_there(
             n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]}}) for n in names))
         if all(a.get("ok") == 1 for a in answers):
-            if op.name == "load":
+            if not all(isinstance(a.get("result"), list) for a in answers):  # a load: {loaded, ...} added up
                 merged: dict = {}
                 for a in answers:
                     for k, v in (a.get("result") or {}).items():
@@ -398,28 +396,23 @@ _NONE = object()
 
 
 def _key_of(op: operations.Operation, doc: dict) -> Any:
-    """The document key a request acts on, or _NONE when it acts on many (read from the table's route)."""
-    if op.route == operations.ROUTE_KEY or "field" in doc:
+    """The document key a request acts on, or _NONE when it acts on many (the table's route and key_param)."""
+    if "field" in doc:  # a document's store field: routed by the document's key (route: key)
         return doc.get("key", _NONE)
+    if not op.key_param:
+        return _NONE
     args = doc.get("args") or {}
     if not isinstance(args, dict):
         return _NONE
-    name = op.name
-    if name in _KEY_ARGS:
-        return args.get(_KEY_ARGS[name], _NONE)
-    if name in _DOC_ARGS:
-        d = args.get("doc")
-        if isinstance(d, dict):
-            if "_id_" not in d:
-                if name == "put":
-                    return _NONE  # refused by the engine, wherever it runs
-                d = args["doc"] = {"_id_": uuid7(), **d}  # the key, chosen here so it can be routed
-            return d["_id_"]
+    value = args.get(op.key_param)
+    if isinstance(value, dict):
+        if "_id_" in value:
+            key = value["_id_"]
+            return key if not isinstance(key, (dict, list)) else _NONE  # {_id_: {$in: [...]}}: many
+        if op.makes_key:  # an insert without a key: made here, so that its partition is known
+            args[op.key_param] = {"_id_": uuid7(), **value}
+            return args[op.key_param]["_id_"]
         return _NONE
-    if name in ("update", "delete"):
-        f = args.get("filter" if name == "update" else "target")
-        if isinstance(f, dict) and set(f) == {"_id_"} and not isinstance(f["_id_"], dict):
-            return f["_id_"]
-        if name == "delete" and f is not None and not isinstance(f, dict):
-            return f
-    return _NONE
+    if value is None or isinstance(value, list) or op.param(op.key_param).kind != "any":
+        return _NONE
+    return value  # a key itself (get's key, a delete's target given as a key)
