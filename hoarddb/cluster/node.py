@@ -381,6 +381,37 @@ class ClusterNode:
                                      f"{first.get('message')}"),
                 "details": {**(first.get("details") or {}), "written": written, "refused": refused}}
 
+    # -- metrics
+
+    def exposition(self) -> bytes:
+        """This node's cluster metrics in Prometheus' text format (appended to the server's /metrics)::
+
+            hoarddb_cluster_partitions_held              partitions this node holds now
+            hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
+            hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
+            hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+        """
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        node = self
+
+        class _Collector:
+            def collect(self):
+                yield GaugeMetricFamily("hoarddb_cluster_partitions_held", "Partitions this node holds now",
+                                        value=len(node.coord.held) if node.coord.lease_fresh() else 0)
+                yield CounterMetricFamily("hoarddb_cluster_forwarded_requests",
+                                          "Requests sent to the node that owns their partition", value=node.forwarded)
+                yield GaugeMetricFamily("hoarddb_cluster_etcd_round_trip_seconds",
+                                        "The last lease renewal's round trip to etcd",
+                                        value=node.coord.round_trip_ms / 1000)
+                yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
+                                        value=1 if node.coord.lease_fresh() else 0)
+
+        registry = CollectorRegistry()
+        registry.register(_Collector())
+        return generate_latest(registry)
+
     # -- status
 
     def status(self) -> dict:

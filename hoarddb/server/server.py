@@ -853,7 +853,8 @@ class Server:
                 engine_text = self.engine.metrics.exposition()
             except HoardError:
                 pass
-        return self.metrics.exposition() + engine_text
+        cluster_text = self.cluster.exposition() if self.cluster is not None else b""
+        return self.metrics.exposition() + engine_text + cluster_text
 
 
 _RESULT_KEY = b"\x04result\x00"

@@ -241,3 +241,23 @@ def test_a_document_s_store_fields_live_and_run_in_its_partition(cluster):
     for i in range(12):
         field = clients[i % 3]["app"].Property[f"p{i}"].Expenses
         assert field.length() == 3 and [e["Amount"] for e in field.pop(3)] == [1, 2, 3]
+
+
+def test_each_node_exports_its_cluster_metrics(cluster):
+    import urllib.request
+
+    nodes, clients = cluster
+    clients[0]["app"].Users.get("u001")  # (the bucket of the first test) at least one forward somewhere
+    texts = []
+    for node in nodes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.metrics_port}/metrics", timeout=10) as answer:
+            texts.append(answer.read().decode())
+    for text in texts:
+        assert "hoarddb_cluster_lease_fresh 1.0" in text
+        assert "hoarddb_cluster_etcd_round_trip_seconds" in text
+    held = [float(line.split()[-1]) for t in texts for line in t.splitlines()
+            if line.startswith("hoarddb_cluster_partitions_held ")]
+    assert len(held) == 3 and all(h > 0 for h in held)
+    forwarded = sum(float(line.split()[-1]) for t in texts for line in t.splitlines()
+                    if line.startswith("hoarddb_cluster_forwarded_requests_total "))
+    assert forwarded > 0
