@@ -34,6 +34,7 @@ from ..errors import (
     HoardError,
     PartitionUnavailableError,
     TimeoutError_,
+    VerbNotSupportedError,
     error_from_answer,
 )
 from ..ids import uuid7
@@ -134,7 +135,7 @@ class ClusterNode:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
         p = self._partition(place, doc, op)
         if p is None:
-            if NODE_FIELD in doc or not op.gather and not op.key_param:
+            if NODE_FIELD in doc or not op.gather:  # (no key to route by: the engine refuses it here)
                 await self._claim_assigned(db, bucket)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
             return await self._gather(op, doc, place)
@@ -157,6 +158,12 @@ class ClusterNode:
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
                                             f"{self.node_id}; send it there", node=owner)
+        op = operations.OPERATIONS[doc["op"]]
+        if (op.streams or doc.get("upload")) and place["type"] in op.types:
+            where = (self.nodes.get(owner) or {}).get("advertise", "its address")
+            raise VerbNotSupportedError(
+                f"{op.name}: a blob's bytes are not passed between nodes yet; {db}.{bucket} is on node {owner}: "
+                f"connect to it ({where}) for this", node=owner)
         return await self._forward(owner, doc)
 
     # -- the map
@@ -187,7 +194,8 @@ class ClusterNode:
                                              "options": decl["options"]})
         if answer.get("ok") != 1 and answer.get("codeName") != "BUCKET_EXISTS":
             raise error_from_answer(answer)
-        self.placements[(db, bucket)] = {"partitions": decl["partitions"], "owners": assignment["owners"]}
+        self.placements[(db, bucket)] = {"partitions": decl["partitions"], "owners": assignment["owners"],
+                                         "type": (decl["options"] or {}).get("type", "hash")}
 
     async def _claim_assigned(self, db: str, bucket: str) -> None:
         place = self.placements.get((db, bucket))
@@ -309,8 +317,8 @@ class ClusterNode:
         if op.gather == _SPLIT:
             return await self._split(op, doc, place)
         if not op.gather:
-            raise HoardError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not built yet; "
-                             "declare the bucket with placement: whole to use it")
+            raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
+                                        "built yet; declare the bucket with placement: whole to use it")
         owners = sorted(set(place["owners"]))
         answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
         for answer in answers:
@@ -327,6 +335,8 @@ class ClusterNode:
         docs = [d for a in answers for d in a["result"]]
         docs.sort(key=lambda d: encode_key(d["_id_"]))
         limit = (doc.get("args") or {}).get("limit")
+        if limit is None and op.param("limit") is not None:  # what leaving it out means (list: 100)
+            limit = op.param("limit").default
         if isinstance(limit, int) and limit > 0:
             docs = docs[:limit]
         answer: dict = {"ok": 1, "result": docs}
