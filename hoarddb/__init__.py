@@ -16,7 +16,7 @@ from .api import Bucket, Client, Database
 from .errors import DuplicateKeyError, HoardError
 
 __all__ = ["open", "connect", "Client", "Database", "Bucket", "HoardError", "DuplicateKeyError", "errors"]
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def open(path, **options) -> Client:  # noqa: A001 - the name users expect

@@ -16,6 +16,7 @@ A data directory, as the engine lays it out:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -27,12 +28,14 @@ from typing import Any, Callable
 from . import lifecycle, operations
 from .catalog import Catalog, check_name
 from .declaration import check_fields, check_placement, declare_bucket
+from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
                      UnknownOptionError, UnknownVerbError, VerbNotSupportedError)
 from .indexes.maintenance import Index
 from .indexes.planner import plan
+from .indexes.builder import Builder
 from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
@@ -105,11 +108,15 @@ class Engine:
         # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,
         # the handlers are functions of the engine): an engine nobody holds any more is
         # freed at once, and its finalizer closes what it had open (see lifecycle.forgotten).
-        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock)
+        # Indexes of an older format (or conflicted) are rebuilt in the background, from now on.
+        self.builder = Builder(lifecycle.weak_index_builds(self))
+        self._parts = lifecycle.Parts(self.path, self.sweeper, self._mutex, self._stores, self.catalog, self._lock,
+                                      self.builder)
         self._finalizer = weakref.finalize(self, lifecycle.forgotten, self._parts)
         self._finalizer.atexit = False  # at exit, lifecycle._close_at_exit closes it (quietly)
         lifecycle.OPEN.add(self)
         self.sweeper.start()
+        self.builder.start()
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -158,6 +165,17 @@ class Engine:
             raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
         return self.call(op, db, bucket, operations.bind(op, (), args))
 
+    def _documents_of(self, db: str, bucket: str) -> list:
+        """The documents of the hash bucket ``bucket`` of ``db``, for an operation that joins
+        (``Operation.joins``: aggregate's $lookup), within the stage memory limit."""
+        check_name(bucket, "bucket")
+        with self._mutex:
+            decl = self.catalog.bucket(db, bucket)
+            store = self._store(db, bucket, decl)
+        if decl["type"] != "hash":
+            raise BadValueError(f"$lookup joins hash buckets; {bucket!r} is a {decl['type']} bucket")
+        return store.documents(self.options.stage_memory_bytes)
+
     def call(self, op: operations.Operation, db: str, bucket: str, args: dict) -> dict:
         """Run a bucket verb whose arguments ``operations.bind`` has checked; its answer.
 
@@ -194,6 +212,8 @@ class Engine:
                 while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
                     positional.pop()
                 keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+                if op.joins:
+                    keywords["buckets"] = functools.partial(self._documents_of, db)
                 result = getattr(store, op.name)(*positional, **keywords)
         except RecursionError:
             raise BadValueError(TOO_DEEP) from None
@@ -784,6 +804,27 @@ class Engine:
                     continue  # dropped (or closed) since the list was read
                 yield store
 
+    def _index_builds(self):
+        """``(store, done)`` for each hash bucket with an index to rebuild (see hoarddb.indexes.builder)."""
+        for decl in self.catalog.all_buckets():
+            if self._closed:
+                return
+            if any(Index(ix).state in ("building", "conflicted") for ix in decl.get("indexes") or []):
+                try:
+                    store = self._store(decl["db"], decl["name"])
+                except (BucketNotFoundError, DatabaseNotFoundError, ClosedError):
+                    continue  # dropped (or closed) since the list was read
+                yield store, functools.partial(self._indexes_built, decl["db"], decl["name"], store)
+
+    def _indexes_built(self, db: str, bucket: str, store: Store, indexes: list[dict]) -> None:
+        """Persist a bucket's rebuilt index declarations (unless it was dropped meanwhile)."""
+        with self._mutex:
+            if self._closed or self._stores.get((db, bucket)) is not store:
+                return
+            self.catalog.replace_bucket(db, dict(self.catalog.bucket(db, bucket), indexes=indexes))
+            self._catalog_dirty = True
+            self._hot.pop((db, bucket), None)
+
     def _metrics(self, request: dict | None = None) -> dict:
         counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)
         for decl in self.catalog.all_buckets():
@@ -844,7 +885,7 @@ def _index_states(store: Store, decl: dict) -> list[dict]:
     return [
         {"name": ix["name"], "fields": ix["fields"], "unique": ix.get("unique", False),
          "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
-         "summary": describe_index(ix)}
+         **{k: ix[k] for k in (*INDEX_OPTIONS, "progress") if k in ix}, "summary": describe_index(ix)}
         for ix in states
     ]
 

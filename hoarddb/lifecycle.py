@@ -42,9 +42,11 @@ class Parts:
     """Parts is what an open engine must close, kept apart from the Engine so that the
     engine's finalizer can close it once the Engine object is gone."""
 
-    def __init__(self, path: Path, sweeper: Sweeper, mutex, stores: dict, catalog: Catalog, lock: DirectoryLock):
+    def __init__(self, path: Path, sweeper: Sweeper, mutex, stores: dict, catalog: Catalog, lock: DirectoryLock,
+                 builder=None):
         self.path = path
         self.sweeper = sweeper
+        self.builder = builder
         self.mutex = mutex
         self.stores = stores
         self.catalog = catalog
@@ -57,6 +59,8 @@ class Parts:
         whatever fails: the first failure is raised at the end.
         """
         self.sweeper.stop()
+        if self.builder is not None:  # stops between two batches; the next open rebuilds what it left
+            self.builder.stop()
         with self.mutex:
             failure: BaseException | None = None
             try:
@@ -152,6 +156,17 @@ def refuse_inherited(path: Path) -> None:
             "process can never open a database its parent had open (LMDB's files stay the parent's). Open it in "
             "a process that did not inherit it: fork before opening it, or start workers with multiprocessing's "
             "'spawn' method; or serve it (hoarddb server) and connect", pid=str(parent))
+
+
+def weak_index_builds(engine: Engine) -> Callable[[], Any]:
+    """The index builder's view of the engine's buckets to rebuild, holding the engine weakly."""
+    ref = weakref.ref(engine)
+
+    def index_builds():
+        alive = ref()
+        return None if alive is None else alive._index_builds()
+
+    return index_builds
 
 
 def weak_ttl_stores(engine: Engine) -> Callable[[], Any]:

@@ -218,6 +218,13 @@ class Operation:
     #: Whether its requests in a row to one bucket may run as one (a group commit's pushes
     #: or pops of one queue: the store's ``<name>_each``).
     together: bool = False
+    #: Whether its store method reads other buckets of the same database (aggregate's
+    #: $lookup): the engine passes it ``buckets(name)``, that hash bucket's documents.
+    joins: bool = False
+    #: HQL's chained cursor methods that make it another operation, as mongosh's cursor:
+    #: ``(method, operation, {args it sets})``; ``db.T.find(f).count()`` is count(f). An
+    #: entry with these also takes each of its options as a method: ``.sort({Date: -1})``.
+    chains: tuple = ()
     #: A bucket verb's parameter that names the one document it acts on, for a cluster to
     #: route it to that document's partition (hoarddb/cluster/node.py): the key itself, or a
     #: document or filter whose ``_id_`` is a plain value. Empty: it acts on many.
@@ -268,6 +275,12 @@ def _types(*names: str) -> frozenset:
 
 
 _LIMIT = Param("limit", "int", False, "how many elements")
+#: What find and search become when HQL chains .count() or .explain() after them.
+_CURSOR_CHAINS = (("count", "count", {}), ("explain", "search", {"explain": True}))
+#: find's and search's options besides the limit.
+_READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, such as {Date: -1}"),
+                 Param("skip", "int", False, "how many matches to pass over"),
+                 Param("projection", "doc", False, "the fields to keep ({name: 1}) or drop ({notes: 0})"))
 _ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
 _LIST_LIMIT = Param("limit", "int", False, "how many elements (100 when left out)", default=100)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
@@ -326,19 +339,46 @@ for _op in [
     Operation("exists", _types("hash", "btree"), (Param("key", "any"),), key_param="key",
               summary="Whether a document (hash) or an entry (btree) with this key exists, without reading it.",
               answer="true or false", example='db.User.exists("jane_doe")'),
-    Operation("find", _types("hash"), (Param("filter", "filter", False),), (_LIMIT,), key_param="filter", gather="documents",
-              summary="Every document matching the filter (a full scan).", answer="a list",
-              example='db.User.find({Email: "jane@example.com"})', cost=SCAN),
-    Operation("search", _types("hash"), (Param("filter", "filter", False),), (_LIMIT, Param("explain", "any", False)), key_param="filter", gather="documents",
+    Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
+              summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
+              answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
+              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents"),
+    Operation("search", _types("hash"), (Param("filter", "filter", False),),
+              _READ_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
-              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED),
-    Operation("count", _types("hash"), (Param("filter", "filter", False),), key_param="filter", gather="sum",
+              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS,
+              key_param="filter", gather="documents"),
+    Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
-              example="db.User.count()", cost=SCAN),
-    Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")), write=True, key_param="filter", gather="counts",
-              summary="Apply update operators to every matching document, in one write.",
-              answer="{matched, modified}", example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE),
+              example="db.User.count()", cost=SCAN, key_param="filter", gather="sum"),
+    Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
+              summary="The different values of a field (an array's elements one by one) in the matching documents.",
+              answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
+    Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False),),
+              summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
+              answer="a list (index_used names what served a leading $match)",
+              example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True),
+    Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")),
+              (Param("upsert", "any", False, "insert when nothing matches"),
+               Param("multi", "any", False, "false: only the first match (default true: every match)"),
+               Param("arrayFilters", "list", False, "the filters of $[<identifier>] paths")), write=True,
+              summary="Apply update operators to every matching document (multi: false, the first), in one write; "
+                      "upsert inserts when nothing matches.",
+              answer="{matched, modified} (and upserted: the new key)",
+              example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE,
+              key_param="filter", gather="counts"),
+    Operation("find_and_modify", _types("hash"), (Param("filter", "filter", False), Param("update", "update", False)),
+              (Param("remove", "any", False, "delete the document instead of updating it"),
+               Param("new", "any", False, "return the document as it became (default: as it was)"),
+               Param("upsert", "any", False, "insert when nothing matches"),
+               Param("sort", "doc", False, "which match, when several do"),
+               Param("projection", "doc", False, "the fields returned"),
+               Param("arrayFilters", "list", False, "the filters of $[<identifier>] paths")), write=True,
+              summary="Update (or remove) one document and return it, in one atomic read-modify-write.",
+              answer="the document before (or, with new, after), or null", aliases=("findAndModify",),
+              example='db.Counters.findAndModify({_id_: "orders"}, {$inc: {n: 1}}, {new: true, upsert: true})',
+              cost=FILTERED_WRITE, key_param="filter"),
     Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True, key_param="target", gather="counts",
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
@@ -460,6 +500,12 @@ for _op in [
               summary="A bucket's entries, bytes and index states.", answer="a document"),
     Operation("metrics", scope=SERVER, cost=SCAN, summary="Every metric sample.", answer="a document"),
     Operation("sweep_ttl", scope=SERVER, write=True, summary="Run one TTL sweep now.", answer="a document"),
+    # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
+    # data directory elsewhere: neither changes the data, and neither is worth sending twice
+    Operation("check", scope=SERVER, cost=SCAN, retry=False,
+              summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
+    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True, "a directory"),),
+              summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
     Operation("whoami", scope=SERVER, runs=SERVER, role="any",
               summary="The logged-in user and their roles.", answer="{user, roles}"),
     Operation("list_users", scope=SERVER, runs=SERVER, summary="Every user and their roles.", answer="a list"),
@@ -472,12 +518,6 @@ for _op in [
     Operation("set_roles", scope=SERVER, runs=SERVER, write=True, fields=(_USER, _ROLES),
               summary="Replace a user's roles; open connections use them from their next request.",
               answer="a document"),
-    Operation("check", scope=SERVER, cost=SCAN, fields=(Param("db", "str", False), Param("bucket", "str", False)),
-              summary="Check the hash, btree and heap buckets of a running server in read transactions.",
-              answer="{buckets: [{db, bucket, type, checked, problems, more}]}"),
-    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True),),
-              summary="Copy the open data directory into a new folder on the server's machine, each bucket "
-                      "as one moment of it.", answer="{path, buckets, seconds}"),
 ]:
     ADMIN[_op.name] = _op
 
@@ -526,7 +566,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
     kind = p.kind
     if kind in ("doc", "filter", "update"):
         ok = isinstance(value, (dict, Mapping))
-    elif kind == "docs":
+    elif kind in ("docs", "list"):
         ok = isinstance(value, (list, tuple))
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -537,7 +577,7 @@ def _check_kind(op: Operation, p: Param, value: Any) -> Any:
         ok = type(value) is str  # (not BSON's code, which is a str too)
     else:
         ok = True
-    if kind in ("filter", "update", "any") and ok:
+    if kind in ("filter", "update", "any", "list") and ok:
         check_ints(op, p, value)
     if not ok:
         raise InvalidArgumentError(

@@ -55,6 +55,13 @@ class Options:
     #: (16 MiB): a read whose answer could never be sent stops as soon as it knows,
     #: instead of decoding every match into memory first.
     max_answer_bytes: int | None = None
+    #: The most bytes one ``$group`` or ``$sort`` (an aggregate's stage, or find's sort) may
+    #: hold in memory: past it the read is refused with LIMIT_EXCEEDED naming the stage and
+    #: the limit (it never spills to disk). A ``$sort`` followed by a ``$limit`` (a find with
+    #: sort and limit) holds only that many documents.
+    stage_memory_bytes: int = 100 * MiB
+    #: The most groups one ``$group``, or documents one ``$sort``, may hold (None: no count).
+    stage_max_documents: int | None = None
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":

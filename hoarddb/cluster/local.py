@@ -37,7 +37,7 @@ _LISTENING = re.compile(r"listening on \S+:(\d+), ")
 
 def up(data: str | Path, nodes: int | None = None, port: int = 7070) -> dict:
     """Start etcd and ``nodes`` nodes (default: one per core) under ``data``; what was started."""
-    from ..testing.etcd import EtcdProcess, free_port
+    from .etcd import EtcdProcess, free_port
 
     data = Path(data).resolve()
     state = data / "cluster.json"

@@ -668,13 +668,23 @@ class _ToValues(Transformer):
     def arguments(self, c):
         return [_no_bare(v) for v in c]
 
+    def chained(self, c):
+        return _Chained(c[0], c[1])
+
     def bucket_call(self, c):
-        (bucket, _), verb, args = _tokens(c)
+        parts = _tokens(c)
+        (bucket, _), verb, args = parts[:3]
+        chain = parts[3:]
         if verb.value not in operations.VERBS and verb.value in BUCKET_METHODS:
             if args:
                 raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no arguments"), verb)
+            if chain:
+                raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no chained methods"), chain[0].tok)
             return Statement("request", request={"op": BUCKET_METHODS[verb.value], "bucket": bucket}, needs_db=True)
-        return Statement("request", request=_verb_request(bucket, verb, args), needs_db=True)
+        request = _verb_request(bucket, verb, args)
+        if chain:
+            request = _apply_chain(request, verb, chain)
+        return Statement("request", request=request, needs_db=True)
 
     def field_call(self, c):
         (bucket, _), key, (field_name, _), verb, args = _tokens(c)
@@ -692,6 +702,56 @@ class _ToValues(Transformer):
                 raise _Positioned(e, verb)
         request = {"op": name, "bucket": bucket, "key": _no_bare(key), "field": field_name, "args": bound}
         return Statement("request", request=request, needs_db=True)
+
+
+class _Chained:
+    """One ``.method(args)`` after a call: ``.sort({Date: -1})``."""
+
+    __slots__ = ("tok", "args")
+
+    def __init__(self, tok: Token, args: list):
+        self.tok, self.args = tok, args
+
+
+def _apply_chain(request: dict, verb: Token, chain: list) -> dict:
+    """A call with cursor methods chained after it, as mongosh writes them:
+    ``db.T.find(f).sort({Date: -1}).limit(10)``. The operations table says which verbs take
+    them (``Operation.chains``): each option of the verb is a method of one argument
+    (``.sort``, ``.limit``, ``.skip``, ``.projection``), and ``chains`` names the methods
+    that make it another operation (``.count()``: count what the filter matches, skip and
+    limit aside, as mongosh's count; ``.explain()``: search with ``explain: true``).
+    """
+    op = operations.verb(request["op"])
+    if not op.chains:
+        raise _Positioned(InvalidArgumentError(
+            f"{verb.value}() takes no chained methods; "
+            f"{', '.join(sorted(n for n, o in operations.VERBS.items() if o.chains and n == o.name))} do"),
+            chain[0].tok)
+    args = dict(request["args"])
+    for link in chain:
+        name = link.tok.value
+        becomes = {method: (target, sets) for method, target, sets in op.chains}
+        if name in becomes:
+            if link.args:
+                raise _Positioned(InvalidArgumentError(f".{name}() takes no arguments"), link.tok)
+            target, sets = becomes[name]
+            op = operations.VERBS[target]
+            keep = {p.name for p in op.params + op.options}
+            args = {**{k: v for k, v in args.items() if k in keep}, **sets}
+            continue
+        if op.param(name) is None or name in op.param_names:
+            methods = [p.name for p in op.options] + [m for m, _t, _s in op.chains]
+            raise _Positioned(InvalidArgumentError(
+                f"unknown method .{name}() after {verb.value}(); accepted: "
+                f"{', '.join('.' + m + '()' for m in dict.fromkeys(methods))}"), link.tok)
+        if len(link.args) != 1:
+            raise _Positioned(InvalidArgumentError(f".{name}() takes one argument: {op.param(name).help}"), link.tok)
+        args[name] = _no_bare(link.args[0])
+    try:
+        bound = operations.bind(op, (), args)
+    except HoardError as e:
+        raise _Positioned(e, chain[-1].tok)
+    return {**request, "op": op.name, "args": bound}
 
 
 def _verb_request(bucket: str, verb: Token, args: list) -> dict:

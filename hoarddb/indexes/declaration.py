@@ -13,11 +13,16 @@ creation. ``format`` is the version of the index format that wrote the entries
     2  entries for every document, a missing field recorded as null; an array by its
        distinct elements and as a whole (never written now)
     3  as 2, but a non-empty array by its distinct elements only, an empty one by the
-       entry []  (FORMAT)
+       entry []  (FORMAT, for a plain index)
+    4  as 3, for an index whose declaration changes which documents have entries
+       (``sparse``, ``partialFilterExpression``) or their order (``desc``); a hoardDB
+       that knows only 3 would write every document's entries in ascending order, so it
+       must see this index as ``unreadable`` (FORMAT_EXTENDED)
 
-An index whose format is older than FORMAT is rebuilt when its bucket opens (state
+An index whose format is older than the one this version writes for its declaration
+(:func:`format_for`) is rebuilt when its bucket opens (state
 ``building`` meanwhile): every entry is deleted and written again from the documents.
-One newer than FORMAT was declared by a newer hoardDB and is ``unreadable`` here, kept
+One newer than FORMAT_FILTERED was declared by a newer hoardDB and is ``unreadable`` here, kept
 unchanged. Change FORMAT whenever the entries a document has change, and add its line
 above: entries of another format would be wrong to keep (a unique index would refuse
 values nobody holds).
@@ -25,25 +30,42 @@ values nobody holds).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from ..errors import BadValueError, UnknownOptionError
+from bson.regex import Regex
 
-#: The index format this version writes and can maintain (the list above).
+from ..errors import BadValueError, UnknownOptionError
+from ..values.filter import compile_filter
+from ..values.literal import literal
+
+#: The index format this version writes for a plain index (the list above).
 FORMAT = 3
+#: The format of an index that leaves some documents out (sparse or partial) or orders a
+#: field descending, and the newest this version can maintain.
+FORMAT_EXTENDED = 4
+NEWEST_FORMAT = FORMAT_EXTENDED
 #: The most indexes one bucket may declare (an index id is one byte).
 MAX_INDEXES = 64
 
-ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "type", "desc")
+ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "type", "desc", "sparse",
+                 "partialFilterExpression")
+#: What a partialFilterExpression may hold (MongoDB's subset), as the refusal of anything else names it.
+PARTIAL_ACCEPTED = ("equality ({field: value} or {field: {$eq: value}})", "$exists: true", "$gt", "$gte", "$lt",
+                    "$lte", "$type", "$and at the top level")
+#: Keys a declaration holds only when they are given (describe, dump and restore carry them over).
+OPTIONAL_KEYS = ("sparse", "partialFilterExpression", "desc")
+PARTIAL_OPERATORS = ("$eq", "$exists", "$gt", "$gte", "$lt", "$lte", "$type")
 STATES = ("ready", "building", "conflicted", "unreadable")
 #: The longest expire_after_seconds (2**31 - 1 seconds, about 68 years, as MongoDB allows):
 #: the sweeper turns ``now - expire_after_seconds`` into a date, which must exist.
 MAX_TTL_SECONDS = 2**31 - 1
 
 
-def index_name(fields: list[str]) -> str:
-    """The default name: each field followed by ``_1``, joined with ``_`` (``CustomerID_1_CreatedAt_1``)."""
-    return "_".join(f"{f}_1" for f in fields)
+def index_name(fields: list[str], desc: list[str] | tuple = ()) -> str:
+    """The default name: each field followed by ``_1`` (``_-1`` when it descends), joined with ``_``
+    (``CustomerID_1_CreatedAt_-1``)."""
+    return "_".join(f"{f}_-1" if f in desc else f"{f}_1" for f in fields)
 
 
 def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[list[dict], list[str]]:
@@ -66,14 +88,14 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
     specs = []
     for f in unique_fields:
         _check_field(f, f"the unique field line {f!r}")
-        specs.append({"fields": [f], "unique": True, "expire_after_seconds": None, "name": None})
+        specs.append({"fields": [f], "unique": True, "expire_after_seconds": None, "name": None, "extra": {}})
     for position, entry in enumerate(indices):
         specs.append(_entry(entry, position, warnings))
     if len(specs) > MAX_INDEXES:
         raise BadValueError(f"a bucket may declare at most {MAX_INDEXES} indexes; this one declares {len(specs)}")
     out: list[dict] = []
     for i, spec in enumerate(specs):
-        name = spec["name"] or index_name(spec["fields"])
+        name = spec["name"] or index_name(spec["fields"], spec["extra"].get("desc", ()))
         for other in out:
             if other["fields"] == spec["fields"]:
                 raise BadValueError(
@@ -82,10 +104,12 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
                 )
             if other["name"] == name:
                 raise BadValueError(f"two indexes are named {name!r}; give one of them another name with name:")
-        out.append({
+        decl = {
             "id": i, "name": name, "fields": spec["fields"], "unique": spec["unique"],
-            "expire_after_seconds": spec["expire_after_seconds"], "format": FORMAT, "state": "ready",
-        })
+            "expire_after_seconds": spec["expire_after_seconds"], **spec["extra"], "state": "ready",
+        }
+        decl["format"] = format_for(decl)
+        out.append(decl)
     return out, warnings
 
 
@@ -113,14 +137,7 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
     unique = entry.get("unique", False)
     if not isinstance(unique, bool):
         raise BadValueError(f"{where}: unique is true or false, got {unique!r}")
-    desc = entry.get("desc", False)
-    if not isinstance(desc, bool):
-        raise BadValueError(f"{where}: desc is false (or left out), got {desc!r}")
-    if desc:
-        raise BadValueError(
-            f"{where}: desc: true is refused — a descending component only matters to sorting, "
-            "and indexes serve equality search, not sorting"
-        )
+    desc = _desc(entry.get("desc", False), fields, where)
     ttl = entry.get("expire_after_seconds")
     if ttl is not None:
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not (0 <= ttl <= MAX_TTL_SECONDS):
@@ -136,6 +153,9 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
             )
         if len(fields) > 1:
             raise BadValueError(f"{where}: a TTL index covers exactly one field (the time), not {len(fields)}")
+        if desc:
+            raise BadValueError(f"{where}: a TTL index cannot be desc — the sweeper reads it from the oldest time "
+                                "on; declare it without desc, and another index with desc to sort by that field")
     if "type" in entry:
         if entry["type"] != "range":
             raise BadValueError(f"{where}: type may only be \"range\" (and is ignored); got {entry['type']!r}")
@@ -143,7 +163,91 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
     name = entry.get("name")
     if name is not None and (not isinstance(name, str) or not name):
         raise BadValueError(f"{where}: name is a non-empty string, got {name!r}")
-    return {"fields": list(fields), "unique": unique, "expire_after_seconds": ttl, "name": name}
+    extra: dict = {}
+    sparse = entry.get("sparse", False)
+    if not isinstance(sparse, bool):
+        raise BadValueError(f"{where}: sparse is true or false, got {sparse!r}")
+    if sparse:
+        extra["sparse"] = True
+    if desc:
+        extra["desc"] = desc
+    if "partialFilterExpression" in entry:
+        if sparse:
+            raise BadValueError(
+                f"{where}: sparse and partialFilterExpression cannot be combined — a partial index already leaves "
+                "out the documents its expression does not match; for a sparse one write "
+                "{Field: {$exists: true}} in the expression"
+            )
+        extra["partialFilterExpression"] = check_partial(entry["partialFilterExpression"], where)
+    return {"fields": list(fields), "unique": unique, "expire_after_seconds": ttl, "name": name, "extra": extra}
+
+
+def format_for(decl: dict) -> int:
+    """The index format this version writes for a declaration (see the module's docstring)."""
+    return FORMAT_EXTENDED if any(decl.get(k) for k in OPTIONAL_KEYS) else FORMAT
+
+
+def _desc(desc: Any, fields: list[str], where: str) -> list[str]:
+    """The fields that descend: ``desc: true`` all of them, ``desc: ["B"]`` those named, false none."""
+    if desc is False:
+        return []
+    if desc is True:
+        return list(fields)
+    if isinstance(desc, list) and desc and all(isinstance(f, str) for f in desc):
+        for f in desc:
+            if f not in fields:
+                raise BadValueError(f"{where}: desc names {f!r}, which is not one of the index's fields "
+                                    f"({', '.join(fields)})")
+        if len(set(desc)) != len(desc):
+            raise BadValueError(f"{where}: desc names a field twice")
+        return [f for f in fields if f in desc]
+    raise BadValueError(f"{where}: desc is true (every field descends), false, or a list of the index's fields "
+                        f"that descend, such as [\"{fields[-1]}\"]; got {desc!r}")
+
+
+def check_partial(expr: Any, where: str) -> dict:
+    """A partialFilterExpression, checked: MongoDB's subset (:data:`PARTIAL_ACCEPTED`), and a valid filter."""
+    accepted = "; a partialFilterExpression accepts " + ", ".join(PARTIAL_ACCEPTED)
+    if not isinstance(expr, dict) or not expr:
+        raise BadValueError(f"{where}: partialFilterExpression is a non-empty document such as "
+                            f"{{Status: \"open\"}}, got {expr!r:.60}")
+    for key, value in expr.items():
+        if key == "$and":
+            if not isinstance(value, list) or not value or not all(isinstance(m, dict) and m for m in value):
+                raise BadValueError(f"{where}: partialFilterExpression's $and is a non-empty list of documents")
+            for member in value:
+                for k, v in member.items():
+                    if k.startswith("$"):
+                        raise BadValueError(f"{where}: partialFilterExpression: {k} is not accepted inside $and "
+                                            f"(only field conditions are){accepted}")
+                    _check_partial_condition(k, v, where, accepted)
+        elif isinstance(key, str) and key.startswith("$"):
+            raise BadValueError(f"{where}: partialFilterExpression: {key} is not accepted{accepted}")
+        else:
+            _check_partial_condition(key, value, where, accepted)
+    try:
+        compile_filter(expr)
+    except BadValueError as exc:
+        raise BadValueError(f"{where}: partialFilterExpression: {exc.message}") from None
+    return expr
+
+
+def _check_partial_condition(field: Any, cond: Any, where: str, accepted: str) -> None:
+    if not isinstance(field, str) or not field:
+        raise BadValueError(f"{where}: partialFilterExpression: a field name is a non-empty string, got {field!r}")
+    if isinstance(cond, (Regex, re.Pattern)):
+        raise BadValueError(f"{where}: partialFilterExpression: {field}: a regular expression is not "
+                            f"accepted{accepted}")
+    if isinstance(cond, dict) and cond and all(isinstance(k, str) and k.startswith("$") for k in cond):
+        for op, arg in cond.items():
+            if op not in PARTIAL_OPERATORS:
+                raise BadValueError(f"{where}: partialFilterExpression: {field}: {op} is not accepted{accepted}")
+            if op == "$exists" and arg is not True:
+                raise BadValueError(f"{where}: partialFilterExpression: {field}: $exists is accepted only as "
+                                    f"$exists: true, got {arg!r}{accepted}")
+            if op == "$eq" and isinstance(arg, (Regex, re.Pattern)):
+                raise BadValueError(f"{where}: partialFilterExpression: {field}: a regular expression is not "
+                                    f"accepted{accepted}")
 
 
 def _check_field(f: Any, where: str) -> None:
@@ -164,6 +268,12 @@ def describe(index: dict) -> str:
     if index.get("expire_after_seconds") is not None:
         ttl = index["expire_after_seconds"]
         notes.append(f"ttl {int(ttl) if float(ttl).is_integer() else ttl}s")
+    if index.get("sparse"):
+        notes.append("sparse")
+    if index.get("desc") and index["name"] != index_name(index["fields"], index["desc"]):
+        notes.append("desc " + ", ".join(index["desc"]))
+    if "partialFilterExpression" in index:
+        notes.append(f"partial {literal(index['partialFilterExpression'])}")
     if index.get("state", "ready") != "ready":
         notes.append(index["state"])
     return index["name"] + (f" ({', '.join(notes)})" if notes else "")

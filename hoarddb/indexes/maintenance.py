@@ -7,7 +7,9 @@ Entries live in the bucket's LMDB environment beside the documents:
 
 So one entry costs the encoded values plus the encoded document key plus 2 bytes (as
 key and value; LMDB adds an 8-byte node header), and its key is at most MAX_ENTRY_KEY
-bytes. A missing field is indexed as null. A field holding a non-empty array is indexed
+bytes. A missing field is indexed as null (a
+sparse index has no entry for a document lacking all of its fields, and a partial one
+none for a document its partialFilterExpression does not match). A field holding a non-empty array is indexed
 once per distinct element, never as the whole array (so only each element is bounded,
 not the array); an empty array is one entry whose value is ``[]``, which is also the
 entry of an element ``[]``. Every document ``find`` matches by an equality therefore has
@@ -46,7 +48,8 @@ from bson.objectid import ObjectId
 from ..errors import BadValueError, DuplicateKeyError, IndexNotReadyError
 from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
-from .declaration import FORMAT
+from ..values.filter import compile_filter
+from .declaration import NEWEST_FORMAT, format_for
 
 PREFIX = b"I"
 MAX_ENTRY_KEY = 500  # LMDB keys are at most 511 bytes
@@ -60,15 +63,29 @@ NOT_ARRAYS = frozenset({str, int, float, bool, type(None), ObjectId, datetime.da
 EMPTY_ARRAY = encode_key([])
 
 
-def elements(array: list | tuple) -> list[tuple[bytes, Any]]:
+_INVERT = bytes(255 - i for i in range(256))
+
+
+def descending(encoded: bytes) -> bytes:
+    """The encoding of a value in a descending field: every bit inverted. Encodings are
+    self-delimiting (none is the start of another), so inverted ones sort in exactly the
+    reverse order, and stay self-delimiting."""
+    return encoded.translate(_INVERT)
+
+
+def encode_descending(value: Any) -> bytes:
+    return encode_key(value).translate(_INVERT)
+
+
+def elements(array: list | tuple, encode=encode_key) -> list[tuple[bytes, Any]]:
     """``(encoded element, element)`` for each distinct element of an array, in order; for an
     empty array the one ``(encoded [], [])``."""
     if not array:
-        return [(EMPTY_ARRAY, [])]
+        return [(encode([]), [])]
     seen: set = set()
     out = []
     for element in array:
-        ek = encode_key(element)
+        ek = encode(element)
         if ek not in seen:
             seen.add(ek)
             out.append((ek, element))
@@ -86,42 +103,78 @@ class Index:
         #: The field of a single-field index (None for a compound one): its entries are made
         #: without the general path when the value is not an array (see entries).
         self.single: str | None = self.fields[0] if len(self.fields) == 1 else None
+        #: Whether each field descends (``desc``), and the function that encodes its values:
+        #: hoarddb.values.keys's order-preserving bytes, inverted for a descending field.
+        desc = decl.get("desc") or ()
+        self.descending: tuple = tuple(f in desc for f in self.fields)
+        self.encoders: tuple = tuple(encode_descending if d else encode_key for d in self.descending)
         self.unique: bool = bool(decl.get("unique"))
         self.ttl = decl.get("expire_after_seconds")
         self.prefix = PREFIX + bytes([self.id])
-        fmt = decl.get("format", FORMAT)
-        if fmt > FORMAT:
+        #: A sparse index leaves out a document lacking every one of its fields; a partial one,
+        #: a document its partialFilterExpression does not match (see :meth:`covers`).
+        self.sparse: bool = bool(decl.get("sparse"))
+        self.partial: dict | None = decl.get("partialFilterExpression")
+        self.filtered: bool = self.sparse or self.partial is not None
+        fmt = decl.get("format", format_for(decl))
+        if fmt > NEWEST_FORMAT:
             self.state = "unreadable"
-        elif fmt < FORMAT:
+        elif fmt < format_for(decl):
             self.state = "building"
         else:
             self.state = decl.get("state", "ready")
         #: Whether claims (see the module's docstring) may exist: only a unique index that a
         #: load or a rebuild found conflicted pays the extra lookup when a holder leaves.
         self.claims = self.unique and self.state == "conflicted"
+        #: While the index is ``building`` (hoarddb.indexes.builder): None until its old
+        #: entries are gone, then the encoded key of the last document whose entries the
+        #: rebuild wrote. Writes keep the entries of documents up to it, and leave the
+        #: others to the rebuild (:meth:`kept`). ``progress`` is (documents done, of).
+        self.frontier: bytes | None = None
+        self.progress: tuple[int, int] = (0, 0)
+        self._partial_match = compile_filter(self.partial) if self.partial is not None and self.maintained else None
+
+    def covers(self, doc) -> bool:
+        """Whether a document has entries in this index: every one, unless the index is sparse
+        (a document holding none of its fields, not even as null, has none) or partial (a
+        document its expression does not match has none)."""
+        if self.sparse:
+            return any(f in doc for f in self.fields)
+        if self._partial_match is not None:
+            return self._partial_match(doc)
+        return True
 
     @property
     def maintained(self) -> bool:
         return self.state != "unreadable"
 
+    def kept(self, doc_key: bytes) -> bool:
+        """Whether a write keeps this index's entries of the document ``doc_key``: always, but
+        while the index is building only for the documents the rebuild has passed."""
+        if self.state != "building":
+            return True
+        return self.frontier is not None and doc_key <= self.frontier
+
     def value_tuples(self, doc: dict, bucket: str) -> list[tuple[bytes, tuple]]:
         """``(encoded values, values)`` for each entry a document has in this index (see the module's docstring)."""
+        if self.filtered and not self.covers(doc):
+            return []
         if len(self.fields) == 1:  # the common case: one field, not an array, one entry
             v = doc.get(self.fields[0])
             if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
-                return [(encode_key(v), (v,))]
-            return [(ek, (element,)) for ek, element in elements(v)]
+                return [(self.encoders[0](v), (v,))]
+            return [(ek, (element,)) for ek, element in elements(v, self.encoders[0])]
         values = [doc.get(f) for f in self.fields]
         if not any(isinstance(v, ARRAY_TYPES) for v in values):  # one entry
-            return [(b"".join([encode_key(v) for v in values]), tuple(values))]
+            return [(b"".join([enc(v) for enc, v in zip(self.encoders, values)]), tuple(values))]
         per_field = []
         arrays = 0
-        for v in values:
+        for enc, v in zip(self.encoders, values):
             if isinstance(v, ARRAY_TYPES):
                 arrays += 1
-                per_field.append(elements(v))
+                per_field.append(elements(v, enc))
             else:
-                per_field.append([(encode_key(v), v)])
+                per_field.append([(enc(v), v)])
         if arrays > 1:
             raise BadValueError(
                 f"index {self.name!r} on bucket {bucket!r} cannot index a document whose fields "
@@ -146,10 +199,12 @@ class Index:
         """``(key, value, values)`` of each entry a document has in this index: :meth:`entry`
         of each of :meth:`value_tuples`, and for a single field that holds no array (nearly
         every entry) the same made in one step."""
+        if self.filtered and not self.covers(doc):
+            return []
         if self.single is not None:
             v = doc.get(self.single)
             if type(v) in NOT_ARRAYS or not isinstance(v, ARRAY_TYPES):
-                return [(*self.entry(encode_key(v), doc_key), (v,))]
+                return [(*self.entry(self.encoders[0](v), doc_key), (v,))]
         return [(*self.entry(encoded, doc_key), values) for encoded, values in self.value_tuples(doc, bucket)]
 
     def _too_long(self, key: bytes) -> BadValueError:
@@ -162,10 +217,26 @@ class Index:
         """The encoded ``_id_`` an entry points to."""
         if self.unique:
             return bytes(value)
+        return bytes(key[self.values_end(key):])
+
+    def values_end(self, key: bytes, fields: int | None = None) -> int:
+        """Where the encoded values of the first ``fields`` fields (all by default) end in an
+        entry's ``key`` (BadValueError if they do not parse)."""
         pos = len(self.prefix)
-        for _ in self.fields:
-            pos = key_end(key, pos)
-        return bytes(key[pos:])
+        for down in self.descending[:fields]:
+            pos = pos + key_end(descending(bytes(key[pos:])), 0) if down else key_end(key, pos)
+        return pos
+
+    def decoded_values(self, encoded: bytes) -> list:
+        """The values an entry's encoded values (after the prefix) hold, for messages."""
+        out = []
+        pos = 0
+        for down in self.descending:
+            part = descending(encoded[pos:]) if down else encoded[pos:]
+            end = key_end(part, 0)
+            out.append(decode_key(part[:end]))
+            pos += end
+        return out
 
 
 class IndexSet:
@@ -208,10 +279,14 @@ class IndexSet:
             return
         if old is None:  # an insert: every entry is new (the common case, without the set arithmetic)
             for ix in self.maintained:
+                if ix.state == "building" and not ix.kept(doc_key):
+                    continue
                 for key, value, values in ix.entries(new, doc_key, self.bucket):
                     self._add(txn, ix, key, value, values, doc_key, where, conflicts)
             return
         for ix in self.maintained:
+            if ix.state == "building" and not ix.kept(doc_key):
+                continue
             before = self.entries(ix, old, doc_key)
             after = self.entries(ix, new, doc_key)
             for key in before.keys() - after.keys():
@@ -273,6 +348,8 @@ class IndexSet:
         if doc is None:
             return
         for ix in self.maintained:
+            if ix.state == "building" and not ix.kept(doc_key):
+                continue
             for encoded, _values in ix.value_tuples(doc, self.bucket):
                 if ix.unique:
                     self._leave(txn, ix, ix.prefix + encoded, doc_key)
@@ -292,18 +369,30 @@ class IndexSet:
 
     def rebuild(self, txn, ix: Index, documents: Iterable[tuple[bytes, dict]]) -> dict | None:
         """Write ``ix``'s entries again from every document; return the first conflict found, if any."""
-        while True:  # the old entries go, a batch at a time (a fresh cursor after each batch's deletes)
-            cursor = txn.cursor()
-            doomed = []
-            if cursor.set_range(ix.prefix):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(ix.prefix) or len(doomed) >= 10_000:
-                        break
-                    doomed.append(bytes(key))
-            for key in doomed:
-                txn.delete(key)
-            if len(doomed) < 10_000:
-                break
+        while self.clear(txn, ix) == 10_000:
+            pass
+        conflict = self.build(txn, ix, documents)
+        if conflict is None:
+            ix.claims = False
+        return conflict
+
+    @staticmethod
+    def clear(txn, ix: Index, batch: int = 10_000) -> int:
+        """Delete up to ``batch`` of ``ix``'s entries (and claims); how many."""
+        cursor = txn.cursor()
+        doomed = []
+        if cursor.set_range(ix.prefix):
+            for key in cursor.iternext(values=False):
+                if not key.startswith(ix.prefix) or len(doomed) >= batch:
+                    break
+                doomed.append(bytes(key))
+        for key in doomed:
+            txn.delete(key)
+        return len(doomed)
+
+    def build(self, txn, ix: Index, documents: Iterable[tuple[bytes, dict]]) -> dict | None:
+        """Write the entries of ``documents`` in ``ix`` (whose old entries are gone); the first
+        conflict found, if any (then the other holder's claim is recorded)."""
         conflict = None
         for doc_key, doc in documents:
             for key, (value, values) in self.entries(ix, doc, doc_key).items():
@@ -318,6 +407,4 @@ class IndexSet:
                         self._claim(txn, ix, key, doc_key)
                         continue
                 txn.put(key, value)
-        if conflict is None:
-            ix.claims = False
         return conflict

@@ -2,8 +2,10 @@
 
 An index serves a search when its first fields are fixed by equality in the filter (a
 prefix, in declaration order). Among those, the one covering more fields wins, then a
-unique one, then the one declared first — so the choice is the same every time. Nothing
-fits: a full scan. Either way ``search`` returns what ``find`` returns: every predicate is
+unique one, then the one declared first — so the choice is the same every time. A sparse
+or partial index competes only when every document the filter matches has an entry in
+it (hoarddb.indexes.implication); when it cannot, explain's ``considered`` says why.
+Nothing fits: a full scan. Either way ``search`` returns what ``find`` returns: every predicate is
 checked on every document fetched, unless the entry read already proves it (``Shape.exact``).
 
 The index is read at each key a document matching the pinned values may have: one per
@@ -29,9 +31,14 @@ from bson.regex import Regex
 
 from ..errors import IndexNotReadyError
 from ..values.filter import equality_fields
+from bson.max_key import MaxKey
+from bson.min_key import MinKey
+
 from ..values.keys import encode_key
 from ..values.literal import literal
-from .maintenance import ARRAY_TYPES, Index
+from ..values.order import NUMBER, is_nan, type_rank
+from .implication import conditions, partial_refusal, sparse_refusal
+from .maintenance import ARRAY_TYPES, Index, descending
 
 FULL_SCAN = "none — full scan"
 #: The most key prefixes one search reads: each array a filter pins in a compound index
@@ -51,20 +58,49 @@ EXACT_TYPES = frozenset({str, int, float, bool, ObjectId, type(None)})
 
 @dataclass
 class Plan:
-    """Plan is the chosen index (or None for a full scan), the key prefixes to read, and the explanation.
+    """Plan is the chosen index (or None for a full scan), the key ranges to read, and the explanation.
 
     ``prefixes`` are one or more index key prefixes (several when the filter pins arrays,
-    see :func:`lookups`); the documents to check are those their entries point to, each once.
+    see :func:`lookups`); ``ranges`` the ``[start, stop)`` key ranges read, one per prefix:
+    all of its entries, or those whose next field meets ``range`` (``(field, operator,
+    bound)``). The documents to check are those their entries point to, each once.
     """
 
     index: Index | None
     prefixes: tuple = ()
     covered: int = 0
     considered: list = field(default_factory=list)
+    ranges: tuple = ()
+    range: tuple | None = None
 
     @property
     def index_used(self) -> str:
         return self.index.name if self.index else FULL_SCAN
+
+    def read(self, txn) -> tuple[set, int]:
+        """``(encoded keys of the documents the entries in range point to, entries read)``."""
+        doc_keys: set = set()
+        examined = 0
+        cursor = txn.cursor()
+        doc_key_of = self.index.doc_key_of
+        for start, stop in self.ranges:
+            if cursor.set_range(start):
+                for key, value in cursor:
+                    if key >= stop:
+                        break
+                    examined += 1
+                    doc_keys.add(doc_key_of(key, value))
+        return doc_keys, examined
+
+    def served(self) -> dict:
+        """What explain says served the filter: the fields fixed by equality, and the range read."""
+        if self.index is None:
+            return {}
+        out: dict = {"equality": list(self.index.fields[:self.covered])}
+        if self.range is not None:
+            f, op, bound = self.range
+            out["range"] = {f: {op: bound}}
+        return out
 
 
 def plan(filter: dict, indexes: list[Index]) -> Plan:
@@ -72,25 +108,100 @@ def plan(filter: dict, indexes: list[Index]) -> Plan:
     IndexNotReadyError if the winner cannot serve."""
     if not indexes:
         return Plan(None)
+    conds = conditions(filter)
     pinned = {k: v for k, v in equality_fields(filter, check=False).items() if not _is_pattern(v)}
-    best, covered, considered = choose(pinned, indexes)
+    ranged = {f: r for f, c in conds.items() if (r := range_of(c)) is not None}
+    best, covered, considered = choose(pinned, indexes, unusable(filter, indexes, conds), ranged)
     if best is None:
         return Plan(None, considered=considered)
     if best.state != "ready":
         raise not_ready(best)
     keys: list[list[bytes]] = []
     count = 1
-    for f in best.fields[:covered]:
-        options = lookups(pinned[f])
+    for i, f in enumerate(best.fields[:covered]):
+        options = lookups(pinned[f], best.encoders[i])
         if count * len(options) > MAX_PREFIXES:
             break  # a shorter prefix: the documents are checked against the whole filter anyway
         count *= len(options)
         keys.append(options)
     prefixes = tuple(best.prefix + b"".join(combo) for combo in product(*keys))
-    return Plan(best, prefixes=prefixes, covered=len(keys), considered=considered)
+    served = None
+    if len(keys) == covered < len(best.fields) and best.fields[covered] in ranged:
+        op, bound = ranged[best.fields[covered]]
+        served = (best.fields[covered], op, bound)
+        start, stop = bounds(op, bound, best.descending[covered])
+        ranges = tuple((p + start, p + stop) for p in prefixes)
+    else:
+        ranges = tuple((p, after(p)) for p in prefixes)
+    return Plan(best, prefixes=prefixes, covered=len(keys), considered=considered, ranges=ranges, range=served)
 
 
-def lookups(value: Any) -> list[bytes]:
+def range_of(conds: list) -> tuple[str, Any] | None:
+    """The range condition ``(operator, bound)`` an index may read for a field with these
+    conditions: a lower bound if there is one, else an upper one; None when none fits.
+
+    Only one bound is read, the other side running to the end of the bound's type: a
+    field holding an array meets ``{$gt: 2, $lt: 4}`` with two elements (``[1, 7]``), and
+    neither of its entries lies between 2 and 4. Every condition is checked on each
+    document read. A bound that every type meets or none does (null, MinKey, MaxKey,
+    NaN), an array or a pattern reads no range.
+    """
+    lower = upper = None
+    for op, bound in conds:
+        if op not in ("$gt", "$gte", "$lt", "$lte") or not _range_bound(bound):
+            continue
+        if op in ("$gt", "$gte"):
+            lower = lower or (op, bound)
+        else:
+            upper = upper or (op, bound)
+    return lower or upper
+
+
+def _range_bound(bound: Any) -> bool:
+    if bound is None or isinstance(bound, (MinKey, MaxKey, list, tuple)) or _is_pattern(bound):
+        return False
+    try:
+        rank = type_rank(bound)
+    except Exception:
+        return False
+    return not (rank == NUMBER and is_nan(bound))
+
+
+def bounds(op: str, bound: Any, down: bool) -> tuple[bytes, bytes]:
+    """``(start, stop)``: the bytes after an entry's prefix between which the next field's
+    encoded value meets ``{op: bound}``, the other side at the end of the bound's type
+    (its tag byte, hoarddb.values.keys). For a descending field the encodings are inverted,
+    so the range is turned around."""
+    e = encode_key(bound)
+    tag = e[0]
+    if op in ("$gt", "$gte"):
+        lower, upper = (op, e), ("$tag_lt", bytes([tag + 1]))
+    elif type_rank(bound) == NUMBER:  # from -inf: NaN sorts below it, and meets no range
+        lower, upper = ("$gte", _MINUS_INFINITY), (op, e)
+    else:
+        lower, upper = ("$tag_ge", bytes([tag])), (op, e)
+    if not down:
+        start = {"$gte": lower[1], "$gt": after(lower[1]), "$tag_ge": lower[1]}[lower[0]]
+        stop = {"$lt": upper[1], "$lte": after(upper[1]), "$tag_lt": upper[1]}[upper[0]]
+        return start, stop
+    # inverted: value >= e  <=>  inverted <= ~e;  value > e  <=>  inverted < ~e;  tag >= t  <=>  ~tag <= 255 - t
+    start = {"$lt": after(descending(upper[1])), "$lte": descending(upper[1]),
+             "$tag_lt": bytes([256 - upper[1][0]])}[upper[0]]
+    stop = {"$gte": after(descending(lower[1])), "$gt": descending(lower[1]),
+            "$tag_ge": bytes([256 - lower[1][0]])}[lower[0]]
+    return start, stop
+
+
+_MINUS_INFINITY = encode_key(float("-inf"))
+
+
+def after(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string that starts with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def lookups(value: Any, encode=encode_key) -> list[bytes]:
     """The index values under which every document matching ``{field: value}`` has an entry.
 
     A plain value: its own key. A non-empty array ``v`` is matched by a field holding ``v``
@@ -100,31 +211,57 @@ def lookups(value: Any) -> list[bytes]:
     equal to ``[]`` and one holding the element ``[]`` both have the entry ``[]``.
     """
     if isinstance(value, ARRAY_TYPES) and value:
-        return [encode_key(value), encode_key(value[0])]
-    return [encode_key(value)]
+        return [encode(value), encode(value[0])]
+    return [encode(value)]
 
 
-def choose(pinned, indexes: list[Index]) -> tuple[Index | None, int, list]:
-    """``(index, fields covered, considered)`` for the fields ``pinned`` fixes by equality (any
-    container of field names): the choice depends on the names alone, never on the values."""
+def unusable(filter: dict, indexes: list[Index], conds: dict | None = None) -> dict[str, str]:
+    """``{index name: why}`` for each sparse or partial index that cannot serve ``filter``: a
+    document the filter matches might have no entry in it (hoarddb.indexes.implication)."""
+    out: dict[str, str] = {}
+    for ix in indexes:
+        if not ix.filtered:
+            continue
+        if conds is None:
+            conds = conditions(filter)
+        why = sparse_refusal(ix.fields, conds) if ix.sparse else partial_refusal(ix.partial, conds)
+        if why is not None:
+            out[ix.name] = why
+    return out
+
+
+def choose(pinned, indexes: list[Index], unusable: dict | None = None,
+           ranged=()) -> tuple[Index | None, int, list]:
+    """``(index, fields covered, considered)`` for the fields ``pinned`` fixes by equality and
+    those ``ranged`` bounds by a range (any containers of field names), leaving out the indexes
+    ``unusable`` names (with its reason): the choice among the others depends on the names
+    alone, never on the values."""
     candidates = []
     considered: list = []
     for position, ix in enumerate(indexes):
         covered = 0
         while covered < len(ix.fields) and ix.fields[covered] in pinned:
             covered += 1
-        if covered == 0:
+        ranges = covered < len(ix.fields) and ix.fields[covered] in ranged
+        if covered == 0 and not ranges:
             considered.append({"index": ix.name, "covered": 0,
-                               "reason": f"its first field {ix.fields[0]!r} is not fixed by equality in the filter"})
+                               "reason": f"its first field {ix.fields[0]!r} is not fixed by equality in the filter, "
+                                         "nor bounded by $gt, $gte, $lt or $lte"})
             continue
-        candidates.append((covered, ix.unique, -position, ix))
+        if unusable and ix.name in unusable:
+            considered.append({"index": ix.name, "covered": covered, "reason": unusable[ix.name]})
+            continue
+        candidates.append((covered, ranges, ix.unique, -position, ix))
     if not candidates:
         return None, 0, considered
-    candidates.sort(key=lambda c: c[:3], reverse=True)
-    covered, _, _, best = candidates[0]
-    for c_covered, c_unique, _, ix in candidates[1:]:
+    candidates.sort(key=lambda c: c[:4], reverse=True)
+    covered, ranges, _, _, best = candidates[0]
+    for c_covered, c_ranges, c_unique, _, ix in candidates[1:]:
         if c_covered < covered:
-            why = f"covers {c_covered} field(s) of the filter; {best.name!r} covers {covered}"
+            why = f"covers {c_covered} field(s) of the filter by equality; {best.name!r} covers {covered}"
+        elif ranges and not c_ranges:
+            why = (f"covers as many fields by equality as {best.name!r}, which also reads a range of "
+                   f"{best.fields[covered]!r}")
         elif best.unique and not c_unique:
             why = f"covers as many fields as {best.name!r}, which is unique and this one is not"
         else:
@@ -137,8 +274,10 @@ def choose(pinned, indexes: list[Index]) -> tuple[Index | None, int, list]:
 def not_ready(ix: Index) -> IndexNotReadyError:
     """The refusal of a search on an index that is not ready, with its reason and what to do."""
     if ix.state == "building":
-        why = ("it is being rebuilt from the documents after an upgrade (once, while the database opens); "
-               "retry, or use find")
+        done, total = ix.progress
+        why = ("it is building: it is being rebuilt from the documents in the background, once after the "
+               f"database opened (an index written by an older hoardDB, or conflicted), {done} of about {total} "
+               "documents so far. Retry when describe shows it ready, or use find")
     elif ix.state == "conflicted":
         conflict = ix.decl.get("conflict") or {}
         docs = " and ".join(literal(d) for d in conflict.get("documents", []))
@@ -173,10 +312,17 @@ class Shape:
     whole: bool = False
     in_order: bool = False
     exact: bool = False
+    #: A sparse or partial index could serve some filters of this shape: whether it may
+    #: depends on the values, so each is planned by :func:`plan`.
+    general: bool = False
 
     @property
     def index_used(self) -> str:
         return self.index.name if self.index else FULL_SCAN
+
+    def served(self) -> dict:
+        """What explain says served the filter (as :meth:`Plan.served`)."""
+        return {"equality": list(self.fields)}
 
     def explained(self) -> list:
         """``considered`` for explain, as a list the caller may keep (and change)."""
@@ -215,11 +361,13 @@ class Shapes:
             if len(self._shapes) >= self.MAX:
                 self._shapes.clear()
             self._shapes[names] = shape
-        return shape
+        return None if shape.general else shape
 
     def _plan(self, names: tuple) -> Shape:
         if not self.indexes:
             return Shape(None)
+        if any(ix.filtered for ix in self.indexes):
+            return Shape(None, general=True)
         best, covered, considered = choose(frozenset(names), self.indexes)
         if best is None:
             return Shape(None, considered=tuple(considered))

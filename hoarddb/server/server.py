@@ -30,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, operations
+from .. import operations
+from ..version import __version__
 from ..engine import Engine
 from ..operations import check_request
 from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,

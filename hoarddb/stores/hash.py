@@ -14,6 +14,7 @@ multi-document update, is all or nothing, and a crash leaves all of it or none.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import math
 import time
@@ -24,18 +25,22 @@ from bson.decimal128 import Decimal128
 from bson.regex import Regex
 
 from ..errors import BadValueError
-from ..errors import DuplicateKeyError, HoardError, TooManyElementsError
+from ..errors import DuplicateKeyError, HoardError, LimitExceededError, TooManyElementsError
 from ..ids import uuid7
-from ..indexes.declaration import FORMAT
+from ..indexes.declaration import format_for
 from ..indexes.maintenance import LMDB_MAX_KEY, PREFIX, IndexSet
 from ..indexes.planner import FULL_SCAN, Shapes, not_ready, plan
 from bson.raw_bson import RawBSONDocument
 
 from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
 from ..values.filter import compile_filter
-from ..values.keys import decode_key, decode_keys, encode_key, key_end
+from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
-from ..values.update import apply_update, validate_update
+from ..values.paths import MISSING, resolve, split_path
+from ..values.pipeline import Limits, compile_pipeline
+from ..values.projection import compile_projection
+from ..values.sort import compile_sort
+from ..values.update import compile_update, upsert_document
 from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
@@ -43,6 +48,8 @@ from .fields import FieldStores, check_fields
 log = logging.getLogger("hoarddb.indexes")
 MAX_KEY_BYTES = 480  # LMDB keys are at most 511 bytes, with room for the namespace
 SWEEP_BATCH = 2000
+#: Documents an index rebuild reads and indexes per write transaction (see build_indexes).
+BUILD_BATCH = 1000
 _DATE_TAG = encode_key(datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))[:1]
 #: Where a TTL index's expiring numbers begin: -inf (NaN sorts first among numbers, and never expires).
 _NUMBER_FROM = encode_key(float("-inf"))
@@ -249,33 +256,118 @@ class HashStore(KVStore):
                           self.name, ix.name, conflicts[ix.name])
         return {"loaded": len(prepared), "conflicts": [{"index": k, **v} for k, v in conflicts.items()]}
 
-    def update(self, filter: Mapping, update: Mapping) -> dict:
-        """Apply update operators to every matching document, in key order, in one write: ``{matched, modified}``.
+    def update(self, filter: Mapping, update: Mapping, upsert: bool = False, multi: bool = True,
+               arrayFilters: list | None = None) -> dict:  # noqa: N803 - MongoDB's name
+        """Apply update operators to the matching documents, in key order, in one write: ``{matched, modified}``.
+
+        ``multi`` (true unless given): every matching document; ``multi: false``: only the
+        first in key order. ``upsert``: when nothing matches, insert the document the
+        filter's equality fields and the update make (``$setOnInsert`` applies then only),
+        answering ``{matched: 0, modified: 0, upserted: <its _id_>}``. ``arrayFilters``:
+        the filters of ``$[<identifier>]`` paths; ``a.$`` is the element the filter matched.
 
         Each document's index entries move before the next document is updated, so a
         multi-update that moves one document off a unique value and then another onto
-        it is accepted; the other order is refused, and nothing is written.
+        it is accepted; the other order is refused, and nothing is written. An upsert or a
+        positional update that would give a unique index a value in use is refused
+        (DUPLICATE_KEY), and nothing is written.
         """
-        validate_update(update)
+        _check_flag(upsert, "upsert")
+        _check_flag(multi, "multi")
+        compiled = compile_update(update, arrayFilters)
         matcher = compile_filter(filter)
         self.indexes.check_writable()
 
         def fn(txn):
             matched = modified = 0
-            for key, raw in list(self._candidates(txn, filter)):
-                doc = decode(raw)
-                if not matcher(doc):
-                    continue
+            found = ((key, raw, decode(raw)) for key, raw in self._candidates(txn, filter))
+            targets = list(itertools.islice(((k, r, d) for k, r, d in found if matcher(d)), None if multi else 1))
+            for key, raw, doc in targets:
                 matched += 1
-                new = apply_update(doc, update)
-                data = encode_document(new, f"document {literal(doc.get('_id_'))} after the update")
-                if data != raw:
-                    self.indexes.apply(txn, key[1:], doc, new)
-                    txn.put(key, data)
+                if self._rewrite(txn, key, raw, doc, compiled.apply(doc, query=filter)):
                     modified += 1
+            if matched == 0 and upsert:
+                ident = self._upsert(txn, filter, compiled)
+                return {"matched": 0, "modified": 0, "upserted": ident}, 1
             return {"matched": matched, "modified": modified}, 0
 
         return self._write(fn)
+
+    def _rewrite(self, txn, key: bytes, raw, doc: dict, new: dict) -> bool:
+        """Write ``new`` over ``doc`` (under ``key``, stored as ``raw``) with its index entries; whether it changed."""
+        data = encode_document(new, f"document {literal(doc.get('_id_'))} after the update")
+        if data == raw:
+            return False
+        self.indexes.apply(txn, key[1:], doc, new)
+        txn.put(key, data)
+        return True
+
+    def _upsert(self, txn, filter: Mapping, compiled) -> Any:
+        """Insert what an upsert makes of ``filter`` and the update; its ``_id_`` (DUPLICATE_KEY as insert)."""
+        dk, ident, doc, data = self._prepare(upsert_document(filter, compiled))
+        self._write_one(txn, dk, ident, doc, data, False)
+        return ident
+
+    def find_and_modify(self, filter: Mapping | None = None, update: Mapping | None = None, remove: bool = False,
+                        new: bool = False, upsert: bool = False, sort: Any = None, projection: Any = None,
+                        arrayFilters: list | None = None) -> Any:  # noqa: N803 - MongoDB's name
+        """Update or remove one document and return it, in one atomic read-modify-write.
+
+        The document is the first match in key order, or in ``sort``'s order. With
+        ``update``, it returns the document as it was (or as it became, with ``new: true``);
+        with ``upsert: true`` and no match, it inserts as update's upsert does and returns
+        None (or the new document, with ``new``). With ``remove: true``, it deletes the
+        document and returns it. None when nothing matched. ``projection`` shapes the
+        document returned. Counters and job claims are built on it: no other write comes
+        between the read and the write.
+        """
+        filter = filter or {}
+        _check_flag(remove, "remove")
+        _check_flag(new, "new")
+        _check_flag(upsert, "upsert")
+        if remove and update is not None:
+            raise BadValueError("find_and_modify takes an update or remove: true, not both")
+        if not remove and update is None:
+            raise BadValueError("find_and_modify needs an update (such as {'$inc': {'n': 1}}) or remove: true")
+        if remove and (new or upsert):
+            raise BadValueError("find_and_modify with remove: true takes neither new nor upsert")
+        compiled = None if remove else compile_update(update, arrayFilters)
+        matcher = compile_filter(filter)
+        order = compile_sort(sort) if sort is not None else None
+        shape = compile_projection(projection) if projection is not None else None
+        self.indexes.check_writable()
+        unlink: list = []
+
+        def fn(txn):
+            unlink.clear()
+            found = ((key, raw, decode(raw)) for key, raw in self._candidates(txn, filter))
+            found = ((key, raw, doc) for key, raw, doc in found if matcher(doc))
+            if order is None:
+                target = next(found, None)
+            else:
+                target = min(found, key=lambda t: order(t[2]), default=None)
+            if target is None:
+                if compiled is not None and upsert:
+                    ident = self._upsert(txn, filter, compiled)
+                    return (self._get_in(txn, ident) if new else None), 1
+                return None, 0
+            key, raw, doc = target
+            if compiled is None:
+                self._remove(txn, key, doc, unlink)
+                return doc, -1
+            changed = compiled.apply(doc, query=filter)
+            self._rewrite(txn, key, raw, doc, changed)
+            return (decode(encode_document(changed)) if new else doc), 0
+
+        result = self._write(fn)
+        self.fields.unlink(unlink)
+        if result is not None and shape is not None:
+            result = shape(result)
+        return result
+
+    def _get_in(self, txn, ident: Any) -> dict | None:
+        raw = txn.get(self.DOC + self._doc_key(ident))
+        return decode(raw) if raw is not None else None
 
     def delete(self, target: Any) -> dict:
         """Delete the documents matching a filter (or the one with this key): ``{deleted}``."""
@@ -325,17 +417,28 @@ class HashStore(KVStore):
         with self.kv.read() as txn:
             return txn.get(self.DOC + self._doc_key(key)) is not None
 
-    def find(self, filter: Mapping | None = None, limit: int | None = None) -> Reply:
-        """Every document matching the filter, in key order; a full scan unless the filter pins ``_id_``."""
+    def find(self, filter: Mapping | None = None, limit: int | None = None, sort: Any = None, skip: int = 0,
+             projection: Mapping | None = None) -> Reply:
+        """The documents matching the filter, in key order (or ``sort``'s); a full scan unless the filter pins ``_id_``.
+
+        ``sort`` orders by several keys in MongoDB's order of types (``{Date: -1}``);
+        ``skip`` passes over that many matches first, ``limit`` returns at most that many,
+        ``projection`` keeps (``{name: 1}``) or drops (``{notes: 0}``) fields, ``_id_``
+        kept unless excluded. A sort holds the matches in memory (only ``skip + limit``
+        of them with a limit), refused past ``stage_memory_bytes``.
+        """
         filter = filter or {}
-        matcher = compile_filter(filter)
-        if limit is not None:
-            check_limit(limit, 1 << 62, "find")
-        out: list = []
+        reading = self._reading(filter, limit, sort, skip, projection, "find")
         with self.kv.read() as txn:
-            _matching((raw for _key, raw in self._candidates(txn, filter)), matcher, limit, out,
-                      self.options.max_answer_bytes, "find")
+            out = reading.collect(raw for _key, raw in self._candidates(txn, filter))
         return Reply(out, index_used=FULL_SCAN)
+
+    def _reading(self, filter, limit, sort, skip, projection, verb: str) -> "_Reading":
+        if limit is not None:
+            check_limit(limit, 1 << 62, verb)
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise BadValueError(f"{verb} skip must be a whole number >= 0, got {skip!r:.40}")
+        return _Reading(compile_filter(filter), limit, sort, skip, projection, self.options, verb)
 
     def matches_at_most(self, filter: Any, n: int) -> bool:
         """Whether ``search(filter)`` reads at most ``n`` documents, known cheaply: a flat
@@ -346,7 +449,8 @@ class HashStore(KVStore):
             return False
         if shape.whole:
             return True
-        prefix = shape.index.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+        enc = shape.index.encoders
+        prefix = shape.index.prefix + b"".join([enc[i](filter[f]) for i, f in enumerate(shape.fields)])
         with self.kv.read() as txn:
             cursor = txn.cursor()
             if not cursor.set_range(prefix):
@@ -358,7 +462,8 @@ class HashStore(KVStore):
                     return False
         return True
 
-    def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False) -> Reply:
+    def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False, sort: Any = None,
+               skip: int = 0, projection: Mapping | None = None) -> Reply:
         """Like find, through the index that fits the filter best (see hoarddb.indexes.planner).
 
         The result is the documents find returns, in the same (key) order; the answer
@@ -366,6 +471,8 @@ class HashStore(KVStore):
         were considered, why each lost, and how many keys and documents were examined.
         """
         filter = filter or {}
+        if sort is not None or skip or projection is not None:
+            return self._search(filter, limit, explain, sort, skip, projection)
         shape = self.shapes.of(filter)
         if shape is None or shape.index is None:
             return self._search(filter, limit, explain)
@@ -374,9 +481,9 @@ class HashStore(KVStore):
         # prove the match (no second check of the document).
         ix = shape.index
         if len(shape.fields) == 1:
-            prefix = ix.prefix + encode_key(filter[shape.fields[0]])
+            prefix = ix.prefix + ix.encoders[0](filter[shape.fields[0]])
         else:
-            prefix = ix.prefix + b"".join([encode_key(filter[f]) for f in shape.fields])
+            prefix = ix.prefix + b"".join([ix.encoders[i](filter[f]) for i, f in enumerate(shape.fields)])
         matcher = None if shape.exact else compile_filter(filter)
         if limit is not None:
             check_limit(limit, 1 << 62, "search")
@@ -426,43 +533,131 @@ class HashStore(KVStore):
                 docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
         if explain:
             return Reply(out, index_used=ix.name, explain={
-                "index_used": ix.name, "considered": shape.explained(),
+                "index_used": ix.name, "considered": shape.explained(), "served": shape.served(),
                 "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
             })
         return Reply(out, index_used=ix.name)
 
-    def _search(self, filter: Mapping, limit: int | None, explain: Any) -> Reply:
+    def _search(self, filter: Mapping, limit: int | None, explain: Any, sort: Any = None, skip: int = 0,
+                projection: Mapping | None = None) -> Reply:
         """search for any filter: compiled and planned for this call, every document checked."""
-        matcher = compile_filter(filter)
-        if limit is not None:
-            check_limit(limit, 1 << 62, "search")
+        reading = self._reading(filter, limit, sort, skip, projection, "search")
         if not isinstance(explain, bool):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
         p = plan(filter, self.indexes.indexes)
-        keys_examined = docs_examined = 0
-        out = []
         with self.kv.read() as txn:
-            if p.index is None:
-                raws = (raw for _key, raw in self._candidates(txn, filter))
-            else:
-                doc_keys = set()
-                cursor = txn.cursor()
-                for prefix in p.prefixes:  # several when the filter pins arrays (planner.lookups)
-                    if cursor.set_range(prefix):
-                        for key, value in cursor:
-                            if not key.startswith(prefix):
-                                break
-                            keys_examined += 1
-                            doc_keys.add(p.index.doc_key_of(key, value))
-                # in key order, as find answers
-                raws = (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None)
-            docs_examined = _matching(raws, matcher, limit, out, self.options.max_answer_bytes, "search")
+            raws, counted = self._planned(txn, filter, p)
+            out = reading.collect(raws)
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
-                "index_used": p.index_used, "considered": p.considered,
-                "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
+                "index_used": p.index_used, "considered": p.considered, "served": p.served(),
+                "keys_examined": counted["keys"], "docs_examined": reading.examined, "returned": len(out),
             }
+            if sort is not None:
+                extras["explain"]["sort"] = "in memory"
+        return Reply(out, **extras)
+
+    def _planned(self, txn, filter: Mapping, p) -> tuple:
+        """``(raw documents that may match, {keys: index entries read})`` as plan ``p`` reads them, in key order."""
+        counted = {"keys": 0}
+        if p.index is None:
+            return (raw for _key, raw in self._candidates(txn, filter)), counted
+        # the key ranges of the plan: its equality prefixes (several when the filter pins arrays,
+        # planner.lookups), or a range of the next field within them
+        doc_keys, counted["keys"] = p.read(txn)
+        # in key order, as find answers
+        return (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None), counted
+
+    def distinct(self, field: str, filter: Mapping | None = None) -> list:
+        """The distinct values of ``field`` (a dotted path) in the documents matching ``filter``, in
+        MongoDB's order of values. An array contributes its elements (and an array inside it
+        as a value); a document without the field contributes nothing."""
+        parts = split_path(field, what="distinct field")
+        matcher = compile_filter(filter or {})
+        seen: dict = {}
+        room = self.options.max_answer_bytes
+        taken = 0
+        with self.kv.read() as txn:
+            for _key, raw in self._candidates(txn, filter or {}):
+                doc = decode(raw)
+                if not matcher(doc):
+                    continue
+                for value in resolve(doc, parts):
+                    if value is MISSING or isinstance(value, (list, tuple)) and _is_leaf_array(doc, parts, value):
+                        continue
+                    k = encode_key(value)
+                    if k not in seen:
+                        seen[k] = value
+                        taken += len(k)
+                        if room is not None and taken > room:
+                            raise answer_too_large(taken, room, "distinct")
+        return [seen[k] for k in sorted(seen)]
+
+    def documents(self, max_bytes: int | None = None) -> list:
+        """Every document, in key order, read in one read transaction (what a ``$lookup`` from
+        another bucket joins against); LIMIT_EXCEEDED past ``max_bytes`` of BSON."""
+        out = []
+        taken = 0
+        with self.kv.read() as txn:
+            for _key, raw in _scan(txn, self.DOC):
+                taken += len(raw)
+                if max_bytes is not None and taken > max_bytes:
+                    raise LimitExceededError(
+                        f"$lookup from bucket {self.name!r} holds more than its memory limit of {max_bytes} bytes "
+                        "(stage_memory_bytes); it refuses rather than spill to disk")
+                out.append(decode(raw))
+        return out
+
+    def aggregate(self, pipeline: list, explain: Any = False, buckets: Any = None) -> Reply:
+        """The documents ``pipeline`` makes of the bucket's documents (MongoDB's stages; see
+        hoarddb.values.pipeline). A leading ``$match`` is served by an index where one fits
+        (``index_used`` says which), and by the ``_id_`` it pins; ``$group`` and ``$sort``
+        are bounded by ``stage_memory_bytes``/``stage_max_documents`` (LIMIT_EXCEEDED past them).
+        ``buckets(name)`` gives the documents of another hash bucket of the database, for
+        ``$lookup`` (the engine passes it); each bucket is read once per aggregation."""
+        if not isinstance(explain, bool):
+            raise BadValueError(f"aggregate's explain is true or false, got {explain!r}")
+        lookup = None
+        if buckets is not None:
+            read: dict = {}
+
+            def lookup(name):
+                if name not in read:
+                    read[name] = buckets(name)
+                return read[name]
+        compiled = compile_pipeline(pipeline, limits=Limits(self.options.stage_memory_bytes,
+                                                            self.options.stage_max_documents), lookup=lookup)
+        first = compiled.leading_match
+        room = self.options.max_answer_bytes
+        out: list = []
+        taken = 0
+        with self.kv.read() as txn:
+            if first is not None:
+                p = plan(first, self.indexes.indexes)
+                if p.index is not None and p.index.state != "ready":
+                    p = plan(first, [])
+                raws, counted = self._planned(txn, first, p)
+                index_used = p.index_used
+            else:
+                raws, counted = (raw for _key, raw in self._candidates(txn, {})), {"keys": 0}
+                index_used = FULL_SCAN
+            examined = [0]
+
+            def docs():
+                for raw in raws:
+                    examined[0] += 1
+                    yield decode(raw)
+            for doc in compiled.run(docs()):
+                out.append(doc)
+                if room is not None:
+                    taken += len(encode_document(doc, "a document of the aggregation"))
+                    if taken > room:
+                        raise answer_too_large(taken, room, "aggregate")
+        extras = {"index_used": index_used}
+        if explain:
+            extras["explain"] = {"index_used": index_used, "keys_examined": counted["keys"],
+                                 "docs_examined": examined[0], "returned": len(out)}
         return Reply(out, **extras)
 
     def count(self, filter: Mapping | None = None) -> int:
@@ -503,29 +698,79 @@ class HashStore(KVStore):
 
     # -- index life cycle ----------------------------------------------------------
 
-    def open_indexes(self) -> list[dict] | None:
-        """Rebuild indexes that need it (an older format, or conflicted); the new declarations, or None.
+    def open_indexes(self) -> None:
+        """Mark ``building`` the indexes that need a rebuild (an older format, or conflicted);
+        the engine's index builder rebuilds them in the background (:meth:`build_indexes`).
 
-        Runs once when the bucket opens. A unique index that finds one value in two
-        documents becomes ``conflicted``, naming both; nothing is deleted.
+        Until then a write leaves their entries alone, and search refuses them.
         """
-        todo = [ix for ix in self.indexes.indexes if ix.state in ("building", "conflicted")]
+        for ix in self.indexes.indexes:
+            if ix.state in ("building", "conflicted"):
+                ix.state = "building"
+                ix.frontier = None
+                ix.progress = (0, self._count)
+
+    def build_indexes(self, stop, persist=None) -> list[dict] | None:
+        """Rebuild every ``building`` index from the documents; the new declarations, or None
+        if there was none (or ``stop``, a threading.Event, was set: the next open starts over).
+
+        ``persist(declarations)`` is called first with each index to rebuild declared
+        ``building``, so that an interrupted rebuild (of a conflicted index, whose format is
+        current) is never taken for a finished one: not by the next open, which rebuilds it
+        again, nor by ``hoarddb check``, which leaves a building index alone.
+
+        First the old entries go, then the documents are read in key order, ``BUILD_BATCH``
+        at a time, each batch one write transaction that writes their entries and moves the
+        index's frontier past them (under the store's write lock, so that no write runs
+        between the commit and the move). Writes in between keep the entries of the
+        documents behind the frontier, and leave the others to the batches to come. A
+        unique index that finds one value in two documents becomes ``conflicted``, naming
+        both; nothing is deleted.
+        """
+        todo = [ix for ix in self.indexes.indexes if ix.state == "building"]
         if not todo:
             return None
+        if persist is not None and any(ix.decl.get("state", "ready") != "building" for ix in todo):
+            for ix in todo:
+                ix.decl = dict(ix.decl, state="building")
+            persist([ix.decl for ix in self.indexes.indexes])
         for ix in todo:
-            ix.state = "building"
             log.warning("bucket %s: rebuilding index %s from the documents", self.name, ix.name)
+            ix.progress = (0, self._count)
+            while True:  # the old entries go (writes meanwhile leave this index alone: no frontier yet)
+                if stop.is_set():
+                    return None
+                if self._write(lambda txn, ix=ix: (self.indexes.clear(txn, ix), 0)) < 10_000:
+                    break
+            with self._wlock:
+                ix.claims = False
+                ix.frontier = b""
+            conflict = None
+            while True:
+                if stop.is_set():
+                    return None
+                with self._wlock:
+                    start = ix.frontier
 
-            def fn(txn, ix=ix):
-                return self.indexes.rebuild(txn, ix, _batched_scan(txn, self.DOC, decode))
+                    def batch(txn, ix=ix, start=start):
+                        docs = _docs_after(txn, self.DOC, start, BUILD_BATCH)
+                        return (docs[-1][0] if docs else None, len(docs), self.indexes.build(txn, ix, docs)), 0
 
-            conflict = self._write(lambda txn, fn=fn: (fn(txn), 0))
-            decl = dict(ix.decl, format=FORMAT, state="conflicted" if conflict else "ready")
-            decl.pop("conflict", None)
-            if conflict:
-                decl["conflict"] = conflict
-                log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
-            ix.decl, ix.state = decl, decl["state"]
+                    last, n, found = self._write(batch)
+                    conflict = conflict or found
+                    done = n < BUILD_BATCH
+                    if last is not None:
+                        ix.frontier = last
+                    ix.progress = (ix.progress[0] + n, max(self._count, ix.progress[0] + n))
+                    if done:  # every document has its entries: from now on, every write keeps them
+                        decl = dict(ix.decl, format=format_for(ix.decl), state="conflicted" if conflict else "ready")
+                        decl.pop("conflict", None)
+                        if conflict:
+                            decl["conflict"] = conflict
+                            log.error("bucket %s: unique index %s is conflicted: %s", self.name, ix.name, conflict)
+                        ix.decl, ix.state, ix.frontier = decl, decl["state"], None
+                        break
+            log.warning("bucket %s: index %s is %s (%d documents)", self.name, ix.name, ix.state, ix.progress[0])
         return [ix.decl for ix in self.indexes.indexes]
 
     def declarations(self) -> list[dict]:
@@ -533,8 +778,11 @@ class HashStore(KVStore):
         return [ix.decl for ix in self.indexes.indexes]
 
     def index_states(self) -> list[dict]:
-        """Each index's declaration with its state as this version sees it."""
-        return [dict(ix.decl, state=ix.state) for ix in self.indexes.indexes]
+        """Each index's declaration with its state as this version sees it (and, while it is
+        building, ``progress``: ``{documents, of}``)."""
+        return [dict(ix.decl, state=ix.state, **({"progress": {"documents": ix.progress[0], "of": ix.progress[1]}}
+                                                 if ix.state == "building" else {}))
+                for ix in self.indexes.indexes]
 
     # -- TTL -----------------------------------------------------------------------------
 
@@ -651,6 +899,58 @@ def expires_at(value: Any, ttl: float) -> float | None:
     return None
 
 
+class _Reading:
+    """What a find or search does with the documents it reads: match, sort, skip, limit, project,
+    and refuse an answer past ``max_answer_bytes`` as soon as it knows."""
+
+    def __init__(self, matcher, limit, sort, skip, projection, options, verb: str):
+        self.matcher, self.limit, self.skip, self.verb = matcher, limit, skip, verb
+        self.room = options.max_answer_bytes
+        self.shape = compile_projection(projection, expressions=False) if projection is not None else None
+        self.order = None
+        if sort is not None:
+            stages = [{"$sort": sort}] + ([{"$limit": skip + limit}] if limit is not None else [])
+            self.order = compile_pipeline(stages, limits=Limits(options.stage_memory_bytes, options.stage_max_documents))
+        self.examined = 0
+
+    def collect(self, raws) -> list:
+        out: list = []
+        if self.order is None and self.shape is None and not self.skip:
+            self.examined = _matching(raws, self.matcher, self.limit, out, self.room, self.verb)
+            return out
+        matched = self._matched(raws)
+        if self.order is not None:
+            matched = self.order.run(matched)
+        taken = 0
+        for doc in itertools.islice(matched, self.skip, None if self.limit is None else self.skip + self.limit):
+            if self.shape is not None:
+                doc = self.shape(doc)
+            out.append(doc)
+            if self.room is not None:
+                taken += len(encode_document(doc, "a document of the answer"))
+                if taken > self.room:
+                    raise answer_too_large(taken, self.room, self.verb)
+        return out
+
+    def _matched(self, raws):
+        for raw in raws:
+            self.examined += 1
+            doc = decode(raw)
+            if self.matcher(doc):
+                yield doc
+
+
+def _is_leaf_array(doc, parts, value) -> bool:
+    """Whether ``value`` is an array the path ends on (its elements count, not it), rather than an
+    element of such an array that is itself an array (a value of its own)."""
+    return any(v is value for v in _path_ends(doc, parts))
+
+
+def _path_ends(doc, parts):
+    """The values a path ends on, arrays not expanded (paths.resolve with leaf_arrays=False)."""
+    return resolve(doc, parts, leaf_arrays=False)
+
+
 def _matching(raws, matcher, limit: int | None, out: list, room: int | None, verb: str) -> int:
     """Append to ``out`` the decoded documents of ``raws`` that match (all of them when
     ``matcher`` is None), up to ``limit``; how many were read. DocumentTooLargeError once
@@ -671,6 +971,11 @@ def _matching(raws, matcher, limit: int | None, out: list, room: int | None, ver
     return examined
 
 
+def _check_flag(value: Any, name: str) -> None:
+    if not isinstance(value, bool):
+        raise BadValueError(f"{name} is true or false, got {value!r:.40}")
+
+
 _MISSING = object()
 _NO_ID = "put stores a document under its _id_, and this one has none; add _id_, or use insert"
 
@@ -685,26 +990,17 @@ def _scan(txn, prefix: bytes):
         yield key, raw
 
 
-def _batched_scan(txn, prefix: bytes, convert, batch: int = 1000):
-    """``(key without the prefix's first byte, convert(value))`` for every key under ``prefix``,
-    read ``batch`` at a time with a fresh cursor each, so the caller may write to ``txn``
-    between them (an index rebuild) and holds one batch in memory, not the whole bucket."""
-    start = prefix
-    while True:
-        cursor = txn.cursor()
-        if not cursor.set_range(start):
-            return
-        got = []
-        for key, raw in cursor:
-            if not key.startswith(prefix):
-                break
-            got.append((bytes(key), convert(raw)))
-            if len(got) >= batch:
-                break
-        yield from ((key[1:], value) for key, value in got)
-        if len(got) < batch:
-            return
-        start = got[-1][0] + b"\x00"  # the next key after the last one read
+def _docs_after(txn, prefix: bytes, after: bytes, n: int) -> list[tuple[bytes, dict]]:
+    """``(encoded _id_, document)`` of the first ``n`` documents whose key is above ``after``."""
+    cursor = txn.cursor()
+    out: list = []
+    if not cursor.set_range(prefix + after + b"\x00" if after else prefix):
+        return out
+    for key, raw in cursor:
+        if not key.startswith(prefix) or len(out) >= n:
+            break
+        out.append((bytes(key[len(prefix):]), decode(raw)))
+    return out
 
 
 # -- checking (hoarddb check) ----------------------------------------------------------------
@@ -772,9 +1068,7 @@ def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> Non
             continue
         key, value = bytes(key), bytes(value)
         try:
-            pos = len(ix.prefix)
-            for _field in ix.fields:
-                pos = key_end(key, pos)
+            pos = ix.values_end(key)
             entry, rest = key[:pos], key[pos:]
             if rest and key_end(rest, 0) != len(rest):
                 raise BadValueError("more than one document key after the values")
@@ -811,7 +1105,7 @@ def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> Non
         except (HoardError, *DECODE_ERRORS):
             continue  # said of the document already
         if (entry if ix.unique else key) not in has:
-            values = ", ".join(literal(v) for v in _decoded_values(entry[len(ix.prefix):]))
+            values = ", ".join(literal(v) for v in _decoded_values(ix, entry[len(ix.prefix):]))
             problems.append(Problem(HashStore.KV_FILE, f'index "{ix.name}" has an {what} for document '
                                                        f"{_shown_key(owner)} with the value(s) {values}, which the "
                                                        "document does not hold", REBUILD))
@@ -828,8 +1122,8 @@ def _shown_key(dk) -> str:
         return repr(bytes(dk)[:40])
 
 
-def _decoded_values(encoded: bytes) -> list:
+def _decoded_values(ix, encoded: bytes) -> list:
     try:
-        return decode_keys(encoded)
+        return ix.decoded_values(encoded)
     except Exception:
         return [encoded[:40]]

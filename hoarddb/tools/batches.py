@@ -1,4 +1,5 @@
-"""Writing a file's documents in batches of one write each, and finding the bad ones of a refused batch.
+"""Writing a file's documents in batches of one write each, finding the bad ones of a refused batch, and
+reading pages small enough for one message.
 
 Every batch is one operation (``batch_put``, ``batch_push``, ``load``…), so the engine
 writes all of it or none of it. When the engine refuses a batch because of one of its
@@ -176,3 +177,14 @@ def blob_data(bucket: Any, fh: Any) -> Any:
     engine streams it from disk; a server client uploads it in chunks (a one-blob ``load``,
     like a ``put``), so a large blob is never whole in memory either way."""
     return fh
+
+
+def shrinking(read: Callable[[int], Any], limit: int) -> tuple[Any, int]:
+    """``read(limit)``, halving ``limit`` while its answer is too large for one message; (answer, limit)."""
+    while True:
+        try:
+            return read(limit), limit
+        except DocumentTooLargeError:
+            if limit <= 1:
+                raise
+            limit = max(1, limit // 2)

@@ -55,11 +55,12 @@ from typing import Any, Callable
 from bson import json_util
 from bson.json_util import JSONMode, JSONOptions
 
-from .. import __version__
+from ..version import __version__
 from ..catalog import check_name
-from ..errors import DocumentTooLargeError, HoardError, InvalidArgumentError, VerbNotSupportedError
+from ..errors import HoardError, InvalidArgumentError, VerbNotSupportedError
+from ..indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from ..values.codec import encode
-from .batches import fewer_collections
+from .batches import fewer_collections, shrinking
 from .fields import FieldDumper
 from .report import BucketReport, Refusal, Report
 
@@ -215,7 +216,8 @@ def _dump_bucket_files(bucket, rep: BucketReport, folder: Path, page_size: int, 
         "store_fields": decl.get("store_fields") or [],
         "indexes": [
             {"name": ix["name"], "fields": list(ix["fields"]), "unique": bool(ix.get("unique")),
-             "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready")}
+             "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
+             **{k: ix[k] for k in INDEX_OPTIONS if k in ix}}
             for ix in decl.get("indexes") or []
         ],
         "documents": rep.documents,
@@ -264,17 +266,6 @@ def _list_pages(bucket, page_size: int):
         after += len(docs)
         if len(docs) < page_size:
             return
-
-
-def shrinking(read: Callable[[int], Any], limit: int) -> tuple[Any, int]:
-    """``read(limit)``, halving ``limit`` while its answer is too large for one message; (answer, limit)."""
-    while True:
-        try:
-            return read(limit), limit
-        except DocumentTooLargeError:
-            if limit <= 1:
-                raise
-            limit = max(1, limit // 2)
 
 
 def _dump_blob(bucket, info: dict, folder: Path) -> str:

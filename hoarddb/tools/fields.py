@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import HoardError
 from ..values.codec import encode
 from ..values.keys import encode_key
-from .batches import BATCH_BYTES, blob_data
+from .batches import BATCH_BYTES, blob_data, shrinking
 from .readers import InputFile, read_bson
 from .report import BucketReport, Refusal
 
@@ -135,7 +135,6 @@ class FieldDumper:
 
 def _elements(store, ftype: str, owner: Any):
     """Every element of one document's store field, in its store's order, as dump records."""
-    from .dump import shrinking  # pages of large elements are asked for again, smaller
 
     limit = PAGE
     if ftype in ("fifo", "lifo", "heap"):

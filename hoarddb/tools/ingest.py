@@ -44,7 +44,7 @@ from bson import json_util
 from ..catalog import check_name
 from ..errors import (BadValueError, CorruptDataError, DatabaseNotFoundError, HoardError, InvalidArgumentError,
                       NotFoundError)
-from ..indexes.declaration import index_name
+from ..indexes.declaration import check_partial, index_name
 from .batches import BATCH_SIZE, ON_ERROR, BatchWriter, Stop, fewer_collections
 from .keys import key_document
 from .readers import (JSON_OPTIONS, PARALLEL_MIN_BYTES, InputFile, ParallelBSON, describe_position,
@@ -166,11 +166,12 @@ def read_metadata(path: Path) -> dict:
 def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
     """The hoardDB ``indices`` entries for a mongodump metadata's indexes, and notes on what was left out.
 
-    The ``_id`` index is skipped (a hash bucket's key is its own index). Ascending and
-    descending keys both become plain fields (hoardDB's indexes serve equality search,
-    where direction means nothing); ``unique`` and ``expireAfterSeconds`` carry over;
-    text, geo and hashed indexes, paths into nested documents, partial and sparse
-    indexes have no hoardDB equivalent and are named in the notes.
+    The ``_id`` index is skipped (a hash bucket's key is its own index). Descending keys
+    (``-1``) become ``desc`` (but a TTL index stays ascending, noted); ``unique`` and
+    ``expireAfterSeconds`` carry over;
+    ``sparse`` and ``partialFilterExpression`` too (an expression outside the operators
+    hoardDB accepts skips its index, with a note); text, geo and hashed indexes and paths
+    into nested documents have no hoardDB equivalent and are named in the notes.
     """
     out: list[dict] = []
     notes: list[str] = []
@@ -193,11 +194,20 @@ def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
             notes.append(f"index {name!r} covers {', '.join(nested)}, a path into nested documents; hoardDB "
                          "indexes top-level fields only — skipped")
             continue
-        for option in ("partialFilterExpression", "sparse", "collation", "hidden"):
+        for option in ("collation", "hidden"):
             if option in ix and ix[option] not in (False, None):
                 notes.append(f"index {name!r}: {option} has no hoardDB equivalent; the index below covers "
                              "every document")
         entry: dict[str, Any] = {"field": fields[0]} if len(fields) == 1 else {"fields": fields}
+        partial = ix.get("partialFilterExpression")
+        if partial is not None:
+            try:
+                entry["partialFilterExpression"] = check_partial(partial, f"index {name!r}")
+            except BadValueError as exc:
+                notes.append(f"{exc.message} — skipped")
+                continue
+        elif ix.get("sparse") not in (None, False, 0):
+            entry["sparse"] = True
         if ix.get("unique"):
             entry["unique"] = True
         ttl = ix.get("expireAfterSeconds")
@@ -209,12 +219,15 @@ def mongo_indices(metadata: dict) -> tuple[list[dict], list[str]]:
                 notes.append(f"index {name!r}: TTL on more than one field is refused; declared without expiry")
             else:
                 entry["expire_after_seconds"] = int(ttl) if float(ttl).is_integer() else float(ttl)
-        descending = any(v == -1 for v in key.values())
-        if isinstance(name, str) and name and name != index_name(fields) and not descending:
-            entry["name"] = name
+        descending = [f for f, v in key.items() if v == -1]
+        if descending and "expire_after_seconds" in entry:
+            notes.append(f"index {name!r} is a descending TTL index; hoardDB's TTL indexes are ascending — "
+                         "declared ascending")
+            descending = []
         if descending:
-            notes.append(f"index {name!r} has descending keys; hoardDB indexes serve equality search, where "
-                         "direction means nothing — declared ascending")
+            entry["desc"] = True if descending == fields else descending
+        if isinstance(name, str) and name and name != index_name(fields, descending):
+            entry["name"] = name
         out.append(entry)
     return out, notes
 

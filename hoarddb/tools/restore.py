@@ -41,6 +41,7 @@ from ..catalog import check_name
 from ..declaration import declare_bucket
 from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, HoardError,
                       InvalidArgumentError, NotFoundError, VerbNotSupportedError)
+from ..indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from ..operations import STORE_TYPES
 from . import fields as field_contents
 from .batches import BATCH_SIZE, BatchWriter, Stop, blob_data, fewer_collections
@@ -199,6 +200,7 @@ def _indices(metadata: dict, where: str) -> list:
             entry["unique"] = True
         if ix.get("expire_after_seconds") is not None:
             entry["expire_after_seconds"] = ix["expire_after_seconds"]
+        entry.update({k: ix[k] for k in INDEX_OPTIONS if k in ix})
         out.append(entry)
     return out
 

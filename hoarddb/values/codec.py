@@ -9,6 +9,7 @@ import uuid
 import bson
 import bson.int64
 import bson.errors
+from bson.dbref import DBRef
 from bson.objectid import ObjectId
 from bson.codec_options import CodecOptions, UuidRepresentation
 from bson.raw_bson import RawBSONDocument
@@ -47,6 +48,10 @@ def encode_checked(doc, what: str = "the document", stored: bool = False) -> byt
         return _dict_to_bson(doc, stored, ENCODE_OPTIONS)  # (encode's body: one call less on every write)
     except bson.errors.InvalidDocument as exc:
         name = _BAD_NAME.search(str(exc)) if stored else None
+        if name is not None and name.group(1) in ("$ref", "$id", "$db"):
+            refs = _dbrefs(doc)  # {$ref, $id, $db?}, as a shell writes a DBRef: MongoDB's one use of $ names
+            if refs is not doc:
+                return encode_checked(refs, what, stored)
         if name is not None:
             raise BadValueError(
                 f"{what} has a field named {name.group(1)!r}: field names may not begin with '$' or hold a '.' "
@@ -64,6 +69,30 @@ def encode_checked(doc, what: str = "the document", stored: bool = False) -> byt
             f"{what} holds a string BSON cannot store: {exc.object[exc.start:exc.end]!r} is a lone UTF-16 "
             "surrogate, not a character"
         ) from None
+
+
+def _dbrefs(value):
+    """``value`` with every document shaped as a DBRef (``$ref`` a string and ``$id`` first,
+    ``$db`` a string next if present) made a ``bson.DBRef``, which BSON writes with those names;
+    ``value`` itself when none is."""
+    if isinstance(value, dict):
+        keys = list(value)
+        if keys[:2] == ["$ref", "$id"] and isinstance(value["$ref"], str):
+            db = value.get("$db") if keys[2:3] == ["$db"] else None
+            if db is None or isinstance(db, str):
+                rest = {k: _dbrefs(v) for k, v in value.items() if k not in ("$ref", "$id", "$db")}
+                try:  # (a DBRef's other fields are written unchecked: check them as a document's)
+                    _dict_to_bson({"id": value["$id"]}, True, ENCODE_OPTIONS)
+                    _dict_to_bson(rest, True, ENCODE_OPTIONS)
+                except bson.errors.InvalidDocument:
+                    return value
+                return DBRef(value["$ref"], value["$id"], db, **rest)
+        changed = {k: _dbrefs(v) for k, v in value.items()}
+        return changed if any(changed[k] is not value[k] for k in value) else value
+    if isinstance(value, list):
+        changed = [_dbrefs(v) for v in value]
+        return changed if any(a is not b for a, b in zip(changed, value)) else value
+    return value
 
 
 #: The field name in pymongo's refusal of a name (``key 'a.b' must not contain '.'``).

@@ -23,8 +23,9 @@ from bson.regex import Regex
 
 from hoarddb.errors import BadValueError, RegexTimeoutError
 
+from .expression import compile_expression, truthy, type_name
 from .keys import encode_key
-from .order import NUMBER, REGEX, STRING, compare, is_nan, number_value, regex_parts, type_rank, values_equal
+from .order import BINARY, NUMBER, REGEX, STRING, binary_parts, compare, is_nan, number_value, regex_parts, type_rank, values_equal
 from .paths import MISSING, resolve, split_path
 
 try:  # re's own parser: checks a pattern's syntax and size before the regex package compiles it
@@ -34,10 +35,13 @@ except ImportError:  # pragma: no cover
 
 #: Operators accepted at the top of a filter (or of an ``$and``/``$or``/``$nor`` member).
 LOGICAL_OPERATORS = ("$and", "$or", "$nor")
+#: Top-level operators that are not logical: an aggregation expression, a comment.
+TOP_OPERATORS = LOGICAL_OPERATORS + ("$expr", "$comment")
 #: Operators accepted in a field's condition, ``{field: {$op: value}}``.
 FIELD_OPERATORS = (
     "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$not",
-    "$regex", "$options", "$all", "$size", "$elemMatch",
+    "$regex", "$options", "$all", "$size", "$elemMatch", "$type", "$mod",
+    "$bitsAllSet", "$bitsAnySet", "$bitsAllClear", "$bitsAnyClear",
 )
 #: Option letters and their flags (the same bits in re and in the regex package).
 _REGEX_OPTIONS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL, "x": regex.VERBOSE, "u": 0}
@@ -149,7 +153,8 @@ def _collect_equalities(flt: Mapping, pinned: dict) -> None:
 # documents and logical operators
 
 
-def _compile_document(flt, where: str) -> DocPred:
+def _compile_document(flt, where: str, top: bool = True) -> DocPred:
+    """``top``: the filter is the whole filter (or a member of its $and/$or/$nor), where $expr may stand."""
     if not isinstance(flt, Mapping):
         raise BadValueError(
             f"{where} must be a document such as {{'age': {{'$gt': 30}}}}, not {type(flt).__name__}"
@@ -158,8 +163,14 @@ def _compile_document(flt, where: str) -> DocPred:
     for key, value in flt.items():
         if not isinstance(key, str):
             raise BadValueError(f"{where} has a non-string field name {key!r}; field names are strings")
-        if key.startswith("$"):
-            preds.append(_compile_logical(key, value, where))
+        if key == "$comment":
+            continue  # a note for logs and profilers: it matches everything
+        if key == "$expr":
+            if not top:
+                raise BadValueError(f"$expr can only stand at the top of a filter (or in its $and/$or/$nor), not in {where}")
+            preds.append(_expr_pred(value, where))
+        elif key.startswith("$"):
+            preds.append(_compile_logical(key, value, where, top))
         else:
             parts = split_path(key, what="filter field")
             preds.append(_field_predicate(parts, _compile_condition(value, key)))
@@ -181,15 +192,22 @@ def _field_predicate(parts, cond: FieldPred) -> DocPred:
     return lambda doc: cond(_Reach(doc, parts))
 
 
-def _compile_logical(op: str, value, where: str) -> DocPred:
+def _expr_pred(value, where: str) -> DocPred:
+    """``{$expr: expression}``: the documents for which the aggregation expression is true
+    (not false, null, missing or zero)."""
+    evaluate = compile_expression(value, where=f"$expr in {where}")
+    return lambda doc: truthy(evaluate(doc))
+
+
+def _compile_logical(op: str, value, where: str, top: bool = True) -> DocPred:
     if op not in LOGICAL_OPERATORS:
         raise BadValueError(
-            f"unknown top-level filter operator {op!r} in {where}; accepted: {_accepted(LOGICAL_OPERATORS)} "
+            f"unknown top-level filter operator {op!r} in {where}; accepted: {_accepted(TOP_OPERATORS)} "
             f"(field operators such as $gt go inside a field: {{'age': {{'$gt': 30}}}})"
         )
     if not isinstance(value, (list, tuple)) or not value or not all(isinstance(m, Mapping) for m in value):
         raise BadValueError(f"{op} needs a non-empty list of filter documents, such as [{{'a': 1}}, {{'b': 2}}]")
-    members = [_compile_document(m, f"member {i} of {op}") for i, m in enumerate(value)]
+    members = [_compile_document(m, f"member {i} of {op}", top) for i, m in enumerate(value)]
     if op == "$and":
         return lambda doc: all(m(doc) for m in members)
     if op == "$or":
@@ -297,7 +315,7 @@ def _compile_condition(value, field: str) -> FieldPred:
 def _compile_operators(ops: Mapping, field: str) -> FieldPred:
     for op in ops:
         if op not in FIELD_OPERATORS:
-            hint = " (it goes at the top of the filter, not inside a field)" if op in LOGICAL_OPERATORS else ""
+            hint = " (it goes at the top of the filter, not inside a field)" if op in TOP_OPERATORS else ""
             raise BadValueError(
                 f"unknown filter operator {op!r} on field {field!r}{hint}; accepted: {_accepted(FIELD_OPERATORS)}"
             )
@@ -329,6 +347,12 @@ def _compile_operators(ops: Mapping, field: str) -> FieldPred:
             preds.append(_size_pred(arg, field))
         elif op == "$elemMatch":
             preds.append(_elem_match_pred(arg, field))
+        elif op == "$type":
+            preds.append(_type_pred(arg, field))
+        elif op == "$mod":
+            preds.append(_mod_pred(arg, field))
+        else:  # the four $bits operators
+            preds.append(_bits_pred(op, arg, field))
     return _all_of(preds)
 
 
@@ -506,14 +530,14 @@ def _elem_match_pred(arg, field: str) -> FieldPred:
     if not isinstance(arg, Mapping) or not arg:
         raise BadValueError(f"$elemMatch on {field!r} needs a non-empty document, such as {{'$elemMatch': {{'$gt': 5}}}}")
     keys = list(arg)
-    value_ops = all(isinstance(k, str) and k.startswith("$") and k not in LOGICAL_OPERATORS for k in keys)
+    value_ops = all(isinstance(k, str) and k.startswith("$") and k not in TOP_OPERATORS for k in keys)
     if value_ops:
         cond = _compile_operators(arg, field)
 
         def element_ok(e) -> bool:
             return cond(_Element(e))
     else:
-        doc_pred = _compile_document(arg, f"$elemMatch on {field!r}")
+        doc_pred = _compile_document(arg, f"$elemMatch on {field!r}", top=False)
 
         def element_ok(e) -> bool:
             if isinstance(e, Mapping):
@@ -526,6 +550,180 @@ def _elem_match_pred(arg, field: str) -> FieldPred:
     return _on_values(lambda cands: any(
         isinstance(c, (list, tuple)) and any(element_ok(e) for e in c) for c in cands
     ))
+
+
+# -- $type, $mod, $bits -------------------------------------------------------
+
+#: $type's names and their BSON type numbers ("number" is every numeric type).
+TYPE_NUMBERS = {
+    "double": 1, "string": 2, "object": 3, "array": 4, "binData": 5, "undefined": 6, "objectId": 7,
+    "bool": 8, "date": 9, "null": 10, "regex": 11, "dbPointer": 12, "javascript": 13, "symbol": 14,
+    "javascriptWithScope": 15, "int": 16, "timestamp": 17, "long": 18, "decimal": 19, "minKey": -1,
+    "maxKey": 127,
+}
+_NUMERIC_TYPES = frozenset({1, 16, 18, 19})
+
+
+def bson_type_number(value) -> int:
+    """The BSON type number of a value as it is stored (a Python int: 16 within int32, else 18)."""
+    return TYPE_NUMBERS[type_name(value)]
+
+
+def _type_pred(arg, field: str) -> FieldPred:
+    """``{$type: "string"}``, ``{$type: 2}``, ``{$type: ["int", "long"]}``, ``{$type: "number"}``."""
+    aliases = list(arg) if isinstance(arg, (list, tuple)) else [arg]
+    if not aliases:
+        raise BadValueError(f"$type on {field!r} needs at least one type, such as {{'$type': 'string'}}")
+    wanted: set[int] = set()
+    for alias in aliases:
+        if isinstance(alias, str) and not isinstance(alias, bool):
+            if alias == "number":
+                wanted |= _NUMERIC_TYPES
+            elif alias in TYPE_NUMBERS:
+                wanted.add(TYPE_NUMBERS[alias])
+            else:
+                raise BadValueError(
+                    f"$type on {field!r}: unknown type name {alias!r}; accepted: number, "
+                    f"{_accepted(TYPE_NUMBERS)} (or their numbers, such as 2 for string)")
+        elif not isinstance(alias, bool) and type_rank(alias) == NUMBER:
+            n = number_value(alias)
+            if is_nan(alias) or n != int(n) or int(n) not in TYPE_NUMBERS.values():
+                raise BadValueError(
+                    f"$type on {field!r}: {alias!r} is not a BSON type number; accepted: "
+                    f"{', '.join(str(v) for v in sorted(TYPE_NUMBERS.values()))}, or a name such as 'string'")
+            wanted.add(int(n))
+        else:
+            raise BadValueError(
+                f"$type on {field!r} takes a type name such as 'string', a type number such as 2, or a list of "
+                f"them; got {alias!r:.40}")
+    frozen = frozenset(wanted)
+
+    def type_pred(cands) -> bool:
+        for c in cands:
+            if c is not MISSING and bson_type_number(c) in frozen:
+                return True
+        return False
+    return _on_leaves(type_pred)
+
+
+def _whole(value, what: str, field: str, op: str) -> int:
+    """A number as MongoDB's $mod takes it: truncated toward zero; NaN and infinity refused."""
+    if isinstance(value, bool) or type_rank(value) != NUMBER:
+        raise BadValueError(f"$mod on {field!r}: the {what} must be a number, got {value!r:.40}; "
+                            "write {'$mod': [divisor, remainder]}")
+    n = number_value(value)
+    if is_nan(value) or n in (float("inf"), float("-inf")) or (hasattr(n, "is_infinite") and n.is_infinite()):
+        raise BadValueError(f"$mod on {field!r}: the {what} must be a finite number, got {value!r}")
+    n = int(n)
+    if not -(1 << 63) <= n < (1 << 63):
+        raise BadValueError(f"$mod on {field!r}: the {what} {value!r} is out of the range of a 64-bit integer")
+    return n
+
+
+def _c_mod(a: int, b: int) -> int:
+    """The remainder of a division truncated toward zero (it has the dividend's sign, as in C)."""
+    r = abs(a) % abs(b)
+    return -r if a < 0 else r
+
+
+def _mod_pred(arg, field: str) -> FieldPred:
+    """``{$mod: [divisor, remainder]}``: numbers whose value, truncated to a whole number, leaves that remainder."""
+    if not isinstance(arg, (list, tuple)):
+        raise BadValueError(f"$mod on {field!r} needs an array [divisor, remainder], such as {{'$mod': [4, 0]}}")
+    if len(arg) < 2:
+        raise BadValueError(f"$mod on {field!r}: malformed, not enough elements; write [divisor, remainder]")
+    if len(arg) > 2:
+        raise BadValueError(f"$mod on {field!r}: malformed, too many elements; write [divisor, remainder]")
+    divisor = _whole(arg[0], "divisor", field, "$mod")
+    remainder = _whole(arg[1], "remainder", field, "$mod")
+    if divisor == 0:
+        raise BadValueError(f"$mod on {field!r}: the divisor cannot be 0")
+
+    def one(c) -> bool:
+        if isinstance(c, bool) or c is MISSING or type_rank(c) != NUMBER or is_nan(c):
+            return False
+        n = number_value(c)
+        if n in (float("inf"), float("-inf")) or (hasattr(n, "is_infinite") and n.is_infinite()):
+            return False
+        return _c_mod(int(n), divisor) == remainder
+
+    return _on_leaves(lambda cands: any(one(c) for c in cands))
+
+
+_BITS_OPERATORS = ("$bitsAllSet", "$bitsAnySet", "$bitsAllClear", "$bitsAnyClear")
+
+
+def _bit_positions(op: str, arg, field: str) -> list[int]:
+    """The bit positions a $bits operator tests, from a number, a BinData mask or a list of positions."""
+    usage = (f"{op} on {field!r} takes a non-negative whole number (a mask), binary data (a mask, byte 0 "
+             f"holding bits 0-7) or an array of bit positions, such as {{'{op}': [1, 5]}}")
+    if isinstance(arg, bool):
+        raise BadValueError(usage)
+    if isinstance(arg, (list, tuple)):
+        positions = []
+        for p in arg:
+            if isinstance(p, bool) or type_rank(p) != NUMBER or is_nan(p):
+                raise BadValueError(f"{op} on {field!r}: bit positions must be whole numbers, got {p!r:.40}")
+            n = number_value(p)
+            if n != int(n) or int(n) < 0:
+                raise BadValueError(f"{op} on {field!r}: bit positions must be whole numbers >= 0, got {p!r}")
+            if int(n) > (1 << 31) - 1:
+                raise BadValueError(f"{op} on {field!r}: the bit position {p!r} is too large")
+            positions.append(int(n))
+        return positions
+    rank = type_rank(arg)
+    if rank == NUMBER:
+        n = number_value(arg)
+        if is_nan(arg) or n != int(n):
+            raise BadValueError(f"{op} on {field!r}: a numeric mask must be a whole number, got {arg!r}")
+        n = int(n)
+        if n < 0:
+            raise BadValueError(f"{op} on {field!r}: a numeric mask must not be negative, got {arg!r}")
+        if n >= 1 << 63:
+            raise BadValueError(f"{op} on {field!r}: the mask {arg!r} does not fit in a 64-bit integer")
+        return [i for i in range(n.bit_length()) if n >> i & 1]
+    if rank == BINARY:
+        data = binary_parts(arg)[1]
+        return [i * 8 + b for i, byte in enumerate(data) for b in range(8) if byte >> b & 1]
+    raise BadValueError(usage)
+
+
+def _bits_of(c):
+    """``(test(position) -> bool)`` for a value $bits can test, or None (it never matches)."""
+    if c is MISSING or isinstance(c, bool):
+        return None
+    rank = type_rank(c)
+    if rank == NUMBER:
+        if is_nan(c):
+            return None
+        n = number_value(c)
+        if n in (float("inf"), float("-inf")) or (hasattr(n, "is_infinite") and n.is_infinite()) or n != int(n):
+            return None
+        n = int(n)
+        if not -(1 << 63) <= n < (1 << 63):
+            return None
+        # Two's complement: a negative number's bits past 63 are its sign bit, which Python's >> gives.
+        return lambda i: (n >> min(i, 63)) & 1 == 1
+    if rank == BINARY:
+        data = binary_parts(c)[1]
+        return lambda i: i // 8 < len(data) and data[i // 8] >> (i % 8) & 1 == 1
+    return None
+
+
+def _bits_pred(op: str, arg, field: str) -> FieldPred:
+    positions = _bit_positions(op, arg, field)
+    want_set = op in ("$bitsAllSet", "$bitsAnySet")
+    every = op in ("$bitsAllSet", "$bitsAllClear")
+
+    def one(c) -> bool:
+        test = _bits_of(c)
+        if test is None:
+            return False
+        if every:
+            return all(test(i) == want_set for i in positions)
+        return any(test(i) == want_set for i in positions)
+
+    return _on_leaves(lambda cands: any(one(c) for c in cands))
 
 
 # -- regular expressions -----------------------------------------------------

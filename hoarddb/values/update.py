@@ -1,4 +1,10 @@
-"""Update operators with MongoDB's meaning: validate an update document, and apply it to make a new document."""
+"""Update operators with MongoDB's meaning: validate an update document, and apply it to make a new document.
+
+Positional parts reach array elements: ``a.$`` the first element the update's filter
+matched (``query``), ``a.$[]`` every element, ``a.$[x]`` the elements that the array filter
+named ``x`` matches (``array_filters``). :func:`upsert_document` builds the document an
+upsert inserts: the filter's equality fields, then the update with ``$setOnInsert``.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from bson.timestamp import Timestamp
 
 from hoarddb.errors import BadValueError
 
-from .filter import FIELD_OPERATORS, LOGICAL_OPERATORS, compile_filter
+from .filter import FIELD_OPERATORS, TOP_OPERATORS, compile_filter, equality_fields
 from .keys import encode_key
 from .literal import literal
 from .order import NUMBER, RANK_NAMES, compare, type_rank, values_equal
@@ -27,7 +33,7 @@ DOC_KEY = "_id_"
 #: Every update operator, in the order the docs list them.
 UPDATE_OPERATORS = (
     "$set", "$unset", "$inc", "$mul", "$min", "$max", "$push", "$pull", "$pullAll", "$pop",
-    "$addToSet", "$rename", "$currentDate",
+    "$addToSet", "$rename", "$currentDate", "$setOnInsert",
 )
 PUSH_MODIFIERS = ("$each", "$position", "$slice", "$sort")
 
@@ -49,15 +55,254 @@ def is_number(value) -> bool:
 
 
 class _Step:
-    __slots__ = ("op", "path", "parts", "arg", "extra")
+    __slots__ = ("op", "path", "parts", "arg", "extra", "dynamic")
 
     def __init__(self, op, path, parts, arg, extra=None):
         self.op, self.path, self.parts, self.arg, self.extra = op, path, parts, arg, extra
+        self.dynamic = any(p.startswith("$") for p in parts)
+
+    def at(self, parts: tuple) -> "_Step":
+        """This step on one concrete path (its positional parts replaced by positions)."""
+        return _Step(self.op, ".".join(parts), parts, self.arg, self.extra)
 
 
-def validate_update(update) -> None:
+def validate_update(update, array_filters=None) -> None:
     """Check an update document as a whole; raises BadValueError saying what is wrong and what is accepted."""
-    _plan(update)
+    compile_update(update, array_filters)
+
+
+_IDENTIFIER = re.compile(r"[a-z][A-Za-z0-9]*\Z")
+
+
+def _positional_kind(part: str) -> str | None:
+    """None for a plain part; "$", "$[]", or the identifier of ``$[x]``."""
+    if not part.startswith("$"):
+        return None
+    if part in ("$", "$[]"):
+        return part
+    if part.startswith("$[") and part.endswith("]") and _IDENTIFIER.match(part[2:-1]):
+        return part[2:-1]
+    return "?"
+
+
+class Update:
+    """A validated update, ready to apply to many documents (:func:`compile_update`)."""
+
+    def __init__(self, steps: list, array_filters: dict, positional: bool):
+        self.steps = steps
+        self.array_filters = array_filters
+        #: Whether a path holds ``$``, which needs the filter that matched the document.
+        self.positional = positional
+        self._position_filters: dict = {}
+
+    def apply(self, doc, *, now: datetime.datetime | None = None, query=None, inserting: bool = False) -> dict:
+        """A new document: ``doc`` (left untouched) with the update applied. ``query`` is the
+        filter that matched ``doc`` (for ``a.$``); ``inserting``: an upsert inserts it, so
+        ``$setOnInsert`` applies (otherwise it changes nothing)."""
+        result = _copy(doc)
+        position_of = None
+        for step in self.steps:
+            if step.op == "$setOnInsert" and not inserting:
+                continue
+            if not step.dynamic:
+                _APPLY[step.op](result, step, now)
+                continue
+            if position_of is None:
+                position_of = self._positions(doc, query, inserting)
+            for parts in _expand(result, step, position_of, self.array_filters):
+                _APPLY[step.op](result, step.at(parts), now)
+        return result
+
+    def _positions(self, doc, query, inserting: bool):
+        """``prefix parts -> position`` of the first element each array the filter looks into matched."""
+        cache: dict = {}
+
+        def position_of(prefix: tuple, path: str) -> int:
+            if prefix not in cache:
+                cache[prefix] = None if inserting or query is None else _matched_position(
+                    self._position_filters, query, doc, prefix)
+            if cache[prefix] is None:
+                raise BadValueError(
+                    f"the positional operator in {path!r} did not find the match needed from the query: "
+                    "the filter must look into that array (such as {'grades': 85} for 'grades.$'), and an "
+                    "upsert's insert has no position; to reach every element use $[] or $[<name>] with arrayFilters")
+            return cache[prefix]
+        return position_of
+
+
+def compile_update(update, array_filters=None) -> Update:
+    """Validate ``update`` (and its ``arrayFilters``, a list of filter documents, each about one
+    identifier used as ``$[<identifier>]``) once, to apply to many documents."""
+    steps = _plan(update)
+    used: dict[str, str] = {}
+    positional = False
+    for step in steps:
+        for part in step.parts:
+            kind = _positional_kind(part)
+            if kind == "$":
+                positional = True
+            elif kind not in (None, "$[]"):
+                used.setdefault(kind, step.path)
+    return Update(steps, _array_filters(array_filters, used, update), positional)
+
+
+def _array_filters(array_filters, used: dict, update) -> dict:
+    """``identifier -> element predicate`` of arrayFilters, each used by the update and each used one given."""
+    if array_filters is None:
+        array_filters = []
+    if not isinstance(array_filters, (list, tuple)):
+        raise BadValueError("arrayFilters must be a list of filter documents, such as [{'elem.grade': {'$gte': 85}}]")
+    compiled: dict = {}
+    for i, flt in enumerate(array_filters):
+        if not isinstance(flt, Mapping) or not flt:
+            raise BadValueError(f"arrayFilters[{i}] must be a non-empty filter document, such as {{'x': {{'$gt': 1}}}}")
+        names = _filter_identifiers(flt)
+        if len(names) != 1:
+            shown = " and ".join(repr(n) for n in sorted(names)) or "none"
+            raise BadValueError(
+                f"arrayFilters[{i}] must be about one identifier (the names before the first '.'), found {shown}")
+        name = names.pop()
+        if not _IDENTIFIER.match(name):
+            raise BadValueError(
+                f"arrayFilters[{i}]: the identifier {name!r} must begin with a lowercase letter and hold only "
+                "letters and digits")
+        if name in compiled:
+            raise BadValueError(f"arrayFilters holds two filters for the identifier {name!r}; give one")
+        match = compile_filter(flt)
+        compiled[name] = lambda e, match=match, name=name: match({name: e})
+    for name, path in used.items():
+        if name not in compiled:
+            raise BadValueError(f"no array filter found for the identifier {name!r} in the path {path!r}; "
+                                f"add one to arrayFilters, such as [{{'{name}': {{'$gt': 0}}}}]")
+    for name in compiled:
+        if name not in used:
+            raise BadValueError(f"the array filter for the identifier {name!r} is not used in the update; "
+                                f"use it as '$[{name}]' in a path, or leave it out")
+    return compiled
+
+
+def _filter_identifiers(flt: Mapping) -> set:
+    names = set()
+    for key, value in flt.items():
+        if key in ("$and", "$or", "$nor") and isinstance(value, (list, tuple)):
+            for member in value:
+                if isinstance(member, Mapping):
+                    names |= _filter_identifiers(member)
+        elif isinstance(key, str) and not key.startswith("$"):
+            names.add(key.split(".")[0])
+    return names
+
+
+def _matched_position(cache: dict, query, doc, prefix: tuple):
+    """The position of the first element of the array at ``prefix`` that meets, alone, every
+    condition of ``query`` on a path into that array; None when no condition looks into it."""
+    sub = cache.get(prefix, _UNSET)
+    if sub is _UNSET:
+        conditions: dict = {}
+        _conditions_under(query, prefix, conditions)
+        sub = cache[prefix] = compile_filter(conditions) if conditions else None
+    if sub is None:
+        return None
+    array = _get(doc, prefix)
+    if not isinstance(array, list):
+        return None
+    for i, element in enumerate(array):
+        if sub(_with_value(doc, prefix, [element])):
+            return i
+    return None
+
+
+_UNSET = object()
+
+
+def _conditions_under(flt, prefix: tuple, out: dict) -> None:
+    if not isinstance(flt, Mapping):
+        return
+    for key, value in flt.items():
+        if key == "$and" and isinstance(value, (list, tuple)):
+            for member in value:
+                _conditions_under(member, prefix, out)
+        elif isinstance(key, str) and not key.startswith("$"):
+            parts = tuple(key.split("."))
+            if parts[:len(prefix)] == prefix:
+                out.setdefault("$and", []).append({key: value})
+
+
+def _with_value(doc, parts: tuple, value):
+    """A shallow copy of ``doc`` with ``value`` at ``parts`` (copies only the containers on the way)."""
+    if not parts:
+        return value
+    head = parts[0]
+    if isinstance(doc, Mapping):
+        out = dict(doc)
+        out[head] = _with_value(doc.get(head), parts[1:], value)
+        return out
+    if isinstance(doc, list) and is_index(head) and int(head) < len(doc):
+        out = list(doc)
+        out[int(head)] = _with_value(doc[int(head)], parts[1:], value)
+        return out
+    return doc
+
+
+def _expand(root, step: _Step, position_of, array_filters: dict) -> list[tuple]:
+    """The concrete paths a step with positional parts reaches in ``root``, in document order."""
+    out: list[tuple] = []
+
+    def walk(value, i: int, prefix: tuple) -> None:
+        if i == len(step.parts):
+            out.append(prefix)
+            return
+        part = step.parts[i]
+        kind = _positional_kind(part)
+        if kind is None:
+            walk(_child(value, part), i + 1, prefix + (part,))
+            return
+        n = position_of(prefix, step.path) if kind == "$" else None
+        if not isinstance(value, list):
+            where = ".".join(prefix)
+            if value is MISSING:
+                raise BadValueError(f"{step.op} {step.path!r}: the path {where!r} must exist in the document "
+                                    "in order to apply array updates")
+            raise BadValueError(f"{step.op} {step.path!r}: cannot apply array updates to {where!r}, which holds "
+                                f"{_shown(value)}, not an array")
+        if n is not None:
+            walk(_child(value, str(n)), i + 1, prefix + (str(n),))
+            return
+        keep = array_filters.get(kind)
+        for j, element in enumerate(value):
+            if keep is None or keep(element):
+                walk(element, i + 1, prefix + (str(j),))
+
+    walk(root, 0, ())
+    return out
+
+
+def _child(value, part: str):
+    if isinstance(value, dict):
+        return value.get(part, MISSING)
+    if isinstance(value, list) and is_index(part):
+        i = int(part)
+        return value[i] if i < len(value) else MISSING
+    return MISSING
+
+
+def upsert_document(query, update: "Update", *, now: datetime.datetime | None = None) -> dict:
+    """The document an upsert inserts when nothing matches ``query``: the fields the filter pins
+    by equality (``{a: 1}``, ``{"b.c": {$eq: 2}}``, inside a top-level ``$and`` too; dotted paths
+    become nested documents), then ``update`` applied with ``$setOnInsert``."""
+    seed: dict = {}
+    for path, value in equality_fields(query).items():
+        if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
+            continue
+        parts = split_path(path, what="filter field")
+        if parts[0] == DOC_KEY and len(parts) > 1:
+            continue
+        if _get(seed, parts) is not MISSING:
+            continue
+        _set(seed, parts, _copy(value), "upsert")
+    if DOC_KEY in seed:
+        seed = {DOC_KEY: seed[DOC_KEY], **{k: v for k, v in seed.items() if k != DOC_KEY}}
+    return update.apply(seed, now=now, query=query, inserting=True)
 
 
 def _plan(update) -> list[_Step]:
@@ -104,12 +349,21 @@ def _update_path(path, op: str, what: str = "field") -> tuple[str, ...]:
             f"{op} cannot change {DOC_KEY!r}: it is the document's key and is fixed once written; "
             "to move a document to another key, delete it and insert it under the new key"
         )
-    for part in parts:
-        if part.startswith("$"):
+    dollars = 0
+    for i, part in enumerate(parts):
+        kind = _positional_kind(part)
+        if kind is None:
+            continue
+        if kind == "?" or i == 0 or op == "$rename" or what != "field":
             raise BadValueError(
-                f"{op} {what} {path!r}: positional operators and '$' field names are not supported; "
-                "name the array position instead, such as 'items.0.qty'"
+                f"{op} {what} {path!r}: {part!r} is not a field name; after an array's name, '$' is the element "
+                "the filter matched, '$[]' every element and '$[<identifier>]' the elements arrayFilters "
+                "matches ($rename takes no positional parts)"
             )
+        if kind == "$":
+            dollars += 1
+            if dollars > 1:
+                raise BadValueError(f"{op} {what} {path!r}: too many positional '$' parts; give one")
     return parts
 
 
@@ -215,7 +469,7 @@ def _pull_condition(path: str, arg):
     """
     if isinstance(arg, Mapping):
         keys = list(arg)
-        if keys and all(isinstance(k, str) and k.startswith("$") and k not in LOGICAL_OPERATORS for k in keys):
+        if keys and all(isinstance(k, str) and k.startswith("$") and k not in TOP_OPERATORS for k in keys):
             unknown = [k for k in keys if k not in FIELD_OPERATORS]
             if unknown:
                 raise BadValueError(
@@ -245,19 +499,18 @@ def _check_conflicts(touched) -> None:
 # applying
 
 
-def apply_update(doc, update, *, now: datetime.datetime | None = None) -> dict:
+def apply_update(doc, update, *, now: datetime.datetime | None = None, query=None, array_filters=None,
+                 inserting: bool = False) -> dict:
     """A new document: ``doc`` (left untouched) with ``update`` applied; validates ``update`` first.
 
     Operators apply in the order written, fields in the order written. ``now`` is the time
-    ``$currentDate`` writes (default: the current UTC time, to the millisecond).
+    ``$currentDate`` writes (default: the current UTC time, to the millisecond). ``query``
+    is the filter that matched ``doc`` (for ``a.$``), ``array_filters`` the filters of
+    ``a.$[x]``; ``inserting`` applies ``$setOnInsert`` (:meth:`Update.apply`).
     Raises BadValueError for an update that does not fit the document, such as ``$inc``
     of a string field or ``$push`` onto a non-array.
     """
-    steps = _plan(update)
-    result = _copy(doc)
-    for step in steps:
-        _APPLY[step.op](result, step, now)
-    return result
+    return compile_update(update, array_filters).apply(doc, now=now, query=query, inserting=inserting)
 
 
 def _copy(value):
@@ -561,6 +814,7 @@ def _op_current_date(root, step, now) -> None:
 
 _APPLY = {
     "$set": _op_set,
+    "$setOnInsert": _op_set,
     "$unset": _op_unset,
     "$inc": _op_arith,
     "$mul": _op_arith,

@@ -146,7 +146,7 @@ def test_call_binds_arguments_through_the_operations_table():
 def test_every_verb_and_alias_is_callable():
     for name, op in operations.VERBS.items():
         args = {"doc": "{a: 1}", "docs": "[{a: 1}]", "filter": "{a: 1}", "update": "{$set: {a: 2}}",
-                "int": "1", "any": '"k"', "data": '"k"', "str": '"k"'}
+                "int": "1", "any": '"k"', "data": '"k"', "str": '"k"', "list": "[]"}
         text = f"db.B.{name}({', '.join(args[p.kind] for p in op.params if p.required)})"
         assert request(text)["op"] == op.name, text
 
@@ -361,7 +361,7 @@ MISTAKES = [
     ("db.C.push({a: 1,\n  b: 2\ndb.C.pop()", 3, 1, "(the '{' at line 1, column 11 is still open)"),
     ("db.C.push({a: 1,\n  b: [2, 3}\n)", 2, 11, "the '[' at line 2, column 6 is still open"),
     # two statements on a line need a ';'
-    ("db.C.push({a: 1}) db.C.pop()", 1, 19, "unexpected 'db'; expected ';' or the end of the line"),
+    ("db.C.push({a: 1}) db.C.pop()", 1, 19, "unexpected 'db'; expected '.' or ';' or the end of the line"),
 ]
 
 
@@ -556,3 +556,33 @@ def test_next_keywords_are_what_the_grammar_takes_there():
 def test_an_unknown_verb_says_what_it_was_called_on():
     found = list(statements('db.Q.psh(1)\ndb.Q["k"].F.pus(1)'))
     assert [e.called_on for e in found] == [("Q", None, "psh"), ("Q", "F", "pus")]
+
+
+# -- find and search chain mongosh's cursor methods -------------------------------------------
+
+@pytest.mark.parametrize("text, request_", [
+    ('db.T.find({Cat: "x"}).sort({Date: -1}).limit(10)',
+     {"op": "find", "bucket": "T", "args": {"filter": {"Cat": "x"}, "sort": {"Date": -1}, "limit": 10}}),
+    ("db.T.search({a: 1}).skip(5).limit(5).projection({a: 1, _id_: 0})",
+     {"op": "search", "bucket": "T", "args": {"filter": {"a": 1}, "skip": 5, "limit": 5,
+                                              "projection": {"a": 1, "_id_": 0}}}),
+    ("db.T.find({a: 1}).sort({b: 1}).count()", {"op": "count", "bucket": "T", "args": {"filter": {"a": 1}}}),
+    ("db.T.find({a: 1}).explain()", {"op": "search", "bucket": "T", "args": {"filter": {"a": 1}, "explain": True}}),
+])
+def test_chained_cursor_methods(text, request_):
+    (statement,) = list(statements(text))
+    assert statement.request == request_
+
+
+@pytest.mark.parametrize("text, says", [
+    ('db.T.get("k").sort({a: 1})', "get() takes no chained methods; find, search do"),
+    ("db.T.find().next()", "unknown method .next() after find(); accepted: .limit(), .sort(), .skip(), "
+                           ".projection(), .count(), .explain()"),
+    ("db.T.find().limit()", ".limit() takes one argument"),
+    ("db.T.find().count(5)", ".count() takes no arguments"),
+    ('db.T.find().limit("ten")', "limit"),
+    ("db.T.find().filter({a: 1})", "unknown method .filter()"),
+])
+def test_chained_cursor_method_refusals(text, says):
+    (err,) = list(statements(text))
+    assert says in err.message

@@ -16,6 +16,7 @@ from hoarddb.indexes.declaration import FORMAT
 from hoarddb.indexes.planner import MAX_PREFIXES, plan
 from hoarddb.values.keys import decode_keys, encode_key
 
+from .building import wait_built
 from .test_states import raw_env, set_index_format
 
 TAGS = [f"tag-{i:04d}" for i in range(1000)]  # far past the ~60 short strings an array could hold whole
@@ -200,7 +201,7 @@ def test_an_index_written_by_the_previous_format_is_rebuilt_at_open(tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="hoarddb.indexes"):
         with hoarddb.open(tmp_path) as c:
             b = c["app"].Users
-            assert [ix["state"] for ix in b.describe()["indexes"]] == ["ready", "ready"]
+            assert [ix["state"] for ix in wait_built(b)] == ["ready", "ready"]
             assert sorted(entries(c, "Users", 1), key=repr) == sorted(
                 [["a", "u1"], ["b", "u1"], [[], "u2"], ["c", "u3"]], key=repr)  # the whole array's entry is gone
             b.update({"_id_": "u1"}, {"$set": {"Tags": "z", "Tags2": "z"}})
@@ -231,6 +232,7 @@ def test_a_rebuild_reads_and_clears_a_big_bucket_in_batches(tmp_path):
     env.close()
     with hoarddb.open(tmp_path) as c:
         b = c["app"].Users
+        wait_built(b)
         got = entries(c, "Users")
         assert len(got) == 5 * n and not any(str(e[0]).startswith("zz-stale") for e in got)
         assert sorted(got) == sorted([f"t{(i + k) % 700}", f"u{i:05d}"] for i in range(n) for k in range(5))

@@ -48,7 +48,10 @@ def test_find_always_reports_the_full_scan(orders):
 
 def test_no_filter_or_no_equality_scans(orders):
     assert orders.search().index_used == "none — full scan"
-    assert orders.search({"CustomerID": {"$gt": "c0"}}).index_used == "none — full scan"
+    assert orders.search({"Total": {"$gt": 3}}).index_used == "none — full scan"
+    assert orders.search({"CustomerID": {"$ne": "c0"}}).index_used == "none — full scan"
+    # a range on the first field uses the index (see test_ranges.py)
+    assert orders.search({"CustomerID": {"$gt": "c0"}}).index_used == "CustomerID_1_CreatedAt_1"
     assert orders.search({"$or": [{"CustomerID": "c1"}]}).index_used == "none — full scan"
     assert orders.search({"$and": [{"CustomerID": "c1"}]}).index_used == "CustomerID_1_CreatedAt_1"
     assert orders.search({"CustomerID": {"$eq": "c1"}}).index_used == "CustomerID_1_CreatedAt_1"
@@ -78,8 +81,13 @@ def test_explain_says_what_was_considered_and_examined(db):
     assert "unique" in reasons["A_1"]
     assert "not fixed by equality" in reasons["Z_1"]
     assert ex["keys_examined"] == 1 and ex["docs_examined"] == 1 and ex["returned"] == 1
-    scan = b.search({"A": {"$gt": 0}}, explain=True).explain
-    assert scan["docs_examined"] == 10 and scan["keys_examined"] == 0
+    assert ex["served"] == {"equality": ["B"]}
+    # a range on an index's first field reads the entries in range (A > 0: the five 1s)
+    ranged = b.search({"A": {"$gt": 0}}, explain=True).explain
+    assert ranged["index_used"] == "A_1" and ranged["served"] == {"equality": [], "range": {"A": {"$gt": 0}}}
+    assert ranged["docs_examined"] == 5 and ranged["keys_examined"] == 5
+    scan = b.search({"C": {"$gt": 0}}, explain=True).explain
+    assert scan["docs_examined"] == 10 and scan["keys_examined"] == 0 and scan["served"] == {}
 
 
 def test_search_matches_array_elements_and_missing_fields_like_find(db):

@@ -9,6 +9,8 @@ import pytest
 import hoarddb
 from hoarddb import errors
 
+from ..indexes.building import wait_built
+
 
 def export_all(bucket, limit=3):
     docs, cursor = [], None
@@ -67,10 +69,10 @@ def test_load_over_a_unique_clash_leaves_the_index_conflicted(tmp_path):
         with pytest.raises(errors.DuplicateKeyError, match='used by document "u1"'):  # the entry is still u1's
             b.insert({"_id_": "u3", "Email": "x@x"})
     with hoarddb.open(tmp_path) as c:  # persisted; a reopen rebuilds and finds it still conflicted
-        assert c["app"].U.describe()["indexes"][0]["state"] == "conflicted"
+        assert wait_built(c["app"].U)[0]["state"] == "conflicted"
         c["app"].U.delete({"_id_": "u2"})
     with hoarddb.open(tmp_path) as c:
-        assert c["app"].U.describe()["indexes"][0]["state"] == "ready"
+        assert wait_built(c["app"].U)[0]["state"] == "ready"
 
 
 def test_engine_sync_makes_unsynced_writes_durable(tmp_path):

@@ -27,6 +27,8 @@ from hoarddb.tools.check import check
 from hoarddb.values.codec import decode, encode
 from hoarddb.values.keys import encode_key
 
+from ..indexes.building import wait_built
+
 from ..killing import child_env, run_script
 from ..test_corruption import CASES, KILLED_AFTER_A_PUSH, blob_file, build, case_id, damage, flip
 
@@ -46,7 +48,7 @@ def build_more(data: Path) -> None:
         d.P.push({"priority": 3, "v": 2})
         d.T.put("t1", {"v": 3})
     with hoarddb.open(data, ttl_sweep_seconds=0) as c:  # the open rebuilds the conflicted index, claims and all
-        assert c["app"].U.describe()["indexes"][0]["state"] == "conflicted"
+        assert wait_built(c["app"].U)[0]["state"] == "conflicted"
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,15 @@ def test_a_date_past_9999_in_utc_is_refused_as_a_date_out_of_range(db):
     assert "integer" not in exc.value.message
     assert db.U.length() == 0
     db.U.insert({"_id_": "k", "when": datetime.datetime(9999, 12, 31, 18, tzinfo=EST)})  # 23:00 UTC: fine
+
+
+def test_a_dbref_keeps_its_dollar_names_and_nothing_else_does(db):
+    """{$ref, $id, $db?} is how a DBRef is written (MongoDB's one use of $ names in a document): it is stored as one."""
+    from bson.dbref import DBRef
+
+    db.Q.push({"r": {"$ref": "users", "$id": 7}, "s": [{"$ref": "u", "$id": 1, "$db": "app", "note": "x"}]})
+    assert db.Q.pop() == {"r": DBRef("users", 7), "s": [DBRef("u", 1, "app", note="x")]}
+    for bad in ({"$ref": 5, "$id": 1}, {"$id": 1, "$ref": "u"}, {"$ref": "u"}, {"$ref": "u", "$id": 1, "$x": 2}):
+        with pytest.raises(BadValueError, match="field names may not begin with"):
+            db.Q.push({"r": bad})
+    assert db.Q.length() == 0
