@@ -39,6 +39,8 @@ from ..errors import (
 )
 from ..ids import uuid7
 from ..values.keys import encode_key
+from ..values.projection import compile_projection
+from ..values.sort import compile_sort
 from .coord import Coordinator, OwnedElsewhere
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
 
@@ -135,7 +137,10 @@ class ClusterNode:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
         p = self._partition(place, doc, op)
         if p is None:
-            if NODE_FIELD in doc or not op.gather:  # (no key to route by: the engine refuses it here)
+            if NODE_FIELD in doc or place["type"] not in op.types or (
+                    not op.gather and op.key_param and op.param(op.key_param).kind != "filter"):
+                # this node's part of a gather; or what the engine refuses wherever it runs (a verb the
+                # type lacks, a document or key that names no document): refused here as on one server
                 await self._claim_assigned(db, bucket)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
             return await self._gather(op, doc, place)
@@ -319,6 +324,22 @@ class ClusterNode:
         if not op.gather:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
+        args = doc.get("args") or {}
+        if op.gather == _COUNTS and (args.get("upsert") or args.get("multi") is False):
+            raise VerbNotSupportedError(f"{op.name} with upsert or multi: false over a spread bucket (partitions: "
+                                        f"{place['partitions']}) needs a filter on _id_ (one document's partition); "
+                                        "over every partition it is not built yet")
+        limit = args.get("limit")
+        if limit is None and op.param("limit") is not None:  # what leaving it out means (list: 100)
+            limit = op.param("limit").default
+        skip = args.get("skip") or 0
+        if op.gather == _DOCUMENTS and (skip or args.get("projection") is not None):
+            # each node sends its first skip + limit, whole (the key and sort fields are needed to merge);
+            # skip and projection are applied to the merged list
+            part = {k: v for k, v in args.items() if k not in ("skip", "projection")}
+            if isinstance(limit, int) and isinstance(skip, int):
+                part["limit"] = limit + skip
+            doc = {**doc, "args": part}
         owners = sorted(set(place["owners"]))
         answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
         for answer in answers:
@@ -333,12 +354,16 @@ class ClusterNode:
                     merged[k] = merged.get(k, 0) + v
             return {"ok": 1, "result": merged}
         docs = [d for a in answers for d in a["result"]]
-        docs.sort(key=lambda d: encode_key(d["_id_"]))
-        limit = (doc.get("args") or {}).get("limit")
-        if limit is None and op.param("limit") is not None:  # what leaving it out means (list: 100)
-            limit = op.param("limit").default
+        docs.sort(key=lambda d: encode_key(d["_id_"]))  # one node's order: by key...
+        if args.get("sort") is not None:
+            docs.sort(key=compile_sort(args["sort"]))  # ...then as asked (stable: ties in key order)
+        if isinstance(skip, int) and skip > 0:
+            docs = docs[skip:]
         if isinstance(limit, int) and limit > 0:
             docs = docs[:limit]
+        if args.get("projection") is not None:
+            project = compile_projection(args["projection"])
+            docs = [project(d) for d in docs]
         answer: dict = {"ok": 1, "result": docs}
         if any("index_used" in a for a in answers):  # a search: the index each node used
             used = {n: a.get("index_used") for n, a in zip(owners, answers)}

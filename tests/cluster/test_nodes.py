@@ -14,10 +14,11 @@ import hoarddb
 import hoarddb.aio
 from hoarddb.errors import (
     BadValueError,
-    UnauthorizedError,
     BucketExistsError,
     DuplicateKeyError,
     PartitionUnavailableError,
+    UnauthorizedError,
+    VerbNotSupportedError,
 )
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available, free_port
@@ -277,3 +278,21 @@ def test_each_node_exports_its_cluster_metrics(cluster):
     forwarded = sum(float(line.split()[-1]) for t in texts for line in t.splitlines()
                     if line.startswith("hoarddb_cluster_forwarded_requests_total "))
     assert forwarded > 0
+
+
+def test_find_s_sort_skip_and_projection_are_applied_to_the_merged_answer(cluster):
+    _nodes, clients = cluster
+    db = clients[0]["app"]
+    db.create_bucket("Sorted", type="hash", partitions=8)
+    for i in range(40):
+        clients[i % 3]["app"].Sorted.insert({"_id_": i, "Score": (i * 7) % 40, "Note": "x"})
+    by_score = db.Sorted.find({}, sort={"Score": -1}, skip=3, limit=5, projection={"Score": 1, "_id_": 0})
+    assert by_score == [{"Score": s} for s in (36, 35, 34, 33, 32)]
+    assert [d["_id_"] for d in clients[1]["app"].Sorted.find({"Score": {"$lt": 10}}, sort={"_id_": 1})] == \
+        sorted(i for i in range(40) if (i * 7) % 40 < 10)
+    with pytest.raises(VerbNotSupportedError, match="upsert or multi: false"):
+        db.Sorted.update({"Score": 1000}, {"$set": {"Note": "y"}}, upsert=True)
+    db.Sorted.update({"_id_": 1000}, {"$set": {"Note": "new"}}, upsert=True)  # one key: its owner upserts
+    assert clients[2]["app"].Sorted.get(1000)["Note"] == "new"
+    with pytest.raises(VerbNotSupportedError, match="placement: whole"):
+        db.Sorted.distinct("Score")
