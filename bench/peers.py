@@ -251,8 +251,10 @@ class Bench:
         st = {}
         pq = f"P{rnd}"
         db.create_bucket(pq, type="fifo")
-        push_reqs = lambda i: [{"op": "push", "db": "bench", "bucket": pq, "args": {"doc": small_doc(i * DEPTH + k)}}
-                               for k in range(DEPTH)]
+        def push_reqs(i):
+            return [{"op": "push", "db": "bench", "bucket": pq, "args": {"doc": small_doc(i * DEPTH + k)}}
+                    for k in range(DEPTH)]
+
         pop_reqs = [{"op": "pop", "db": "bench", "bucket": pq, "args": {}}] * DEPTH
 
         def h_ppush():

@@ -44,8 +44,8 @@ def main() -> None:
         shutil.rmtree(path, ignore_errors=True)
     rate = args.n / seconds
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"| workload | n | seconds | expired docs/s | ratio to 50,000/s |")
-    print(f"|---|---:|---:|---:|---:|")
+    print("| workload | n | seconds | expired docs/s | ratio to 50,000/s |")
+    print("|---|---:|---:|---:|---:|")
     print(f"| TTL sweep, embedded, one pass | {args.n} | {seconds:.2f} | {rate:,.0f} | {rate / SPEC_FIGURE:.2f} |")
 
 

@@ -15,8 +15,10 @@ from . import errors
 from .api import Bucket, Client, Database
 from .errors import DuplicateKeyError, HoardError
 
-__all__ = ["open", "connect", "Client", "Database", "Bucket", "HoardError", "DuplicateKeyError", "errors"]
 from .version import __version__
+
+__all__ = ["open", "connect", "Client", "Database", "Bucket", "HoardError", "DuplicateKeyError", "errors",
+           "__version__"]
 
 
 def open(path, **options) -> Client:  # noqa: A001 - the name users expect

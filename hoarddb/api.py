@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import operations
+from .operations import (CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE, LIST_BUCKETS,
+                         LIST_DATABASES, METRICS, STATS, SWEEP_TTL)
 from .errors import UnknownVerbError
 
 
@@ -58,23 +60,23 @@ class BaseClient:
 
     def databases(self) -> list[str]:
         """The names of the databases, sorted."""
-        return self._result({"op": "list_databases"})
+        return self._result({"op": LIST_DATABASES.name})
 
     def create_database(self, name: str) -> "Database":
         """Create a database (``create_bucket`` also creates its database when needed)."""
-        return self._run({"op": "create_database", "db": name}, lambda answer: Database(self, name))
+        return self._run({"op": CREATE_DATABASE.name, "db": name}, lambda answer: Database(self, name))
 
     def drop_database(self, name: str) -> dict:
         """Drop a database with all its buckets and their files."""
-        return self._result({"op": "drop_database", "db": name})
+        return self._result({"op": DROP_DATABASE.name, "db": name})
 
     def metrics(self) -> dict:
         """Every metric sample, ``'hoarddb_ttl_backlog_estimate' -> 0.0`` (the server's /metrics has the same)."""
-        return self._result({"op": "metrics"})
+        return self._result({"op": METRICS.name})
 
     def sweep_ttl(self) -> dict:
         """Run one TTL sweep now (the background sweeper does it every HOARDDB_TTL_SWEEP_SECONDS)."""
-        return self._result({"op": "sweep_ttl"})
+        return self._result({"op": SWEEP_TTL.name})
 
 
 class Client(BaseClient):
@@ -127,15 +129,15 @@ class Database:
             bucket.warnings = answer.get("warnings", [])
             return bucket
         return self._client._run(
-            {"op": "create_bucket", "db": self.name, "bucket": name, "options": {"type": type, **options}}, made)
+            {"op": CREATE_BUCKET.name, "db": self.name, "bucket": name, "options": {"type": type, **options}}, made)
 
     def drop_bucket(self, name: str) -> dict:
         """Drop a bucket and every file of it."""
-        return self._client._result({"op": "drop_bucket", "db": self.name, "bucket": name})
+        return self._client._result({"op": DROP_BUCKET.name, "db": self.name, "bucket": name})
 
     def buckets(self) -> list[str]:
         """The names of this database's buckets, sorted."""
-        return self._client._result({"op": "list_buckets", "db": self.name})
+        return self._client._result({"op": LIST_BUCKETS.name, "db": self.name})
 
     def __repr__(self) -> str:
         return f"<hoarddb Database {self.name!r}>"
@@ -170,12 +172,12 @@ class Bucket:
 
     def stats(self) -> dict:
         """Type, entries, bytes on disk and indexes of this bucket."""
-        return self._database._client._result({"op": "stats", "db": self._database.name, "bucket": self.name})
+        return self._database._client._result({"op": STATS.name, "db": self._database.name, "bucket": self.name})
 
     def describe(self) -> dict:
         """The bucket's declaration with its stats."""
         return self._database._client._result(
-            {"op": "describe_bucket", "db": self._database.name, "bucket": self.name}
+            {"op": DESCRIBE_BUCKET.name, "db": self._database.name, "bucket": self.name}
         )
 
     def __getitem__(self, key: Any) -> "Document":
@@ -296,7 +298,7 @@ def _make_verb(op: operations.Operation, name: str):
                 check_ints(op, first, args[0])  # all the checking binding would do of a dict
                 return self._call_bound(op, {filter_name: args[0]})
             return self._call(op, args, kwargs)
-    elif op.single is not None and first.kind in ("doc", "docs"):
+    elif op.single is not None and first is not None and first.kind in ("doc", "docs"):
         # insert(doc), push(doc), batch_insert(docs): a dict (a list) is bound as it is, with
         # no check to make (the engine refuses what is in it when it encodes it).
         exact = dict if first.kind == "doc" else list

@@ -2,9 +2,10 @@
 
 ``Engine.execute(request)`` takes an operation document and returns its answer
 ``{ok: 1, result: ..., warnings?: [...]}``, or raises a :mod:`hoarddb.errors` error
-(the wire turns that into ``{ok: 0, code, codeName, message}``). Catalog operations
-(create/drop of databases and buckets, describe, stats) are handled here; verbs are
-looked up in :mod:`hoarddb.operations`, checked, and handed to the bucket's store.
+(the wire turns that into ``{ok: 0, code, codeName, message}``). An operation is looked
+up in :mod:`hoarddb.operations`: one the engine runs itself (the catalog's: create/drop of
+databases and buckets, describe, stats...) is a function of :mod:`hoarddb.catalog_operations`
+(``HANDLERS``); a verb is checked and handed to the bucket's store, or a document's store field.
 
 A data directory, as the engine lays it out:
 
@@ -19,21 +20,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
 import threading
 import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from . import lifecycle, operations
+from . import catalog_operations, lifecycle, operations
 from .catalog import Catalog, check_name
-from .declaration import check_fields, check_placement, declare_bucket
-from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
-from .indexes.declaration import describe as describe_index
+from .catalog_operations import bucket_of, db_of
+from .indexes.maintenance import Index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
-                     UnknownOptionError, UnknownVerbError, VerbNotSupportedError)
-from .indexes.maintenance import Index
+                     UnknownVerbError, VerbNotSupportedError)
 from .indexes.planner import plan
 from .indexes.builder import Builder
 from .indexes.ttl import Sweeper
@@ -41,11 +39,11 @@ from .metrics import Metrics
 from .options import Options
 from .storage.kv import commits_deferred
 from .storage.lock import DirectoryLock
-from .storage.oserrors import fsync_directory, is_full, storage_error
+from .storage.oserrors import is_full, storage_error
 from .stores import store_class
 from .stores.base import DAMAGE, Reply, Store
 from .stores.claims import move_dead_letters
-from .stores.fields import refusal as field_refusal
+from .stores.fields import no_store_field
 
 log = logging.getLogger("hoarddb.engine")
 
@@ -69,7 +67,17 @@ TOO_DEEP = ("a document, filter or update is nested too deeply to be handled (se
 
 
 class Engine:
-    """Engine is an open data directory: its lock, its catalog and its open stores."""
+    """Engine is an open data directory: its lock, its catalog and its open stores.
+
+    Why the class is over 400 lines: what is left in it is running requests, and every part
+    of that shares the cache of (declaration, store) by bucket and the mutex that keeps it
+    right across catalog changes: ``execute`` and ``call`` (one request), ``execute_group``
+    (group commit's writes, with the queue runs of ``TOGETHER``), ``is_quick_read`` and
+    ``is_point_read`` (the server's choice of where a request runs, asked of that cache), and
+    ``sync``/``close``. The catalog's operations are in :mod:`hoarddb.catalog_operations`,
+    the life cycle in :mod:`hoarddb.lifecycle`; splitting the rest would spread the cache's
+    locking rule over modules, and put a call more on the path of every request.
+    """
 
     def __init__(self, path, options: Options | None = None):
         self.path = Path(path)
@@ -259,31 +267,31 @@ class Engine:
                           lambda name, d: self._store(db, name, d), None if self.options.sync else self._mark_dirty)
 
     def _field_verb(self, name: str, request: dict) -> Any:
-        """A verb on a document's store field: ``{op, db, bucket, key, field, args}``."""
-        db, bucket = _db(request), _bucket(request)
+        """A verb on a document's store field: ``{op, db, bucket, key, field, args}``. The bucket's
+        store fields (``stores/fields.py``) refuse a field it has not and a verb the field's type
+        has not (with advice); the table binds the arguments."""
+        db, bucket = db_of(request), bucket_of(request)
         decl = self.catalog.bucket(db, bucket)
         field = request.get("field")
         if "key" not in request or not isinstance(field, str):
             raise InvalidArgumentError("a store-field operation names the document's key and the field: "
                                        "{op, db, bucket, key, field, args}")
-        declared = {f["name"]: f["type"] for f in decl.get("store_fields") or []}
-        if field not in declared:
-            names = ", ".join(f"{n} ({t})" for n, t in declared.items()) or "none"
-            raise BadValueError(f"bucket {bucket!r} has no store field {field!r}; its store fields: {names}")
-        op = operations.FIELD_VERBS.get(name)
-        if op is None or declared[field] not in op.types:
-            raise field_refusal(bucket, field, declared[field], name)
-        args = request.get("args") or {}
-        if not isinstance(args, dict):
-            raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
-        args = operations.bind(op, (), args)
-        positional = [args.get(p.name) for p in op.params]
-        while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
-            positional.pop()
-        keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
         store = self._store(db, bucket, decl)
+        fields = getattr(store, "fields", None)
+        if fields is None:  # a queue, heap or blob bucket: its elements own no stores
+            raise no_store_field(bucket, field, {})
         try:
-            result = store.fields.call(request["key"], field, op.name, positional, keywords)
+            target = fields.store(request["key"], field, name)
+            op = operations.FIELD_VERBS[name]
+            args = request.get("args") or {}
+            if not isinstance(args, dict):
+                raise InvalidArgumentError(f"{op.name}: 'args' must be a document of named arguments")
+            args = operations.bind(op, (), args)
+            positional = [args.get(p.name) for p in op.params]
+            while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
+                positional.pop()
+            keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None}
+            result = getattr(target, op.name)(*positional, **keywords)
         except RecursionError:
             raise BadValueError(TOO_DEEP) from None
         except Exception as exc:
@@ -311,8 +319,8 @@ class Engine:
                 directory = self.path / db / bucket
                 if not directory.is_dir() or not any(directory.iterdir()):
                     # A create makes the folder and its files durably before the declaration
-                    # (_create_bucket), so no crash leaves a declared bucket without them: they
-                    # were deleted. Making them anew would answer as an empty bucket.
+                    # (catalog_operations.create_bucket), so no crash leaves a declared bucket
+                    # without them: they were deleted. Making them anew would answer as an empty bucket.
                     raise CorruptDataError(
                         f"{directory}: the folder of bucket {bucket!r} of database {db!r} is missing or empty, "
                         "though the catalog declares the bucket: its files were deleted or moved. Nothing was "
@@ -332,200 +340,7 @@ class Engine:
             self._dirty.discard(store)  # dropped: nothing of it to make durable
             store.close()
 
-    # -- catalog operations ----------------------------------------------------------
-
-    def _create_database(self, request: dict) -> None:
-        self.catalog.create_database(_db(request))
-
-    def _list_databases(self, request: dict) -> list:
-        return self.catalog.databases()
-
-    def _list_buckets(self, request: dict) -> list:
-        return self.catalog.buckets(_db(request))
-
-    def _sweep_ttl(self, request: dict) -> dict:
-        return self.sweeper.sweep()
-
-    def _create_bucket(self, request: dict) -> dict:
-        db, name = _db(request), _bucket(request)
-        declaration, warnings = declare_bucket(name, request.get("options") or {})
-        type_name = declaration["type"]
-        with self._mutex:
-            directory = self.path / db / name
-            if not self.catalog.has_bucket(db, name) and directory.exists():  # left by a drop that crashed before removing it
-                shutil.rmtree(directory)
-            opened: list[Store] = []
-
-            def prepare(decl: dict) -> None:
-                # The bucket's files first, its declaration after: a disk too full for
-                # either leaves neither (a crash between leaves a folder no declaration
-                # names, removed as above by the next create of that name).
-                directory.mkdir(parents=True, exist_ok=True)
-                store = store_class(decl["type"])(directory, decl, self.options)
-                opened.append(store)
-                try:  # the folder's entry (and its database's) on disk before the declaration names them (_store)
-                    fsync_directory(directory.parent)
-                    fsync_directory(self.path)
-                except OSError as exc:
-                    raise storage_error(f"creating {directory}", exc, "the bucket was not created") from None
-                rebuilt = store.open_indexes() if hasattr(store, "open_indexes") else None
-                if rebuilt is not None:
-                    decl["indexes"] = rebuilt
-
-            try:
-                self.catalog.create_bucket(db, declaration, prepare)
-            except BaseException:
-                for store in opened:
-                    try:
-                        store.close()
-                    except Exception as exc:  # the create's own error is what the caller hears
-                        log.warning("closing the store of a bucket not created: %s", exc)
-                if opened or (directory.exists() and not self.catalog.has_bucket(db, name)):
-                    shutil.rmtree(directory, ignore_errors=True)
-                raise
-            self._stores[(db, name)] = opened[0]
-        answer = {"ok": 1, "result": {"name": name, "type": type_name}}
-        if warnings:
-            answer["warnings"] = warnings
-        return answer
-
-    def _drop_bucket(self, request: dict) -> dict:
-        db, name = _db(request), _bucket(request)
-        with self._mutex:
-            self.catalog.drop_bucket(db, name)  # durable first: a crash after it leaves only a folder
-            self._close_store(db, name)
-            shutil.rmtree(self.path / db / name, ignore_errors=True)
-        return {"dropped": name}
-
-    def _drop_database(self, request: dict) -> dict:
-        db = _db(request)
-        with self._mutex:
-            dropped = self.catalog.drop_database(db)
-            for decl in dropped:
-                self._close_store(db, decl["name"])
-            shutil.rmtree(self.path / db, ignore_errors=True)
-        return {"dropped": db, "buckets": len(dropped)}
-
-    def _stats(self, request: dict) -> dict:
-        db, name = _db(request), _bucket(request)
-        decl = self.catalog.bucket(db, name)
-        store = self._store(db, name, decl)
-        try:
-            return {"name": name, "type": decl["type"], **store.stats(), "indexes": _index_states(store, decl)}
-        except Exception as exc:
-            self._check_still_open(db, name, store, exc)
-            raise
-
-    def _describe_bucket(self, request: dict) -> dict:
-        db, name = _db(request), _bucket(request)
-        decl = self.catalog.bucket(db, name)
-        store = self._store(db, name, decl)
-        try:
-            stats = store.stats()
-        except Exception as exc:
-            self._check_still_open(db, name, store, exc)
-            raise
-        return {
-            "name": name, "db": db, "type": decl["type"], "options": decl.get("options", {}),
-            "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
-            "indexes": _index_states(store, decl), "verbs": operations.verbs_for(decl["type"]),
-            **({"placement": decl["placement"]} if "placement" in decl else {}),
-            "entries": stats["entries"], "bytes": stats["bytes"], "data_bytes": stats["data_bytes"],
-        }
-
-    def _check(self, request: dict) -> dict:
-        """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) walked in
-        one read transaction while it serves: ``{buckets: [{db, bucket, type, checked, problems:
-        [[file, what, todo], ...], more}]}``. A type without such a walk (fifo, lifo, blob: their
-        files change under a read) says ``checked: false``; ``hoarddb check DIR`` checks those."""
-        db, bucket = request.get("db"), request.get("bucket")
-        if bucket is not None and db is None:
-            raise InvalidArgumentError("check: a bucket is named within a database: give db too")
-        out = []
-        for name in [db] if db is not None else self.catalog.databases():
-            for b in [bucket] if bucket is not None else self.catalog.buckets(name):
-                decl = self.catalog.bucket(name, b)
-                store = self._store(name, b, decl)
-                entry = {"db": name, "bucket": b, "type": decl["type"], "checked": False, "problems": [], "more": 0}
-                walk = getattr(store, "check_open", None)
-                if walk is not None:
-                    problems = walk({**decl, "db": name, "name": b})
-                    entry.update(checked=True, problems=[list(p) for p in problems], more=getattr(problems, "more", 0))
-                out.append(entry)
-        return {"buckets": out}
-
-    def _backup(self, request: dict) -> dict:
-        """backup (admin): copy the open data directory into ``path`` (a new folder, absolute, outside
-        it) while it serves: the catalog, then each bucket as one moment of that bucket
-        (:meth:`Store.backup`), then the server's own files (``_users/``, ``tls/``). ``path`` then
-        opens as a data directory. Consistent per bucket, not across buckets."""
-        import time
-
-        raw = request.get("path")
-        if not isinstance(raw, str) or not raw or not Path(raw).is_absolute():
-            raise BadValueError("backup: 'path' is an absolute path of a new folder on the server's machine, "
-                                f"got {raw!r}")
-        target = Path(raw)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise BadValueError(f"backup: {target} exists and is not an empty folder; give a new one")
-        here = self.path.resolve()
-        if target.resolve() == here or here in target.resolve().parents:
-            raise BadValueError(f"backup: {target} is inside the data directory {here}; give a folder outside it")
-        started = time.monotonic()
-        target.mkdir(parents=True, exist_ok=True)
-        with self._mutex:  # the catalog and the list of buckets of one moment: no bucket declared or dropped between
-            (target / "catalog").mkdir()
-            self.catalog.kv.env.copy(str(target / "catalog"), compact=True)
-            decls = sorted(((d["db"], d["name"], d) for d in self.catalog.all_buckets()), key=lambda t: t[:2])
-            for db in self.catalog.databases():
-                (target / db).mkdir()
-        copied = []
-        for db, name, decl in decls:
-            store = self._store(db, name, decl)
-            store.backup(target / db / name)
-            copied.append({"db": db, "bucket": name, "type": decl["type"]})
-        for folder in ("_users", "tls"):
-            if (self.path / folder).is_dir():
-                shutil.copytree(self.path / folder, target / folder, ignore=shutil.ignore_patterns("LOCK"))
-        return {"path": str(target), "buckets": copied, "seconds": round(time.monotonic() - started, 3)}
-
-    def _alter_bucket(self, request: dict) -> dict:
-        db, name = _db(request), _bucket(request)
-        decl = self.catalog.bucket(db, name)
-        raw = request.get("options") or {}
-        if not isinstance(raw, dict) or not raw:
-            raise InvalidArgumentError("alter_bucket: 'options' must be a non-empty document of changes")
-        if "indices" in raw or any("unique" in (f.get("keywords") or []) for f in raw.get("fields") or [] if isinstance(f, dict)):
-            raise BadValueError(
-                "alter bucket cannot add an index to an existing bucket; declare indexes when you create the bucket"
-            )
-        if "type" in raw and raw["type"] != decl["type"]:
-            raise BadValueError(
-                f"alter bucket cannot change a bucket's type ({decl['type']}); create a new bucket and move the data"
-            )
-        changed = dict(decl)
-        warnings: list[str] = []
-        for key, value in raw.items():
-            if key == "type":
-                continue
-            if key == "fields":
-                changed["fields"] = check_fields(value, warnings)
-            elif key == "placement":
-                if (decl.get("partitions") or 1) > 1:
-                    raise BadValueError(f"alter bucket cannot make a bucket of {decl['partitions']} partitions whole "
-                                        "(moving its partitions together is not built yet); create a new bucket "
-                                        "with placement: whole and copy the documents")
-                changed.update(check_placement({"placement": value}, decl["type"], decl.get("indexes") or []))
-            else:
-                raise UnknownOptionError(
-                    f"alter bucket may change: fields, placement; not {key!r} "
-                    "(a bucket's type, options and indexes are fixed when it is created)"
-                )
-        self.catalog.replace_bucket(db, changed)
-        answer = {"ok": 1, "result": {"name": name, "altered": sorted(k for k in raw if k != "type")}}
-        if warnings:
-            answer["warnings"] = warnings
-        return answer
+    # -- groups of writes ------------------------------------------------------------
 
     def execute_group(self, requests: list[dict], checked: bool = False) -> list:
         """Run writes that arrived together, in order: each one's answer, or the error it raised.
@@ -790,7 +605,7 @@ class Engine:
         for store in dirty:
             store.sync()
 
-    # -- TTL and metrics -------------------------------------------------------------
+    # -- TTL -------------------------------------------------------------------------
 
     def _ttl_stores(self):
         """The open stores of every hash bucket that has a TTL index."""
@@ -824,17 +639,6 @@ class Engine:
             self.catalog.replace_bucket(db, dict(self.catalog.bucket(db, bucket), indexes=indexes))
             self._catalog_dirty = True
             self._hot.pop((db, bucket), None)
-
-    def _metrics(self, request: dict | None = None) -> dict:
-        counts = dict.fromkeys(("ready", "building", "conflicted", "unreadable"), 0)
-        for decl in self.catalog.all_buckets():
-            store = self._stores.get((decl["db"], decl["name"]))
-            for ix in _index_states(store, decl) if store is not None else \
-                    [{"state": Index(d).state} for d in decl.get("indexes") or []]:
-                counts[ix["state"]] = counts.get(ix["state"], 0) + 1
-        for state, n in counts.items():
-            self.metrics.indexes.labels(state).set(n)
-        return self.metrics.snapshot()
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -873,26 +677,7 @@ class Engine:
 
 
 #: The operations the engine runs itself (the table's ``runs=ENGINE``: catalog, metrics,
-#: TTL), each the method ``_<name>`` of ``(engine, request)``: the engine refers to them
-#: without their referring back to it.
+#: TTL, check, backup), each the function of ``(engine, request)`` of the same name in
+#: :mod:`hoarddb.catalog_operations`: the engine refers to them without their referring back to it.
 HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
-    name: getattr(Engine, "_" + name) for name in sorted(operations.names(runs=operations.ENGINE))}
-
-
-def _index_states(store: Store, decl: dict) -> list[dict]:
-    """The bucket's indexes as describe and stats show them, each with its current state."""
-    states = store.index_states() if hasattr(store, "index_states") else decl.get("indexes", [])
-    return [
-        {"name": ix["name"], "fields": ix["fields"], "unique": ix.get("unique", False),
-         "expire_after_seconds": ix.get("expire_after_seconds"), "state": ix.get("state", "ready"),
-         **{k: ix[k] for k in (*INDEX_OPTIONS, "progress") if k in ix}, "summary": describe_index(ix)}
-        for ix in states
-    ]
-
-
-def _db(request: dict) -> str:
-    return check_name(request.get("db"), "database")
-
-
-def _bucket(request: dict) -> str:
-    return check_name(request.get("bucket"), "bucket")
+    name: getattr(catalog_operations, name) for name in sorted(operations.names(runs=operations.ENGINE))}

@@ -18,6 +18,15 @@ class HoardError(Exception):
     code = 1
     codeName = "INTERNAL_ERROR"
 
+    # Details some errors carry (set from ``details``, so only where they apply: ``hasattr``
+    # tells whether an error has one). A client's error of a lost connection says whether
+    # the call may have been applied (True only for a write sent whose answer never came):
+    outcome_unknown: bool
+    #: the server closed the connection, saying why (its goodbye, or a refused login)
+    server_closed: bool
+    #: a pipeline's answers that came before the connection was lost
+    answers: list
+
     def __init__(self, message: str, **details):
         super().__init__(message)
         self.message = message
@@ -253,7 +262,8 @@ for _cls in list(globals().values()):
 
 def error_from_answer(answer: dict) -> HoardError:
     """The exception an error answer ``{ok: 0, code, codeName, message}`` stands for."""
-    cls = ERRORS.get(answer.get("code"), HoardError)
+    code = answer.get("code")
+    cls = ERRORS.get(code, HoardError) if isinstance(code, int) else HoardError
     err = cls(answer.get("message", ""), **(answer.get("details") or {}))
     if cls is HoardError:
         err.code, err.codeName = answer.get("code", 1), answer.get("codeName", "INTERNAL_ERROR")

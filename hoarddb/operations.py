@@ -28,6 +28,7 @@ is expected, or left over after the params, is the options document
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
@@ -239,6 +240,15 @@ class Operation:
     gather: str = ""
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
+    # Derived once from the above by __post_init__, for binding on the hot path:
+    #: the names of params, in order
+    param_names: tuple = dataclasses.field(init=False, repr=False, compare=False)
+    #: whether a positional call is bound by zipping (no scalar param that could take an options document instead)
+    simple: bool = dataclasses.field(init=False, repr=False, compare=False)
+    #: whether every param of a simple call takes any value: a positional call needs no kind check at all
+    unchecked: bool = dataclasses.field(init=False, repr=False, compare=False)
+    #: the name of the one argument of a simple verb (insert's doc, get's key), else None
+    single: str | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         verb = self.scope in (BUCKET, FIELD)
@@ -252,15 +262,10 @@ class Operation:
                 object.__setattr__(self, name, value)
         if self.role not in ROLES or self.cost not in COSTS:
             raise ValueError(f"operation {self.name}: role {self.role!r} or cost {self.cost!r} is not one of the table's")
-        # Derived once, for binding on the hot path: names of params, and whether a
-        # positional call can be bound by zipping (no scalar param that could take an
-        # options document instead).
         object.__setattr__(self, "param_names", tuple(p.name for p in self.params))
         object.__setattr__(self, "simple", all(p.kind not in ("int", "str") for p in self.params)
                            and not self.options and all(p.required for p in self.params))
-        # every param takes any value: a positional call needs no kind check at all
         object.__setattr__(self, "unchecked", self.simple and all(p.kind == "any" for p in self.params))
-        # the name of the one argument of a simple verb (insert's doc, get's key), else None
         object.__setattr__(self, "single", self.param_names[0] if self.simple and len(self.params) == 1 else None)
 
     def param(self, name: str) -> Param | None:
@@ -276,7 +281,7 @@ def _types(*names: str) -> frozenset:
 
 _LIMIT = Param("limit", "int", False, "how many elements")
 #: What find and search become when HQL chains .count() or .explain() after them.
-_CURSOR_CHAINS = (("count", "count", {}), ("explain", "search", {"explain": True}))
+_CURSOR_CHAINS: tuple[tuple[str, str, dict[str, Any]], ...] = (("count", "count", {}), ("explain", "search", {"explain": True}))
 #: find's and search's options besides the limit.
 _READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, such as {Date: -1}"),
                  Param("skip", "int", False, "how many matches to pass over"),
@@ -500,12 +505,6 @@ for _op in [
               summary="A bucket's entries, bytes and index states.", answer="a document"),
     Operation("metrics", scope=SERVER, cost=SCAN, summary="Every metric sample.", answer="a document"),
     Operation("sweep_ttl", scope=SERVER, write=True, summary="Run one TTL sweep now.", answer="a document"),
-    # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
-    # data directory elsewhere: neither changes the data, and neither is worth sending twice
-    Operation("check", scope=SERVER, cost=SCAN, retry=False,
-              summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
-    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True, "a directory"),),
-              summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
     Operation("whoami", scope=SERVER, runs=SERVER, role="any",
               summary="The logged-in user and their roles.", answer="{user, roles}"),
     Operation("list_users", scope=SERVER, runs=SERVER, summary="Every user and their roles.", answer="a list"),
@@ -518,8 +517,21 @@ for _op in [
     Operation("set_roles", scope=SERVER, runs=SERVER, write=True, fields=(_USER, _ROLES),
               summary="Replace a user's roles; open connections use them from their next request.",
               answer="a document"),
+    # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
+    # data directory elsewhere: neither changes the data, and neither is worth sending twice
+    Operation("check", scope=SERVER, cost=SCAN, retry=False,
+              summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
+    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True, "a directory"),),
+              summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
 ]:
     ADMIN[_op.name] = _op
+
+#: The catalog and server operations as names of this module, for the code that builds
+#: their requests (``{"op": LIST_DATABASES.name}``) or asks about one: each is its entry,
+#: named as it is, upper-cased (tests/test_operations_table.py holds them to it).
+(CREATE_DATABASE, DROP_DATABASE, LIST_DATABASES, CREATE_BUCKET, DROP_BUCKET, ALTER_BUCKET, LIST_BUCKETS,
+ DESCRIBE_BUCKET, STATS, METRICS, SWEEP_TTL, WHOAMI, LIST_USERS, CREATE_USER, UPDATE_USER, DROP_USER, SET_ROLES,
+ CHECK, BACKUP) = ADMIN.values()
 
 #: Every operation by name (and alias): bucket verbs, catalog and server operations. A
 #: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import operations
+from .operations import CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, LIST_BUCKETS, LIST_DATABASES
 from .errors import BucketNotFoundError, HoardError, InternalError, UnknownVerbError
 from .hql import literals, printer
 from .hql.parser import Statement, is_complete, next_keywords, statements, unknown_verb
@@ -87,9 +88,9 @@ def in_hql(err: HoardError, request: dict | None = None) -> HoardError:
 
     def statement(m: re.Match) -> str:
         words = HQL_STATEMENT_OF[m.group(1)]
-        if m.group(1) == "create_database" and request.get("db"):
+        if m.group(1) == CREATE_DATABASE.name and request.get("db"):
             words += f" {request['db']}"
-        elif m.group(1) == "create_bucket" and request.get("bucket") and request.get("op") != "create_bucket":
+        elif m.group(1) == CREATE_BUCKET.name and request.get("bucket") and request.get("op") != CREATE_BUCKET.name:
             words += f" {request['bucket']} {{ type: ... }}"
         return f"`{words}`"
 
@@ -208,7 +209,7 @@ class Shell:
             raise in_hql(e, request) from None
         if request["op"] in operations.names(catalog=True):
             self.forget_buckets()
-        if request["op"] == "create_database" and self.db is None:
+        if request["op"] == CREATE_DATABASE.name and self.db is None:
             # Nothing was selected: the database just made is the one meant (`create database
             # PhotoJournal;` then its buckets, as store-types.md writes it).
             self.db = request["db"]
@@ -220,7 +221,7 @@ class Shell:
         self.forget_buckets()
         answer: dict[str, Any] = {"ok": 1, "result": {"db": name}}
         try:
-            known = self.client.execute({"op": "list_databases"}).get("result") or []
+            known = self.client.execute({"op": LIST_DATABASES.name}).get("result") or []
         except HoardError:
             known = [name]
         if name not in known:
@@ -237,7 +238,7 @@ class Shell:
     def _bucket_meant(self, err: HoardError, request: dict) -> HoardError:
         """BUCKET_NOT_FOUND with the bucket the user likely meant: ``db.users`` for ``Users``, ``db.Usres`` too."""
         name = request.get("bucket")
-        if not isinstance(name, str) or request.get("op") == "create_bucket":
+        if not isinstance(name, str) or request.get("op") == CREATE_BUCKET.name:
             return err
         self.forget_buckets()
         meant = _meant(name, self.bucket_names())
@@ -364,7 +365,7 @@ class Shell:
     def bucket_names(self) -> list[str]:
         if self._buckets is None:
             try:
-                self._buckets = list(self.client.execute({"op": "list_buckets", "db": self.db}).get("result") or []) \
+                self._buckets = list(self.client.execute({"op": LIST_BUCKETS.name, "db": self.db}).get("result") or []) \
                     if self.db else []
             except HoardError:
                 self._buckets = []
@@ -372,7 +373,7 @@ class Shell:
 
     def database_names(self) -> list[str]:
         try:
-            return list(self.client.execute({"op": "list_databases"}).get("result") or [])
+            return list(self.client.execute({"op": LIST_DATABASES.name}).get("result") or [])
         except HoardError:
             return []
 
@@ -380,7 +381,7 @@ class Shell:
         if bucket not in self._types:
             try:
                 self._types[bucket] = self.client.execute(
-                    {"op": "describe_bucket", "db": self.db, "bucket": bucket}).get("result") or {}
+                    {"op": DESCRIBE_BUCKET.name, "db": self.db, "bucket": bucket}).get("result") or {}
             except HoardError:
                 self._types[bucket] = {}
         return self._types[bucket]

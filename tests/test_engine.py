@@ -209,7 +209,10 @@ def test_is_point_read_tells_one_key_reads_from_scans(client):
     db.create_bucket("P", type="blob")
     db.U.insert({"_id_": 1, "Email": "a@x", "Co": "c"})
     engine = client._executor
-    req = lambda op, bucket="U", **args: {"op": op, "db": "app", "bucket": bucket, "args": args}
+
+    def req(op, bucket="U", **args):
+        return {"op": op, "db": "app", "bucket": bucket, "args": args}
+
     assert engine.is_point_read(req("get", key=1))
     assert engine.is_point_read(req("search", filter={"Email": "a@x"}))
     assert engine.is_point_read(req("length"))

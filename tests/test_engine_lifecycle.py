@@ -111,8 +111,9 @@ def test_an_engine_freed_on_its_sweeper_thread_is_closed_there_without_a_deadloc
                 time.sleep(0.001)
             assert ref() is None, "the engine was never freed"
             c = hoarddb.open(tmp_path / "data", ttl_sweep_seconds=0.001)  # (waits for a close under way)
-            b = c["app"].T
+            b = c["app"].T  # a bucket held too, dropped with its client at the loop's top
             ref = weakref.ref(c._executor)
+        del b
         c.close()
     with hoarddb.open(tmp_path / "data") as again:
         assert again["app"].T.length() == 200

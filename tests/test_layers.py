@@ -1,7 +1,9 @@
-"""The layers hold: import-linter's contracts (pyproject.toml) are kept, and docs/dev/architecture.md draws the same layers."""
+"""The code's shape holds: import-linter's contracts (pyproject.toml) are kept, docs/dev/architecture.md draws the
+same layers, ruff finds nothing in the code, and mypy no error in the public API."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+RUFF = Path(sys.executable).with_name("ruff")
+MYPY = Path(sys.executable).with_name("mypy")
 
 
 def contracts() -> list[dict]:
@@ -37,3 +41,20 @@ def test_the_architecture_page_draws_the_layers_the_contract_checks():
     layers = next(c for c in contracts() if c["type"] == "layers")["layers"]
     checked = [" | ".join(sorted(m.strip().removeprefix("hoarddb.") for m in layer.split("|"))) for layer in layers]
     assert drawn == checked, f"the page draws\n{drawn}\nthe contract checks\n{checked}"
+
+
+@pytest.mark.skipif(not RUFF.exists(), reason="ruff is not installed (pip install '.[test]')")
+def test_ruff_finds_nothing():
+    """pyproject.toml's [tool.ruff] checks, over the package, its tests and its benchmarks."""
+    done = subprocess.run([str(RUFF), "check", "--no-cache", "--output-format", "concise", "hoarddb", "tests", "bench"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not MYPY.exists(), reason="mypy is not installed (pip install '.[test]')")
+def test_mypy_finds_no_error_in_the_public_api():
+    """pyproject.toml's [tool.mypy] names the files: hoarddb's exports, api, client, aio, errors, operations."""
+    done = subprocess.run([str(MYPY), "--cache-dir", os.devnull], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "Success: no issues found" in done.stdout

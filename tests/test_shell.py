@@ -412,7 +412,7 @@ def test_an_unknown_verb_lists_the_verbs_of_the_buckets_own_type(run):
         "line 6, column 21: unknown verb 'pusj'; did you mean push? verbs of lifo store field U.Expenses: "
         + ", ".join(operations.field_verbs_for("lifo")) + " (help VERB describes one)")
     # a bucket that does not exist: every verb, as the parser says it
-    assert "did you mean push? verbs: ack, batch_insert" in nowhere["message"]
+    assert "did you mean push? verbs: ack, aggregate, batch_insert" in nowhere["message"]
     # a verb of another store type: whose it is
     ran = run("use app\ncreate bucket U { type: hash }\ndb.U.psh({a: 1})", continue_on_error=True)
     assert ("unknown verb 'psh'; push is a verb of fifo, lifo and heap buckets, not this one; verbs of hash "
@@ -438,10 +438,10 @@ def test_search_with_explain_prints_the_plan_in_the_readable_shell(run):
     ran = run(script, json_mode=False)
     assert ran.code == 0, ran.err
     plan = ran.out[ran.out.index('[{_id_: "o1", C: 1}]'):].splitlines()
-    assert plan[:8] == ['[{_id_: "o1", C: 1}]', "-- plan:", "--   index used:    C_1", "--   keys examined: 1",
-                        "--   docs examined: 1", "--   returned:      1", "--   considered:",
-                        "--     C_1 (covers 1 field): chosen"]
-    assert plan[8:11] == ["[]", "-- plan:", "--   index used:    none — full scan"]
+    assert plan[:9] == ['[{_id_: "o1", C: 1}]', "-- plan:", "--   index used:    C_1", "--   keys examined: 1",
+                        "--   docs examined: 1", "--   returned:      1", '--   served:        {equality: ["C"]}',
+                        "--   considered:", "--     C_1 (covers 1 field): chosen"]
+    assert plan[9:12] == ["[]", "-- plan:", "--   index used:    none — full scan"]
     assert plan[-1] == '[{_id_: "o1", C: 1}]'  # without explain: the documents only
     assert ran.out.count("-- plan:") == 2
 

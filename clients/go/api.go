@@ -318,13 +318,51 @@ func (b *Bucket) Exists(ctx context.Context, key interface{}) (bool, error) {
 	return yes, nil
 }
 
-// FindOptions bound a find or search; Explain asks the planner for its account.
+// FindOptions shape what a find or search answers; zero values are left out. Sort orders
+// the matches by fields and directions: give a bson.D, whose keys keep their order
+// (bson.D{{Key: "Date", Value: -1}}), not a bson.M, whose keys come in any order. Skip
+// passes over that many matches, Limit answers at most that many (a sort with a limit
+// holds only Skip+Limit documents at a time), and Projection keeps (bson.M{"Title": 1})
+// or drops (bson.M{"Notes": 0}) fields, _id_ kept unless dropped. Explain (search only)
+// asks the planner for its account.
 type FindOptions struct {
-	Limit   int
-	Explain bool
+	Sort       interface{}
+	Skip       int
+	Limit      int
+	Projection interface{}
+	Explain    bool
 }
 
-// Found says how find or search found its documents.
+func (o FindOptions) args(args bson.D) bson.D {
+	if o.Sort != nil {
+		args = append(args, bson.E{Key: "sort", Value: o.Sort})
+	}
+	if o.Skip != 0 { // a negative one is sent, for the server to refuse
+		args = append(args, bson.E{Key: "skip", Value: o.Skip})
+	}
+	if o.Limit != 0 {
+		args = append(args, bson.E{Key: "limit", Value: o.Limit})
+	}
+	if o.Projection != nil {
+		args = append(args, bson.E{Key: "projection", Value: o.Projection})
+	}
+	if o.Explain {
+		args = append(args, bson.E{Key: "explain", Value: true})
+	}
+	return args
+}
+
+// last is the options a method was given (variadic, so that they may be left out): the
+// last one, or the zero value when there is none.
+func last[T any](opts []T) T {
+	var o T
+	if len(opts) > 0 {
+		o = opts[len(opts)-1]
+	}
+	return o
+}
+
+// Found says how find, search or aggregate found its documents.
 type Found struct {
 	// IndexUsed is the index's name, or "none — full scan".
 	IndexUsed string
@@ -332,19 +370,8 @@ type Found struct {
 	Explain bson.Raw
 }
 
-func (b *Bucket) found(ctx context.Context, op string, filter interface{}, v interface{}, opts []FindOptions) (Found, error) {
-	if filter == nil {
-		filter = bson.D{}
-	}
-	args := bson.D{{Key: "filter", Value: filter}}
-	for _, o := range opts {
-		if o.Limit > 0 {
-			args = append(args, bson.E{Key: "limit", Value: o.Limit})
-		}
-		if o.Explain {
-			args = append(args, bson.E{Key: "explain", Value: true})
-		}
-	}
+// found runs a read that answers documents and says how it found them, decoding them into v.
+func (b *Bucket) found(ctx context.Context, op string, args bson.D, v interface{}) (Found, error) {
 	a, err := b.call(ctx, op, args)
 	if err != nil {
 		return Found{}, err
@@ -354,34 +381,131 @@ func (b *Bucket) found(ctx context.Context, op string, filter interface{}, v int
 	return f, a.Decode(v)
 }
 
-// Find decodes every document matching the filter (a full scan) into v, a pointer to a slice.
+func filterOrAll(filter interface{}) interface{} {
+	if filter == nil {
+		return bson.D{}
+	}
+	return filter
+}
+
+// Find decodes the documents matching the filter (nil: all; a full scan) into v, a
+// pointer to a slice: in key order, or sorted, skipped, limited and projected as opts say.
 func (b *Bucket) Find(ctx context.Context, filter interface{}, v interface{}, opts ...FindOptions) (Found, error) {
-	return b.found(ctx, "find", filter, v, opts)
+	return b.found(ctx, "find", last(opts).args(bson.D{{Key: "filter", Value: filterOrAll(filter)}}), v)
 }
 
 // Search is Find served by an index when one fits; Found.IndexUsed names it.
 func (b *Bucket) Search(ctx context.Context, filter interface{}, v interface{}, opts ...FindOptions) (Found, error) {
-	return b.found(ctx, "search", filter, v, opts)
+	return b.found(ctx, "search", last(opts).args(bson.D{{Key: "filter", Value: filterOrAll(filter)}}), v)
+}
+
+// Distinct decodes the different values of field (a dotted path) in the documents matching
+// the filter (nil: all) into v, a pointer to a slice ([]string, []interface{}...), in
+// sort order; an array field gives its elements one by one.
+func (b *Bucket) Distinct(ctx context.Context, field string, filter interface{}, v interface{}) error {
+	return b.decode(ctx, "distinct", bson.D{{Key: "field", Value: field}, {Key: "filter", Value: filterOrAll(filter)}}, v)
+}
+
+// AggregateOptions: Explain asks how a leading $match was served (Found.Explain).
+type AggregateOptions struct {
+	Explain bool
+}
+
+// Aggregate runs an aggregation pipeline (a bson.A or a []bson.D of stages: $match,
+// $group, $sort, $project, $unwind, $lookup...) over the bucket and decodes what it makes
+// into v, a pointer to a slice; Found.IndexUsed names the index that served a leading $match.
+func (b *Bucket) Aggregate(ctx context.Context, pipeline interface{}, v interface{}, opts ...AggregateOptions) (Found, error) {
+	args := bson.D{{Key: "pipeline", Value: pipeline}}
+	if last(opts).Explain {
+		args = append(args, bson.E{Key: "explain", Value: true})
+	}
+	return b.found(ctx, "aggregate", args, v)
 }
 
 // Count is how many documents match the filter (nil: all).
 func (b *Bucket) Count(ctx context.Context, filter interface{}) (int64, error) {
-	if filter == nil {
-		filter = bson.D{}
-	}
-	return b.count(ctx, "count", bson.D{{Key: "filter", Value: filter}}, "")
+	return b.count(ctx, "count", bson.D{{Key: "filter", Value: filterOrAll(filter)}}, "")
 }
 
-// UpdateResult is how many documents an update matched and changed.
+// UpdateOptions: Upsert inserts a document when nothing matches (the filter's equality
+// fields, then the update, $setOnInsert included); OnlyFirst changes only the first match
+// in key order (MongoDB's updateOne; the server's multi: false), where by default every
+// match changes; ArrayFilters are the filters of the update's $[<identifier>] paths, one
+// filter document per identifier.
+type UpdateOptions struct {
+	Upsert       bool
+	OnlyFirst    bool
+	ArrayFilters []interface{}
+}
+
+// UpdateResult is how many documents an update matched and changed, and the key of the
+// document an upsert inserted (nil when it inserted none).
 type UpdateResult struct {
-	Matched  int64 `bson:"matched"`
-	Modified int64 `bson:"modified"`
+	Matched  int64       `bson:"matched"`
+	Modified int64       `bson:"modified"`
+	Upserted interface{} `bson:"upserted"`
 }
 
-// Update applies update operators to every matching document, in one write.
-func (b *Bucket) Update(ctx context.Context, filter, update interface{}) (UpdateResult, error) {
+// Update applies update operators to every matching document (with OnlyFirst, the first),
+// in one write: all of them change, or none.
+func (b *Bucket) Update(ctx context.Context, filter, update interface{}, opts ...UpdateOptions) (UpdateResult, error) {
+	args := bson.D{{Key: "filter", Value: filter}, {Key: "update", Value: update}}
+	o := last(opts)
+	if o.Upsert {
+		args = append(args, bson.E{Key: "upsert", Value: true})
+	}
+	if o.OnlyFirst {
+		args = append(args, bson.E{Key: "multi", Value: false})
+	}
+	if o.ArrayFilters != nil {
+		args = append(args, bson.E{Key: "arrayFilters", Value: o.ArrayFilters})
+	}
 	var out UpdateResult
-	return out, b.decode(ctx, "update", bson.D{{Key: "filter", Value: filter}, {Key: "update", Value: update}}, &out)
+	return out, b.decode(ctx, "update", args, &out)
+}
+
+// FindAndModifyOptions: New returns the document as it became (by default, as it was);
+// Upsert inserts when nothing matches; Remove deletes the document instead of updating it
+// (give a nil update); Sort picks which match, when several do (a bson.D); Projection
+// shapes the document returned; ArrayFilters are the filters of the update's
+// $[<identifier>] paths.
+type FindAndModifyOptions struct {
+	New          bool
+	Upsert       bool
+	Remove       bool
+	Sort         interface{}
+	Projection   interface{}
+	ArrayFilters []interface{}
+}
+
+// FindAndModify updates (or, with Remove, deletes) one document matching the filter and
+// decodes it into v, in one atomic read-modify-write: no other write comes between. False
+// when no document came back: nothing matched, or an upsert inserted without New.
+// Counters and job queues are built on it.
+func (b *Bucket) FindAndModify(ctx context.Context, filter, update interface{}, v interface{}, opts ...FindAndModifyOptions) (bool, error) {
+	args := bson.D{{Key: "filter", Value: filterOrAll(filter)}}
+	if update != nil {
+		args = append(args, bson.E{Key: "update", Value: update})
+	}
+	o := last(opts)
+	for _, flag := range []struct {
+		name string
+		on   bool
+	}{{"new", o.New}, {"upsert", o.Upsert}, {"remove", o.Remove}} {
+		if flag.on {
+			args = append(args, bson.E{Key: flag.name, Value: true})
+		}
+	}
+	if o.Sort != nil {
+		args = append(args, bson.E{Key: "sort", Value: o.Sort})
+	}
+	if o.Projection != nil {
+		args = append(args, bson.E{Key: "projection", Value: o.Projection})
+	}
+	if o.ArrayFilters != nil {
+		args = append(args, bson.E{Key: "arrayFilters", Value: o.ArrayFilters})
+	}
+	return b.one(ctx, "find_and_modify", args, v)
 }
 
 // Delete deletes: a hash bucket's documents matching a filter, a btree's entries with a
@@ -403,13 +527,12 @@ func (b *Bucket) Range(ctx context.Context, bounds interface{}, v interface{}, o
 		bounds = bson.D{}
 	}
 	args := bson.D{{Key: "bounds", Value: bounds}}
-	for _, o := range opts {
-		if o.Limit > 0 {
-			args = append(args, bson.E{Key: "limit", Value: o.Limit})
-		}
-		if o.Reverse {
-			args = append(args, bson.E{Key: "reverse", Value: true})
-		}
+	o := last(opts)
+	if o.Limit > 0 {
+		args = append(args, bson.E{Key: "limit", Value: o.Limit})
+	}
+	if o.Reverse {
+		args = append(args, bson.E{Key: "reverse", Value: true})
 	}
 	return b.decode(ctx, "range", args, v)
 }

@@ -54,6 +54,14 @@ func (c *Client) UpdateUser(ctx context.Context, name, password string, roles []
 	return err
 }
 
+// SetRoles replaces a user's roles ("admin", "readWrite:app", "read:app", "dbAdmin:app");
+// none takes every role away. The user's open connections use the new roles from their
+// next request. An unknown user is ErrNotFound.
+func (c *Client) SetRoles(ctx context.Context, name string, roles ...string) error {
+	_, err := c.call(ctx, "set_roles", bson.D{{Key: "user", Value: name}, {Key: "roles", Value: append([]string{}, roles...)}})
+	return err
+}
+
 // DropUser removes a user.
 func (c *Client) DropUser(ctx context.Context, name string) error {
 	_, err := c.call(ctx, "drop_user", bson.D{{Key: "user", Value: name}})

@@ -33,7 +33,7 @@ import asyncio
 import select
 import socket
 from collections.abc import Mapping
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from .. import api
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
@@ -54,6 +54,7 @@ class _Protocol(asyncio.Protocol):
                                arrived=self._arrived)
         self.loop = asyncio.get_running_loop()
         self.ready: asyncio.Future = self.loop.create_future()
+        #: the connection's transport, once made (a connection being opened may be failed before)
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.error: HoardError | None = None
@@ -65,10 +66,14 @@ class _Protocol(asyncio.Protocol):
         #: ``timeout`` seconds in which nothing came (a long pipeline that keeps answering does not).
         self.last_heard = self.loop.time()
         self._fd: int | None = None  # the socket's, to see whether something arrived the loop has not read
-        self._poll = None
+        self._poll: select.poll | None = None
+
+    #: The transport's write, once the connection is made (requests go out only then).
+    _write: Callable[[bytes], None]
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self._write = transport.write
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -76,7 +81,7 @@ class _Protocol(asyncio.Protocol):
             if hasattr(select, "poll"):
                 self._poll = select.poll()
                 self._poll.register(self._fd, select.POLLIN)
-        transport.write(self.core.start())
+        self._write(self.core.start())
 
     async def settle(self) -> None:
         """Let the loop read what already arrived before a request goes out. When the loop was
@@ -118,7 +123,7 @@ class _Protocol(asyncio.Protocol):
             self._fail(e)
             return
         if out:
-            self.transport.write(out)
+            self._write(out)
         if core.ready and not self.ready.done():
             self.ready.set_result(True)
 
@@ -164,7 +169,7 @@ class _Protocol(asyncio.Protocol):
         if self.closed:
             raise self.error or ConnectionError_("the connection is closed")
         request_id, data = self.core.request(doc)
-        self.transport.write(data)
+        self._write(data)
         return request_id
 
     async def next(self, request_id, last: bool = True) -> dict:
@@ -179,7 +184,7 @@ class _Protocol(asyncio.Protocol):
             if message is not None:
                 return message
             if self.closed:
-                raise self.error
+                raise self.error or ConnectionError_("the connection is closed")
             waiter = self._waiting[request_id] = self.loop.create_future()
             try:
                 if timeout is None:
@@ -222,8 +227,8 @@ class _Protocol(asyncio.Protocol):
                 self._fail(TimeoutError_(f"the server at {self.options.address} took none of our upload for "
                                          f"{self.options.timeout:g} s (timeout); the connection is closed"))
         if self.closed:
-            raise self.error
-        self.transport.write(data)
+            raise self.error or ConnectionError_("the connection is closed")
+        self._write(data)
 
     def abort_upload(self, request_id) -> None:
         """Tell the server to drop an upload, without waiting: when the transport has no room
@@ -231,7 +236,7 @@ class _Protocol(asyncio.Protocol):
         if self.closed:
             return
         if self._can_write.is_set():
-            self.transport.write(self.core.chunk(request_id, b"", end=True, abort=True))
+            self._write(self.core.chunk(request_id, b"", end=True, abort=True))
         else:
             self._fail(ConnectionError_(f"an upload to {self.options.address} was abandoned while the server "
                                         "took nothing; the connection is closed"))

@@ -36,7 +36,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Iterator
 
 from .. import busypoll
@@ -79,8 +79,9 @@ class Connection:
             self.close()
             raise
         self.sock.settimeout(options.timeout)
-        self._tls = isinstance(self.sock, ssl.SSLSocket)
-        self._readable_poll = None
+        #: the socket when it speaks TLS (which may hold bytes read but not yet taken), else None
+        self._tls: ssl.SSLSocket | None = self.sock if isinstance(self.sock, ssl.SSLSocket) else None
+        self._readable_poll: select.poll | None = None
         if hasattr(select, "poll"):
             self._readable_poll = select.poll()
             self._readable_poll.register(self.sock.fileno(), select.POLLIN)
@@ -221,7 +222,7 @@ class Connection:
 
     def _readable(self) -> bool:
         """Whether a read would not wait: bytes (or an end of file) arrived, or TLS holds some."""
-        if self._tls and self.sock.pending():
+        if self._tls is not None and self._tls.pending():
             return True
         if self._readable_poll is not None:
             return bool(self._readable_poll.poll(0))
@@ -262,8 +263,8 @@ class Connection:
         if self.closed:
             raise self._closed_error()
         poller, sent, self._sent = self.poller, self._sent, None  # sent: only with a poller
-        if sent is not None and poller.wanted():
-            if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+        if sent is not None and poller is not None and poller.wanted():
+            if not (self._tls is not None and self._tls.pending()):
                 poller.run()  # a quick answer is awaited awake (hoarddb/busypoll.py)
             sent = None
         try:
@@ -277,8 +278,8 @@ class Connection:
         if not data:
             raise self._lost(None)
         self.moved = time.monotonic()
-        if sent is not None:  # a wait the poller let pass: how long the answer took tells it about the next
-            poller.waited(time.monotonic() - sent)
+        if sent is not None and poller is not None:  # a wait the poller let pass: how long the answer took
+            poller.waited(time.monotonic() - sent)  # tells it about the next
         try:
             goodbye = self.core.feed(data)
         except ProtocolError as exc:
@@ -386,6 +387,7 @@ class RemoteExecutor:
 
     def _wait_for_turn(self, queued: float, what: str) -> None:
         timeout = self.options.timeout
+        wait: float
         while True:
             conn = self._conn
             if timeout is None:
@@ -509,8 +511,8 @@ class RemoteExecutor:
         self._take_turn("pipeline")
         try:
             conn = self._connection()
-            ids = ()
-            out = []
+            ids: Sequence[int] = ()
+            out: list = []
             try:
                 ids = conn.send_many(requests)
                 next_message, receive = conn.core.next, conn.receive

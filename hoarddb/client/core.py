@@ -415,6 +415,7 @@ def unanswered(error: HoardError, what: str, write: bool, *, closed: bool = Fals
                 "repeat, one that does not (insert without _id_, push, a blob put) may be applied twice")
     else:
         tail = f"the {what} changed nothing; call it again"
+    error_class: type[HoardError]
     if closed:
         error_class, message = ClosedError, f"this client was closed while the {what} waited for its answer"
     else:

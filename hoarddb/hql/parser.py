@@ -29,6 +29,8 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
 
 from .. import operations
+from ..operations import (ALTER_BUCKET, CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE,
+                          LIST_BUCKETS, LIST_DATABASES, STATS)
 from ..errors import (BadValueError, DatabaseNotFoundError, HoardError, InternalError, InvalidArgumentError,
                       SyntaxError_, UnknownVerbError)
 from . import literals
@@ -49,7 +51,7 @@ ONE_LINE = {"use": ("use NAME",), "show": ("show databases", "show buckets"), "d
             "drop": ("drop database NAME", "drop bucket NAME")}
 
 #: Bucket methods that are not store verbs: ``db.Users.stats()`` is the engine's stats operation.
-BUCKET_METHODS = {"stats": "stats"}
+BUCKET_METHODS = {"stats": STATS.name}
 
 
 class _KeepSemicolon:
@@ -573,40 +575,40 @@ class _ToValues(Transformer):
 
     def create_database(self, c):
         (db, _), = _tokens(c)
-        return Statement("request", request={"op": "create_database", "db": db})
+        return Statement("request", request={"op": CREATE_DATABASE.name, "db": db})
 
     def drop_database(self, c):
         (db, _), = _tokens(c)
-        return Statement("request", request={"op": "drop_database", "db": db})
+        return Statement("request", request={"op": DROP_DATABASE.name, "db": db})
 
     def use(self, c):
         (db, _), = _tokens(c)
         return Statement("use", name=db)
 
     def show_databases(self, c):
-        return Statement("request", request={"op": "list_databases"})
+        return Statement("request", request={"op": LIST_DATABASES.name})
 
     def show_buckets(self, c):
-        return Statement("request", request={"op": "list_buckets"}, needs_db=True)
+        return Statement("request", request={"op": LIST_BUCKETS.name}, needs_db=True)
 
     def create_bucket(self, c):
         parts = _tokens(c)
         (bucket, _), options = parts[0], (parts[1] if len(parts) > 1 else {})
-        return Statement("request", request={"op": "create_bucket", "bucket": bucket, "options": options},
+        return Statement("request", request={"op": CREATE_BUCKET.name, "bucket": bucket, "options": options},
                          needs_db=True)
 
     def alter_bucket(self, c):
         (bucket, _), options = _tokens(c)
-        return Statement("request", request={"op": "alter_bucket", "bucket": bucket, "options": options},
+        return Statement("request", request={"op": ALTER_BUCKET.name, "bucket": bucket, "options": options},
                          needs_db=True)
 
     def describe_bucket(self, c):
         (bucket, _), = _tokens(c)
-        return Statement("request", request={"op": "describe_bucket", "bucket": bucket}, needs_db=True)
+        return Statement("request", request={"op": DESCRIBE_BUCKET.name, "bucket": bucket}, needs_db=True)
 
     def drop_bucket(self, c):
         (bucket, _), = _tokens(c)
-        return Statement("request", request={"op": "drop_bucket", "bucket": bucket}, needs_db=True)
+        return Statement("request", request={"op": DROP_BUCKET.name, "bucket": bucket}, needs_db=True)
 
     def help(self, c):
         parts = _tokens(c)

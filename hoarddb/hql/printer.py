@@ -21,6 +21,7 @@ from bson.binary import UuidRepresentation
 from bson.json_util import JSONMode, JSONOptions
 
 from ..errors import HoardError
+from ..operations import DESCRIBE_BUCKET, LIST_BUCKETS, LIST_DATABASES, STATS
 from ..values.literal import format_date, format_float, format_key, quote, render
 
 __all__ = ["format_value", "format_date", "format_float", "format_key", "quote", "format_answer", "format_bucket",
@@ -119,14 +120,19 @@ def format_bucket(info: Mapping) -> str:
                      for label, v in rows)
 
 
+#: Operations whose answer describes one bucket (shown as labelled lines), and those that answer a list of names.
+_ABOUT_A_BUCKET = (DESCRIBE_BUCKET.name, STATS.name)
+_NAME_LISTS = (LIST_DATABASES.name, LIST_BUCKETS.name)
+
+
 def format_answer(op: str, answer: Mapping) -> str:
     """The readable text of an answer to operation ``op``."""
     result = answer.get("result")
     if answer.get("streamed") and isinstance(result, Mapping):
         return f"{result['size']} bytes, sha256 {result['sha256']}"
-    if op in ("describe_bucket", "stats") and isinstance(result, Mapping):
+    if op in _ABOUT_A_BUCKET and isinstance(result, Mapping):
         return format_bucket(result)
-    if op in ("list_databases", "list_buckets") and isinstance(result, list):
+    if op in _NAME_LISTS and isinstance(result, list):
         if not result:
             return "(none)"
         return "\n".join(r if isinstance(r, str) else format_value(r) for r in result)

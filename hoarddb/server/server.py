@@ -33,7 +33,7 @@ from typing import Any
 from .. import operations
 from ..version import __version__
 from ..engine import Engine
-from ..operations import check_request
+from ..operations import METRICS, check_request
 from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
                       TimeoutError_, UnauthorizedError)
 from ..options import Options
@@ -854,7 +854,7 @@ class Server:
         engine_text = b""
         if self.engine is not None and not self.stopping:
             try:
-                await self.loop.run_in_executor(self._reads, self.engine.execute, {"op": "metrics"})
+                await self.loop.run_in_executor(self._reads, self.engine.execute, {"op": METRICS.name})
                 engine_text = self.engine.metrics.exposition()
             except HoardError:
                 pass

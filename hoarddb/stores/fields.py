@@ -95,10 +95,7 @@ class FieldStores:
         try:
             return self.fields[name]
         except KeyError:
-            names = ", ".join(f"{n} ({t})" for n, (_, t) in self.fields.items()) or "none"
-            raise BadValueError(
-                f"bucket {self.bucket!r} has no store field {name!r}; its store fields: {names}"
-            ) from None
+            raise no_store_field(self.bucket, name, self.fields) from None
 
     def store(self, key: Any, field: str, verb: str):
         """The store that serves ``verb`` on document ``key``'s store ``field``: its type's
@@ -262,6 +259,12 @@ class FieldSpace(Keyspace):
 
     def owned(self, keys: Keys, blob_id: str) -> bool:
         return keys.txn.get(BLOB + blob_id.encode()) is not None
+
+
+def no_store_field(bucket: str, field: str, fields: dict) -> BadValueError:
+    """The refusal of a field bucket ``bucket`` has not, naming its ``fields`` (name -> (number, type))."""
+    names = ", ".join(f"{n} ({t})" for n, (_, t) in fields.items()) or "none"
+    return BadValueError(f"bucket {bucket!r} has no store field {field!r}; its store fields: {names}")
 
 
 def refusal(bucket: str, field: str, ftype: str, verb: str) -> VerbNotSupportedError:

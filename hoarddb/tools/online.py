@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..operations import BACKUP, CHECK
 from .check import Finding
 
 #: What to do about a problem a bucket's walk found, when its own problem says nothing.
@@ -78,7 +79,7 @@ def check_online(client, db: str | None = None, bucket: str | None = None) -> On
 
     options = getattr(client._executor, "options", None)
     started = time.monotonic()
-    request = {"op": "check"}
+    request = {"op": CHECK.name}
     if db is not None:
         request["db"] = db
     if bucket is not None:
@@ -134,4 +135,4 @@ def backup(client, path) -> dict:
     """Have the server ``client`` is connected to (or an embedded database) copy itself into
     ``path``, a new folder on the server's machine given as an absolute path; the answer
     ``{path, buckets: [{db, bucket, type}], seconds}``. Needs the admin role."""
-    return client.execute({"op": "backup", "path": str(path)}).get("result") or {}
+    return client.execute({"op": BACKUP.name, "path": str(path)}).get("result") or {}

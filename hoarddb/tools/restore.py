@@ -42,7 +42,7 @@ from ..declaration import declare_bucket
 from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, HoardError,
                       InvalidArgumentError, NotFoundError, VerbNotSupportedError)
 from ..indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
-from ..operations import STORE_TYPES
+from ..operations import QUEUES, STORE_TYPES
 from . import fields as field_contents
 from .batches import BATCH_SIZE, BatchWriter, Stop, blob_data, fewer_collections
 from .dump import FORMAT
@@ -410,17 +410,18 @@ def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None) -
 
 
 def _load_entries(bucket, b: DumpedBucket, rep: BucketReport, batch_size: int, progress) -> None:
-    verb = {"name": "load"}
+    loads = True  # until a fifo or lifo of a version without their load refuses it: pushed then, in order
     seen: set[str] = set()
 
     def write(docs: list) -> Any:
-        if verb["name"] == "load":
+        nonlocal loads
+        if loads:
             try:
                 return bucket.load(docs)
             except (AttributeError, VerbNotSupportedError):
-                if b.type not in ("fifo", "lifo"):
+                if b.type not in QUEUES:
                     raise
-                verb["name"] = "batch_push"  # this version's fifo/lifo have no load yet: push, in order
+                loads = False
         return bucket.batch_push(docs)
 
     def on_result(result: Any) -> None:

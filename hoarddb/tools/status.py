@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import AuthFailedError, HoardError
+from ..operations import LIST_BUCKETS, STATS, WHOAMI
 
 
 @dataclass
@@ -76,7 +77,7 @@ def ping(url: str | None = None, *, address: str | None = None, **options) -> Pi
     with client:
         try:
             sent = time.perf_counter()
-            who = client.execute({"op": "whoami"}).get("result") or {}
+            who = client.execute({"op": WHOAMI.name}).get("result") or {}
             done = time.perf_counter()
         except HoardError as exc:
             return Ping(address=where, answered=False, seconds=time.perf_counter() - started,
@@ -174,12 +175,12 @@ def status(client) -> Status:
     options = getattr(executor, "options", None)
     info = getattr(executor, "server_info", None) or {}
     sent = time.perf_counter()
-    who = client.execute({"op": "whoami"}).get("result") or {}
+    who = client.execute({"op": WHOAMI.name}).get("result") or {}
     round_trip = time.perf_counter() - sent
     notes: list[str] = []
     databases: list[DatabaseStatus] = []
     names = client.databases()
-    listed = pipeline(client, [{"op": "list_buckets", "db": n} for n in names]) if names else []
+    listed = pipeline(client, [{"op": LIST_BUCKETS.name, "db": n} for n in names]) if names else []
     asks: list[tuple[DatabaseStatus, str]] = []
     for name, answer in zip(names, listed):
         d = DatabaseStatus(name)
@@ -190,7 +191,7 @@ def status(client) -> Status:
         buckets = answer.get("result") or []
         d.buckets = len(buckets)
         asks.extend((d, b) for b in buckets)
-    answers = pipeline(client, [{"op": "stats", "db": d.name, "bucket": b} for d, b in asks]) if asks else []
+    answers = pipeline(client, [{"op": STATS.name, "db": d.name, "bucket": b} for d, b in asks]) if asks else []
     for (d, bucket), answer in zip(asks, answers):
         if isinstance(answer, HoardError):
             d.error = d.error or f"{answer.codeName} for bucket {bucket} (and maybe others): counts are partial"

@@ -146,7 +146,10 @@ db.ExpenseByDate.range({$gte: "2026-03-01", $lt: "2026-04"})
 db.ExpenseByDate.range({$prefix: "2026-03"})
 """)
         assert code == 0
-        ids = lambda a: [d["_id_"] for d in a["result"]]
+
+        def ids(answer):
+            return [d["_id_"] for d in answer["result"]]
+
         assert ids(answers[4]) == ["2026-03-14/e1"]  # the page's bounds miss March 31 (see docs)
         assert ids(answers[5]) == ids(answers[6]) == ["2026-03-14/e1", "2026-03-31/e2"]
 

@@ -51,5 +51,8 @@ def test_an_index_opens_no_file(tmp_path):
     with hoarddb.open(tmp_path) as c:
         c["app"].create_bucket("A", type="hash")
         c["app"].create_bucket("B", type="hash", indices=["X", "Y", {"fields": ["X", "Y"], "unique": True}])
-    names = lambda b: sorted(p.name for p in (tmp_path / "app" / b).rglob("*"))
+
+    def names(bucket):
+        return sorted(p.name for p in (tmp_path / "app" / bucket).rglob("*"))
+
     assert names("A") == names("B")

@@ -20,7 +20,7 @@ def test_each_loop_serves_reads_writes_and_concurrent_groups(tmp_path, choice):
         assert type(server.loop).__module__.split(".")[0] == choice
         assert f"{choice} loop" in server.server.start_line()
         with hoarddb.connect(server.url()) as c:
-            q = c["app"].create_bucket("Q", type="fifo")
+            c["app"].create_bucket("Q", type="fifo")
             kv = c["app"].create_bucket("KV", type="hash", indices=[{"field": "email", "unique": True}])
             kv.insert({"_id_": "a", "email": "a@x"})
             with pytest.raises(hoarddb.HoardError) as refused:
