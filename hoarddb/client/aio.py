@@ -291,13 +291,13 @@ class AsyncExecutor:
 
     async def _open_connection(self) -> _Protocol:
         """A connection to the first of the servers (``options.candidates()``) that can be reached."""
-        candidates = self.options.candidates()
-        for i, o in enumerate(candidates):
+        *others, last = self.options.candidates()
+        for o in others:
             try:
                 return await self._open_one(o)
             except (ConnectionError_, TimeoutError_):
-                if i == len(candidates) - 1:
-                    raise
+                pass  # the next one
+        return await self._open_one(last)
 
     async def _open_one(self, o: ConnectOptions) -> _Protocol:
         loop = asyncio.get_running_loop()

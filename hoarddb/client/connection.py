@@ -92,13 +92,13 @@ class Connection:
 
     def _open(self) -> socket.socket:
         """A connected socket to the first of the servers (``options.candidates()``) that can be reached."""
-        candidates = self.options.candidates()
-        for i, o in enumerate(candidates):
+        *others, last = self.options.candidates()
+        for o in others:
             try:
                 return self._open_one(o)
             except (ConnectionError_, TimeoutError_):
-                if i == len(candidates) - 1:
-                    raise
+                pass  # the next one
+        return self._open_one(last)
 
     def _open_one(self, o: ConnectOptions) -> socket.socket:
         context = o.ssl_context()  # a CA file that cannot be read is refused before connecting

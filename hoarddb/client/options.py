@@ -235,12 +235,12 @@ def _parse_url(url) -> dict:
         cred, at, hosts = head.rpartition("@")
         first, *more = hosts.split(",")
         for h in more:
-            host, colon, port = h.rpartition(":") if not h.endswith("]") else (h, "", "")
-            host = host if colon else h
-            if not _host_ok(host.strip("[]")) or (colon and not port.isdigit()):
+            other_host, colon, other_port = h.rpartition(":") if not h.endswith("]") else (h, "", "")
+            other_host = other_host if colon else h
+            if not _host_ok(other_host.strip("[]")) or (colon and not other_port.isdigit()):
                 raise BadValueError(f"{h!r} in {shown!r} is not HOST or HOST:PORT; several servers are written "
                                     f"hoarddb://h1:7070,h2:7070/")
-            others.append((host.strip("[]"), int(port) if colon else DEFAULT_PORT))
+            others.append((other_host.strip("[]"), int(other_port) if colon else DEFAULT_PORT))
         text = f"{SCHEME}://{cred}{at}{first}{slash}{rest}"
     hint = f"; {_ENCODE}" if "@" in text else ""
     try:
