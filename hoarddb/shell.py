@@ -521,9 +521,13 @@ def interactive(shell: Shell, *, history: Path | None = None, input=None, output
                             prompt_continuation=lambda width, line, soft: "." * (width - 1) + " ")
     banner = shell.out if _isatty(shell.out) or not _isatty(shell.err) else shell.err
     print("hoardDB shell — `help` lists statements and verbs; Ctrl-D leaves.", file=banner, flush=True)
+    # prompt_toolkit answers an exception in a background task of the prompt (loading the
+    # history, say) by printing it and waiting for Enter: right at a terminal, a hang for
+    # ever on input that is not one (a pipe that has ended). There, the exception is only logged.
+    at_terminal = _isatty(sys.stdin) if input is None else False
     while not shell.exited:
         try:
-            text = session.prompt(shell.prompt())
+            text = session.prompt(shell.prompt(), set_exception_handler=at_terminal)
         except KeyboardInterrupt:
             continue
         except EOFError:
