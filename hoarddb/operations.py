@@ -287,7 +287,6 @@ _READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, suc
                  Param("skip", "int", False, "how many matches to pass over"),
                  Param("projection", "doc", False, "the fields to keep ({name: 1}) or drop ({notes: 0})"))
 _ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
-_LIST_LIMIT = Param("limit", "int", False, "how many elements (100 when left out)", default=100)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
 
 #: Verbs on buckets (and, later, on store fields of a document).
@@ -319,7 +318,7 @@ for _op in [
               summary="How many elements the bucket holds (fifo, heap: how many are ready, not claimed).",
               answer="an integer (a heap, and a fifo once claimed from, add the answer fields ready and claimed)",
               example="db.Comments.length()"),
-    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIST_LIMIT), gather="documents",
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT), gather="documents",
               summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
               answer="a list", example="db.Comments.list({after: 100, limit: 50})", cost=SHORT),
     Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True, key_param="doc", makes_key=True,
@@ -448,7 +447,7 @@ for _op in [
               answer="a document or null; with a limit, a list", example='db.Property["p1"].Expenses.peek({limit: 10})', scope=FIELD, cost=SHORT),
     Operation("length", _types(*STORE_TYPES), summary="How many elements the store field holds.",
               answer="an integer", example='db.Property["p1"].Expenses.length()', scope=FIELD),
-    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIST_LIMIT),
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT),
               summary="Read in storage order (queues oldest first; hash and btree fields in key order, as {key, doc}).",
               answer="a list", example='db.Property["p1"].ExpenseDates.list({after: "2026-03-01/", limit: 50})', scope=FIELD, cost=SHORT),
     Operation("put", _types("hash", "btree", "blob"), (_KEY, Param("doc", "any", False)),

@@ -22,6 +22,7 @@ bucket verb's document key is in its arguments, see :func:`_key_of`).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from typing import Any
@@ -38,6 +39,7 @@ from ..errors import (
     error_from_answer,
 )
 from ..ids import uuid7
+from ..stores import store_class
 from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
@@ -330,8 +332,8 @@ class ClusterNode:
                                         f"{place['partitions']}) needs a filter on _id_ (one document's partition); "
                                         "over every partition it is not built yet")
         limit = args.get("limit")
-        if limit is None and op.param("limit") is not None:  # what leaving it out means (list: 100)
-            limit = op.param("limit").default
+        if limit is None and op.param("limit") is not None:  # what leaving it out means: the store's own default
+            limit = _default_of(place["type"], op.name, "limit")
         skip = args.get("skip") or 0
         if op.gather == _DOCUMENTS and (skip or args.get("projection") is not None):
             # each node sends its first skip + limit, whole (the key and sort fields are needed to merge);
@@ -459,6 +461,15 @@ class ClusterNode:
 
 
 _NONE = object()
+
+
+def _default_of(store_type: str, verb: str, param: str) -> Any:
+    """What a store type's verb takes for ``param`` when it is left out (list's limit: 100), or None."""
+    method = getattr(store_class(store_type), verb, None)
+    if method is None:
+        return None
+    found = inspect.signature(method).parameters.get(param)
+    return None if found is None or found.default is inspect.Parameter.empty else found.default
 
 
 def _key_of(op: operations.Operation, doc: dict) -> Any:
