@@ -20,8 +20,12 @@
         give back the disk space deleted data left in the LMDB files of a data directory
         that nothing has open (exit 0: done, 1: some could not be compacted, 2: usage, or
         the directory in use)
+    hoarddb slowlog [--limit N] [--reset] [--json] [--host H --port P --user U ...]
+        a running server's last requests slower than slow_ms, newest first (an admin)
     hoardDB [same options as hoarddb shell] [-insecure]
-        the same shell; -insecure reaches a local server without TLS
+        the same shell; -insecure reaches a local server without TLS; with no --data and no
+        address, the server on 127.0.0.1:7070 (a self-signed one trusted on first use, as ssh
+        does: hoarddb/client/known_hosts.py)
     hoarddb cluster up --data DIR [--nodes N] [--port P] | down --data DIR | status --cluster etcd://H:P
         a cluster on this machine (etcd and one node per core), its stop, and any cluster's nodes and partitions
     hoarddb help [COMMAND...], hoarddb, hoarddb --help
@@ -88,10 +92,80 @@ def remote_options(url=None, host=None, port=None, insecure=None, user=None, pas
                  tls_fingerprint=tls_fingerprint, timeout=timeout)
     if url is None and all(v is None for v in given.values()):
         return None
-    if user and password is None and not __import__("os").environ.get("HOARDDB_PASSWORD") \
-            and sys.stdin is not None and sys.stdin.isatty():
-        given["password"] = click.prompt(f"password for {user}", hide_input=True)
-    return ConnectOptions.from_url(url, **given)
+    return ConnectOptions.from_url(url, **given)  # the password is asked for once the server is trusted (run_shell)
+
+
+def _trusted(remote, default: bool):
+    """``remote`` once its server is trusted, the password asked for after (never before).
+
+    With --tls-fingerprint or --tls-ca, a TLS handshake checks the server by them first. With
+    neither, a certificate this machine's CAs vouch for is trusted as is; any other is
+    trusted on first use, as ssh does: its fingerprint is shown and, on a terminal, the user
+    is asked once and the answer remembered in the known-hosts file (client/known_hosts.py);
+    a certificate that differs from the one remembered is refused. ``default``: the address
+    was not given (bare hoardDB), which a refused connection says."""
+    from dataclasses import replace
+
+    from .client.known_hosts import KnownHosts, NothingListens, NotTrusted, server_certificate
+    from .errors import HoardConnectionError
+    from .wire.fingerprint import fingerprint
+
+    if remote.insecure:  # no certificate to check, no password to ask
+        return remote
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    try:
+        try:
+            server_certificate(remote)  # by --tls-ca or --tls-fingerprint; else by this machine's CAs
+        except NotTrusted:
+            if remote.tls_ca or remote.tls_fingerprint:
+                raise
+            remote = replace(remote, tls_fingerprint=_trust_on_first_use(
+                remote, fingerprint(server_certificate(remote, verify=False)), KnownHosts(), interactive))
+            server_certificate(remote)  # pinned now: the server must still present it
+    except NothingListens as e:
+        if default:
+            raise HoardConnectionError(
+                f"no hoardDB server answers at {remote.address}, where hoardDB looks when given no address "
+                f"({e.message.partition(': ')[2].partition(';')[0]}): start one with `hoarddb server --data DIR`, "
+                "give a server's address with --host and --port, or open a data directory with --data DIR",
+                outcome_unknown=False) from None
+        raise
+    if remote.user and remote.password is None and interactive:
+        remote = replace(remote, password=click.prompt(f"password for {remote.user}", hide_input=True, err=True))
+    return remote
+
+
+def _trust_on_first_use(remote, fp: str, known, interactive: bool) -> str:
+    """The fingerprint to pin for ``remote``, whose certificate has ``fp``: the one remembered, or
+    ``fp`` once the user said yes (and it is remembered); HoardConnectionError otherwise."""
+    from .client.known_hosts import same
+    from .errors import HoardConnectionError
+
+    remembered = known.get(remote.address)
+    if remembered is not None:
+        if same(remembered, fp):
+            return fp
+        raise HoardConnectionError(
+            f"THE CERTIFICATE OF THE SERVER AT {remote.address} HAS CHANGED. It presents SHA-256 fingerprint {fp}, "
+            f"but {known.path} remembers {remembered}. Someone may be between you and the server, or its "
+            "certificate was replaced. Refusing to connect. If it was replaced on purpose, compare the new "
+            f"fingerprint with the one in the server's start line, then remove the line of {remote.address} from "
+            f"{known.path} (or pass --tls-fingerprint NEW)", outcome_unknown=False)
+    if not interactive:
+        raise HoardConnectionError(
+            f"the server at {remote.address} presents a certificate this machine does not trust, SHA-256 fingerprint "
+            f"{fp}, and none is remembered for it in {known.path}; standard input is not a terminal, so nobody can "
+            "be asked. Compare it with the fingerprint in the server's start line, then pass --tls-fingerprint "
+            "with it (or --tls-ca with a copy of the server's DATA/tls/server.crt), or connect once from a "
+            "terminal to remember it", outcome_unknown=False)
+    click.echo(f"The server at {remote.address} is not known yet. Its certificate's SHA-256 fingerprint is\n"
+               f"    {fp}\nCompare it with the fingerprint in the server's start line.", err=True)
+    if not click.confirm(f"Trust this server and remember it in {known.path}?", default=False, err=True):
+        raise HoardConnectionError(f"not trusting the server at {remote.address}: nothing was sent to it",
+                                   outcome_unknown=False)
+    known.remember(remote.address, fp)
+    click.echo(f"remembered {remote.address} in {known.path}", err=True)
+    return fp
 
 
 def run_shell(data, json_mode=False, script=None, statement=None, continue_on_error=False, remote=None) -> int:
@@ -100,20 +174,22 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
     from .hql import printer
     from .shell import Shell, interactive, is_terminal_session
 
-    if data is None and remote is None:
-        click.echo("give --data DIR (an embedded database) or --host/--port/-insecure (a server); see --help", err=True)
-        return 2
+    if data is None and remote is None:  # nothing said: the server on this machine, as mongosh and redis-cli do
+        remote = "default"
     if data is not None and remote is not None:
         click.echo("give --data DIR or a server (--host, --port, -insecure, --url), not both", err=True)
         return 2
     if script is not None and statement is not None:
         click.echo("give -f FILE or -e STATEMENT, not both", err=True)
         return 2
+    default = remote == "default"
     try:
         if remote is not None:
             from .api import Client
             from .client import RemoteExecutor
+            from .client.options import ConnectOptions
 
+            remote = _trusted(ConnectOptions() if default else remote, default)
             client = Client(RemoteExecutor(remote))
         else:
             client = open_database(data)
@@ -131,7 +207,7 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
             elif script is not None:
                 text = script.read()
             elif is_terminal_session():
-                interactive(shell)
+                interactive(shell, where=_where(client, data, remote))
                 return 0
             else:
                 text = sys.stdin.read() if sys.stdin is not None else ""
@@ -141,6 +217,19 @@ def run_shell(data, json_mode=False, script=None, statement=None, continue_on_er
             click.echo("interrupted: the statements answered above ran; one running then may or may not have",
                        err=True)
             return 130
+
+
+def _where(client, data, remote) -> str:
+    """The banner's line on where the shell is: the server's address and version, the user, the database."""
+    if remote is None:
+        return f"embedded database in {data} (hoardDB {__version__}); no database yet: `use NAME`"
+    try:
+        version = client._executor.server_info.get("version") or "?"
+    except HoardError:
+        version = "?"
+    user = f"user {remote.user}" if remote.user else "no user (insecure)" if remote.insecure else "no user"
+    tls = "insecure" if remote.insecure else "TLS"
+    return f"connected to {remote.address} (hoardDB {version}, {tls}) as {user}; no database yet: `use NAME`"
 
 
 class _Group(click.Group):
@@ -165,9 +254,18 @@ def main(ctx):
 
     `hoarddb COMMAND --help` (or `hoarddb help COMMAND`) describes a command.
     """
+    _speak_flags(ctx)
     if ctx.invoked_subcommand is None:  # bare `hoarddb`: the help, and success
         click.echo(ctx.get_help())
         ctx.exit(0)
+
+
+def _speak_flags(ctx: click.Context) -> None:
+    """For this command's run, the client's advice names the flags to give, not keyword arguments."""
+    from .client.options import CALLER
+
+    token = CALLER.set("flags")
+    ctx.call_on_close(lambda: CALLER.reset(token))
 
 
 @main.command("help")
@@ -225,6 +323,11 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
               help="Seconds before an idle connection is closed, and that a message may take to arrive "
                    "or answers may stay unread (300; 0 never).")
 @click.option("--log-level", "log_level", default=None, help="debug, info, warning or error (info).")
+@click.option("--log-format", "log_format", default=None,
+              help="text (for people), or json: one JSON object a line, for a log collector (text).")
+@click.option("--slow-ms", "slow_ms", type=float, default=None, metavar="MS",
+              help="Log requests that take this many milliseconds or more, and keep them for "
+                   "`hoarddb slowlog` (100).")
 @click.option("--event-loop", "event_loop", default=None,
               help="uvloop, asyncio, or auto: uvloop where installed (auto).")
 @click.option("--busy-poll", "busy_poll", type=int, default=None, metavar="US",
@@ -505,6 +608,57 @@ def compact_command(directory, db, bucket, json_mode):
     _report("compact", compact, format_json, directory, db, bucket, json_mode)
 
 
+def _server_options(f):
+    """The options naming a running server (hoarddb/tools/commands.py's, as ping and status take)."""
+    from .tools.commands import server_options
+
+    return server_options(f)
+
+
+@main.command("slowlog")
+@click.option("--limit", type=int, default=None, help="Show at most this many entries, newest first.")
+@click.option("--reset", is_flag=True, help="Forget the entries after showing them.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the answer as one line of JSON.")
+@_server_options
+def slowlog_command(limit, reset, json_mode, **server):
+    """A running server's slow log: its last requests slower than slow_ms, newest first (an admin).
+
+    One line each: when, how long, the operation and where, the client and its user, and
+    the refusal's code if it was refused. The server keeps slowlog_length entries (128).
+    """
+    import json
+
+    import hoarddb
+
+    from .tools.commands import server_address
+
+    from .operations import SLOWLOG
+
+    request: dict = {"op": SLOWLOG.name}
+    if limit is not None:
+        request["limit"] = limit
+    if reset:
+        request["reset"] = True
+    url, options = server_address(server)
+    try:
+        with hoarddb.connect(url, **options) as client:
+            answer = client.execute(request).get("result") or {}
+    except HoardError as e:
+        click.echo(f"hoarddb slowlog: {e.codeName}: {e.message}", err=True)
+        sys.exit(1)
+    if json_mode:
+        click.echo(json.dumps(answer, default=str))
+        return
+    entries = answer.get("entries") or []
+    for e in entries:
+        where = ".".join(x for x in (e.get("db"), e.get("bucket"), e.get("field")) if x)
+        click.echo(f"{e['id']}  {e['time']:%Y-%m-%d %H:%M:%S}  {e['micros'] / 1000:9.1f} ms  {e['op']}"
+                   f"{' ' + where if where else ''}  {e['peer']}{' ' + e['user'] if e.get('user') else ''}"
+                   f"{'  refused ' + e['code'] if e.get('code') else ''}")
+    click.echo(f"{len(entries)} slow request(s) (slow_ms {answer.get('slow_ms'):g}, "
+               f"keeping the last {answer.get('slowlog_length')})")
+
+
 def _report(name, tool, format_json, directory, db, bucket, json_mode):
     """Run a tool on a closed data directory (check, compact) and print its report; exit
     0 when it found nothing wrong, 1 when it did, 2 when it could not run."""
@@ -526,9 +680,12 @@ def _report(name, tool, format_json, directory, db, bucket, json_mode):
 @_shell_options
 @lambda f: _remote_options(f, ("-insecure", "--insecure"))
 @click.version_option(version=__version__, prog_name="hoardDB")
-def shell_main(data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
+@click.pass_context
+def shell_main(ctx, data, json_mode, script, statement, continue_on_error, url, host, port, insecure, user, password,
                tls_ca, tls_fingerprint, timeout):
-    """The hoardDB shell (the same as `hoarddb shell`): --data DIR, or a server (-insecure for a local one)."""
+    """The hoardDB shell (the same as `hoarddb shell`): --data DIR, or a server (-insecure for a local one;
+    none given: the server on 127.0.0.1:7070)."""
+    _speak_flags(ctx)
     _shell_command("hoardDB", data, json_mode, script, statement, continue_on_error,
                    (url, host, port, insecure, user, password, tls_ca, tls_fingerprint, timeout))
 

@@ -210,10 +210,14 @@ class UnauthorizedError(HoardError):
     code, codeName = 28, "UNAUTHORIZED"
 
 
-class ConnectionError_(HoardError):
-    """ConnectionError_ is a server that cannot be reached, or a connection lost or refused (TLS, limits, restart)."""
+class HoardConnectionError(HoardError):
+    """HoardConnectionError is a server that cannot be reached, or a connection lost or refused (TLS, limits, restart)."""
 
     code, codeName = 29, "CONNECTION_ERROR"
+
+
+#: The name HoardConnectionError had first; kept so that code which catches it goes on working.
+ConnectionError_ = HoardConnectionError
 
 
 class TimeoutError_(HoardError):
@@ -256,8 +260,7 @@ class ClusterUnavailableError(HoardError):
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):
     if isinstance(_cls, type) and issubclass(_cls, HoardError) and _cls is not HoardError:
-        assert _cls.code not in ERRORS, f"two errors share code {_cls.code}"
-        ERRORS[_cls.code] = _cls
+        assert ERRORS.setdefault(_cls.code, _cls) is _cls, f"two errors share code {_cls.code}"  # (an alias is one)
 
 
 def error_from_answer(answer: dict) -> HoardError:

@@ -214,6 +214,9 @@ class Operation:
     fields: tuple = ()
     #: The HQL statement that runs it, for operations HQL writes as statements.
     hql: str = ""
+    #: Whether the server logs each run with who ran it and what came of it (maintenance an
+    #: operator looks back on: check, backup, sweep_ttl).
+    logged: bool = False
     #: Whether its answer is narrowed to what the user may see (list_databases: their databases).
     narrowed: bool = False
     #: Whether its requests in a row to one bucket may run as one (a group commit's pushes
@@ -503,7 +506,7 @@ for _op in [
     Operation("stats", scope=BUCKET, runs=ENGINE, role="look", cost=SCAN,
               summary="A bucket's entries, bytes and index states.", answer="a document"),
     Operation("metrics", scope=SERVER, cost=SCAN, summary="Every metric sample.", answer="a document"),
-    Operation("sweep_ttl", scope=SERVER, write=True, summary="Run one TTL sweep now.", answer="a document"),
+    Operation("sweep_ttl", scope=SERVER, write=True, logged=True, summary="Run one TTL sweep now.", answer="a document"),
     Operation("whoami", scope=SERVER, runs=SERVER, role="any",
               summary="The logged-in user and their roles.", answer="{user, roles}"),
     Operation("list_users", scope=SERVER, runs=SERVER, summary="Every user and their roles.", answer="a list"),
@@ -518,10 +521,16 @@ for _op in [
               answer="a document"),
     # an online check reads every entry (of a database, or one bucket, when named); a backup copies the
     # data directory elsewhere: neither changes the data, and neither is worth sending twice
-    Operation("check", scope=SERVER, cost=SCAN, retry=False,
+    Operation("check", scope=SERVER, cost=SCAN, retry=False, logged=True,
               summary="Check every bucket (or those of db, or one bucket) while serving.", answer="a report"),
-    Operation("backup", scope=SERVER, cost=SCAN, retry=False, fields=(Param("path", "str", True, "a directory"),),
+    Operation("backup", scope=SERVER, cost=SCAN, retry=False, logged=True,
+              fields=(Param("path", "str", True, "a directory"),),
               summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
+    Operation("slowlog", scope=SERVER, runs=SERVER,
+              fields=(Param("limit", "int", False, "at most this many entries"),
+                      Param("reset", "any", False, "true: forget the entries after reading them")),
+              summary="The slowest recent requests (over slow_ms), newest first.",
+              answer="{slow_ms, slowlog_length, entries}"),
 ]:
     ADMIN[_op.name] = _op
 
@@ -530,7 +539,7 @@ for _op in [
 #: named as it is, upper-cased (tests/test_operations_table.py holds them to it).
 (CREATE_DATABASE, DROP_DATABASE, LIST_DATABASES, CREATE_BUCKET, DROP_BUCKET, ALTER_BUCKET, LIST_BUCKETS,
  DESCRIBE_BUCKET, STATS, METRICS, SWEEP_TTL, WHOAMI, LIST_USERS, CREATE_USER, UPDATE_USER, DROP_USER, SET_ROLES,
- CHECK, BACKUP) = ADMIN.values()
+ CHECK, BACKUP, SLOWLOG) = ADMIN.values()
 
 #: Every operation by name (and alias): bucket verbs, catalog and server operations. A
 #: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.

@@ -475,13 +475,15 @@ def _completer(shell: Shell):
 
 # ---- the interactive loop -------------------------------------------------------------------
 
-def interactive(shell: Shell, *, history: Path | None = None, input=None, output=None) -> None:
+def interactive(shell: Shell, *, history: Path | None = None, input=None, output=None,
+                where: str | None = None) -> None:
     """Read statements at a prompt until exit or Ctrl-D; errors are shown and the session goes on.
 
     The prompt is drawn on standard output, or on standard error when only that is a
     terminal (``hoardDB --data d > out.txt`` keeps out.txt free of prompts and escape codes).
     ``input`` and ``output`` are prompt_toolkit's, for tests. Ctrl-C clears the input; during a
-    statement it stops the shell's wait for the answer, and the session goes on.
+    statement it stops the shell's wait for the answer, and the session goes on. ``where`` is a
+    line for the banner saying where the shell is (the server, its version, the user).
     """
     from prompt_toolkit import PromptSession, search
     from prompt_toolkit.filters import is_searching
@@ -521,6 +523,8 @@ def interactive(shell: Shell, *, history: Path | None = None, input=None, output
                             prompt_continuation=lambda width, line, soft: "." * (width - 1) + " ")
     banner = shell.out if _isatty(shell.out) or not _isatty(shell.err) else shell.err
     print("hoardDB shell — `help` lists statements and verbs; Ctrl-D leaves.", file=banner, flush=True)
+    if where:  # where the shell is: the server's address and version, the user, the database
+        print(where, file=banner, flush=True)
     # prompt_toolkit answers an exception in a background task of the prompt (loading the
     # history, say) by printing it and waiting for Enter: right at a terminal, a hang for
     # ever on input that is not one (a pipe that has ended). There, the exception is only logged.

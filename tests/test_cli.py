@@ -43,7 +43,8 @@ def test_version():
 
 
 def test_usage_errors_exit_2(tmp_path):
-    assert invoke(main, ["shell", "-e", "show databases"]).exit_code == 2  # no --data
+    # (no --data and no address is no usage error: the shell looks for a server on 127.0.0.1:7070,
+    # tests/client/test_shell_remote.py::test_bare_hoardDB_looks_on_this_machine)
     both = invoke(main, ["shell", "--data", str(tmp_path), "-e", "show databases", "-f", "-"])
     assert both.exit_code == 2 and "not both" in both.output
     assert invoke(main, ["shell", "--data", str(tmp_path), "--frobnicate"]).exit_code == 2

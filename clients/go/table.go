@@ -52,6 +52,7 @@ var operations = map[string]operation{
 	"release":         {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"fifo", "heap"}},
 	"search":          {scope: "bucket", write: false, retry: true, streams: false, upload: "", types: []string{"hash"}},
 	"set_roles":       {scope: "server", write: true, retry: false, streams: false, upload: "", types: []string{}},
+	"slowlog":         {scope: "server", write: false, retry: true, streams: false, upload: "", types: []string{}},
 	"stats":           {scope: "bucket", write: false, retry: true, streams: false, upload: "", types: []string{}},
 	"stream":          {scope: "bucket", write: false, retry: true, streams: true, upload: "", types: []string{"blob"}},
 	"sweep_ttl":       {scope: "server", write: true, retry: false, streams: false, upload: "", types: []string{}},

@@ -135,7 +135,7 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         handshake = not self.ready.done()
         self._fail(connection_lost(self.options.address, exc, handshake=handshake,
-                                   tls_hint="it may expect TLS (leave out insecure=true)"
+                                   tls_hint="it may expect TLS (leave out insecure=True)"
                                    if self.options.insecure else None))
 
     def pause_writing(self) -> None:

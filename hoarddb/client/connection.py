@@ -298,7 +298,7 @@ class Connection:
     def _lost(self, exc, handshake: bool = False) -> HoardError:
         self.close()
         return connection_lost(self.options.address, exc, handshake=handshake,
-                               tls_hint="it may expect TLS (leave out -insecure / insecure=true)"
+                               tls_hint="it may expect TLS (leave out insecure=True)"
                                if self.options.insecure else None)
 
     def shutdown(self) -> None:

@@ -46,6 +46,7 @@ from ..values.codec import encode
 from ..wire.framing import decode_frame, decode_frames, encode_message, split_frames
 from ..wire.messages import CHUNK_SIZE, INLINE_BLOB_MAX
 from ..wire.protocol import ClientProtocol, State
+from .options import in_callers_words
 
 #: Chunk size a stream yields when the request does not name one (the engine's default).
 STREAM_CHUNK = 1024 * 1024
@@ -430,7 +431,7 @@ def connection_lost(address: str, exc, *, handshake: bool = False, tls_hint: str
     (``tls_hint`` said when the client runs without TLS: the server may expect it), or after."""
     why = f" ({exc})" if exc else ""
     if handshake:
-        hint = tls_hint or "it may have refused the connection (see its log)"
+        hint = in_callers_words(tls_hint) if tls_hint else "it may have refused the connection (see its log)"
         return ConnectionError_(f"the server at {address} closed the connection during the handshake{why}: {hint}",
                                 outcome_unknown=False)
     return ConnectionError_(f"the connection to {address} was lost{why}: the server closed it, stopped or "

@@ -24,6 +24,7 @@ import math
 import os
 import re
 import ssl
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -33,6 +34,21 @@ from ..wire.fingerprint import normalize
 from ..wire.messages import DEFAULT_PORT
 
 SCHEME = "hoarddb"
+
+#: Who is told what to pass: ``"python"`` (a program: keyword arguments, ``tls_fingerprint=``)
+#: or ``"flags"`` (a hoarddb command: its flags, ``--tls-fingerprint``). hoarddb/cli.py sets it
+#: for the run of a command; every other caller is a program.
+CALLER: ContextVar[str] = ContextVar("hoarddb_caller", default="python")
+_FLAGS = (("tls_fingerprint= ", "--tls-fingerprint "), ("tls_fingerprint=", "--tls-fingerprint "),
+          ("tls_ca= ", "--tls-ca "), ("tls_ca=", "--tls-ca "), ("insecure=True", "-insecure"))
+
+
+def in_callers_words(advice: str) -> str:
+    """``advice`` (naming keyword arguments) in the words of who is told (:data:`CALLER`)."""
+    if CALLER.get() == "flags":
+        for keyword, flag in _FLAGS:
+            advice = advice.replace(keyword, flag)
+    return advice
 
 
 @dataclass(frozen=True)
@@ -156,10 +172,11 @@ class ConnectOptions:
         from ..wire.fingerprint import fingerprint
         if der is None or hashlib.sha256(der).hexdigest() != normalize(self.tls_fingerprint):
             got = fingerprint(der) if der else "none"
-            raise ConnectionError_(
+            raise ConnectionError_(in_callers_words(
                 f"the server at {self.address} presented a certificate with SHA-256 fingerprint {got}, not the "
                 f"pinned {self.tls_fingerprint}; refusing to talk to it. If the server's certificate was replaced "
-                "on purpose, pin its new fingerprint (the server prints it at start)", outcome_unknown=False)
+                "on purpose, pin its new fingerprint with tls_fingerprint= (the server prints it at start)"),
+                outcome_unknown=False)
 
     def tls_advice(self, exc: Exception) -> ConnectionError_:
         """The error for a failed TLS handshake, saying what to try."""
@@ -169,7 +186,7 @@ class ConnectOptions:
             if "mismatch" in why:
                 hint = (f"the server's certificate is not made out to {self.host!r}, the name you connected to: "
                         "connect by a host name or IP address the certificate names, or pin the certificate "
-                        "with tls_fingerprint (--tls-fingerprint; the server prints it at start)")
+                        "with tls_fingerprint= (the server prints it at start)")
             elif "expired" in why:
                 hint = ("the server's certificate has expired (or this machine's clock is ahead): the server needs "
                         "a renewed certificate (--tls-cert, --tls-key); check the clocks of both machines")
@@ -179,18 +196,19 @@ class ConnectOptions:
             elif self.tls_ca:
                 hint = (f"the CA file {self.tls_ca} does not vouch for the server's certificate: give the CA that "
                         "signed it, or a copy of the server's own DATA/tls/server.crt; or pin the certificate with "
-                        "tls_fingerprint (printed at the server's start)")
+                        "tls_fingerprint= (printed at the server's start)")
             else:
                 hint = ("the server's certificate does not verify against this machine's CAs: if it is "
-                        "self-signed, pass --tls-fingerprint (printed at the server's start) or "
-                        "--tls-ca DATA/tls/server.crt")
+                        "self-signed, pass tls_fingerprint= (printed at the server's start) or "
+                        "tls_ca=DATA/tls/server.crt")
         elif "WRONG_VERSION_NUMBER" in text or "record layer failure" in text or "wrong version" in text \
                 or isinstance(exc, (ConnectionResetError, EOFError)) or "EOF" in text:
-            hint = ("the server does not speak TLS here: if it runs with --insecure, connect with -insecure "
-                    "(insecure=true); otherwise check the port")
+            hint = ("the server does not speak TLS here: if it runs with --insecure, connect with insecure=True; "
+                    "otherwise check the port")
         else:
             hint = "check the port, and that the server runs with TLS"
-        return ConnectionError_(f"TLS handshake with {self.address} failed ({why}): {hint}", outcome_unknown=False)
+        return ConnectionError_(f"TLS handshake with {self.address} failed ({why}): {in_callers_words(hint)}",
+                                outcome_unknown=False)
 
 
 #: What an option holds, for the message refusing it empty.

@@ -78,6 +78,9 @@ class Sweeper:
                                   "and it is tried again next pass", getattr(store, "name", store))
                     total["failed"] += 1
                     continue
+                if got["expired"] or got["exhausted"]:
+                    log.info("TTL sweep of %s: %d documents expired%s", _where(store), got["expired"],
+                             f", {got['backlog']} more due (the pass's budget ran out)" if got["exhausted"] else "")
                 for key in ("expired", "skipped", "backlog"):
                     total[key] += got[key]
                 total["exhausted"] |= got["exhausted"]
@@ -87,3 +90,9 @@ class Sweeper:
             if total["exhausted"]:
                 self.metrics.ttl_budget_exhausted.inc()
             return total
+
+
+def _where(store) -> str:
+    """A bucket as the log names it: DB.BUCKET, from its directory (DATA/DB/BUCKET)."""
+    directory = getattr(store, "directory", None)
+    return f"{directory.parent.name}.{directory.name}" if directory is not None else str(getattr(store, "name", store))

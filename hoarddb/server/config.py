@@ -90,6 +90,16 @@ class ServerConfig:
     group_commit: bool = True
     #: Logging level: debug, info, warning, error.
     log_level: str = "info"
+    #: How log lines are written to standard error: ``text`` for people, ``json`` (one
+    #: object a line: time, level, logger, message, and fields such as peer and user) for
+    #: a log collector.
+    log_format: str = "text"
+    #: Requests that take at least this many milliseconds, from arrival to answer, are logged
+    #: as warnings and kept in the slow log (``hoarddb slowlog``); 0 keeps every request
+    #: (costly: for a short look only).
+    slow_ms: float = 100.0
+    #: Entries the slow log keeps, newest first; older ones are forgotten.
+    slowlog_length: int = 128
     #: The event loop: ``uvloop`` (libuv, in C), ``asyncio`` (the standard library's), or
     #: ``auto``: uvloop where it is installed (a dependency everywhere but Windows).
     #: uvloop spends less CPU per request; with many connections the server does a third
@@ -132,7 +142,8 @@ class ServerConfig:
                 f"refusing to listen on {self.host}. Drop --insecure, or listen on 127.0.0.1")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise BadValueError("give both --tls-cert and --tls-key, or neither (a self-signed pair is made)")
-        for name in ("max_connections", "max_pipeline", "write_buffer", "read_threads", "write_threads"):
+        for name in ("max_connections", "max_pipeline", "write_buffer", "read_threads", "write_threads",
+                     "slowlog_length"):
             if getattr(self, name) < 1:
                 raise BadValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.receive_budget < MAX_MESSAGE_SIZE:
@@ -142,15 +153,18 @@ class ServerConfig:
             if getattr(self, name) < 0:
                 raise BadValueError(f"{name} must be 0 (no limit) or more, got {getattr(self, name)}")
         for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout", "regex_timeout",
-                     "auth_lockout"):
+                     "auth_lockout", "slow_ms"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise BadValueError(f"{name} must be a finite number of seconds ≥ 0, got {value!r}")
+                unit = "milliseconds" if name == "slow_ms" else "seconds"
+                raise BadValueError(f"{name} must be a finite number of {unit} ≥ 0, got {value!r}")
         if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
             raise BadValueError(f"busy_poll must be 0..{MAX_BUSY_POLL} microseconds (0 turns it off), "
                                 f"got {self.busy_poll}")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise BadValueError(f"log_level must be debug, info, warning or error, got {self.log_level!r}")
+        if self.log_format not in ("text", "json"):
+            raise BadValueError(f"log_format must be text or json, got {self.log_format!r}")
         if self.event_loop not in ("auto", "uvloop", "asyncio"):
             raise BadValueError(f"event_loop must be auto, uvloop or asyncio, got {self.event_loop!r}")
         if self.event_loop == "uvloop" and uvloop() is None:

@@ -29,6 +29,7 @@ import logging
 import socket
 import threading
 from collections import deque
+from time import perf_counter_ns
 from typing import Any
 
 from .. import operations
@@ -135,7 +136,7 @@ class Connection(asyncio.Protocol):
                                    auth_failure_delay=self.config.auth_failure_delay)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.queue: deque[tuple[Request, float]] = deque()
+        self.queue: deque[tuple[Request, int]] = deque()  # with its arrival, perf_counter_ns
         self.uploads: dict[Any, UploadReader] = {}
         self.discarding: set = set()
         self.busy = 0  # requests queued, running, or waiting for their fsync
@@ -183,6 +184,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.server.metrics.received += len(data)
         self.last_activity = now = self.loop.time()
+        arrived = perf_counter_ns()  # the requests' arrival, for their latency (the loop's clock is ms under uvloop)
         try:
             events = self.core.receive_data(data)
         except Exception:  # the state machine must never take the server down
@@ -210,7 +212,7 @@ class Connection(asyncio.Protocol):
                 if type(event) is Request:
                     if event.doc.get("upload") and event.doc.get("op") in operations.UPLOADS:
                         self.uploads[event.id] = UploadReader(self.loop, self._maybe_resume, self.config.idle_timeout)
-                    self.queue.append((event, now))
+                    self.queue.append((event, arrived))
                     queued += 1
                     continue
                 if queued:
@@ -369,7 +371,7 @@ class Connection(asyncio.Protocol):
             else:
                 self._worker = self.loop.create_task(self._run(request, arrived))
 
-    async def _run(self, request: Request, arrived: float, work=None) -> None:
+    async def _run(self, request: Request, arrived: int, work=None) -> None:
         try:
             await (work if work is not None else self.server.run_request(self, request, arrived))
         except Exception:
@@ -378,7 +380,7 @@ class Connection(asyncio.Protocol):
             self._worker = None
         self._pump()
 
-    def finish_later(self, request: Request, arrived: float, work) -> asyncio.Task:
+    def finish_later(self, request: Request, arrived: int, work) -> asyncio.Task:
         """The task that awaits ``work`` (a request's remaining part), then runs the requests after it."""
         return self.loop.create_task(self._run(request, arrived, work))
 

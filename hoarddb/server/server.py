@@ -28,21 +28,22 @@ import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Any
 
 from .. import operations
 from ..version import __version__
 from ..engine import Engine
 from ..operations import METRICS, check_request
-from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError, StorageError,
-                      TimeoutError_, UnauthorizedError)
+from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError,
+                      InvalidArgumentError, StorageError, TimeoutError_, UnauthorizedError)
 from ..options import Options
 from ..values.codec import encode_checked
 from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
 from ..wire.framing import MAX_MESSAGE_SIZE, encode_message
 from ..wire.messages import CHUNK_SIZE, error_answer
 from ..wire.protocol import Principal, Request
-from . import auth, tls
+from . import auth, logformat, tls
 from .auth import Authenticator, authorize
 from .. import busypoll
 from ..busypoll import BusyPoll
@@ -51,6 +52,7 @@ from .config import ServerConfig
 from .connection import Connection
 from .logins import LoginLimiter
 from .metrics import MetricsEndpoint, ServerMetrics
+from .slowlog import SlowLog
 from .users import UserStore, check_password
 
 log = logging.getLogger("hoarddb.server")
@@ -122,6 +124,7 @@ class Server:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.engine: Engine | None = None
         self.metrics = ServerMetrics()
+        self.slowlog = SlowLog(config.slow_ms, config.slowlog_length)
         self.users = UserStore(config.data)
         self.authenticator = Authenticator(self.users, LoginLimiter(
             config.auth_user_failures, config.auth_address_failures, config.auth_lockout)) if config.auth else None
@@ -393,6 +396,8 @@ class Server:
             return False
         self.connections.add(conn)
         self.metrics.connections.set(len(self.connections))
+        log.info("connection %s opened (%d open)", conn.peer, len(self.connections),
+                 extra={"hoarddb": {"peer": conn.peer, "event": "open"}})
         return True
 
     def busy_poller(self, sock) -> BusyPoll | None:
@@ -406,6 +411,11 @@ class Server:
         if conn in self.connections:
             self.connections.discard(conn)
             self.metrics.connections.set(len(self.connections))
+            principal = conn.core.principal
+            user = principal.user if principal is not None else None
+            log.info("connection %s%s closed after %.1f s (%d open)", conn.peer,
+                     f" of user {_quoted(user)}" if user else "", self.loop.time() - conn.opened,
+                     len(self.connections), extra={"hoarddb": {"peer": conn.peer, "user": user, "event": "close"}})
         self.handshaking.discard(conn)
         self.idle_changed()
 
@@ -424,7 +434,8 @@ class Server:
 
     def logged_in(self, conn: Connection, event) -> None:
         self.authenticator.limiter.succeeded(event.user, conn.core.address)
-        log.info("connection %s logged in as %s", conn.peer, _quoted(event.user))
+        log.info("connection %s logged in as %s", conn.peer, _quoted(event.user),
+                 extra={"hoarddb": {"peer": conn.peer, "user": event.user, "event": "login"}})
 
     def idle_changed(self) -> None:
         if self._idle_event is not None:
@@ -584,6 +595,7 @@ class Server:
             now = self._users_stamp()
             if now != stamp:
                 stamp = now
+                log.info("the users file %s changed: applying it to the open connections", self.users.path)
                 self.users_changed()
 
     def _users_stamp(self):
@@ -634,7 +646,7 @@ class Server:
             return False
         return True
 
-    def run_inline(self, conn: Connection, request: Request, arrived: float) -> None:
+    def run_inline(self, conn: Connection, request: Request, arrived: int) -> None:
         """Run a one-key read (or answer a refusal) on the loop, and answer it."""
         doc = request.doc
         try:
@@ -647,9 +659,9 @@ class Server:
             answer = e.to_answer()
         except Exception as e:  # a bug: say so in the same shape, keep serving
             answer = self._bug(conn, doc, e)
-        self._answer(conn, request.id, doc.get("op"), answer, arrived)
+        self._answer(conn, request.id, doc, answer, arrived)
 
-    def run_read(self, conn: Connection, request: Request, arrived: float):
+    def run_read(self, conn: Connection, request: Request, arrived: int):
         """Run a read that may scan on a read-pool thread; the loop waits for it a moment
         (READ_WAIT) and answers at once if it is done: None. A longer one finishes in the
         background while the loop serves others: the task that answers it."""
@@ -660,9 +672,9 @@ class Server:
         except concurrent.futures.TimeoutError:
             async def rest():
                 answer, data = await asyncio.wrap_future(future)
-                self._answer(conn, request.id, doc.get("op"), answer, arrived, data)
+                self._answer(conn, request.id, doc, answer, arrived, data)
             return conn.finish_later(request, arrived, rest())
-        self._answer(conn, request.id, doc.get("op"), answer, arrived, data)
+        self._answer(conn, request.id, doc, answer, arrived, data)
         return None
 
     def _read_encoded(self, conn: Connection, doc: dict, rid) -> tuple[dict, bytes]:
@@ -690,11 +702,11 @@ class Server:
         except Exception as e:  # a bug: say so in the same shape, keep serving
             return self._bug(conn, doc, e)
 
-    def submit_write(self, conn: Connection, request: Request, arrived: float) -> None:
+    def submit_write(self, conn: Connection, request: Request, arrived: int) -> None:
         """Hand a write to the group commit; it is answered once durable (or refused)."""
         doc = request.doc
 
-        def done(result, rid=request.id, op=doc.get("op")):
+        def done(result, rid=request.id):
             try:
                 if type(result) is dict:  # (the engine's answer: nearly always)
                     answer = result
@@ -704,13 +716,13 @@ class Server:
                     answer = self._bug(conn, doc, result)
                 else:
                     answer = result
-                self._answer(conn, rid, op, answer, arrived)
+                self._answer(conn, rid, doc, answer, arrived)
             finally:
                 conn.write_ran()  # after its answer: the requests it pumps are answered after it
 
         self.committer.submit(doc, done)
 
-    async def run_request(self, conn: Connection, request: Request, arrived: float) -> None:
+    async def run_request(self, conn: Connection, request: Request, arrived: int) -> None:
         """Run one request in a pool and send its answer (a write's once it is durable)."""
         doc, rid = request.doc, request.id
         op = doc.get("op")
@@ -730,15 +742,15 @@ class Server:
                 conn.finish_upload(rid)
         result = answer.get("result")
         if op in STREAMS and answer.get("ok") == 1 and hasattr(result, "__next__"):
-            await self._stream(conn, rid, op, result, arrived)
+            await self._stream(conn, rid, doc, result, arrived)
             return
         if write and self.committer is not None and answer.get("ok") == 1 and request.how != "cluster":
             # (a refusal wrote nothing, and a cluster's answer is durable where it ran: answer now)
             def durable(error, answer=answer):
-                self._answer(conn, rid, op, error.to_answer() if error is not None else answer, arrived)
+                self._answer(conn, rid, doc, error.to_answer() if error is not None else answer, arrived)
             self.committer.after_durable(durable)
         else:
-            self._answer(conn, rid, op, answer, arrived)
+            self._answer(conn, rid, doc, answer, arrived)
 
     async def _execute(self, conn: Connection, doc: dict, op: Any, write: bool, upload) -> dict:
         principal = conn.core.principal
@@ -786,21 +798,42 @@ class Server:
         return [{"name": u["name"], "roles": [_role_text(r) for r in u["roles"]]} for u in self.users.users()]
 
     def _op_create_user(self, principal, doc: dict) -> dict:
-        return self.users.add_credentials(doc.get("user"), doc.get("credentials"), list(doc.get("roles") or []))
+        answer = self.users.add_credentials(doc.get("user"), doc.get("credentials"), list(doc.get("roles") or []))
+        _user_change_log(principal, "created", doc)
+        return answer
 
     def _op_update_user(self, principal, doc: dict) -> dict:
-        return self.users.update(doc.get("user"), credentials=doc.get("credentials"),
-                                 roles=doc.get("roles") if "roles" in doc else None)
+        answer = self.users.update(doc.get("user"), credentials=doc.get("credentials"),
+                                   roles=doc.get("roles") if "roles" in doc else None)
+        _user_change_log(principal, "changed", doc)
+        return answer
 
     def _op_drop_user(self, principal, doc: dict) -> dict:
-        return self.users.remove(doc.get("user"))
+        answer = self.users.remove(doc.get("user"))
+        _user_change_log(principal, "removed", doc)
+        return answer
 
     def _op_set_roles(self, principal, doc: dict) -> dict:
         roles = doc.get("roles")
         if not isinstance(roles, list):
             raise BadValueError("set_roles needs 'roles', a list such as [\"readWrite:app\", \"read:reports\"] "
                                 "(an empty list takes every role away)")
-        return self.users.set_roles(doc.get("user"), roles)
+        answer = self.users.set_roles(doc.get("user"), roles)
+        _user_change_log(principal, "given new roles", doc)
+        return answer
+
+    def _op_slowlog(self, principal, doc: dict) -> dict:
+        """The slow log, newest first (``limit``: at most so many); ``reset``: forget it after."""
+        limit = doc.get("limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidArgumentError(f"slowlog: limit is a whole number from 1, got {type(limit).__name__} "
+                                       f"{limit!r:.40}")
+        if limit is not None and limit < 1:
+            raise BadValueError(f"slowlog: limit is a whole number from 1, got {limit}")
+        entries = self.slowlog.newest(limit)
+        if doc.get("reset") is True:
+            self.slowlog.reset()
+        return {"slow_ms": self.config.slow_ms, "slowlog_length": self.config.slowlog_length, "entries": entries}
 
     @contextlib.contextmanager
     def _answers_together(self):
@@ -814,15 +847,32 @@ class Server:
             for conn in corked:
                 conn.uncork()
 
-    def _answer(self, conn: Connection, rid, op, answer: dict, arrived: float, data: bytes | None = None) -> None:
-        """Send an answer (``data``: its message, encoded already) and count it."""
+    def _answer(self, conn: Connection, rid, doc: dict, answer: dict, arrived: int, data: bytes | None = None) -> None:
+        """Send the answer to ``doc`` (``data``: its message, encoded already) and count it."""
         if self._corking is not None and conn.cork():
             self._corking.append(conn)
         conn.send({"id": rid, **answer} if data is None else data)
-        self.metrics.answered(op, self.loop.time() - arrived, None if answer.get("ok") == 1 else answer.get("codeName"))
+        code = None if answer.get("ok") == 1 else answer.get("codeName")
+        self._answered(conn, doc, arrived, code)
+        if type(op := doc.get("op")) is str and op in _LOGGED_OPS:  # (a malformed op may be anything, unhashable)
+            _log_admin_op(conn, doc, answer, code)
         conn.done()
 
-    async def _stream(self, conn: Connection, rid, op: str, chunks, arrived: float) -> None:
+    def _answered(self, conn: Connection, doc: dict, arrived: int, code: str | None) -> None:
+        """Count an answered request; keep and log it when it was slow (``slow_ms``)."""
+        took = perf_counter_ns() - arrived  # the one clock read per request
+        op = doc.get("op")
+        self.metrics.answered(op, took, code)
+        if took >= self.slowlog.threshold_ns:
+            principal = conn.core.principal
+            entry = self.slowlog.add(took, doc, conn.peer, principal.user if principal is not None else None, code)
+            where = ".".join(x for x in (entry["db"], entry["bucket"], entry["field"]) if x)
+            log.warning("slow request: %s%s took %.1f ms on %s%s%s", entry["op"], f" on {where}" if where else "",
+                        took / 1e6, conn.peer, f" of user {_quoted(entry['user'])}" if entry["user"] else "",
+                        f", refused {code}" if code else "",
+                        extra={"hoarddb": {k: v for k, v in entry.items() if k not in ("id", "time")}})
+
+    async def _stream(self, conn: Connection, rid, doc: dict, chunks, arrived: int) -> None:
         """Send a blob's chunks as they are read, never more than the connection's write buffer ahead."""
         codename = None
         try:
@@ -847,7 +897,7 @@ class Server:
             close = getattr(chunks, "close", None)
             if close is not None:
                 await self.loop.run_in_executor(self._reads, close)
-        self.metrics.answered(op, self.loop.time() - arrived, codename)
+        self._answered(conn, doc, arrived, codename)
         conn.done()
 
     async def _exposition(self) -> bytes:
@@ -903,6 +953,41 @@ def _matches_by_regex(doc: dict) -> bool:
     return isinstance(args, dict) and filter_has_regex(args.get("filter"))
 
 
+#: Operations whose every run is logged with its outcome (the table's ``logged``).
+_LOGGED_OPS = frozenset(name for name, op in operations.OPERATIONS.items() if op.logged)
+
+
+def _log_admin_op(conn: Connection, doc: dict, answer: dict, code: str | None) -> None:
+    """Log a check, backup or TTL sweep run over the wire: by whom, and what came of it."""
+    principal = conn.core.principal
+    user = principal.user if principal is not None else None
+    op, result = doc.get("op"), answer.get("result")
+    problems = 0
+    if code is not None:
+        outcome = f"refused {code}: {str(answer.get('message'))[:200]}"
+    elif isinstance(result, dict) and isinstance(result.get("buckets"), list):  # a check's report, a backup's
+        buckets = result["buckets"]
+        problems = sum(len(b.get("problems") or []) + (b.get("more") or 0) for b in buckets if isinstance(b, dict))
+        outcome = f"{len(buckets)} buckets" + (f", {problems} problems" if any(
+            isinstance(b, dict) and "problems" in b for b in buckets) else "")
+    elif isinstance(result, dict) and "expired" in result:  # a TTL sweep's
+        outcome = f"{result['expired']} documents expired"
+    else:
+        outcome = "done"
+    scope = ".".join(x for x in (doc.get("db"), doc.get("bucket")) if isinstance(x, str))
+    log.log(logging.WARNING if problems else logging.INFO,
+            "%s%s by %s on %s: %s", op, f" of {scope}" if scope else "", _quoted(user) if user else "(no user)",
+            conn.peer, outcome, extra={"hoarddb": {"peer": conn.peer, "user": user, "event": op}})
+
+
+def _user_change_log(principal, what: str, doc: dict) -> None:
+    """Log a change of users made over the wire (once made)."""
+    by = principal.user if principal is not None else None
+    log.info("user %s %s by %s", _quoted(doc.get("user")), what, _quoted(by) if by else "a connection without a user",
+             extra={"hoarddb": {"user": by, "target": doc.get("user") if isinstance(doc.get("user"), str) else None,
+                                "event": "user " + what}})
+
+
 def _quoted(user) -> str:
     """A user name as the log shows it: quoted and cut short (a client chose it), or "(none)"."""
     return "(none)" if user is None else f"{user!r:.70}"
@@ -948,8 +1033,7 @@ def collect_less() -> None:
 
 def run(config: ServerConfig) -> int:
     """Run a server in this process until it is stopped; the exit status."""
-    logging.basicConfig(level=getattr(logging, config.log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logformat.configure(config.log_level, config.log_format)
     server = Server(config)
     collect_less()
     try:

@@ -81,3 +81,123 @@ def test_shell_with_tls_and_a_user(tmp_path):
 def test_a_malformed_url_is_a_usage_error(url, says):
     result = shell("--url", url, "-e", "show databases")
     assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr
+
+
+# ---- trust on first use, and the password asked for after the server is verified ----------------
+
+def _hoardDB_on_a_terminal(tmp_path, *args, env=None):
+    pexpect = pytest.importorskip("pexpect")
+    e = dict(os.environ, PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path / "config"),
+             HOARDDB_HISTORY=str(tmp_path / "history"), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm", **(env or {}))
+    e.pop("HOARDDB_PASSWORD", None)
+    code = "import sys; from hoarddb.cli import shell_main; shell_main(sys.argv[1:], prog_name='hoardDB')"
+    child = pexpect.spawn(sys.executable, ["-c", code, *args], env=e, encoding="utf-8", timeout=30,
+                          dimensions=(40, 200))
+    return pexpect, child
+
+
+@pytest.fixture
+def secure(tmp_path):
+    data = tmp_path / "data"
+    add_users(data)
+    with ServerProcess(data, insecure=False) as server:
+        yield server
+
+
+def test_first_use_shows_the_fingerprint_asks_once_remembers_it_then_asks_the_password(tmp_path, secure):
+    pexpect, child = _hoardDB_on_a_terminal(tmp_path, "--port", str(secure.port), "--user", "admin")
+    try:
+        child.expect_exact(f"The server at 127.0.0.1:{secure.port} is not known yet")
+        child.expect_exact(secure.fingerprint)
+        index = child.expect([r"Trust this server and remember it in .*known_hosts\?", "password for"])
+        assert index == 0, "the password was asked for before the server was trusted"
+        child.send("y\r")
+        child.expect_exact(f"remembered 127.0.0.1:{secure.port}")
+        child.expect_exact("password for admin")
+        child.send("admin-pw\r")
+        child.expect_exact(f"connected to 127.0.0.1:{secure.port} (hoardDB ")  # the banner: where, version,
+        child.expect_exact("TLS) as user admin; no database yet")                  # the user and the database
+        child.expect("hoarddb>")
+        child.send("exit\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    known = tmp_path / "config" / "hoarddb" / "known_hosts"
+    assert (known.stat().st_mode & 0o777) == 0o600
+    assert known.read_text() == f"127.0.0.1:{secure.port} SHA256 {secure.fingerprint}\n"
+    # remembered: the next time nothing is asked, from a script too
+    again = shell("--port", str(secure.port), "--user", "admin", "--json", "-e", "show databases",
+                  env={"XDG_CONFIG_HOME": str(tmp_path / "config"), "HOARDDB_PASSWORD": "admin-pw"})
+    assert again.returncode == 0 and json.loads(again.stdout)["ok"] == 1, again.stderr
+
+    # a new certificate on the same address: refused loudly, saying what to do
+    secure.stop()
+    for f in (secure.data / "tls").iterdir():
+        f.unlink()
+    secure.start()
+    pexpect, child = _hoardDB_on_a_terminal(tmp_path, "--port", str(secure.port), "--user", "admin")
+    try:
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    said = child.before
+    assert child.exitstatus == 1
+    assert f"THE CERTIFICATE OF THE SERVER AT 127.0.0.1:{secure.port} HAS CHANGED" in said.replace("\r\n", " ")
+    assert secure.fingerprint in said.replace("\r\n", "") and "remove the line" in said
+    assert "password for" not in said and "Trust this server" not in said
+    assert known.read_text() != f"127.0.0.1:{secure.port} SHA256 {secure.fingerprint}\n"  # the old one kept
+
+
+def test_a_pinned_fingerprint_that_does_not_match_is_refused_before_the_password_is_asked(tmp_path, secure):
+    wrong = "AB:" * 31 + "AB"
+    pexpect, child = _hoardDB_on_a_terminal(tmp_path, "--port", str(secure.port), "--user", "admin",
+                                            "--tls-fingerprint", wrong)
+    try:
+        index = child.expect(["password for", pexpect.EOF])
+    finally:
+        child.close(force=True)
+    assert index == 1, "the password was asked for before the TLS handshake was verified"
+    assert "not the pinned" in child.before and child.exitstatus == 1
+
+
+def test_a_script_with_no_fingerprint_known_is_refused_with_the_flags_to_give(tmp_path, secure):
+    result = shell("--port", str(secure.port), "--user", "admin", "-e", "show databases",
+                   env={"XDG_CONFIG_HOME": str(tmp_path / "config"), "HOARDDB_PASSWORD": "admin-pw"})
+    assert result.returncode == 1
+    assert secure.fingerprint in result.stderr and "pass --tls-fingerprint" in result.stderr
+    assert "tls_fingerprint=" not in result.stderr  # the shell's user is told flags, not keyword arguments
+    assert not (tmp_path / "config" / "hoarddb" / "known_hosts").exists()
+
+
+def test_a_tls_server_reached_without_tls_flags_says_the_flag(tmp_path, secure):
+    # the client's advice names keyword arguments (insecure=True); the shell says its flag
+    plain_server = shell("--port", str(secure.port), "-insecure", "-e", "show databases")
+    assert plain_server.returncode == 1 and "insecure=True" not in plain_server.stderr
+
+
+def test_bare_hoardDB_looks_on_this_machine(tmp_path):
+    import socket
+
+    probe = socket.socket()
+    try:
+        if probe.connect_ex(("127.0.0.1", 7070)) == 0:
+            pytest.skip("something listens on 127.0.0.1:7070 here")
+    finally:
+        probe.close()
+    result = shell("-e", "show databases", env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert result.returncode == 1
+    assert "no hoardDB server answers at 127.0.0.1:7070" in result.stderr and "--data DIR" in result.stderr
+
+
+def test_every_command_is_told_its_flags_and_a_program_its_keywords(tmp_path, secure):
+    status = subprocess.run([sys.executable, "-m", "hoarddb.cli", "status", "--port", str(secure.port)],
+                            capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert status.returncode != 0
+    assert "--tls-fingerprint" in status.stderr and "tls_fingerprint=" not in status.stderr, status.stderr
+    import hoarddb
+    from hoarddb.errors import HoardConnectionError
+
+    with pytest.raises(HoardConnectionError) as refused:
+        hoarddb.connect(port=secure.port)
+    assert "tls_fingerprint=" in refused.value.message and "--tls" not in refused.value.message

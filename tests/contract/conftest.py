@@ -88,12 +88,16 @@ PLACES = [(e, w) for e in EXECUTORS for w in WHERES] + [("embedded", "field", "b
 
 
 @pytest.fixture(params=PLACES, ids=lambda p: "-".join(p) if len(p) == 2 else f"{p[0]}-{p[2]}-{p[1]}")
-def place(request) -> Place:
-    return _place(request, *request.param)
+def place(request):
+    made = _place(request, *request.param)
+    yield made
+    made.drop()
 
 
 @pytest.fixture(params=[p for p in PLACES if p[1] == "field"], ids=lambda p: f"{p[0]}-{p[2] if len(p) > 2 else 'hash'}")
 def field_place(request) -> Place:
     """The store fields of ``place`` alone, for what only a field has (its document, its limits)."""
-    return _place(request, *request.param)
+    made = _place(request, *request.param)
+    yield made
+    made.drop()
 

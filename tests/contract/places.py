@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from hoarddb.errors import HoardError
+
 _names = itertools.count(1)
 
 #: The three ways a program reaches hoardDB.
@@ -92,9 +94,20 @@ class Place:
         self.client = client
         self.data = data
         self.owner_type = owner_type
+        self.made: list[str] = []
 
     def database(self):
-        return self.client[f"c{next(_names)}"]
+        name = f"c{next(_names)}"
+        self.made.append(name)
+        return self.client[name]
+
+    def drop(self) -> None:
+        """Drop the databases this place made: the shared engine and server close their files."""
+        for name in self.made:
+            try:
+                self.client.drop_database(name)
+            except HoardError:
+                pass  # never made (a test that failed first), or dropped by the test
 
     def make(self, type_: str, **options) -> Store:
         """A new, empty store of ``type_`` (bucket options only apply to a bucket)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hoarddb
-from hoarddb.errors import BadValueError, DatabaseNotFoundError, NotFoundError, UnauthorizedError, UnknownOptionError
+from hoarddb.errors import BadValueError, DatabaseNotFoundError, InvalidArgumentError, NotFoundError, UnauthorizedError, UnknownOptionError
 from hoarddb.server.users import UserStore
 from hoarddb.testing import ServerThread
 
@@ -84,8 +84,10 @@ def test_set_roles_over_the_wire(server):
         answer = admin.execute({"op": "set_roles", "user": "dave", "roles": ["readWrite:app"]})
         assert answer["result"] == {"name": "dave", "roles": ["readWrite:app"]}
         dave["app"].Users.put({"_id_": "d1"})  # at once: no reread to wait for, no reconnect
-        with pytest.raises(BadValueError, match="set_roles needs 'roles'"):
+        with pytest.raises(InvalidArgumentError, match="'roles' must be a list"):
             admin.execute({"op": "set_roles", "user": "dave", "roles": "admin"})
+        with pytest.raises(BadValueError, match="set_roles needs 'roles'"):
+            admin.execute({"op": "set_roles", "user": "dave"})
         with pytest.raises(UnknownOptionError, match="unknown role"):
             admin.execute({"op": "set_roles", "user": "dave", "roles": ["root"]})
         with pytest.raises(NotFoundError):
