@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from . import operations
 from .catalog import check_name
-from .declaration import check_fields, declare_bucket
+from .declaration import check_fields, check_placement, declare_bucket
 from .errors import BadValueError, InvalidArgumentError, UnknownOptionError
 from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
@@ -124,7 +124,11 @@ def alter_bucket(engine: Engine, request: dict) -> dict:
         if key == "fields":
             changed["fields"] = check_fields(value, warnings)
         elif key == "placement":
-            changed["placement"] = value
+            if (decl.get("partitions") or 1) > 1:
+                raise BadValueError(f"alter bucket cannot make a bucket of {decl['partitions']} partitions whole "
+                                    "(moving its partitions together is not built yet); create a new bucket "
+                                    "with placement: whole and copy the documents")
+            changed.update(check_placement({"placement": value}, decl["type"], decl.get("indexes") or []))
         else:
             raise UnknownOptionError(
                 f"alter bucket may change: fields, placement; not {key!r} "

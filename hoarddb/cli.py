@@ -26,6 +26,8 @@
         the same shell; -insecure reaches a local server without TLS; with no --data and no
         address, the server on 127.0.0.1:7070 (a self-signed one trusted on first use, as ssh
         does: hoarddb/client/known_hosts.py)
+    hoarddb cluster up --data DIR [--nodes N] [--port P] | down --data DIR | status --cluster etcd://H:P
+        a cluster on this machine (etcd and one node per core), its stop, and any cluster's nodes and partitions
     hoarddb help [COMMAND...], hoarddb, hoarddb --help
         the list of commands (each with its first sentence whole), or one command's help
 
@@ -330,6 +332,11 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
               help="uvloop, asyncio, or auto: uvloop where installed (auto).")
 @click.option("--busy-poll", "busy_poll", type=int, default=None, metavar="US",
               help="Microseconds to poll a lone client's socket after an answer before sleeping (200; 0 off).")
+@click.option("--cluster", "cluster", default=None, metavar="etcd://HOST:PORT[,...]",
+              help="Join the cluster whose map these etcd members hold (docs/user/cluster.md).")
+@click.option("--node-id", "node_id", default=None, metavar="NAME", help="This node's name in the cluster.")
+@click.option("--advertise", "advertise", default=None, metavar="HOST:PORT",
+              help="Where other nodes and clients reach this node (default: --host and --port).")
 def server(config_file, **flags):
     """Run a hoardDB server on a data directory until SIGTERM or Ctrl-C.
 
@@ -497,6 +504,70 @@ def _closed_directory_options(verb: str, online: bool = False):
         return click.argument("directory", metavar="[DIR]" if online else "DIR",
                               type=click.Path(exists=True, file_okay=False), required=not online)(f)
     return decorate
+
+
+@main.group()
+def cluster():
+    """Run a cluster on this machine, and see any cluster's nodes and partitions (docs/user/cluster.md)."""
+
+
+@cluster.command("up")
+@click.option("--data", "data", metavar="DIR", required=True, type=click.Path(file_okay=False),
+              help="Where etcd's and each node's data go (DIR/n1, DIR/n2...).")
+@click.option("--nodes", type=int, default=None, help="How many nodes (default: one per core).")
+@click.option("--port", type=int, default=7070, help="The first node's port, its metrics on the next; the next nodes count up by 2 (7070; 0: free ports).")
+def cluster_up(data, nodes, port):
+    """Start etcd and one node per core in the background, on 127.0.0.1 without TLS (for one machine)."""
+    from .cluster import local
+
+    try:
+        started = local.up(data, nodes, port)
+    except HoardError as e:
+        click.echo(f"hoarddb cluster up: {e.message}", err=True)
+        sys.exit(1)
+    click.echo(f"etcd at {started['etcd']['url']}; nodes: "
+               + ", ".join(f"{n['id']} on 127.0.0.1:{n['port']}" for n in started["nodes"]))
+    click.echo(f"connect to: {started['url']}")
+    click.echo(f"status:     hoarddb cluster status --cluster {started['etcd']['url']}")
+    click.echo(f"stop it:    hoarddb cluster down --data {data}")
+
+
+@cluster.command("down")
+@click.option("--data", "data", metavar="DIR", required=True, type=click.Path(file_okay=False),
+              help="The directory given to `hoarddb cluster up`.")
+def cluster_down(data):
+    """Stop the nodes and the etcd that `hoarddb cluster up --data DIR` started (data kept)."""
+    from .cluster import local
+
+    try:
+        stopped = local.down(data)
+    except HoardError as e:
+        click.echo(f"hoarddb cluster down: {e.message}", err=True)
+        sys.exit(1)
+    click.echo("stopped: " + (", ".join(stopped) or "nothing was running"))
+
+
+@cluster.command("status")
+@click.option("--cluster", "cluster_url", metavar="etcd://HOST:PORT[,...]", default=None,
+              help="The cluster's etcd members (default: HOARDDB_CLUSTER).")
+@click.option("--json", "json_mode", is_flag=True, help="As JSON.")
+def cluster_status(cluster_url, json_mode):
+    """The nodes of a cluster, and each bucket's partitions per node (held / assigned)."""
+    import json
+    import os
+
+    from .cluster import local
+
+    url = cluster_url or os.environ.get("HOARDDB_CLUSTER")
+    if not url:
+        click.echo("hoarddb cluster status: give --cluster etcd://HOST:PORT (or set HOARDDB_CLUSTER)", err=True)
+        sys.exit(2)
+    try:
+        st = local.status(url)
+    except HoardError as e:
+        click.echo(f"hoarddb cluster status: {e.message}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(st, indent=2) if json_mode else local.format_status(st))
 
 
 @main.command("check")

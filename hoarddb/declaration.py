@@ -21,8 +21,14 @@ COMMON_BUCKET_OPTIONS = {
     "fields": "field lines [{name, type, keywords}]; recorded in the declaration",
     "store_fields": "store fields [{name, type}] that each document owns (hash and btree buckets)",
     "indices": "secondary indexes (hash buckets)",
-    "placement": "where a cluster places the bucket; recorded, used once hoardDB runs as a cluster",
+    "placement": "whole: the bucket stays in one partition on one node of a cluster (fifo, lifo, heap: always)",
+    "partitions": "how many partitions a cluster spreads a hash bucket over (1 to 4096; default 64 in a cluster)",
 }
+#: The values of ``placement``.
+PLACEMENTS = ("whole",)
+#: The store types a cluster can spread over partitions (the others are whole).
+SPREADABLE = ("hash",)
+MAX_PARTITIONS = 4096
 KEYED_TYPES = ("hash", "btree")
 
 
@@ -64,14 +70,56 @@ def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
                     f"index {ix['name']!r} covers {f!r}, a {stores[f]} store field: an index covers the document's "
                     "own fields, never the contents of a store field (find its elements with the store's verbs, "
                     "or index a field of the document instead)")
-    if "placement" in raw:
-        warnings.append("placement is recorded; it takes effect once hoardDB runs as a cluster")
+    placement = check_placement(raw, type_name, indexes)
     declaration = {
         "name": name, "type": type_name, "options": options, "fields": fields,
         "store_fields": store_fields, "indexes": indexes,
-        **({"placement": raw["placement"]} if "placement" in raw else {}),
+        **placement,
     }
     return declaration, warnings
+
+
+def check_placement(raw: dict, type_name: str, indexes: list[dict]) -> dict:
+    """The ``placement`` and ``partitions`` of a declaration, checked: ``{placement?, partitions?}``.
+
+    ``placement: whole`` keeps a bucket in one partition; ``partitions: N`` spreads a hash
+    bucket over N (on a single server both are recorded and change nothing). A unique
+    index needs the bucket whole: a partition's owner can refuse a duplicate only among
+    the documents it holds.
+    """
+    out: dict = {}
+    if "placement" in raw:
+        placement = raw["placement"]
+        if placement not in PLACEMENTS:
+            raise BadValueError(f"placement {placement!r} is not one hoardDB knows; accepted: "
+                                f"{', '.join(PLACEMENTS)} (leave it out to let a cluster spread a hash bucket "
+                                "over its partitions)")
+        out["placement"] = placement
+    if "partitions" in raw:
+        n = raw["partitions"]
+        if type(n) is not int or not 1 <= n <= MAX_PARTITIONS:
+            raise BadValueError(f"partitions must be a whole number from 1 to {MAX_PARTITIONS}, got {n!r}")
+        if n > 1 and out.get("placement") == "whole":
+            raise BadValueError(f"placement: whole keeps a bucket in one partition, and partitions: {n} asks for "
+                                f"{n}; give one of them")
+        if n > 1 and type_name not in SPREADABLE:
+            what = ("a partitioned queue (partitions with a group field) is not built yet"
+                    if type_name in ("fifo", "lifo", "heap") else f"spreading a {type_name} bucket is not built yet")
+            raise BadValueError(f"partitions: {n} on a {type_name} bucket: {what}; a {type_name} bucket is whole "
+                                "(leave partitions out, or give partitions: 1)")
+        if n > 1:
+            unique = [ix["name"] for ix in indexes if ix.get("unique")]
+            if unique:
+                raise BadValueError(unique_needs_whole(unique[0], n))
+        out["partitions"] = n
+    return out
+
+
+def unique_needs_whole(index: str, partitions) -> str:
+    """The refusal of a unique index on a spread bucket, with its reason and its fix."""
+    return (f"unique index {index!r} needs the bucket whole: spread over {partitions} partitions, each owner "
+            "could refuse a duplicate only among its own documents. Add placement: whole (one partition on "
+            "one node), or drop unique and check for duplicates yourself")
 
 
 def check_fields(fields, warnings: list[str]) -> list[dict]:

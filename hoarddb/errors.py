@@ -244,6 +244,18 @@ class RegexTimeoutError(HoardError):
     code, codeName = 33, "REGEX_TIMEOUT"
 
 
+class PartitionUnavailableError(HoardError):
+    """PartitionUnavailableError is a request for a partition of a cluster whose owner node cannot serve it now (down, or not reachable); the message names the node."""
+
+    code, codeName = 34, "PARTITION_UNAVAILABLE"
+
+
+class ClusterUnavailableError(HoardError):
+    """ClusterUnavailableError is a request a cluster node cannot run because etcd, which holds the cluster's map and catalog, does not answer."""
+
+    code, codeName = 35, "CLUSTER_UNAVAILABLE"
+
+
 #: Every error class by its code: the wire and the shell map answers back through it.
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):

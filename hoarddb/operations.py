@@ -229,6 +229,20 @@ class Operation:
     #: ``(method, operation, {args it sets})``; ``db.T.find(f).count()`` is count(f). An
     #: entry with these also takes each of its options as a method: ``.sort({Date: -1})``.
     chains: tuple = ()
+    #: A bucket verb's parameter that names the one document it acts on, for a cluster to
+    #: route it to that document's partition (hoarddb/cluster/node.py): the key itself, or a
+    #: document or filter whose ``_id_`` is a plain value. Empty: it acts on many.
+    key_param: str = ""
+    #: Whether the store makes the key of a document given without one (insert): a cluster
+    #: makes it where the request arrives, to know the document's partition.
+    makes_key: bool = False
+    #: How the answers of a spread bucket's partitions make one answer: "documents" (lists of them,
+    #: merged in key order, limit applied after), "sum" (a number), "counts" ({matched,
+    #: modified}, {deleted}: added up), "split" (a batch: cut by partition, its keys put back
+    #: in order). Empty: a spread bucket refuses it (not built yet).
+    gather: str = ""
+    #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
+    change: str = ""
     # Derived once from the above by __post_init__, for binding on the hot path:
     #: the names of params, in order
     param_names: tuple = dataclasses.field(init=False, repr=False, compare=False)
@@ -303,17 +317,17 @@ for _op in [
               summary="Return the next element without removing it; with a limit (at most 1000), the next N in pop order.",
               answer="a document or null; with a limit, a list (a heap, and a fifo once claimed from, add the answer field claimed)",
               example="db.Comments.peek(5)", cost=SHORT),
-    Operation("length", _types(*STORE_TYPES),
+    Operation("length", _types(*STORE_TYPES), gather="sum",
               summary="How many elements the bucket holds (fifo, heap: how many are ready, not claimed).",
               answer="an integer (a heap, and a fifo once claimed from, add the answer fields ready and claimed)",
               example="db.Comments.length()"),
-    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT),
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT), gather="documents",
               summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
               answer="a list", example="db.Comments.list({after: 100, limit: 50})", cost=SHORT),
-    Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True,
+    Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True, key_param="doc", makes_key=True,
               summary="Add a document; a hash key (_id_) that exists is refused with DUPLICATE_KEY.",
               answer="the document's key", example='db.User.insert({_id_: "jane_doe", Name: "Jane"})'),
-    Operation("batch_insert", _types("hash", "btree"), (Param("docs", "docs"),), write=True,
+    Operation("batch_insert", _types("hash", "btree"), (Param("docs", "docs"),), write=True, gather="split", makes_key=True,
               summary="Insert many documents in one durable write; all or none.",
               answer="the list of keys", aliases=("batchInsert",),
               example='db.User.batchInsert([{_id_: "a"}, {_id_: "b"}])', cost=BATCH),
@@ -321,29 +335,30 @@ for _op in [
               (Param("doc", "any"),), (Param("name", "str", False), Param("type", "str", False)), write=True,
               summary="hash: store a whole document under its _id_, replacing one that exists. blob: store bytes.",
               answer="the key or the blob's id",
-              example='db.Photos.put({data: BinData(0, "aGk="), name: "hi.txt", type: "text/plain"})', upload="doc"),
-    Operation("batch_put", _types("hash"), (Param("docs", "docs"),), write=True,
+              example='db.Photos.put({data: BinData(0, "aGk="), name: "hi.txt", type: "text/plain"})', upload="doc", key_param="doc"),
+    Operation("batch_put", _types("hash"), (Param("docs", "docs"),), write=True, gather="split",
               summary="put many documents in one durable write; all or none, unique indexes checked.",
               answer="the list of keys", aliases=("batchPut",),
               example='db.User.batchPut([{_id_: "a", Name: "A"}])', cost=BATCH),
-    Operation("get", _types("hash", "btree", "blob"), (Param("key", "any"),),
+    Operation("get", _types("hash", "btree", "blob"), (Param("key", "any"),), key_param="key",
               summary="The document (or blob) with this key, or null.", answer="a document or null",
               example='db.User.get("jane_doe")'),
-    Operation("exists", _types("hash", "btree"), (Param("key", "any"),),
+    Operation("exists", _types("hash", "btree"), (Param("key", "any"),), key_param="key",
               summary="Whether a document (hash) or an entry (btree) with this key exists, without reading it.",
               answer="true or false", example='db.User.exists("jane_doe")'),
     Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
               summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
               answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
-              cost=SCAN, chains=_CURSOR_CHAINS),
+              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents"),
     Operation("search", _types("hash"), (Param("filter", "filter", False),),
               _READ_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
-              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS),
+              example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS,
+              key_param="filter", gather="documents"),
     Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
-              example="db.User.count()", cost=SCAN),
+              example="db.User.count()", cost=SCAN, key_param="filter", gather="sum"),
     Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
               summary="The different values of a field (an array's elements one by one) in the matching documents.",
               answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
@@ -358,7 +373,8 @@ for _op in [
               summary="Apply update operators to every matching document (multi: false, the first), in one write; "
                       "upsert inserts when nothing matches.",
               answer="{matched, modified} (and upserted: the new key)",
-              example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE),
+              example='db.User.update({_id_: "jane_doe"}, {$set: {Name: "Janet"}})', cost=FILTERED_WRITE,
+              key_param="filter", gather="counts"),
     Operation("find_and_modify", _types("hash"), (Param("filter", "filter", False), Param("update", "update", False)),
               (Param("remove", "any", False, "delete the document instead of updating it"),
                Param("new", "any", False, "return the document as it became (default: as it was)"),
@@ -369,8 +385,8 @@ for _op in [
               summary="Update (or remove) one document and return it, in one atomic read-modify-write.",
               answer="the document before (or, with new, after), or null", aliases=("findAndModify",),
               example='db.Counters.findAndModify({_id_: "orders"}, {$inc: {n: 1}}, {new: true, upsert: true})',
-              cost=FILTERED_WRITE),
-    Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True,
+              cost=FILTERED_WRITE, key_param="filter"),
+    Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True, key_param="target", gather="counts",
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
     Operation("range", _types("btree"), (Param("bounds", "filter", False),), (_LIMIT, Param("reverse", "any", False)),
@@ -383,14 +399,14 @@ for _op in [
     Operation("export", _types(*STORE_TYPES), (), (Param("cursor", "any", False), _LIMIT),
               summary="A page of every entry in storage order, for dumps: {docs, next}; pass next back as cursor.",
               answer="{docs, next}", example="db.Comments.export({limit: 1000})", cost=SCAN),
-    Operation("load", _types(*STORE_TYPES), (Param("docs", "docs"),), write=True,
+    Operation("load", _types(*STORE_TYPES), (Param("docs", "docs"),), write=True, gather="split",
               summary="Restore entries as a dump holds them (hash: put, and a unique clash leaves the index "
                       "conflicted; blob: {_id_, data, name, type, sha256}).",
               answer="{loaded, ...}", example='db.User.load([{_id_: "u1", Name: "Jane"}])', cost=BATCH, upload="docs"),
-    Operation("info", _types("blob"), (Param("key", "any"),),
+    Operation("info", _types("blob"), (Param("key", "any"),), key_param="key",
               summary="A blob's metadata (name, type, size, sha256) without its bytes.",
               answer="a document", example='db.Photos.info({_id_: "0192..."})'),
-    Operation("stream", _types("blob"), (Param("key", "any"),), (Param("chunk_size", "int", False),),
+    Operation("stream", _types("blob"), (Param("key", "any"),), (Param("chunk_size", "int", False),), key_param="key",
               summary="A blob's bytes in chunks, never whole in memory.",
               answer="an iterator of bytes", example='db.Photos.stream({_id_: "0192..."})', cost=SCAN, streams=True),
     # claim/ack: a worker queue that survives a crashed worker (hoarddb/stores/claims.py, docs/user/queues.md)
@@ -469,18 +485,18 @@ _USER = Param("user", "str", True, "the user's name")
 _CREDENTIALS = Param("credentials", "doc", False, "SCRAM-SHA-256 credentials, as `hoarddb user` makes them")
 _ROLES = Param("roles", "list", False, "roles such as [{role: \"readWrite\", db: \"app\"}]")
 for _op in [
-    Operation("create_database", scope=DATABASE, write=True, catalog=True, role="dbAdmin", hql="create database",
+    Operation("create_database", scope=DATABASE, change="create", write=True, catalog=True, role="dbAdmin", hql="create database",
               summary="Create a database (create_bucket also creates its database).", answer="null"),
-    Operation("drop_database", scope=DATABASE, write=True, catalog=True, role="dbAdmin", hql="drop database",
+    Operation("drop_database", scope=DATABASE, change="drop", write=True, catalog=True, role="dbAdmin", hql="drop database",
               summary="Drop a database with all its buckets and their files.", answer="{dropped, buckets}"),
     Operation("list_databases", scope=SERVER, role="any", narrowed=True, hql="show databases",
               summary="The names of the databases (a user sees those they hold a role on).", answer="a list"),
-    Operation("create_bucket", scope=BUCKET, runs=ENGINE, write=True, catalog=True, role="dbAdmin",
+    Operation("create_bucket", scope=BUCKET, change="create", runs=ENGINE, write=True, catalog=True, role="dbAdmin",
               fields=(_OPTIONS,), hql="create bucket",
               summary="Declare a bucket of a store type, with its options.", answer="{name, type}"),
-    Operation("drop_bucket", scope=BUCKET, runs=ENGINE, write=True, catalog=True, role="dbAdmin", hql="drop bucket",
+    Operation("drop_bucket", scope=BUCKET, change="drop", runs=ENGINE, write=True, catalog=True, role="dbAdmin", hql="drop bucket",
               summary="Drop a bucket and every file of it.", answer="{dropped}"),
-    Operation("alter_bucket", scope=BUCKET, runs=ENGINE, write=True, catalog=True, role="dbAdmin",
+    Operation("alter_bucket", scope=BUCKET, change="alter", runs=ENGINE, write=True, catalog=True, role="dbAdmin",
               fields=(_OPTIONS,), hql="alter bucket",
               summary="Change a bucket's field lines or placement.", answer="{name, altered}"),
     Operation("list_buckets", scope=DATABASE, role="look", hql="show buckets",

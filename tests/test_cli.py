@@ -310,7 +310,7 @@ def test_help_lists_each_commands_first_sentence_whole():
     text = invoke(main, ["--help"]).output
     commands = " ".join(text[text.index("Commands:"):].split())  # as read, whatever the lines' width
     assert "..." not in commands
-    assert "check Read every file of the data directory DIR and say what is wrong with it. compact" in commands
+    assert "check Read every file of the data directory DIR and say what is wrong with it. cluster" in commands
     assert "tour A guided walk through the six store types, on an embedded database." in commands
     users = invoke(main, ["user", "--help"]).output
     assert "..." not in users[users.index("Commands:"):]

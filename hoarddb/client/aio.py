@@ -290,7 +290,16 @@ class AsyncExecutor:
             self._opening = None
 
     async def _open_connection(self) -> _Protocol:
-        o = self.options
+        """A connection to the first of the servers (``options.candidates()``) that can be reached."""
+        *others, last = self.options.candidates()
+        for o in others:
+            try:
+                return await self._open_one(o)
+            except (ConnectionError_, TimeoutError_):
+                pass  # the next one
+        return await self._open_one(last)
+
+    async def _open_one(self, o: ConnectOptions) -> _Protocol:
         loop = asyncio.get_running_loop()
         context = o.ssl_context()
 

@@ -91,7 +91,16 @@ class Connection:
     # -- opening
 
     def _open(self) -> socket.socket:
-        o = self.options
+        """A connected socket to the first of the servers (``options.candidates()``) that can be reached."""
+        *others, last = self.options.candidates()
+        for o in others:
+            try:
+                return self._open_one(o)
+            except (ConnectionError_, TimeoutError_):
+                pass  # the next one
+        return self._open_one(last)
+
+    def _open_one(self, o: ConnectOptions) -> socket.socket:
         context = o.ssl_context()  # a CA file that cannot be read is refused before connecting
         try:
             sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)

@@ -79,6 +79,13 @@ class ConnectOptions:
     #: Microseconds to wait for an answer awake, polling the socket, before sleeping in
     #: ``recv`` (hoarddb/busypoll.py); backs off when answers come later; 0 turns it off.
     busy_poll: int = 1000
+    #: More servers to try in turn, ``(host, port)`` each, when ``host`` cannot be reached
+    #: (the nodes of a cluster: ``hoarddb://h1:7070,h2:7070/``).
+    others: tuple = ()
+
+    def candidates(self) -> list["ConnectOptions"]:
+        """These options, then one per server of ``others``: the servers to try, in turn."""
+        return [self] + [replace(self, host=h, port=p, others=()) for h, p in self.others]
 
     @classmethod
     def from_url(cls, url: str | None = None, **overrides) -> "ConnectOptions":
@@ -240,6 +247,19 @@ def _parse_url(url) -> dict:
     shown = redact(text)
     if not text.lower().startswith(SCHEME + "://"):
         raise BadValueError(f"a hoardDB URL starts with {SCHEME}://, such as {_EXAMPLE}; got {shown!r}")
+    others = []
+    head, slash, rest = text[len(SCHEME) + 3:].partition("/")
+    if "," in head.rpartition("@")[2]:  # hoarddb://h1:7070,h2:7070/: the first here, the others tried after it
+        cred, at, hosts = head.rpartition("@")
+        first, *more = hosts.split(",")
+        for h in more:
+            other_host, colon, other_port = h.rpartition(":") if not h.endswith("]") else (h, "", "")
+            other_host = other_host if colon else h
+            if not _host_ok(other_host.strip("[]")) or (colon and not other_port.isdigit()):
+                raise BadValueError(f"{h!r} in {shown!r} is not HOST or HOST:PORT; several servers are written "
+                                    f"hoarddb://h1:7070,h2:7070/")
+            others.append((other_host.strip("[]"), int(other_port) if colon else DEFAULT_PORT))
+        text = f"{SCHEME}://{cred}{at}{first}{slash}{rest}"
     hint = f"; {_ENCODE}" if "@" in text else ""
     try:
         parts = urlsplit(text)
@@ -273,10 +293,14 @@ def _parse_url(url) -> dict:
         if value == "" and key != "insecure":  # ?insecure alone means true
             raise BadValueError(f"{key} has no value in {shown!r}; write {key}=VALUE, or leave it out")
         values[key] = value
+    if others:
+        values["others"] = tuple(others)
     return values
 
 
 def _convert(key: str, value):
+    if key == "others":
+        return tuple((str(h), int(p)) for h, p in value)
     if key == "port":
         if isinstance(value, int) and not isinstance(value, bool):
             return value

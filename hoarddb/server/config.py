@@ -117,6 +117,16 @@ class ServerConfig:
     #: catastrophically (``(a|aa)+$``), which would hold that thread and a CPU for hours, and
     #: an update's or delete's in the group commit holds every write meanwhile.
     regex_timeout: float = 1.0
+    #: ``etcd://host:port[,host:port...]``: run as a node of the cluster whose map and
+    #: catalog these etcd members hold (docs/user/cluster.md); empty: a single server.
+    cluster: str = ""
+    #: This node's name in the cluster (unique; letters, digits, '_' or '-'). Required with ``cluster``.
+    node_id: str = ""
+    #: ``host:port`` where other nodes and clients reach this node (default: host and port).
+    advertise: str = ""
+    #: Seconds this node's lease in etcd lives without renewal: when a node dies, its
+    #: partitions are given up this long after (and it stops serving them itself before).
+    node_ttl: int = 5
 
     def check(self) -> "ServerConfig":
         """The config, checked; BadValueError naming the option otherwise."""
@@ -160,6 +170,19 @@ class ServerConfig:
         if self.event_loop == "uvloop" and uvloop() is None:
             raise BadValueError("event_loop is uvloop but uvloop is not installed: pip install uvloop, "
                                 "or choose event_loop auto or asyncio")
+        if self.cluster:
+            from ..cluster.coord import parse_cluster_url
+            parse_cluster_url(self.cluster)
+            if not self.node_id or not all(c.isalnum() or c in "_-" for c in self.node_id) or len(self.node_id) > 64:
+                raise BadValueError("a cluster node needs --node-id NAME: 1 to 64 letters, digits, '_' or '-', "
+                                    f"unique in the cluster; got {self.node_id!r}")
+            if self.advertise and not self.advertise.rpartition(":")[2].isdigit():
+                raise BadValueError(f"--advertise takes host:port (where other nodes reach this one), "
+                                    f"got {self.advertise!r}")
+            if self.node_ttl < 2:
+                raise BadValueError(f"node_ttl must be at least 2 seconds, got {self.node_ttl}")
+        elif self.node_id or self.advertise:
+            raise BadValueError("--node-id and --advertise are for a cluster node: give --cluster etcd://HOST:PORT too")
         return self
 
     def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:

@@ -153,6 +153,8 @@ class Server:
         # seconds a lone connection is polled after its answers; none on one CPU (busypoll.py)
         self._busy_poll_off = busypoll.unavailable() if config.busy_poll else None
         self._busy_poll = config.busy_poll / 1e6 if self._busy_poll_off is None else 0.0
+        #: This server's part in a cluster (hoarddb/cluster/node.py), or None for a single server.
+        self.cluster = None
 
     # -- life cycle
 
@@ -199,12 +201,59 @@ class Server:
                 self._endpoint = MetricsEndpoint(self._exposition, lambda: not self.stopping)
                 await self._endpoint.start(self.config.metrics_host, self.config.metrics_port)
                 self.metrics_port = self._endpoint.port
+            if self.config.cluster:
+                await self._join_cluster()
         except BaseException:
+            if self._listener is not None:
+                self._listener.close()
             await self.loop.run_in_executor(None, self.engine.close)
             raise
         self._sweeper = self.loop.create_task(self._sweep_connections())
         self._users_watcher = self.loop.create_task(self._watch_users()) if self.config.auth else None
         log.info("%s", self.start_line())
+
+    async def _join_cluster(self) -> None:
+        """Join the cluster of ``config.cluster`` as ``config.node_id`` (hoarddb/cluster/node.py)."""
+        from ..cluster.coord import parse_cluster_url  # noqa: PLC0415 (only a cluster node needs etcd's client)
+        from ..cluster.node import ClusterNode  # noqa: PLC0415
+
+        if self.config.auth and not (os.environ.get("HOARDDB_CLUSTER_USER") and os.environ.get("HOARDDB_CLUSTER_PASSWORD")):
+            raise BadValueError("a cluster node with authentication on logs in to the other nodes as a user with the "
+                                "admin role: set HOARDDB_CLUSTER_USER and HOARDDB_CLUSTER_PASSWORD (the same user on "
+                                "every node)")
+        advertise = self.config.advertise or f"{self.config.host}:{self.port}"
+        self.cluster = ClusterNode(self, parse_cluster_url(self.config.cluster), self.config.node_id, advertise,
+                                   self.config.node_ttl)
+        await self.cluster.start({"tls": self.config.tls, "fingerprint": self.fingerprint, "auth": self.config.auth})
+        log.info("joined the cluster %s as node %s, advertised at %s", self.config.cluster, self.config.node_id,
+                 advertise)
+
+    async def run_here(self, doc: dict) -> dict:
+        """``doc``'s answer from this server's engine, a write's once it is durable (a cluster
+        node's own part of a request): a verb's write in the group commit, as a client's."""
+        doc = {k: v for k, v in doc.items() if k != "id"}
+        op = doc.get("op")
+        verb = operations.VERBS.get(op)
+        if verb is not None and verb.write and self.committer is not None:
+            done: asyncio.Future = self.loop.create_future()
+            self.committer.submit(doc, lambda result: done.done() or done.set_result(result))
+            result = await done
+            if isinstance(result, HoardError):
+                return result.to_answer()
+            if isinstance(result, BaseException):
+                return InternalError(f"{type(result).__name__}: {result} (please report this)").to_answer()
+            return result
+        try:
+            answer = await self.loop.run_in_executor(self._writes if is_write(op) else self._reads, self._run, doc)
+        except HoardError as e:
+            return e.to_answer()
+        if is_write(op) and self.committer is not None and answer.get("ok") == 1:
+            synced: asyncio.Future = self.loop.create_future()
+            self.committer.after_durable(lambda error: synced.done() or synced.set_result(error))
+            error = await synced
+            if error is not None:
+                return error.to_answer()
+        return answer
 
     def start_line(self) -> str:
         tls_text = f"TLS on (SHA-256 fingerprint {self.fingerprint})" if self.config.tls else "TLS off"
@@ -217,7 +266,8 @@ class Server:
                 else "busy poll off" + (f" ({self._busy_poll_off})" if self._busy_poll_off else ""))
         return (f"hoardDB {__version__} listening on {self.config.host}:{self.port}, "
                 f"data {Path(self.config.data).resolve()}, {tls_text}, {auth_text}, {metrics}, {commit}, "
-                f"{loop} loop, {poll}, pid {os.getpid()}")
+                f"{loop} loop, {poll}, pid {os.getpid()}"
+                + (f", node {self.config.node_id} of cluster {self.config.cluster}" if self.cluster else ""))
 
     async def serve(self, *, install_signals: bool = True) -> None:
         """Start, run until a stop is asked (SIGTERM, SIGINT, :meth:`request_stop`), stop."""
@@ -264,6 +314,8 @@ class Server:
                 break
             await asyncio.sleep(0.01)
         self._sweeper.cancel()
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self._users_watcher is not None:
             self._users_watcher.cancel()
         if self._endpoint is not None:
@@ -494,6 +546,12 @@ class Server:
             principal = conn.core.principal
             if not principal.admin and not self._authorized(principal, request):
                 how = "inline"  # answered at once with its refusal
+            elif self.cluster is not None and "_node" in doc and not principal.admin:
+                request.refusal = UnauthorizedError("the request field _node is for the nodes of a cluster (they log "
+                                                    "in with the admin role); leave it out")
+                how = "inline"
+            elif self.cluster is not None and self.cluster.takes(doc):
+                how = "cluster"  # forwarded, gathered, or first taken in etcd (run_request)
             elif op in SERVER_OPS or doc.get("upload"):
                 how = "pool"
             else:
@@ -671,7 +729,10 @@ class Server:
         upload = conn.uploads.get(rid)
         write = is_write(op)
         try:
-            answer = await self._execute(conn, doc, op, write, upload)
+            if request.how == "cluster":
+                answer = await self.cluster.run(doc)
+            else:
+                answer = await self._execute(conn, doc, op, write, upload)
         except HoardError as e:
             answer = e.to_answer()
         except Exception as e:  # a bug: say so in the same shape, keep serving
@@ -683,7 +744,8 @@ class Server:
         if op in STREAMS and answer.get("ok") == 1 and hasattr(result, "__next__"):
             await self._stream(conn, rid, doc, result, arrived)
             return
-        if write and self.committer is not None and answer.get("ok") == 1:  # a refusal wrote nothing: answer now
+        if write and self.committer is not None and answer.get("ok") == 1 and request.how != "cluster":
+            # (a refusal wrote nothing, and a cluster's answer is durable where it ran: answer now)
             def durable(error, answer=answer):
                 self._answer(conn, rid, doc, error.to_answer() if error is not None else answer, arrived)
             self.committer.after_durable(durable)
@@ -846,7 +908,8 @@ class Server:
                 engine_text = self.engine.metrics.exposition()
             except HoardError:
                 pass
-        return self.metrics.exposition() + engine_text
+        cluster_text = self.cluster.exposition() if self.cluster is not None else b""
+        return self.metrics.exposition() + engine_text + cluster_text
 
 
 _RESULT_KEY = b"\x04result\x00"

@@ -9,6 +9,8 @@ other's data. ``field_place`` is the store-field places alone, for what only a f
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import hoarddb
@@ -19,9 +21,29 @@ from .places import EXECUTORS, WHERES, Blocking, Loop, Place
 
 @pytest.fixture(scope="session")
 def contract_server(tmp_path_factory):
-    """One insecure server on 127.0.0.1 for the whole contract suite."""
+    """One insecure server on 127.0.0.1 for the whole contract suite; with HOARDDB_CONTRACT_CLUSTER=1,
+    the second node of a cluster of three (and a real etcd), so every request of the remote places
+    is run, forwarded or gathered by a cluster (docs/dev/cluster.md says what passes)."""
+    if os.environ.get("HOARDDB_CONTRACT_CLUSTER"):
+        yield from _cluster_node(tmp_path_factory.mktemp("contract-cluster"))
+        return
     with ServerThread(tmp_path_factory.mktemp("contract-server") / "data", insecure=True, busy_poll=0) as server:
         yield server
+
+
+def _cluster_node(tmp):
+    from hoarddb.testing import ServerProcess
+    from hoarddb.testing.etcd import EtcdProcess
+
+    with EtcdProcess(tmp / "etcd") as etcd:
+        nodes = [ServerProcess(tmp / f"n{i}", "--cluster", etcd.url, "--node-id", f"n{i}") for i in (1, 2, 3)]
+        try:
+            for node in nodes:
+                node.start()
+            yield nodes[1]
+        finally:
+            for node in nodes:
+                node.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,358 @@
+"""Coordination through etcd: membership, the cluster's catalog and users, the partition map, ownership and epochs.
+
+The one module that imports the etcd client (``etcd3aio``, pinned in pyproject.toml).
+Every key lives under a prefix (``/hoarddb/`` by default), drawn in docs/dev/cluster.md::
+
+    nodes/<node>                     {advertise, started}           the node's lease
+    catalog/databases/<db>           {}                             (no lease)
+    catalog/buckets/<db>/<bucket>    {declaration, partitions}      (no lease)
+    users/<user>                     {name, credentials, roles}     (no lease)
+    assign/<db>/<bucket>             {owners: [node per partition], version}
+    epoch/<db>/<bucket>/<p>          the partition's epoch, an integer as text
+    owner/<db>/<bucket>/<p>          {node, epoch}                  the owner's lease
+
+Values are JSON. A node holds one lease, granted at :meth:`Coordinator.start`, kept alive
+by its own task, attached to its ``nodes/`` key and to every ``owner/`` key it holds: when
+the node dies, etcd removes them all when the lease runs out.
+
+Taking a partition (:meth:`Coordinator.claim`) is one transaction: the owner key must not
+exist and the epoch must be the one read; then the epoch is raised and the owner key
+written with the node's lease, so two nodes can never both succeed, and every holder of
+a partition has an epoch no earlier holder had. A node serves a partition only while
+:meth:`Coordinator.lease_fresh` holds: the last keepalive etcd answered was sent less
+than the lease's TTL ago (less a margin). It decides that from its own clock, without
+waiting to hear from etcd: once etcd may have let the lease run out, another node may hold
+the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+import etcd3aio
+
+from ..errors import BadValueError, ClusterUnavailableError, HoardError
+
+log = logging.getLogger("hoarddb.cluster")
+
+#: Seconds a node's lease lives without a keepalive: its partitions are given up (by the
+#: node itself) this long after the last keepalive etcd answered.
+DEFAULT_TTL = 5
+#: Seconds taken off the TTL when a node judges its own lease: clocks of etcd and the node
+#: run apart a little, and a request takes time between the check and its write.
+LEASE_MARGIN = 1.0
+PREFIX = "/hoarddb/"
+
+
+def parse_cluster_url(url: str) -> list[str]:
+    """``etcd://h1:2379,h2:2379`` as the endpoint list ``["h1:2379", "h2:2379"]``."""
+    parts = urlsplit(url)
+    if parts.scheme != "etcd" or not parts.netloc:
+        raise BadValueError(f"--cluster takes etcd://host:port[,host:port...] (the etcd members), got {url!r}")
+    endpoints = [e.strip() for e in parts.netloc.split(",") if e.strip()]
+    for e in endpoints:
+        host, _, port = e.rpartition(":")
+        if not host or not port.isdigit():
+            raise BadValueError(f"--cluster: {e!r} is not host:port; write etcd://127.0.0.1:2379[,host:port...]")
+    return endpoints
+
+
+def _json(value) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+class EtcdUnavailable(ClusterUnavailableError):
+    """EtcdUnavailable is raised when etcd cannot be reached (no member answers)."""
+
+
+class Coordinator:
+    """Coordinator is one node's view of the cluster in etcd: its membership, the catalog, the map, its partitions.
+
+    :param endpoints: etcd members, ``host:port`` each (tried in turn by the client).
+    :param node_id: this node's name, unique in the cluster.
+    :param advertise: ``host:port`` where other nodes and clients reach this node.
+    """
+
+    def __init__(self, endpoints: Sequence[str], node_id: str, advertise: str, *, ttl: int = DEFAULT_TTL,
+                 prefix: str = PREFIX):
+        self.endpoints = list(endpoints)
+        self.node_id = node_id
+        self.advertise = advertise
+        self.ttl = ttl
+        self.prefix = prefix
+        self.client: etcd3aio.Etcd3Client | None = None
+        self.lease_id: int | None = None
+        #: monotonic time at which the last keepalive that etcd answered was sent
+        self.last_keepalive = 0.0
+        #: epochs of the partitions this node holds: {(db, bucket, p): epoch}
+        self.held: dict[tuple[str, str, int], int] = {}
+        self._keepalive: asyncio.Task | None = None
+        #: milliseconds of the last etcd round trip (the keepalive's), for metrics
+        self.round_trip_ms = 0.0
+
+    def key(self, *parts) -> str:
+        return self.prefix + "/".join(str(p) for p in parts)
+
+    # -- life cycle
+
+    async def start(self, info: dict | None = None) -> None:
+        """Connect, take a lease, and join: write ``nodes/<node>`` (refused if that node is live).
+
+        ``info`` is added to the node's record (how other nodes connect to it: tls, fingerprint, auth)."""
+        await self.connect()
+        try:
+            sent = time.monotonic()
+            lease = await self.client.lease.grant(ttl=self.ttl, timeout=5)
+        except Exception as exc:
+            await self.client.close()
+            raise EtcdUnavailable(f"cannot reach etcd at {', '.join(self.endpoints)}: {_why(exc)}") from None
+        self.lease_id, self.last_keepalive = lease.ID, sent
+        self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
+        kv = self.client.kv
+        me = self.key("nodes", self.node_id)
+        record = _json({**(info or {}), "advertise": self.advertise, "started": time.time()})
+        deadline = time.monotonic() + self.ttl + 2
+        while True:
+            answer = await self._txn([kv.txn_compare_create_revision(me, 0)],
+                                     [kv.txn_op_put(me, record, lease=self.lease_id)], [kv.txn_op_get(me)])
+            if answer.succeeded:
+                break
+            other = json.loads(answer.responses[0].response_range.kvs[0].value)
+            if other.get("advertise") == self.advertise and time.monotonic() < deadline:
+                # this node, killed and started again before its old lease ran out: wait for it
+                await asyncio.sleep(0.2)
+                continue
+            await self.stop()
+            raise BadValueError(f"node id {self.node_id!r} is already in the cluster (live, at "
+                                f"{other.get('advertise')}); give this node another --node-id, or stop that one "
+                                f"(its membership ends {self.ttl} s after it stops)")
+
+    async def connect(self) -> None:
+        """Connect to etcd without joining (``hoarddb cluster status`` reads this way)."""
+        self.client = etcd3aio.Etcd3Client(self.endpoints, rpc_max_attempts=2)
+        await self.client.connect()
+
+    async def close(self) -> None:
+        """Close a connection opened by :meth:`connect`."""
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+    async def stop(self) -> None:
+        """Leave: stop the keepalive and revoke the lease (membership and owner keys go at once)."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            try:
+                await self._keepalive
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.held.clear()
+        if self.client is not None:
+            if self.lease_id is not None:
+                try:
+                    await self.client.lease.revoke(self.lease_id, timeout=2, max_attempts=1)
+                except Exception as exc:  # etcd gone: the lease runs out by itself
+                    log.info("could not revoke the lease (%s); it runs out in %d s", _why(exc), self.ttl)
+            await self.client.close()
+            self.client = None
+
+    async def _keep_alive(self) -> None:
+        """Renew the lease every TTL/4 seconds; note when each renewal etcd answered was sent."""
+        interval = max(0.25, self.ttl / 4)
+        while True:
+            sent = time.monotonic()
+            try:
+                stream = self.client.lease.keep_alive(self.lease_id)
+                try:
+                    async with asyncio.timeout(interval * 2):
+                        async for answer in stream:
+                            if answer.TTL <= 0:
+                                log.error("etcd says this node's lease has run out: its partitions are given up")
+                                self.held.clear()
+                                self.last_keepalive = 0.0
+                            else:
+                                self.last_keepalive = sent
+                                self.round_trip_ms = (time.monotonic() - sent) * 1000
+                            break
+                finally:
+                    stream.cancel()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("lease keepalive failed (%s); partitions are served until %.1f s after the last "
+                            "renewal", _why(exc), self.ttl - LEASE_MARGIN)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent)))
+
+    def lease_fresh(self) -> bool:
+        """Whether this node's lease surely still lives: its last answered keepalive was sent
+        less than TTL - margin seconds ago. Judged on this node's clock alone."""
+        return self.lease_id is not None and time.monotonic() < self.last_keepalive + self.ttl - LEASE_MARGIN
+
+    # -- membership
+
+    async def nodes(self) -> dict[str, dict]:
+        """The live nodes: ``{node_id: {advertise, started}}``."""
+        prefix = self.key("nodes", "")
+        return {kv.key.decode()[len(prefix):]: json.loads(kv.value) for kv in await self._range(prefix)}
+
+    # -- catalog
+
+    async def create_bucket(self, db: str, bucket: str, declaration: dict, owners: list[str]) -> bool:
+        """Record a bucket and its assignment in one transaction; False if it exists already."""
+        kv = self.client.kv
+        name = self.key("catalog", "buckets", db, bucket)
+        answer = await self._txn([kv.txn_compare_create_revision(name, 0)],
+                                 [kv.txn_op_put(self.key("catalog", "databases", db), _json({})),
+                                  kv.txn_op_put(name, _json(declaration)),
+                                  kv.txn_op_put(self.key("assign", db, bucket), _json({"owners": owners, "version": 1}))])
+        return answer.succeeded
+
+    async def drop_bucket(self, db: str, bucket: str) -> None:
+        """Remove a bucket's declaration, assignment, epochs and owner keys in one transaction."""
+        kv = self.client.kv
+        ops = [kv.txn_op_delete(self.key("catalog", "buckets", db, bucket)),
+               kv.txn_op_delete(self.key("assign", db, bucket))]
+        for what in ("epoch", "owner"):
+            start = self.key(what, db, bucket, "")
+            ops.append(kv.txn_op_delete(start, range_end=etcd3aio.prefix_range_end(start.encode())))
+        await self._txn([], ops)
+        for held in [h for h in self.held if h[:2] == (db, bucket)]:
+            del self.held[held]
+
+    async def buckets(self) -> dict[tuple[str, str], dict]:
+        """Every bucket of the cluster: ``{(db, bucket): declaration}``."""
+        prefix = self.key("catalog", "buckets", "")
+        out = {}
+        for kv in await self._range(prefix):
+            db, _, bucket = kv.key.decode()[len(prefix):].partition("/")
+            out[(db, bucket)] = json.loads(kv.value)
+        return out
+
+    async def bucket(self, db: str, bucket: str) -> dict | None:
+        """One bucket's declaration, or None."""
+        return await self._get(self.key("catalog", "buckets", db, bucket))
+
+    async def assignment(self, db: str, bucket: str) -> dict | None:
+        """A bucket's assignment ``{owners, version}``, or None."""
+        return await self._get(self.key("assign", db, bucket))
+
+    # -- users
+
+    async def put_user(self, record: dict) -> None:
+        await self._put(self.key("users", record["name"]), _json(record))
+
+    async def drop_user(self, name: str) -> None:
+        await self._call(self.client.kv.delete(self.key("users", name), timeout=5))
+
+    async def users(self) -> list[dict]:
+        return [json.loads(kv.value) for kv in await self._range(self.key("users", ""))]
+
+    # -- ownership
+
+    async def owner(self, db: str, bucket: str, p: int) -> dict | None:
+        """The live owner of a partition ``{node, epoch}``, or None when none holds it."""
+        return await self._get(self.key("owner", db, bucket, p))
+
+    async def owners(self, db: str, bucket: str) -> dict[int, dict]:
+        """The live owners of a bucket's partitions: ``{partition: {node, epoch}}`` (a partition without one is left out)."""
+        prefix = self.key("owner", db, bucket, "")
+        return {int(kv.key.decode()[len(prefix):]): json.loads(kv.value) for kv in await self._range(prefix)}
+
+    async def claim(self, db: str, bucket: str, p: int) -> int:
+        """Take partition ``p`` of a bucket for this node; its new epoch.
+
+        One transaction: no owner key, and the epoch as read; then epoch + 1 and the owner
+        key with this node's lease. Raises PartitionUnavailableError-like HoardError when
+        another node holds it; already ours, the epoch we hold.
+        """
+        if (db, bucket, p) in self.held and self.lease_fresh():
+            return self.held[(db, bucket, p)]
+        kv = self.client.kv
+        owner_key, epoch_key = self.key("owner", db, bucket, p), self.key("epoch", db, bucket, p)
+        for _ in range(5):
+            current = await self._get(owner_key)
+            if current is not None:
+                if current["node"] == self.node_id:  # ours (an earlier claim of this run)
+                    self.held[(db, bucket, p)] = current["epoch"]
+                    return current["epoch"]
+                raise OwnedElsewhere(current["node"], current["epoch"])
+            epoch_kv = await self._range(epoch_key, exact=True)
+            epoch = int(epoch_kv[0].value) if epoch_kv else 0
+            compare = [kv.txn_compare_create_revision(owner_key, 0),
+                       kv.txn_compare_value(epoch_key, str(epoch)) if epoch_kv
+                       else kv.txn_compare_create_revision(epoch_key, 0)]
+            new = epoch + 1
+            answer = await self._txn(compare, [kv.txn_op_put(epoch_key, str(new)),
+                                               kv.txn_op_put(owner_key, _json({"node": self.node_id, "epoch": new}),
+                                                             lease=self.lease_id)])
+            if answer.succeeded:
+                self.held[(db, bucket, p)] = new
+                return new
+        raise HoardError(f"partition {p} of {db}.{bucket}: could not take it (others kept changing it)")
+
+    async def release(self, db: str, bucket: str, p: int) -> None:
+        """Give up a partition this node holds (its owner key goes; the epoch stays)."""
+        epoch = self.held.pop((db, bucket, p), None)
+        if epoch is None:
+            return
+        kv = self.client.kv
+        owner_key = self.key("owner", db, bucket, p)
+        await self._txn([kv.txn_compare_value(owner_key, _json({"node": self.node_id, "epoch": epoch}))],
+                        [kv.txn_op_delete(owner_key)])
+
+    def holds(self, db: str, bucket: str, p: int) -> int | None:
+        """The epoch at which this node holds a partition, if it holds it and its lease is fresh."""
+        epoch = self.held.get((db, bucket, p))
+        return epoch if epoch is not None and self.lease_fresh() else None
+
+    # -- etcd calls, with etcd's failures said as ours
+
+    async def _call(self, awaitable):
+        if self.client is None:
+            raise EtcdUnavailable("this node is not connected to etcd")
+        try:
+            return await awaitable
+        except HoardError:
+            raise
+        except Exception as exc:
+            raise EtcdUnavailable(f"etcd did not answer ({', '.join(self.endpoints)}): {_why(exc)}") from None
+
+    async def _txn(self, compare, success, failure=()):
+        return await self._call(self.client.kv.txn(compare, success, failure, timeout=5))
+
+    async def _put(self, key: str, value: bytes) -> None:
+        await self._call(self.client.kv.put(key, value, timeout=5))
+
+    async def _get(self, key: str):
+        found = await self._range(key, exact=True)
+        return json.loads(found[0].value) if found else None
+
+    async def _range(self, key: str, exact: bool = False):
+        if self.client is None:
+            raise EtcdUnavailable("this node is not connected to etcd")
+        end = None if exact else etcd3aio.prefix_range_end(key.encode())
+        answer = await self._call(self.client.kv.get(key, range_end=end, timeout=5))
+        return list(answer.kvs)
+
+
+class OwnedElsewhere(HoardError):
+    """OwnedElsewhere is raised by :meth:`Coordinator.claim` when another node holds the partition."""
+
+    def __init__(self, node: str, epoch: int):
+        super().__init__(f"the partition is held by node {node} (epoch {epoch})")
+        self.node, self.epoch = node, epoch
+
+
+def _why(exc: BaseException) -> str:
+    details = getattr(exc, "details", None)
+    if callable(details):
+        try:
+            return str(details())
+        except Exception:
+            pass
+    return f"{type(exc).__name__}: {exc}"
