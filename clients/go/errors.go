@@ -152,6 +152,9 @@ var (
 	ErrProtocol         = &Error{Code: 31, CodeName: "PROTOCOL_ERROR"}
 	ErrClaimExpired     = &Error{Code: 32, CodeName: "CLAIM_EXPIRED"}
 	ErrRegexTimeout     = &Error{Code: 33, CodeName: "REGEX_TIMEOUT"}
+	// A cluster's partition whose owner does not answer, or no etcd to ask (docs/user/cluster.md).
+	ErrPartitionUnavailable = &Error{Code: 34, CodeName: "PARTITION_UNAVAILABLE"}
+	ErrClusterUnavailable   = &Error{Code: 35, CodeName: "CLUSTER_UNAVAILABLE"}
 )
 
 // sentinels are the Err values by code (a test holds them to codeNames, and codeNames to the server's).
@@ -160,4 +163,4 @@ var sentinels = []*Error{ErrInternal, ErrBadValue, ErrUnknownOption, ErrInvalidN
 	ErrUnknownVerb, ErrLimitExceeded, ErrNotADocument, ErrDocumentTooLarge, ErrDuplicateKey, ErrNotFound,
 	ErrDataDirLocked, ErrCorruptData, ErrClosed, ErrSyntax, ErrMissingKey, ErrInvalidArgument, ErrStorage,
 	ErrIndexNotReady, ErrL2HardLimit, ErrTooManyElements, ErrAuthFailed, ErrUnauthorized, ErrConnection,
-	ErrTimeout, ErrProtocol, ErrClaimExpired, ErrRegexTimeout}
+	ErrTimeout, ErrProtocol, ErrClaimExpired, ErrRegexTimeout, ErrPartitionUnavailable, ErrClusterUnavailable}
