@@ -288,7 +288,7 @@ class Connection(asyncio.Protocol):
         upload = self.uploads.get(event.id)
         if upload is not None:
             if event.refusal is not None:
-                upload.fail(event.refusal)
+                upload.fail(ProtocolError(event.refusal))
             elif event.abort:
                 upload.fail(ConnectionError_("the client aborted the blob upload; nothing was stored"))
             else:
@@ -298,9 +298,9 @@ class Connection(asyncio.Protocol):
             if event.end or event.abort:
                 self.discarding.discard(event.id)
         else:
-            self.write(self.core.encode(error_answer(event.id, event.refusal or ProtocolError(
+            self.write(self.core.encode(error_answer(event.id, ProtocolError(event.refusal or (
                 f"a chunk for request {event.id!r:.40}, which is not a blob upload in progress "
-                "(a put sent with upload: true)"))))
+                "(a put sent with upload: true)")))))
 
     def finish_upload(self, request_id) -> None:
         """The put of this upload is answered: drop its reader, and its chunks still on the way."""

@@ -76,8 +76,9 @@ class Chunk:
     data: bytes
     end: bool = False
     abort: bool = False
-    #: Why the upload fails, for a chunk the protocol refused (its put is answered with it, once)
-    refusal: Exception | None = None
+    #: Why the upload fails (a PROTOCOL_ERROR's message), for a chunk the protocol refused: its
+    #: put is answered with it, once
+    refusal: str | None = None
 
 
 @dataclass
@@ -336,7 +337,7 @@ class ServerProtocol:
         elif op == CHUNK:
             data = doc.get("data", b"")
             if not isinstance(data, bytes):  # the upload fails with it: its put is answered, and only once
-                events.append(Chunk(request_id, b"", abort=True, refusal=ProtocolError(
+                events.append(Chunk(request_id, b"", abort=True, refusal=(
                     f"a chunk's 'data' must be binary, got {type(data).__name__}; nothing of the upload was stored")))
                 return
             events.append(Chunk(request_id, data, bool(doc.get("end")), bool(doc.get("abort"))))
