@@ -1,6 +1,6 @@
 package hoarddb_test
 
-// example_test.go is the worked example of docs/user/go.md (the case study's expense write
+// example_test.go is the worked example of docs/user/go.md (property-sage's expense write
 // and dashboard reads), run against a real server; TestDocsShowTheExample holds the page to it.
 
 import (
