@@ -49,6 +49,19 @@ from .options import ConnectOptions
 _RECV = 256 * 1024
 
 
+def dial(o: ConnectOptions, refused: type[ConnectionError_] = ConnectionError_) -> socket.socket:
+    """A TCP connection to ``o``'s address; TimeoutError_ past ``connect_timeout``, ``refused``
+    (the connection error, or a kind of it) when nothing there takes it."""
+    try:
+        return socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
+    except socket.timeout:
+        raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
+                            outcome_unknown=False) from None
+    except OSError as exc:
+        raise refused(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
+                      "on this host and port?", outcome_unknown=False) from None
+
+
 class Connection:
     """Connection is one open, logged-in socket to a server (blocking; not thread-safe by itself).
 
@@ -102,14 +115,7 @@ class Connection:
 
     def _open_one(self, o: ConnectOptions) -> socket.socket:
         context = o.ssl_context()  # a CA file that cannot be read is refused before connecting
-        try:
-            sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
-        except socket.timeout:
-            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
-                                outcome_unknown=False) from None
-        except OSError as exc:
-            raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
-                                   "on this host and port?", outcome_unknown=False) from None
+        sock = dial(o)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if context is None:
             return sock

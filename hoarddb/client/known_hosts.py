@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import HoardConnectionError, TimeoutError_
 from ..wire.fingerprint import normalize
+from .connection import dial
 from .options import ConnectOptions
 
 
@@ -91,14 +92,7 @@ def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes
     certificate the options do not vouch for), or itself (a handshake that fails otherwise)."""
     o = options
     context = o.ssl_context() if verify else _unverified()
-    try:
-        sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
-    except socket.timeout:
-        raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
-                            outcome_unknown=False) from None
-    except OSError as exc:
-        raise NothingListens(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
-                             "on this host and port?", outcome_unknown=False) from None
+    sock = dial(o, NothingListens)
     if context is None:
         sock.close()
         return None
