@@ -60,8 +60,8 @@ class OnlineCheckReport:
     def lines(self) -> list[str]:
         """One line per problem, then one per bucket not checked."""
         return [p.line() for p in self.problems] + [
-            f"{u['db']}.{u['bucket']}: not checked online (a {u['type']} bucket's files change under a read); "
-            "hoarddb check DIR checks it with the server stopped" for u in self.unchecked]
+            f"{u['db']}.{u['bucket']}: not checked online (the server cannot check a {u['type']} bucket while it "
+            "serves); hoarddb check DIR checks it with the server stopped" for u in self.unchecked]
 
     def summary(self) -> str:
         found = "no problems" if self.ok else f"{len(self.problems)} problem(s)"
