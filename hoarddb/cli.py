@@ -223,13 +223,13 @@ def _where(client, data, remote) -> str:
     """The banner's line on where the shell is: the server's address and version, the user, the database."""
     if remote is None:
         return f"embedded database in {data} (hoardDB {__version__}); no database yet: `use NAME`"
-    try:
-        version = client._executor.server_info.get("version") or "?"
+    try:  # the server names itself and its version in its hello: "hoardDB 0.1.0"
+        server = client._executor.server_info.get("server") or "hoardDB ?"
     except HoardError:
-        version = "?"
+        server = "hoardDB ?"
     user = f"user {remote.user}" if remote.user else "no user (insecure)" if remote.insecure else "no user"
     tls = "insecure" if remote.insecure else "TLS"
-    return f"connected to {remote.address} (hoardDB {version}, {tls}) as {user}; no database yet: `use NAME`"
+    return f"connected to {remote.address} ({server}, {tls}) as {user}; no database yet: `use NAME`"
 
 
 class _Group(click.Group):
