@@ -52,8 +52,8 @@ NO_SERVER = "hoardDB: no server client exists yet; use --data DIR for an embedde
 def _shell_options(f):
     f = click.option("--continue-on-error", is_flag=True,
                      help="In a script, run the statements after a failing one too.")(f)
-    f = click.option("-e", "--execute", "statement", metavar="STATEMENT",
-                     help="Run these statements and exit.")(f)
+    f = click.option("-e", "--execute", "statement", metavar="STATEMENT", multiple=True,
+                     help="Run these statements and exit (repeat -e for more: they run in order).")(f)
     # surrogateescape: a byte that is not UTF-8 reaches the parser, which refuses it with its position
     f = click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8", errors="surrogateescape"),
                      help="Run the statements of FILE ('-' for standard input) and exit.")(f)
@@ -302,6 +302,7 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
     except HoardError as e:
         click.echo(f"{prog}: {e.message}", err=True)
         sys.exit(2)
+    statement = "\n".join(statement) if statement else None  # each -e, in order (none was silently dropped)
     sys.exit(run_shell(data, json_mode, script, statement, continue_on_error, remote))
 
 
