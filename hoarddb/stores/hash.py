@@ -544,10 +544,14 @@ class HashStore(KVStore):
         reading = self._reading(filter, limit, sort, skip, projection, "search")
         if not isinstance(explain, bool):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
-        p = plan(filter, self.indexes.indexes)
+        p = plan(filter, self.indexes.indexes, sort)
         with self.kv.read() as txn:
-            raws, counted = self._planned(txn, filter, p)
-            out = reading.collect(raws)
+            if p.ordered(txn):
+                counted = {"keys": 0}
+                out = reading.collect_sorted(self._in_order(txn, p, reading, counted))
+            else:
+                raws, counted = self._planned(txn, filter, p)
+                out = reading.collect(raws)
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
@@ -555,8 +559,34 @@ class HashStore(KVStore):
                 "keys_examined": counted["keys"], "docs_examined": reading.examined, "returned": len(out),
             }
             if sort is not None:
-                extras["explain"]["sort"] = "in memory"
+                extras["explain"]["sort"] = "index" if p.order is not None else "memory"
+                if p.order is None:
+                    extras["explain"]["sort_in_memory"] = p.unsorted
         return Reply(out, **extras)
+
+    def _in_order(self, txn, p, reading: "_Reading", counted: dict):
+        """The documents matching ``reading``'s filter in its sort's order, read in the order of
+        ``p``'s index (planner.Plan.walk): lazily, so a limit stops the read. The rest of the
+        sort, if any, is done in memory within each run of documents equal on its first key."""
+        doc_ns = self.DOC
+        run: list = []
+        ties = reading.order if p.order.ties else None
+        for first, dk in p.walk(txn, counted):
+            if first and run:
+                yield from ties.run(run)
+                run = []
+            raw = txn.get(doc_ns + dk)
+            if raw is None:
+                continue
+            reading.examined += 1
+            doc = decode(raw)
+            if reading.matcher(doc):
+                if ties is None:
+                    yield doc
+                else:
+                    run.append(doc)
+        if run:
+            yield from ties.run(run)
 
     def _planned(self, txn, filter: Mapping, p) -> tuple:
         """``(raw documents that may match, {keys: index entries read})`` as plan ``p`` reads them, in key order."""
@@ -921,6 +951,11 @@ class _Reading:
         matched = self._matched(raws)
         if self.order is not None:
             matched = self.order.run(matched)
+        return self.collect_sorted(matched)
+
+    def collect_sorted(self, matched) -> list:
+        """The answer from matching documents already in order: skip, limit, project."""
+        out: list = []
         taken = 0
         for doc in itertools.islice(matched, self.skip, None if self.limit is None else self.skip + self.limit):
             if self.shape is not None:
