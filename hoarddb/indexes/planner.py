@@ -90,6 +90,8 @@ class Plan:
     #: why not when a sort was asked for.
     order: "Order | None" = None
     unsorted: str | None = None
+    #: The index was taken for the sort alone (no index serves the filter).
+    for_sort: bool = False
 
     @property
     def index_used(self) -> str:
@@ -107,22 +109,48 @@ class Plan:
         if start <= empty < stop:
             cursor = txn.cursor()
             if cursor.set_range(empty) and cursor.key().startswith(empty):
-                self.order = None
                 self.unsorted = (f"a document holds an empty array in {self.index.fields[self.covered]!r}, which "
                                  "sorts before null, and the index keeps it among the arrays")
+                self.order = None
+                if self.for_sort:  # then the index serves nothing: a full scan
+                    self.index, self.prefixes, self.ranges = None, (), ()
                 return False
         return True
 
     def walk(self, txn, counted: dict):
         """``(first of its run, document key)`` in the order of ``order``, each document once, at
         its first entry met; a run is the entries of one value of the sorted field, and its
-        documents come in key order whichever way the index is read. Counts the entries read
-        in ``counted["keys"]``. Lazy: stop iterating and nothing more is read."""
+        documents come in key order whichever way the index is read (as find's stable sort
+        leaves ties). Counts the entries read in ``counted["keys"]``. Lazy: stop iterating and
+        nothing more is read; where the index has fields after the sorted one, a run's entries
+        are in their order, so its document keys are read whole and sorted first."""
+        ix = self.index
+        seen: set = set()
+        if self.covered + 1 == len(ix.fields):  # a run's entries end with the document key, in key order
+            for first, dk in self._entries(txn, counted):
+                if dk not in seen:
+                    seen.add(dk)
+                    yield first, dk
+                    first = False
+            return
+        run: list = []
+        for first, dk in self._entries(txn, counted):
+            if first and run:
+                yield from _run(sorted(run))
+                run = []
+            if dk not in seen:
+                seen.add(dk)
+                run.append(dk)
+        if run:
+            yield from _run(sorted(run))
+
+    def _entries(self, txn, counted: dict):
+        """``(first of its run, document key)`` of each entry in ``ranges``, runs in the sort's
+        order, each run read forward (see :meth:`walk`)."""
         (start, stop), = self.ranges
         ix = self.index
         upto = self.covered + 1
         doc_key_of = ix.doc_key_of
-        seen: set = set()
         cursor = txn.cursor()
         if not self.order.backward:
             ok = cursor.set_range(start)
@@ -132,14 +160,10 @@ class Plan:
                 if key >= stop:
                     return
                 counted["keys"] += 1
-                if run is None or not key.startswith(run):
+                first = run is None or not key.startswith(run)
+                if first:
                     run = key[:ix.values_end(key, upto)]
-                    first = True
-                dk = doc_key_of(key, cursor.value())
-                if dk not in seen:
-                    seen.add(dk)
-                    yield first, dk
-                    first = False
+                yield first, doc_key_of(key, cursor.value())
                 ok = cursor.next()
             return
         # backward: from the last entry below stop, one run at a time, each read forward
@@ -157,11 +181,8 @@ class Plan:
                 if key >= stop or not key.startswith(run):
                     break
                 counted["keys"] += 1
-                dk = doc_key_of(key, cursor.value())
-                if dk not in seen:
-                    seen.add(dk)
-                    yield first, dk
-                    first = False
+                yield first, doc_key_of(key, cursor.value())
+                first = False
                 if not cursor.next():
                     break
             cursor.set_range(low)
@@ -193,6 +214,12 @@ class Plan:
         if self.order is not None:
             out["sort"] = self.order.served(self.index, self.covered)
         return out
+
+
+def _run(doc_keys: list):
+    """A run's document keys as :meth:`Plan.walk` yields them."""
+    for i, dk in enumerate(doc_keys):
+        yield i == 0, dk
 
 
 @dataclass(frozen=True)
@@ -261,10 +288,11 @@ def sorted_by(p: Plan, keys: list | None, indexes: list[Index], refused: dict) -
     if p.index is None:
         for ix in indexes:
             if ix.fields[0] == field and ix.state == "ready" and ix.name not in refused:
-                p = Plan(ix, prefixes=(ix.prefix,), considered=p.considered, ranges=((ix.prefix, after(ix.prefix)),))
+                p = Plan(ix, prefixes=(ix.prefix,), considered=p.considered, ranges=((ix.prefix, after(ix.prefix)),),
+                         for_sort=True)
                 break
         else:
-            p.unsorted = f"no index that search may read has {'.'.join(parts)!r} as its first field"
+            p.unsorted = f"no index that may serve this filter has {'.'.join(parts)!r} as its first field"
             return p
     ix = p.index
     if len(p.ranges) != 1:

@@ -547,8 +547,10 @@ class HashStore(KVStore):
         p = plan(filter, self.indexes.indexes, sort)
         with self.kv.read() as txn:
             if p.ordered(txn):
-                counted = {"keys": 0}
-                out = reading.collect_sorted(self._in_order(txn, p, reading, counted))
+                counted = {"keys": 0, "docs": 0}
+                ties = reading.order if p.order.ties else None
+                out = reading.collect_sorted(self._in_order(txn, p, reading.matcher, ties, counted))
+                reading.examined = counted["docs"]
             else:
                 raws, counted = self._planned(txn, filter, p)
                 out = reading.collect(raws)
@@ -564,13 +566,14 @@ class HashStore(KVStore):
                     extras["explain"]["sort_in_memory"] = p.unsorted
         return Reply(out, **extras)
 
-    def _in_order(self, txn, p, reading: "_Reading", counted: dict):
-        """The documents matching ``reading``'s filter in its sort's order, read in the order of
-        ``p``'s index (planner.Plan.walk): lazily, so a limit stops the read. The rest of the
-        sort, if any, is done in memory within each run of documents equal on its first key."""
+    def _in_order(self, txn, p, matcher, ties, counted: dict):
+        """The documents ``matcher`` matches, in the order of the sort ``p`` serves, read in
+        the order of its index (planner.Plan.walk): lazily, so a limit stops the read. The rest
+        of the sort, if any, is ``ties`` (a pipeline sorting in memory), run within each run of
+        documents equal on the sort's first key. Counts index entries and documents read in
+        ``counted["keys"]`` and ``counted["docs"]``."""
         doc_ns = self.DOC
         run: list = []
-        ties = reading.order if p.order.ties else None
         for first, dk in p.walk(txn, counted):
             if first and run:
                 yield from ties.run(run)
@@ -578,9 +581,9 @@ class HashStore(KVStore):
             raw = txn.get(doc_ns + dk)
             if raw is None:
                 continue
-            reading.examined += 1
+            counted["docs"] += 1
             doc = decode(raw)
-            if reading.matcher(doc):
+            if matcher(doc):
                 if ties is None:
                     yield doc
                 else:
@@ -659,26 +662,38 @@ class HashStore(KVStore):
         compiled = compile_pipeline(pipeline, limits=Limits(self.options.stage_memory_bytes,
                                                             self.options.stage_max_documents), lookup=lookup)
         first = compiled.leading_match
+        lead_sort = compiled.leading_sort
         room = self.options.max_answer_bytes
         out: list = []
         taken = 0
+        sorted_by_index = False
         with self.kv.read() as txn:
-            if first is not None:
-                p = plan(first, self.indexes.indexes)
+            examined = [0]
+            if first is not None or lead_sort is not None:
+                p = plan(first or {}, self.indexes.indexes, lead_sort)
                 if p.index is not None and p.index.state != "ready":
-                    p = plan(first, [])
-                raws, counted = self._planned(txn, first, p)
+                    p = plan(first or {}, [], lead_sort)
                 index_used = p.index_used
+            if lead_sort is not None and p.ordered(txn):
+                # the documents come in the $sort's order from the index: the stage is left out
+                sorted_by_index = True
+                counted = {"keys": 0, "docs": 0}
+                ties = compile_pipeline([{"$sort": lead_sort}], limits=Limits(
+                    self.options.stage_memory_bytes, self.options.stage_max_documents)) if p.order.ties else None
+                source = self._in_order(txn, p, compile_filter(first or {}), ties, counted)
+                examined = None
+            elif first is not None:
+                raws, counted = self._planned(txn, first, p)
             else:
                 raws, counted = (raw for _key, raw in self._candidates(txn, {})), {"keys": 0}
                 index_used = FULL_SCAN
-            examined = [0]
-
-            def docs():
-                for raw in raws:
-                    examined[0] += 1
-                    yield decode(raw)
-            for doc in compiled.run(docs()):
+            if examined is not None:
+                def docs():
+                    for raw in raws:
+                        examined[0] += 1
+                        yield decode(raw)
+                source = docs()
+            for doc in compiled.run(source, sorted=sorted_by_index):
                 out.append(doc)
                 if room is not None:
                     taken += len(encode_document(doc, "a document of the aggregation"))
@@ -687,7 +702,12 @@ class HashStore(KVStore):
         extras = {"index_used": index_used}
         if explain:
             extras["explain"] = {"index_used": index_used, "keys_examined": counted["keys"],
-                                 "docs_examined": examined[0], "returned": len(out)}
+                                 "docs_examined": counted["docs"] if examined is None else examined[0],
+                                 "returned": len(out)}
+            if lead_sort is not None:
+                extras["explain"]["sort"] = "index" if sorted_by_index else "memory"
+                if not sorted_by_index:
+                    extras["explain"]["sort_in_memory"] = p.unsorted
         return Reply(out, **extras)
 
     def count(self, filter: Mapping | None = None) -> int:

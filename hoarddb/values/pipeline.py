@@ -79,15 +79,23 @@ Stage = Callable[[Iterator], Iterator]
 class Pipeline:
     """A validated pipeline: :meth:`run` it over documents, as many times as wanted."""
 
-    def __init__(self, stages: list[Stage], leading_match: Mapping | None):
+    def __init__(self, stages: list[Stage], leading_match: Mapping | None, leading_sort: Mapping | None = None):
         self._stages = stages
         #: The filter of a first ``$match``, which a bucket may serve from an index (then
         #: it is still applied: the stage stays in the pipeline).
         self.leading_match = leading_match
+        #: The specification of a ``$sort`` first or right after the first ``$match``, which a
+        #: bucket may serve from an index's order (then it runs :meth:`run` with ``sorted=True``).
+        self.leading_sort = leading_sort
+        self._sort_at = 1 if leading_match is not None else 0
 
-    def run(self, docs: Iterable) -> Iterator[dict]:
+    def run(self, docs: Iterable, sorted: bool = False) -> Iterator[dict]:
+        """The pipeline's output over ``docs``; ``sorted``: they come in ``leading_sort``'s
+        order already, and that stage is left out."""
         it: Iterator = iter(docs)
-        for stage in self._stages:
+        for i, stage in enumerate(self._stages):
+            if sorted and i == self._sort_at:
+                continue
             it = stage(it)
         return it
 
@@ -124,7 +132,9 @@ def compile_pipeline(pipeline, *, limits: Limits = DEFAULT_LIMITS,
         else:
             stages.append(_BUILDERS[name](arg, limits, where))
     leading = specs[0][1] if specs and specs[0][0] == "$match" else None
-    return Pipeline(stages, leading)
+    at = 1 if leading is not None else 0
+    sort = specs[at][1] if len(specs) > at and specs[at][0] == "$sort" else None
+    return Pipeline(stages, leading, sort)
 
 
 def run_pipeline(docs: Iterable, pipeline, *, limits: Limits = DEFAULT_LIMITS, lookup=None) -> Iterator[dict]:
