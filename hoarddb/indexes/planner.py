@@ -151,6 +151,8 @@ class Plan:
         ix = self.index
         upto = self.covered + 1
         doc_key_of = ix.doc_key_of
+        # where a run's prefix is every value of a plain index's entry, the document key follows it
+        tail = upto == len(ix.fields) and not ix.unique
         cursor = txn.cursor()
         if not self.order.backward:
             ok = cursor.set_range(start)
@@ -163,7 +165,7 @@ class Plan:
                 first = run is None or not key.startswith(run)
                 if first:
                     run = key[:ix.values_end(key, upto)]
-                yield first, doc_key_of(key, cursor.value())
+                yield first, key[len(run):] if tail else doc_key_of(key, cursor.value())
                 ok = cursor.next()
             return
         # backward: from the last entry below stop, one run at a time, each read forward
@@ -181,7 +183,7 @@ class Plan:
                 if key >= stop or not key.startswith(run):
                     break
                 counted["keys"] += 1
-                yield first, doc_key_of(key, cursor.value())
+                yield first, key[len(run):] if tail else doc_key_of(key, cursor.value())
                 first = False
                 if not cursor.next():
                     break
