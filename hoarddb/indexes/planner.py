@@ -118,31 +118,30 @@ class Plan:
         return True
 
     def walk(self, txn, counted: dict):
-        """``(first of its run, document key)`` in the order of ``order``, each document once, at
-        its first entry met; a run is the entries of one value of the sorted field, and its
-        documents come in key order whichever way the index is read (as find's stable sort
-        leaves ties). Counts the entries read in ``counted["keys"]``. Lazy: stop iterating and
-        nothing more is read; where the index has fields after the sorted one, a run's entries
-        are in their order, so its document keys are read whole and sorted first."""
-        ix = self.index
-        seen: set = set()
-        if self.covered + 1 == len(ix.fields):  # a run's entries end with the document key, in key order
-            for first, dk in self._entries(txn, counted):
-                if dk not in seen:
-                    seen.add(dk)
-                    yield first, dk
-                    first = False
+        """``(first of its run, document key)`` in the order of ``order``; a run is the entries
+        of one value of the sorted field, and its documents come in key order whichever way
+        the index is read (as find's stable sort leaves ties). A document whose sorted field
+        holds an array has an entry per element, and the caller takes it at the first met
+        (its least element going forward, its greatest going backward). Counts the entries
+        read in ``counted["keys"]``. Lazy: stop iterating and nothing more is read; where the
+        index has fields after the sorted one, a run's entries are in their order, so its
+        document keys are read whole and sorted (each once) first."""
+        if self.covered + 1 == len(self.index.fields):  # a run's entries end with the document key, in key order
+            yield from self._entries(txn, counted)
             return
-        run: list = []
+        run: set = set()
         for first, dk in self._entries(txn, counted):
             if first and run:
                 yield from _run(sorted(run))
-                run = []
-            if dk not in seen:
-                seen.add(dk)
-                run.append(dk)
+                run = set()
+            run.add(dk)
         if run:
             yield from _run(sorted(run))
+
+    @property
+    def sorted_field(self) -> str:
+        """The index field whose order serves the sort."""
+        return self.index.fields[self.covered]
 
     def _entries(self, txn, counted: dict):
         """``(first of its run, document key)`` of each entry in ``ranges``, runs in the sort's
@@ -290,7 +289,10 @@ def sorted_by(p: Plan, keys: list | None, indexes: list[Index], refused: dict) -
     if p.index is None:
         for ix in indexes:
             if ix.fields[0] == field and ix.state == "ready" and ix.name not in refused:
-                p = Plan(ix, prefixes=(ix.prefix,), considered=p.considered, ranges=((ix.prefix, after(ix.prefix)),),
+                considered = [{"index": ix.name, "covered": 0, "reason": f"chosen: it is ordered by {field!r}, the "
+                               "sort's first key, and no index serves the filter"}]
+                considered += [c for c in p.considered if c["index"] != ix.name]
+                p = Plan(ix, prefixes=(ix.prefix,), considered=considered, ranges=((ix.prefix, after(ix.prefix)),),
                          for_sort=True)
                 break
         else:

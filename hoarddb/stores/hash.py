@@ -573,16 +573,22 @@ class HashStore(KVStore):
         documents equal on the sort's first key. Counts index entries and documents read in
         ``counted["keys"]`` and ``counted["docs"]``."""
         doc_ns = self.DOC
+        field = p.sorted_field
+        multikey: set = set()  # documents read whose sorted field holds an array: an entry per element
         run: list = []
         for first, dk in p.walk(txn, counted):
             if first and run:
                 yield from ties.run(run)
                 run = []
+            if dk in multikey:  # met again at a later element: it sorted at the first
+                continue
             raw = txn.get(doc_ns + dk)
             if raw is None:
                 continue
             counted["docs"] += 1
             doc = decode(raw)
+            if isinstance(doc.get(field), (list, tuple)):
+                multikey.add(dk)
             if matcher(doc):
                 if ties is None:
                     yield doc

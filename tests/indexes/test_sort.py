@@ -74,6 +74,19 @@ def test_a_filter_no_index_serves_is_read_in_the_order_of_an_index_on_the_sort(t
     assert got.index_used == "Cost_-1" and got.explain["served"] == {"equality": [], "sort": {
         "index": "Cost", "read": "forward"}}
     assert got.explain["docs_examined"] == 5  # t049 and t199 are roof tickets
+    assert got.explain["considered"][0]["index"] == "Cost_-1"
+    assert got.explain["considered"][0]["reason"].startswith("chosen: it is ordered by 'Cost'")
+
+
+def test_a_unique_index_serves_a_sort(db):
+    b = db.create_bucket("U", type="hash", indices=[{"field": "Email", "unique": True}, {"fields": ["K", "N"],
+                                                                                       "unique": True}])
+    b.batch_insert([{"_id_": i, "Email": f"u{(i * 7) % 20:02}@x", "K": i % 2, "N": -i} for i in range(20)])
+    got = b.search({}, sort={"Email": -1}, limit=3, explain=True)
+    assert [d["Email"] for d in got] == ["u19@x", "u18@x", "u17@x"] and got.explain["keys_examined"] == 3
+    got = b.search({"K": 1}, sort={"N": 1}, skip=1, limit=2, explain=True)
+    assert ids(got) == [17, 15] == ids(b.find({"K": 1}, sort={"N": 1}, skip=1, limit=2))
+    assert got.index_used == "K_1_N_1" and got.explain["sort"] == "index"
 
 
 def test_later_sort_keys_are_sorted_in_memory_within_ties(tickets):
