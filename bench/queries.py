@@ -33,8 +33,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -279,8 +279,6 @@ def main() -> int:
         for p in peers:
             if isinstance(p, Postgres):
                 p.stop()
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results))
