@@ -569,17 +569,22 @@ class HashStore(KVStore):
     def _in_order(self, txn, p, matcher, ties, counted: dict):
         """The documents ``matcher`` matches, in the order of the sort ``p`` serves, read in
         the order of its index (planner.Plan.walk): lazily, so a limit stops the read. The rest
-        of the sort, if any, is ``ties`` (a pipeline sorting in memory), run within each run of
-        documents equal on the sort's first key. Counts index entries and documents read in
-        ``counted["keys"]`` and ``counted["docs"]``."""
+        of the sort, if any, is ``ties`` (a pipeline sorting in memory, within its limits), run
+        over each run of documents equal on the sort's first key as it is read. Counts index
+        entries and documents read in ``counted["keys"]`` and ``counted["docs"]``."""
+        matched = self._matched_in_order(txn, p, matcher, counted)
+        if ties is None:
+            return (doc for doc in matched if doc is not _RUN)
+        return _sorted_runs(matched, ties)
+
+    def _matched_in_order(self, txn, p, matcher, counted: dict):
+        """The documents ``matcher`` matches in ``p``'s index order, and ``_RUN`` where a run begins."""
         doc_ns = self.DOC
         field = p.sorted_field
         multikey: set = set()  # documents read whose sorted field holds an array: an entry per element
-        run: list = []
         for first, dk in p.walk(txn, counted):
-            if first and run:
-                yield from ties.run(run)
-                run = []
+            if first:
+                yield _RUN
             if dk in multikey:  # met again at a later element: it sorted at the first
                 continue
             raw = txn.get(doc_ns + dk)
@@ -590,12 +595,7 @@ class HashStore(KVStore):
             if isinstance(doc.get(field), (list, tuple)):
                 multikey.add(dk)
             if matcher(doc):
-                if ties is None:
-                    yield doc
-                else:
-                    run.append(doc)
-        if run:
-            yield from ties.run(run)
+                yield doc
 
     def _planned(self, txn, filter: Mapping, p) -> tuple:
         """``(raw documents that may match, {keys: index entries read})`` as plan ``p`` reads them, in key order."""
@@ -999,6 +999,27 @@ class _Reading:
             doc = decode(raw)
             if self.matcher(doc):
                 yield doc
+
+
+#: Where a run of documents equal on a sort's first key begins (HashStore._matched_in_order).
+_RUN = object()
+
+
+def _sorted_runs(items, ties):
+    """The documents of ``items`` with each run (between two ``_RUN``) put through ``ties``, a
+    pipeline that sorts it; a run is read only when the one before it is done."""
+    items = iter(items)
+    ended = False
+
+    def one_run():
+        nonlocal ended
+        for item in items:
+            if item is _RUN:
+                return
+            yield item
+        ended = True
+    while not ended:
+        yield from ties.run(one_run())
 
 
 def _is_leaf_array(doc, parts, value) -> bool:

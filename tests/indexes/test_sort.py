@@ -228,3 +228,15 @@ def test_an_index_served_sort_answers_as_the_in_memory_sort(tmp_path_factory, do
             stages = ([{"$match": f}] if f else []) + [{"$sort": sort}, {"$skip": skip}]
             stages += [{"$limit": limit}] if limit else []
             assert ids(b.aggregate(stages)) == ids(want), (f, sort)
+
+
+def test_an_index_order_holds_no_memory_and_ties_only_what_their_sort_keeps(tmp_path):
+    with hoarddb.open(tmp_path / "small", stage_memory_bytes=4096) as client:
+        b = client["app"].create_bucket("B", type="hash", indices=[{"field": "C"}])
+        b.batch_insert([{"_id_": i, "C": i % 2, "X": -i, "pad": "x" * 100} for i in range(200)])
+        # the index gives the order: nothing is held, however many documents
+        assert len(b.search({}, sort={"C": -1})) == 200
+        # ties on C are sorted by X within each run, in a heap of skip + limit
+        assert ids(b.search({}, sort={"C": 1, "X": 1}, skip=1, limit=2)) == [196, 194]
+        with pytest.raises(errors.LimitExceededError, match="\\$sort holds more than its memory limit of 4096 bytes"):
+            b.search({}, sort={"C": 1, "X": 1})  # a run of 100 documents sorted whole
