@@ -20,8 +20,9 @@ kept by :class:`Shapes`; each search then only encodes its values into the index
 A sort is served by the index when its first key is the index field right after the
 equality prefix (the field a range reads, if any), read forward or backward so that the
 direction matches (``desc`` fields are stored inverted): :func:`plan` then sets
-``Plan.order`` and :meth:`Plan.walk` yields the document keys in that order, each once,
-so a limit stops the read early. A filter no index serves may still be read in the order
+``Plan.order`` and :meth:`Plan.walk` yields the document keys in that order, lazily, so
+a limit stops the read early (the store takes a document holding an array in the sorted
+field at its first entry met). A filter no index serves may still be read in the order
 of an index whose first field is the sort's. Documents tie on that field within one run
 of equal entries (read in key order, as find's stable sort leaves ties); later sort keys
 are sorted in memory within each run. An index entry is where a document sorts in memory
