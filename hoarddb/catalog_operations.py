@@ -60,7 +60,7 @@ def list_buckets(engine: Engine, request: dict) -> list:
 
 def create_bucket(engine: Engine, request: dict) -> dict:
     db, name = db_of(request), bucket_of(request)
-    declaration, warnings = declare_bucket(name, request.get("options") or {})
+    declaration, warnings = declare_bucket(name, request.get("options") or {}, engine.options.max_nesting_depth)
     type_name = declaration["type"]
     with engine._mutex:
         directory = engine.path / db / name
