@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from . import operations
 from .catalog import check_name
-from .declaration import check_fields, check_placement, declare_bucket
+from .declaration import addresses, check_fields, check_placement, declare_bucket
 from .errors import BadValueError, InvalidArgumentError, UnknownOptionError
 from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
@@ -162,6 +162,7 @@ def describe_bucket(engine: Engine, request: dict) -> dict:
     return {
         "name": name, "db": db, "type": decl["type"], "options": decl.get("options", {}),
         "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
+        **({"stores": addresses(name, decl["store_fields"])} if decl.get("store_fields") else {}),
         "indexes": index_states(store, decl), "verbs": operations.verbs_for(decl["type"]),
         **({"placement": decl["placement"]} if "placement" in decl else {}),
         "entries": stats["entries"], "bytes": stats["bytes"], "data_bytes": stats["data_bytes"],

@@ -196,3 +196,15 @@ def too_deep(address: str, level: int, max_depth: int) -> str:
 def depth_of(store_fields) -> int:
     """The deepest level a declaration's store fields reach: 1 without any, 2 with store fields, 3 with nested ones…"""
     return 1 + max((depth_of(f.get("store_fields") or []) for f in store_fields or []), default=0)
+
+
+def addresses(bucket: str, store_fields, above: str = "", level: int = 2) -> list[dict]:
+    """``[{address, type, level}]`` of every store a declaration's documents own, named by
+    its dotted address as the L1/L2 guide writes them (``User.Friends``, a level deeper
+    ``User.Friends.Messages``; one document's store is ``User.jane.Friends``)."""
+    out = []
+    for f in store_fields or []:
+        address = f"{above or bucket}.{f['name']}"
+        out.append({"address": address, "type": f["type"], "level": level})
+        out.extend(addresses(bucket, f.get("store_fields"), address, level + 1))
+    return out
