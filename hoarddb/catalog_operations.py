@@ -174,7 +174,8 @@ def stats(engine: Engine, request: dict) -> dict:
     decl = engine.catalog.bucket(db, name)
     store = engine._store(db, name, decl)
     try:
-        return {"name": name, "type": decl["type"], **store.stats(), "indexes": index_states(store, decl)}
+        return {"name": name, "type": decl["type"], **store.stats(), "indexes": index_states(store, decl),
+                **({"stores": addresses(name, decl["store_fields"])} if decl.get("store_fields") else {})}
     except Exception as exc:
         engine._check_still_open(db, name, store, exc)
         raise

@@ -111,8 +111,8 @@ def format_bucket(info: Mapping) -> str:
         rows.append(("Fields", ", ".join(_field(f) for f in info["fields"])))
     if info.get("store_fields"):
         rows.append(("Stores", ", ".join(_field(f, store=True) for f in info["store_fields"])))
-    if any(isinstance(f, Mapping) and f.get("store_fields") for f in info.get("store_fields") or []) \
-            and info.get("stores"):  # a tree: each store by its dotted address and level
+    if any(isinstance(s, Mapping) and s.get("level", 2) > 2 for s in info.get("stores") or []):
+        # a tree: each store by its dotted address and level
         rows.append(("Levels", ", ".join(f"{s['address']} (L{s['level']} {s['type']})" for s in info["stores"])))
     if "indexes" in info:
         rows.append(("Indexes", ", ".join(_index(ix) for ix in info["indexes"]) or "none"))

@@ -373,7 +373,7 @@ class FieldSpace(Keyspace):
                 raise L2LimitError(
                     f'bucket "{named}" exceeded hard limit ({opts.l2_hard_limit:,} entries). '
                     "Suggestions: archive old entries, split into multiple L1 buckets, or increase the limit in config.",
-                    document=self.key, field=self.name, limit=opts.l2_hard_limit,
+                    document=self.key, field=self.name, limit=opts.l2_hard_limit, store=self.dotted,
                 )
             txn.put(self.counter_key, COUNTER.pack(keys.count, keys.seq))
             return (result, keys.count), 0
@@ -416,7 +416,7 @@ class FieldSpace(Keyspace):
                 f"element {literal(key)} of {self.where} owns {n:,} store-field elements, more than one delete "
                 f"removes (max_cascade_delete = {limit:,}). Empty its store fields first, repeating until they "
                 f"are small — {'; '.join(held) or 'its deeper stores'} — then delete the element; or raise "
-                "max_cascade_delete.", document=self.key, elements=n,
+                "max_cascade_delete.", document=self.key, elements=n, store=f"{self.dotted}.{_dot(key)}",
             )
         self._unlink.extend(self.stores.delete_below(keys.txn, path, self.at.level))
 

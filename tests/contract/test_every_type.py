@@ -233,8 +233,9 @@ def test_the_hard_limit_names_a_deeper_store_by_its_dotted_address(tmp_path, typ
 
         for i in range(3):
             write(field, i)
-        refused("L2_HARD_LIMIT", lambda: write(field, 3),
-                'bucket "User.jane.Friends.bob.Messages" exceeded hard limit (3 entries)', "split into multiple L1")
+        error = refused("L2_HARD_LIMIT", lambda: write(field, 3),
+                        'bucket "User.jane.Friends.bob.Messages" exceeded hard limit (3 entries)', "split into multiple L1")
+        assert error.store == "User.jane.Friends.bob.Messages"
         assert field.length() == 3
         write(other, 0)  # each element's store has its own count
         assert other.length() == 1

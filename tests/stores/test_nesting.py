@@ -65,6 +65,7 @@ def test_deleting_an_element_past_max_cascade_delete_is_refused_and_keeps_it(tmp
         with pytest.raises(errors.TooManyElementsError) as e:
             u["jane"].Friends.delete("bob")
         assert 'db.User["jane"].Friends["bob"].Messages.pop({limit: 100})' in e.value.message
+        assert (e.value.store, e.value.elements) == ("User.jane.Friends.bob", 3)  # the element, by dotted address
         assert u["jane"].Friends.get("bob") == {"Since": 2020} and u["jane"].Friends["bob"].Messages.length() == 3
         with pytest.raises(errors.TooManyElementsError):  # the document counts every level
             u.delete("jane")
@@ -101,10 +102,16 @@ def test_a_get_names_the_elements_stores_and_the_shell_shows_them(tmp_path):
 
 def test_describe_names_every_store_by_its_dotted_address(tmp_path):
     with hoarddb.open(tmp_path / "data") as c:
-        info = users(c).describe()
+        u = users(c)
+        info = u.describe()
         assert info["stores"] == [{"address": "User.Friends", "type": "hash", "level": 2},
                                   {"address": "User.Friends.Messages", "type": "fifo", "level": 3},
                                   {"address": "User.Friends.Photos", "type": "blob", "level": 3}]
+        assert u.stats()["stores"] == info["stores"]
+        out = io.StringIO()
+        assert Shell(c, out=out, err=io.StringIO()).run_text("use app; describe bucket User; db.User.stats()")
+        assert out.getvalue().count("User.Friends.Messages (L3 fifo)") == 2
+        assert "Friends hashStore { Messages fifoStore, Photos blobStore }" in out.getvalue()
 
 
 def test_a_deeper_tree_needs_a_raised_max_nesting_depth(tmp_path):
