@@ -719,7 +719,7 @@ class _ToValues(Transformer):
         op = operations.FIELD_VERBS.get(verb.value)
         if op is None and verb.value not in operations.VERBS:  # no verb at all: refused here, as on a bucket
             err = unknown_verb(verb.value, operations.FIELD_VERBS)
-            err.called_on = (bucket, field_name, verb.value)
+            err.called_on = (bucket, ".".join([field_name, *(step.field for step in steps)]), verb.value)
             raise _Positioned(err, verb)
         if op is None:  # no store field has it (update, range...): the engine refuses it with advice
             name, bound = operations.VERBS[verb.value].name, {}

@@ -261,3 +261,18 @@ class ThreeLevels(RuleBasedStateMachine):
 
 ThreeLevels.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
 test_a_three_level_tree_agrees_with_its_model = ThreeLevels.TestCase
+
+
+def test_the_shell_completes_the_verbs_of_a_deeper_store(tmp_path):
+    from hoarddb import operations
+    from hoarddb.shell import completions
+
+    with hoarddb.open(tmp_path / "data") as c:
+        shell = Shell(c, out=io.StringIO(), err=io.StringIO())
+        assert shell.run_text("use app; create bucket User { Friends hashStore { Messages fifoStore } }")
+        word, verbs = completions(shell, 'db.User["jane"].Friends["bob"].Messages.p')
+        assert word == "p" and set(operations.field_verbs_for("fifo")) <= set(verbs) and "put" not in verbs
+        assert "put" in completions(shell, 'db.User["jane"].Friends.')[1]
+        err = io.StringIO()
+        assert not Shell(c, out=io.StringIO(), err=err).run_text('use app; db.User["j"].Friends["b"].Messages.psh({})')
+        assert "fifo store field User.Friends.Messages" in err.getvalue() and "push" in err.getvalue()
