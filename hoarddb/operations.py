@@ -120,7 +120,7 @@ def _refuse_request(request: dict) -> None:
     if field is not None and type(field) is not str:
         raise InvalidArgumentError(f"{op}: 'field' (the name of a document's store field) must be a string, "
                                    f"got {kind_of(field)}")
-    if "path" in request:
+    if "path" in request and op not in _WITH_FIELDS:  # (backup's path is a directory: its own field)
         check_path(op, request)
     args = request.get("args")
     if args is not None and not isinstance(args, dict):
