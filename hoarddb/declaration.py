@@ -208,3 +208,15 @@ def addresses(bucket: str, store_fields, above: str = "", level: int = 2) -> lis
         out.append({"address": address, "type": f["type"], "level": level})
         out.extend(addresses(bucket, f.get("store_fields"), address, level + 1))
     return out
+
+
+def store_type_at(declaration: dict, field: Any, path: Any = None) -> str | None:
+    """The type of the store a request names: its ``field`` of a document, and below it the
+    ``path`` steps ``[{key, field}]``; None when the declaration has no such store."""
+    declared, found = declaration.get("store_fields") or [], None
+    for name in [field] + [step.get("field") if isinstance(step, dict) else None for step in path or []]:
+        found = next((f for f in declared if f.get("name") == name), None)
+        if found is None:
+            return None
+        declared = found.get("store_fields") or []
+    return found.get("type") if found else None

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from . import catalog_operations, lifecycle, operations
 from .catalog import Catalog, check_name
 from .catalog_operations import bucket_of, db_of
+from .declaration import store_type_at
 from .indexes.maintenance import Index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
@@ -529,7 +530,7 @@ class Engine:
         try:
             decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
             if "field" in request:
-                kind = {f["name"]: f["type"] for f in decl.get("store_fields") or []}.get(request["field"])
+                kind = store_type_at(decl, request["field"], request.get("path"))
                 if kind is None or kind == "blob" or entry.cost == operations.INDEXED:
                     return False
             else:

@@ -276,3 +276,17 @@ def test_the_shell_completes_the_verbs_of_a_deeper_store(tmp_path):
         err = io.StringIO()
         assert not Shell(c, out=io.StringIO(), err=err).run_text('use app; db.User["j"].Friends["b"].Messages.psh({})')
         assert "fifo store field User.Friends.Messages" in err.getvalue() and "push" in err.getvalue()
+
+
+def test_a_read_of_a_deeper_blob_store_is_never_taken_for_a_quick_one(tmp_path):
+    """The server runs quick reads on its event loop: a blob's bytes a level deeper are read elsewhere."""
+    with hoarddb.open(tmp_path / "data") as c:
+        users(c)
+        engine = c._executor
+        base = {"db": "app", "bucket": "User", "key": "jane", "field": "Friends"}
+        assert engine.is_quick_read({**base, "op": "get", "args": {"key": "bob"}})
+        photos = {**base, "path": [{"key": "bob", "field": "Photos"}]}
+        assert not engine.is_quick_read({**photos, "op": "get", "args": {"key": "x"}})
+        messages = {**base, "path": [{"key": "bob", "field": "Messages"}]}
+        assert engine.is_quick_read({**messages, "op": "peek", "args": {}})
+        assert not engine.is_quick_read({**base, "path": [{"key": "bob", "field": "Nope"}], "op": "peek"})
