@@ -461,13 +461,21 @@ def node_at(by_no: dict, path: bytes, level: int) -> tuple["Node | None", int, i
         return None, len(path), len(path)
 
 
+#: What the keys of a store below an element must leave for its own element keys: a blob's id
+#: (39 bytes encoded), a heap's priority and sequence number, a fifo's sequence number.
+ELEMENT_ROOM = 48
+
+
 def element_key(key: Any, where: str, prefix_len: int) -> bytes:
-    """The encoded key of an element of the keyed store ``where``, refused when no key can be it."""
+    """The encoded key of an element of the keyed store ``where``, as the owner of stores
+    (``prefix_len``: what its stores' keys hold before it), refused when no key can be it."""
     if key is None or isinstance(key, (list, dict)):
         raise BadValueError(f"{where}: a key is a string, number, date, ObjectId or UUID, got {key!r:.60}")
     ek = encode_key(key)
-    if len(ek) + prefix_len > MAX_KEY_BYTES:
-        raise BadValueError(f"{where}: key is too long ({len(ek)} bytes once encoded)")
+    if len(ek) + prefix_len > MAX_KEY_BYTES - ELEMENT_ROOM:
+        raise BadValueError(f"{where}: key {literal(key):.60} is too long to own stores ({len(ek)} bytes once "
+                            f"encoded, after {prefix_len} bytes of the keys above it; at most "
+                            f"{MAX_KEY_BYTES - ELEMENT_ROOM} in all): use shorter keys at this level")
     return ek
 
 

@@ -290,3 +290,17 @@ def test_a_read_of_a_deeper_blob_store_is_never_taken_for_a_quick_one(tmp_path):
         messages = {**base, "path": [{"key": "bob", "field": "Messages"}]}
         assert engine.is_quick_read({**messages, "op": "peek", "args": {}})
         assert not engine.is_quick_read({**base, "path": [{"key": "bob", "field": "Nope"}], "op": "peek"})
+
+
+def test_keys_too_long_to_own_stores_are_refused_with_nothing_written(tmp_path):
+    with hoarddb.open(tmp_path / "data") as c:
+        u = users(c)
+        doc, friend = "d" * 300, "f" * 190
+        u.insert({"_id_": doc})
+        u[doc].Friends.put(friend, {})  # as an L2 element it fits
+        with pytest.raises(errors.BadValueError, match="too long to own stores"):
+            u[doc].Friends[friend].Photos.put(b"x")
+        assert u[doc].Friends.get(friend) == {} and not any((tmp_path / "data" / "app" / "User" / "fields").iterdir())
+        u[doc].Friends.put("short", {})
+        u[doc].Friends["short"].Photos.put(b"x")
+        assert u[doc].Friends["short"].Photos.length() == 1
