@@ -304,3 +304,31 @@ def test_keys_too_long_to_own_stores_are_refused_with_nothing_written(tmp_path):
         u[doc].Friends.put("short", {})
         u[doc].Friends["short"].Photos.put(b"x")
         assert u[doc].Friends["short"].Photos.length() == 1
+
+
+def test_check_finds_a_deeper_store_without_its_element_or_its_count(tmp_path):
+    import lmdb
+
+    from hoarddb.tools.check import check
+
+    data = tmp_path / "data"
+    with hoarddb.open(data) as c:
+        u = users(c)
+        u.insert({"_id_": "jane"})
+        for friend in ("bob", "eve"):
+            u["jane"].Friends.put(friend, {})
+            u["jane"].Friends[friend].Messages.push({"n": 1})
+        u["jane"].Friends["eve"].Photos.put(b"photo")
+    assert check(data).problems == []
+    dk = encode_key("jane")
+    env = lmdb.open(str(data / "app" / "User" / "kv"), subdir=True, max_dbs=0)
+    try:
+        with env.begin(write=True) as txn:  # bob goes behind hoardDB's back, and eve's messages lose their count
+            assert txn.delete(b"F" + dk + b"\x00" + encode_key("bob"))
+            assert txn.delete(b"K\x03" + dk + b"\x00" + encode_key("eve") + b"\x00")
+    finally:
+        env.close()
+    found = [p.problem for p in check(data).problems]
+    assert any("L3 store Messages holds elements, and the element that owns it does not exist" in p for p in found)
+    assert any("L3 store holds 1 elements and has no count record" in p for p in found), found
+    assert not any("blob" in p for p in found), found  # eve's photo is owned, its file named
