@@ -31,7 +31,7 @@ the field number and, below L2, the element's key in the keyed store one level u
     b"B" + blob id                                      ->  b"N" + level + Ln path (an Ln blob's owner)
 
     e.g. db.User["jane"].Friends["bob"].Messages, Friends field 0, Messages field 0 of Friends:
-    4E 03 | 3C "jane" 00 01 | 00 | 3C "bob" 00 01 | 00 | seq u64 BE  ->  the message
+    4E 03 | 28 "jane" 00 01 | 00 | 28 "bob" 00 01 | 00 | seq u64 BE  ->  the message
 
 Every encoded key ends where its own bytes say (``key_end``), so no path is a prefix of
 another's, and every store of an element (at every level below it) sits under
@@ -53,11 +53,12 @@ shared by entries with equal keys). The element key depends on the field's type:
 A crash between a blob field's file and its metadata leaves a file no ``b"B"`` entry
 names; the bucket deletes such files when it opens.
 
-Limits (these are the spec's L2 sub-buckets): past ``l2_soft_limit`` elements a warning is
-logged once per store; a write that would pass ``l2_hard_limit`` is refused. Deleting a
-document deletes its stores in the same transaction, unless they hold more than
-``max_cascade_delete`` elements: then the delete is refused, naming the command that
-empties them (the TTL sweeper skips such a document).
+Limits (these are the spec's L2 sub-buckets, held by every store at every level): past
+``l2_soft_limit`` elements a warning is logged once per store; a write that would pass
+``l2_hard_limit`` is refused. Deleting a document deletes its stores at every level in the
+same transaction, and deleting an element of a keyed store the stores below it, unless
+they hold more than ``max_cascade_delete`` elements: then the delete is refused, naming the
+command that empties them (the TTL sweeper skips such a document).
 """
 
 from __future__ import annotations
