@@ -45,6 +45,8 @@ STATEMENTS = [
     ("drop bucket NAME", "drop a bucket and its data"),
     ("db.Bucket.verb(args)", "run a verb on a bucket (db[\"Bucket\"].verb() too)"),
     ("db.Bucket[\"key\"].Field.verb(args)", "run a verb on a store field of one document"),
+    ("db.Bucket[\"key\"].Field[\"k\"].Sub.verb(args)", "a store of an element of a store field, a level deeper"),
+    ("db[\"Bucket.key.Field\"].verb(args)", "read a document's store by its dotted address"),
     ("db.Bucket.stats()", "same as describe bucket"),
     ("help [VERB]", "this list, or one verb's arguments and an example"),
     ("exit", "leave the shell (Ctrl-D too)"),
