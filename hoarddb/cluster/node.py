@@ -71,6 +71,8 @@ class ClusterNode:
         self._peers: dict[str, Any] = {}
         self._refresher: asyncio.Task | None = None
         self.forwarded = 0
+        #: the cluster's users, kept in this node's users file (hoarddb/cluster/users.py)
+        self.users = None
 
     # -- life cycle
 
@@ -78,13 +80,23 @@ class ClusterNode:
         """Join (membership under this node's lease), learn the catalog, create what is missing here,
         and take the partitions assigned to this node."""
         await self.coord.start(info)
+        await self._start_users()
         self.nodes = await self.coord.nodes()
         for (db, bucket), decl in (await self.coord.buckets()).items():
             await self._apply_bucket(db, bucket, decl)
             await self._claim_assigned(db, bucket)
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
 
+    async def _start_users(self) -> None:
+        """The cluster's users: in etcd, mirrored into this node's users file and watched (hoarddb/cluster/users.py)."""
+        from .users import ClusterUsers  # noqa: PLC0415
+
+        self.users = ClusterUsers(self.server, self.coord)
+        await self.users.start()
+
     async def stop(self) -> None:
+        if self.users is not None:
+            await self.users.stop()
         if self._refresher is not None:
             self._refresher.cancel()
         for peer in self._peers.values():
