@@ -226,6 +226,31 @@ class Coordinator:
         for held in [h for h in self.held if h[:2] == (db, bucket)]:
             del self.held[held]
 
+    async def drop_database(self, db: str) -> None:
+        """Remove a database and everything of its buckets (declarations, assignments, epochs, owners) in one transaction."""
+        kv = self.client.kv
+        ops = [kv.txn_op_delete(self.key("catalog", "databases", db))]
+        for parts in (("catalog", "buckets", db), ("assign", db), ("epoch", db), ("owner", db)):
+            start = self.key(*parts, "")
+            ops.append(kv.txn_op_delete(start, range_end=etcd3aio.prefix_range_end(start.encode())))
+        await self._txn([], ops)
+        for held in [h for h in self.held if h[0] == db]:
+            del self.held[held]
+
+    async def create_database(self, db: str) -> None:
+        """Record a database (if it is not yet)."""
+        kv = self.client.kv
+        name = self.key("catalog", "databases", db)
+        await self._txn([kv.txn_compare_create_revision(name, 0)], [kv.txn_op_put(name, _json({}))])
+
+    async def bucket_entry(self, db: str, bucket: str) -> Change | None:
+        """One bucket's declaration as a Change (its create revision tells one incarnation from a later one), or None."""
+        found = await self._range(self.key("catalog", "buckets", db, bucket), exact=True)
+        if not found:
+            return None
+        kv = found[0]
+        return Change(PUT, f"{db}/{bucket}", json.loads(kv.value), kv.create_revision, kv.mod_revision)
+
     async def buckets(self) -> dict[tuple[str, str], dict]:
         """Every bucket of the cluster: ``{(db, bucket): declaration}``."""
         prefix = self.key("catalog", "buckets", "")

@@ -73,6 +73,8 @@ class ClusterNode:
         self.forwarded = 0
         #: the cluster's users, kept in this node's users file (hoarddb/cluster/users.py)
         self.users = None
+        #: this node's copy of the cluster's catalog, watched (hoarddb/cluster/catalog.py)
+        self.catalog = None
 
     # -- life cycle
 
@@ -82,9 +84,7 @@ class ClusterNode:
         await self.coord.start(info)
         await self._start_users()
         self.nodes = await self.coord.nodes()
-        for (db, bucket), decl in (await self.coord.buckets()).items():
-            await self._apply_bucket(db, bucket, decl)
-            await self._claim_assigned(db, bucket)
+        await self._start_catalog()
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
 
     async def _start_users(self) -> None:
@@ -94,7 +94,17 @@ class ClusterNode:
         self.users = ClusterUsers(self.server, self.coord)
         await self.users.start()
 
+    async def _start_catalog(self) -> None:
+        """Catch up with the cluster's catalog (create what is missing here, drop what was dropped while this
+        node was away), take the partitions assigned here, and watch it (hoarddb/cluster/catalog.py)."""
+        from .catalog import CatalogWatch  # noqa: PLC0415
+
+        self.catalog = CatalogWatch(self)
+        await self.catalog.start()
+
     async def stop(self) -> None:
+        if self.catalog is not None:
+            await self.catalog.stop()
         if self.users is not None:
             await self.users.stop()
         if self._refresher is not None:
@@ -246,13 +256,19 @@ class ClusterNode:
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
-        elif op.change == "drop" and op.scope == operations.BUCKET:
-            await self.coord.drop_bucket(db, bucket)
-        elif op.change == "drop" and op.scope == operations.DATABASE:
-            for (d, b) in list(await self.coord.buckets()):
-                if d == db:
-                    await self.coord.drop_bucket(d, b)
-        answers = await self._everywhere({**doc, NODE_FIELD: self.node_id})
+        if self.catalog is not None:
+            self.catalog.expect(op, db, bucket)
+        try:
+            if op.change == "drop" and op.scope == operations.BUCKET:
+                await self.coord.drop_bucket(db, bucket)
+            elif op.change == "drop" and op.scope == operations.DATABASE:
+                await self.coord.drop_database(db)
+            elif op.change == "create" and op.scope == operations.DATABASE and isinstance(db, str):
+                await self.coord.create_database(db)
+            answers = await self._everywhere({**doc, NODE_FIELD: self.node_id})
+        finally:
+            if self.catalog is not None:
+                self.catalog.done(op, db, bucket)
         mine = answers.pop(self.node_id)
         failed = {n: a for n, a in answers.items() if a.get("ok") != 1 and a.get("codeName") != "BUCKET_EXISTS"}
         if failed:
@@ -260,6 +276,12 @@ class ClusterNode:
         return mine
 
     async def _apply_catalog(self, op: operations.Operation, doc: dict) -> dict:
+        """A catalog change another node recorded: applied here, and noted (hoarddb/cluster/catalog.py)."""
+        if self.catalog is None:
+            return await self._apply_catalog_here(op, doc)
+        return await self.catalog.told(op, doc, self._apply_catalog_here)
+
+    async def _apply_catalog_here(self, op: operations.Operation, doc: dict) -> dict:
         """A catalog change another node recorded: applied here."""
         db, bucket = doc.get("db"), doc.get("bucket")
         local = {k: v for k, v in doc.items() if k != NODE_FIELD}
@@ -282,8 +304,15 @@ class ClusterNode:
         names = sorted(set(self.nodes) | {self.node_id})
         op = operations.OPERATIONS[doc["op"]]
         answers = await asyncio.gather(*(self._apply_catalog(op, doc) if n == self.node_id
-                                         else self._forward(n, doc, ok_only=False) for n in names))
+                                         else self._tell(n, doc) for n in names))
         return dict(zip(names, answers))
+
+    async def _tell(self, node: str, doc: dict) -> dict:
+        """A catalog change sent to another node; one that cannot be reached learns it from its watch of etcd."""
+        try:
+            return await self._forward(node, doc, ok_only=False)
+        except HoardError as e:
+            return e.to_answer()
 
     # -- forwarding
 
