@@ -22,12 +22,13 @@ COMMON_BUCKET_OPTIONS = {
     "store_fields": "store fields [{name, type}] that each document owns (hash and btree buckets)",
     "indices": "secondary indexes (hash buckets)",
     "placement": "whole: the bucket stays in one partition on one node of a cluster (fifo, lifo, heap: always)",
-    "partitions": "how many partitions a cluster spreads a hash bucket over (1 to 4096; default 64 in a cluster)",
+    "partitions": "how many partitions a cluster spreads a hash or btree bucket over (1 to 4096; hash: default 64 "
+                  "in a cluster; btree: default 1)",
 }
 #: The values of ``placement``.
 PLACEMENTS = ("whole",)
 #: The store types a cluster can spread over partitions (the others are whole).
-SPREADABLE = ("hash",)
+SPREADABLE = ("hash", "btree")
 MAX_PARTITIONS = 4096
 KEYED_TYPES = ("hash", "btree")
 

@@ -211,6 +211,9 @@ class ClusterNode:
         """The partition a request acts on, or None when it acts on every partition."""
         if place["partitions"] == 1:
             return 0
+        if place["type"] == "btree":
+            key = _btree_key_of(op, doc, place)
+            return None if key is _NONE else partition_of(key, place["partitions"])
         key = _key_of(op, doc)
         return None if key is _NONE else partition_of(key, place["partitions"])
 
@@ -224,7 +227,8 @@ class ClusterNode:
         if answer.get("ok") != 1 and answer.get("codeName") != "BUCKET_EXISTS":
             raise error_from_answer(answer)
         self.placements[(db, bucket)] = {"partitions": decl["partitions"], "owners": assignment["owners"],
-                                         "type": (decl["options"] or {}).get("type", "hash")}
+                                         "type": (decl["options"] or {}).get("type", "hash"),
+                                         "key": (decl["options"] or {}).get("key")}  # (a btree's sort key field)
 
     async def _claim_assigned(self, db: str, bucket: str) -> None:
         place = self.placements.get((db, bucket))
@@ -244,7 +248,7 @@ class ClusterNode:
         db, bucket = doc.get("db"), doc.get("bucket")
         if op.change == "create" and op.scope == operations.BUCKET:
             raw = dict(doc.get("options") or {}) if isinstance(doc.get("options"), dict) else doc.get("options")
-            if isinstance(raw, dict) and raw.get("type", "hash") in SPREADABLE \
+            if isinstance(raw, dict) and raw.get("type", "hash") == SPREADABLE[0] \
                     and "placement" not in raw and "partitions" not in raw:
                 raw["partitions"] = DEFAULT_PARTITIONS  # a hash bucket is spread unless declared whole
             declare_bucket(bucket, raw)  # every refusal, before etcd hears of it
@@ -362,6 +366,8 @@ class ClusterNode:
 
     async def _gather(self, op: operations.Operation, doc: dict, place: dict) -> dict:
         """A request over every partition of a spread bucket, sent to each owner and merged."""
+        if place["type"] == "btree" and op.gather != _SPLIT:
+            return await self._gather_btree(op, doc, place)
         if op.gather == _SPLIT:
             return await self._split(op, doc, place)
         if not op.gather:
@@ -414,6 +420,36 @@ class ClusterNode:
             answer["index_used_by_node"] = used
         return answer
 
+    async def _gather_btree(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """range, list, first, last or length over a spread btree bucket: asked of every owner and merged in
+        sort-key order, as one node gives them (equal sort keys share a partition, so their order is kept)."""
+        name = op.name
+        if name not in ("range", "list", "first", "last", "length"):
+            raise VerbNotSupportedError(f"{name} over a spread btree bucket (partitions: {place['partitions']}) "
+                                        "is not built yet; declare the bucket with placement: whole to use it")
+        owners = sorted(set(place["owners"]))
+        answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
+        for answer in answers:
+            if answer.get("ok") != 1:
+                return answer
+        if name == "length":
+            return {"ok": 1, "result": sum(a["result"] for a in answers)}
+        sort_key = _btree_order(place, doc["bucket"])
+        if name in ("first", "last"):
+            found = [a["result"] for a in answers if a.get("result") is not None]
+            pick = min if name == "first" else max
+            return {"ok": 1, "result": pick(found, key=sort_key) if found else None}
+        args = doc.get("args") or {}
+        reverse = name == "range" and args.get("reverse") is True
+        docs = [d for a in answers for d in a["result"]]
+        docs.sort(key=sort_key, reverse=reverse)  # stable: equal keys keep their node's order
+        limit = args.get("limit")
+        if limit is None and name == "list":
+            limit = _default_of("btree", "list", "limit")
+        if isinstance(limit, int) and limit > 0:
+            docs = docs[:limit]
+        return {"ok": 1, "result": docs}
+
     async def _here_or_there(self, node: str, doc: dict) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
@@ -427,11 +463,12 @@ class ClusterNode:
         docs = args.get("docs")
         if not isinstance(docs, list):
             return await self.server.run_here(doc)  # the engine refuses it, saying what it takes
-        docs = [d if not isinstance(d, dict) or "_id_" in d or not op.makes_key
-                else {"_id_": uuid7(), **d} for d in docs]
+        docs = [d if not isinstance(d, dict) or "_id_" in d or not op.makes_key or place["type"] == "btree"
+                else {"_id_": uuid7(), **d} for d in docs]  # (a btree entry sorts by its own first field)
         groups: dict[str, list[int]] = {}
         for i, d in enumerate(docs):
-            key = d.get("_id_") if isinstance(d, dict) else None
+            key = _btree_sort_value(d, place) if place["type"] == "btree" else \
+                d.get("_id_") if isinstance(d, dict) else None
             owner = place["owners"][partition_of(key, place["partitions"])] if key is not None else self.node_id
             groups.setdefault(owner, []).append(i)
         names = sorted(groups)
@@ -511,6 +548,52 @@ def _default_of(store_type: str, verb: str, param: str) -> Any:
         return None
     found = inspect.signature(method).parameters.get(param)
     return None if found is None or found.default is inspect.Parameter.empty else found.default
+
+
+def _btree_sort_value(doc: Any, place: dict) -> Any:
+    """The value a btree entry sorts by (its partition's key), or None when it has none (the engine refuses it)."""
+    from ..stores.btree import _sort_value  # noqa: PLC0415
+
+    if not isinstance(doc, dict):
+        return None
+    try:
+        return _sort_value(doc, place.get("key"), "")
+    except HoardError:
+        return None
+
+
+def _btree_order(place: dict, bucket: str):
+    """A sort key for the entries of a btree bucket: their sort values' order-preserving encoding."""
+    from ..stores.btree import _sort_value  # noqa: PLC0415
+
+    field = place.get("key")
+    return lambda entry: encode_key(_sort_value(entry, field, bucket))
+
+
+def _btree_key_of(op: operations.Operation, doc: dict, place: dict) -> Any:
+    """The sort value a request on a btree bucket acts on (its partition's key), or _NONE when it acts on many.
+
+    An entry's partition is a hash of its sort value, so entries with equal keys share one
+    (their insertion order is kept). A key is given bare or as ``{Field: value}``."""
+    if "field" in doc:
+        key = doc.get("key", _NONE)
+    elif not op.key_param:
+        return _NONE
+    else:
+        args = doc.get("args") or {}
+        if not isinstance(args, dict) or op.key_param not in args:
+            return _NONE
+        key = args[op.key_param]
+        if op.param(op.key_param).kind == "doc":  # insert: the document's own sort value
+            value = _btree_sort_value(key, place)
+            return _NONE if value is None else value
+    if isinstance(key, dict):
+        if len(key) != 1:
+            return _NONE
+        (key,) = key.values()
+        if isinstance(key, dict) and any(str(k).startswith("$") for k in key):
+            return _NONE
+    return _NONE if isinstance(key, list) else key
 
 
 def _key_of(op: operations.Operation, doc: dict) -> Any:
