@@ -33,6 +33,7 @@ from ..errors import (
     BucketExistsError,
     ConnectionError_,
     HoardError,
+    NotFoundError,
     PartitionUnavailableError,
     TimeoutError_,
     VerbNotSupportedError,
@@ -50,6 +51,8 @@ log = logging.getLogger("hoarddb.cluster")
 
 #: The request field that marks a request sent by another node (its id): run here, not routed again.
 NODE_FIELD = "_node"
+#: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
+CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
 _DOCUMENTS, _SUM, _COUNTS, _SPLIT = "documents", "sum", "counts", "split"
 #: The catalog operations, found by what they change (the table's ``change`` and ``scope``).
@@ -71,6 +74,8 @@ class ClusterNode:
         self._peers: dict[str, Any] = {}
         self._refresher: asyncio.Task | None = None
         self.forwarded = 0
+        #: where the next pop or claim of each partitioned queue starts: {(db, bucket): turn}
+        self._turns: dict[tuple[str, str], int] = {}
         #: the cluster's users, kept in this node's users file (hoarddb/cluster/users.py)
         self.users = None
         #: this node's copy of the cluster's catalog, watched (hoarddb/cluster/catalog.py)
@@ -214,6 +219,9 @@ class ClusterNode:
         if place["type"] == "btree":
             key = _btree_key_of(op, doc, place)
             return None if key is _NONE else partition_of(key, place["partitions"])
+        if place.get("group") is not None:
+            key = _group_of(op, doc, place)
+            return None if key is _NONE else partition_of(key, place["partitions"])
         key = _key_of(op, doc)
         return None if key is _NONE else partition_of(key, place["partitions"])
 
@@ -228,7 +236,8 @@ class ClusterNode:
             raise error_from_answer(answer)
         self.placements[(db, bucket)] = {"partitions": decl["partitions"], "owners": assignment["owners"],
                                          "type": (decl["options"] or {}).get("type", "hash"),
-                                         "key": (decl["options"] or {}).get("key")}  # (a btree's sort key field)
+                                         "key": (decl["options"] or {}).get("key"),  # (a btree's sort key field)
+                                         "group": (decl["options"] or {}).get("group")}  # (a partitioned queue's)
 
     async def _claim_assigned(self, db: str, bucket: str) -> None:
         place = self.placements.get((db, bucket))
@@ -368,6 +377,10 @@ class ClusterNode:
         """A request over every partition of a spread bucket, sent to each owner and merged."""
         if place["type"] == "btree" and op.gather != _SPLIT:
             return await self._gather_btree(op, doc, place)
+        if place.get("group") is not None and op.name != "batch_push":
+            return await self._gather_queue(op, doc, place)
+        if place.get("group") is not None:
+            return await self._split(op, doc, place)
         if op.gather == _SPLIT:
             return await self._split(op, doc, place)
         if not op.gather:
@@ -450,6 +463,105 @@ class ClusterNode:
             docs = docs[:limit]
         return {"ok": 1, "result": docs}
 
+    async def _gather_queue(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """A partitioned queue's verbs over every partition (hoarddb/cluster/node.py's docstring, docs/user/cluster.md).
+
+        pop, claim and peek take from the owners in turn: each call starts at the node after the one
+        the last pop or claim of this bucket (through this node) started at, and takes what it can
+        there before going on to the next, until it has ``limit`` elements or every owner was asked.
+        A claimId is given back as ``<node>/<claimId>``; ack, release and extend send each to its node.
+        """
+        name, args = op.name, dict(doc.get("args") or {})
+        owners = sorted(set(place["owners"]))
+        if name == "length":
+            answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
+            bad = next((a for a in answers if a.get("ok") != 1), None)
+            return bad or {"ok": 1, "result": sum(a["result"] for a in answers)}
+        if name in ("ack", "release", "extend"):
+            return await self._claims_by_node(op, doc, owners)
+        if name == "list":
+            return await self._queue_list(doc, owners)
+        if name == "push":  # a push whose document is none: refused as on one server
+            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
+        if name not in ("pop", "peek", "claim"):
+            raise VerbNotSupportedError(f"{name} over a partitioned queue (partitions: {place['partitions']}) is not "
+                                        "built yet; declare the bucket without partitions to use it")
+        limit = args.get("limit")
+        want = 1 if limit is None else limit
+        if isinstance(want, bool) or not isinstance(want, int) or want < 1:
+            return await self._here_or_there(owners[0], doc)  # the owner refuses it, saying what it takes
+        turn = (doc["db"], doc["bucket"])
+        start = self._turns.get(turn, 0) % len(owners)
+        if name != "peek":
+            self._turns[turn] = start + 1
+        got: list = []
+        refusal = None
+        for node in owners[start:] + owners[:start]:
+            if len(got) >= want:
+                break
+            answer = await self._here_or_there(node, {**doc, "args": {**args, "limit": want - len(got)}})
+            if answer.get("ok") != 1:
+                if answer.get("codeName") != "PARTITION_UNAVAILABLE" or name == "peek":
+                    return answer if not got else {"ok": 1, "result": got}
+                refusal = refusal or answer  # a node that is down: the others' elements are taken
+                continue
+            items = answer.get("result") or []
+            if name == "claim":
+                items = [{**c, "claimId": f"{node}{CLAIM_SEP}{c['claimId']}"} for c in items]
+            got.extend(items)
+        if not got and refusal is not None:
+            return refusal
+        if limit is None and name != "claim":
+            return {"ok": 1, "result": got[0] if got else None}
+        return {"ok": 1, "result": got}
+
+    async def _queue_list(self, doc: dict, owners: list[str]) -> dict:
+        """list over a partitioned queue: each owner's elements in storage order, owner after owner; after and limit
+        counted over the whole."""
+        args = dict(doc.get("args") or {})
+        after, limit = args.get("after", 0), args.get("limit", _default_of("fifo", "list", "limit"))
+        if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
+            return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
+        answers = await asyncio.gather(*(self._here_or_there(
+            n, {**doc, "args": {**args, "after": 0, "limit": after + limit}}) for n in owners))
+        bad = next((a for a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
+
+    async def _claims_by_node(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
+        """ack, release or extend over a partitioned queue: each ``<node>/<claimId>`` sent to its node, the counts added."""
+        args = dict(doc.get("args") or {})
+        given = args.get("claimId")
+        single = isinstance(given, str)
+        ids = [given] if single else given
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
+        by_node: dict[str, list[str]] = {}
+        for claim_id in ids:
+            node, sep, local = claim_id.partition(CLAIM_SEP)
+            if not sep or node not in owners:
+                raise NotFoundError(f"{op.name}: {claim_id!r:.80} is not a claimId of this partitioned queue (its "
+                                    f"claimIds are <node>{CLAIM_SEP}<id>, as claim gave them)")
+            by_node.setdefault(node, []).append(local)
+        nodes = sorted(by_node)
+        answers = await asyncio.gather(*(self._here_or_there(
+            n, {**doc, "args": {**args, "claimId": by_node[n][0] if single else by_node[n]}}) for n in nodes))
+        bad = next((a for a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        results = [a.get("result") for a in answers]
+        if single or not all(isinstance(r, dict) for r in results):
+            result = results[0]
+            if op.name == "extend" and isinstance(result, dict) and isinstance(result.get("claimId"), str):
+                result = {**result, "claimId": f"{nodes[0]}{CLAIM_SEP}{result['claimId']}"}
+            return {"ok": 1, "result": result}
+        merged: dict = {}
+        for r in results:
+            for k, v in r.items():
+                merged[k] = merged.get(k, 0) + v if isinstance(v, int) else v
+        return {"ok": 1, "result": merged}
+
     async def _here_or_there(self, node: str, doc: dict) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
@@ -468,8 +580,10 @@ class ClusterNode:
         groups: dict[str, list[int]] = {}
         for i, d in enumerate(docs):
             key = _btree_sort_value(d, place) if place["type"] == "btree" else \
+                (d.get(place["group"]) if isinstance(d, dict) else None) if place.get("group") is not None else \
                 d.get("_id_") if isinstance(d, dict) else None
-            owner = place["owners"][partition_of(key, place["partitions"])] if key is not None else self.node_id
+            owner = place["owners"][partition_of(key, place["partitions"])] \
+                if key is not None or place.get("group") is not None else self.node_id
             groups.setdefault(owner, []).append(i)
         names = sorted(groups)
         answers = await asyncio.gather(*(self._here_or_there(
@@ -548,6 +662,16 @@ def _default_of(store_type: str, verb: str, param: str) -> Any:
         return None
     found = inspect.signature(method).parameters.get(param)
     return None if found is None or found.default is inspect.Parameter.empty else found.default
+
+
+def _group_of(op: operations.Operation, doc: dict, place: dict) -> Any:
+    """The group value a request on a partitioned queue acts on (push: its document's group field; a
+    document without it is in the group null), or _NONE for every other verb (they act on every partition)."""
+    if op.name != "push" or "field" in doc:
+        return _NONE
+    args = doc.get("args") or {}
+    pushed = args.get("doc") if isinstance(args, dict) else None
+    return pushed.get(place["group"]) if isinstance(pushed, dict) else _NONE
 
 
 def _btree_sort_value(doc: Any, place: dict) -> Any:
