@@ -22,8 +22,8 @@ COMMON_BUCKET_OPTIONS = {
     "store_fields": "store fields [{name, type}] that each document owns (hash and btree buckets)",
     "indices": "secondary indexes (hash buckets)",
     "placement": "whole: the bucket stays in one partition on one node of a cluster (fifo, lifo, heap: always)",
-    "partitions": "how many partitions a cluster spreads a hash or btree bucket over (1 to 4096; hash: default 64 "
-                  "in a cluster; btree: default 1), or a fifo or lifo bucket given a group",
+    "partitions": "how many partitions a cluster spreads a hash, btree or blob bucket over (1 to 4096; hash: "
+                  "default 64 in a cluster; the others: default 1), or a fifo or lifo bucket given a group",
     "group": "fifo, lifo: the field whose value picks an element's partition (a partitioned queue: order is kept "
              "per group value)",
 }
@@ -32,7 +32,7 @@ GROUPED = ("fifo", "lifo")
 #: The values of ``placement``.
 PLACEMENTS = ("whole",)
 #: The store types a cluster can spread over partitions (the others are whole).
-SPREADABLE = ("hash", "btree")
+SPREADABLE = ("hash", "btree", "blob")
 MAX_PARTITIONS = 4096
 KEYED_TYPES = ("hash", "btree")
 

@@ -280,6 +280,9 @@ class Coordinator:
         answer = await self._txn([kv.txn_compare_create_revision(name, 0)], [kv.txn_op_put(name, _json(record))])
         return answer.succeeded
 
+    async def user(self, name: str) -> dict | None:
+        return await self._get(self.key("users", name))
+
     async def drop_user(self, name: str) -> None:
         await self._call(self.client.kv.delete(self.key("users", name), timeout=5))
 

@@ -149,9 +149,12 @@ class ClusterNode:
             return NODE_FIELD not in doc  # sent by a node: this node's part of a scatter
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
 
-    async def run(self, doc: dict) -> dict:
-        """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered."""
+    async def run(self, doc: dict, upload=None) -> dict:
+        """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered
+        (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes)."""
         try:
+            if upload is not None:
+                return await self._run_upload(doc, upload)
             return await self._run(doc)
         except HoardError as e:
             return e.to_answer()
@@ -164,6 +167,9 @@ class ClusterNode:
         place = await self._placement(db, bucket)
         if place is None:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
+        if place["type"] == "blob" and place["partitions"] > 1 and op.name == "put" and "field" not in doc \
+                and NODE_FIELD not in doc:
+            return await self._blob_put(doc, place, None)
         p = self._partition(place, doc, op)
         if p is None:
             if NODE_FIELD in doc or place["type"] not in op.types or (
@@ -218,6 +224,9 @@ class ClusterNode:
             return 0
         if place["type"] == "btree":
             key = _btree_key_of(op, doc, place)
+            return None if key is _NONE else partition_of(key, place["partitions"])
+        if place["type"] == "blob":
+            key = _blob_key_of(op, doc)
             return None if key is _NONE else partition_of(key, place["partitions"])
         if place.get("group") is not None:
             key = _group_of(op, doc, place)
@@ -562,6 +571,96 @@ class ClusterNode:
                 merged[k] = merged.get(k, 0) + v if isinstance(v, int) else v
         return {"ok": 1, "result": merged}
 
+    # -- spread blob buckets: a blob's partition is a hash of its id
+
+    async def _run_upload(self, doc: dict, upload) -> dict:
+        """A request whose bytes arrive in chunks (a blob put, or a one-blob load), handed to the cluster."""
+        db, bucket = doc["db"], doc["bucket"]
+        place = await self._placement(db, bucket)
+        op = operations.OPERATIONS[doc["op"]]
+        if place is not None and place["type"] == "blob" and place["partitions"] > 1 and "field" not in doc:
+            if op.name == "put":
+                return await self._blob_put(doc, place, upload)
+            docs = (doc.get("args") or {}).get("docs")
+            if op.name == "load" and isinstance(docs, list) and len(docs) == 1:
+                blob_id = _blob_id_or_none(docs[0])
+                if blob_id is not None:
+                    p = partition_of(blob_id, place["partitions"])
+                    if place["owners"][p] == self.node_id:
+                        await self._claim_assigned(db, bucket)
+                        return await self._write_here(_with_upload(op, doc, upload))
+                    return self._bytes_elsewhere(op, db, bucket, place["owners"][p])
+        if place is None:
+            return await self._run(doc)  # no such bucket: said as one server says it
+        p = self._partition(place, doc, op)
+        owner = place["owners"][p] if p is not None else None
+        if owner != self.node_id:
+            return self._bytes_elsewhere(op, db, bucket, owner or "another node")
+        if self.coord.holds(db, bucket, p) is None:
+            try:
+                await self.coord.claim(db, bucket, p)
+            except OwnedElsewhere as e:
+                raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is assigned to node {self.node_id} "
+                                                f"but node {e.node} still holds it; try again in a moment",
+                                                node=e.node) from None
+        return await self._write_here(_with_upload(op, {k: v for k, v in doc.items() if k != NODE_FIELD}, upload))
+
+    def _bytes_elsewhere(self, op: operations.Operation, db: str, bucket: str, owner: str) -> dict:
+        where = (self.nodes.get(owner) or {}).get("advertise", "its address")
+        return VerbNotSupportedError(
+            f"{op.name}: a blob's bytes are not passed between nodes yet; this part of {db}.{bucket} is on node "
+            f"{owner}: connect to it ({where}) for this", node=owner).to_answer()
+
+    async def _blob_put(self, doc: dict, place: dict, upload) -> dict:
+        """A put on a spread blob bucket: the blob's id is made here, in a partition this node owns when it owns
+        any (so the bytes stay here), and the put runs as a load of that one blob at that id; its answer is the id."""
+        from ..stores.blob import _blob_id  # noqa: PLC0415
+
+        db, bucket = doc["db"], doc["bucket"]
+        args = dict(doc.get("args") or {})
+        given = args.get("doc")
+        blob = {k: v for k, v in given.items()} if isinstance(given, dict) else {"data": given}
+        for field in ("name", "type"):
+            if args.get(field) is not None:
+                if field in blob:
+                    return await self.server.run_here(doc)  # refused there: given twice
+                blob[field] = args[field]
+        if upload is not None:
+            blob["data"] = upload
+        if "data" not in blob or blob["data"] is None or set(blob) - {"data", "name", "type"}:
+            return await self.server.run_here(doc)  # refused there, saying what a put takes
+        partitions, owners = place["partitions"], place["owners"]
+        mine = {p for p in range(partitions) if owners[p] == self.node_id}
+        blob_id = _blob_id(uuid7())
+        while mine and partition_of(blob_id, partitions) not in mine:
+            blob_id = _blob_id(uuid7())
+        owner = owners[partition_of(blob_id, partitions)]
+        request = {"op": "load", "db": db, "bucket": bucket, "args": {"docs": [{"_id_": blob_id, **blob}]}}
+        if owner == self.node_id:
+            await self._claim_assigned(db, bucket)
+            answer = await (self._write_here(request) if upload is not None else self.server.run_here(request))
+        elif upload is not None:
+            return self._bytes_elsewhere(operations.OPERATIONS["put"], db, bucket, owner)
+        else:
+            answer = await self._forward(owner, request)
+        return {"ok": 1, "result": blob_id} if answer.get("ok") == 1 else answer
+
+    async def _write_here(self, request: dict) -> dict:
+        """A write whose bytes arrive in chunks, run here on the write pool as a single server runs it (not in the
+        group commit: it waits on the network), answered once durable."""
+        server = self.server
+        try:
+            answer = await server.loop.run_in_executor(server._writes, server._run, request)
+        except HoardError as e:
+            return e.to_answer()
+        if answer.get("ok") == 1 and server.committer is not None:
+            synced: asyncio.Future = server.loop.create_future()
+            server.committer.after_durable(lambda error: synced.done() or synced.set_result(error))
+            error = await synced
+            if error is not None:
+                return error.to_answer()
+        return answer
+
     async def _here_or_there(self, node: str, doc: dict) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
@@ -580,6 +679,7 @@ class ClusterNode:
         groups: dict[str, list[int]] = {}
         for i, d in enumerate(docs):
             key = _btree_sort_value(d, place) if place["type"] == "btree" else \
+                _blob_id_or_none(d) if place["type"] == "blob" else \
                 (d.get(place["group"]) if isinstance(d, dict) else None) if place.get("group") is not None else \
                 d.get("_id_") if isinstance(d, dict) else None
             owner = place["owners"][partition_of(key, place["partitions"])] \
@@ -672,6 +772,49 @@ def _group_of(op: operations.Operation, doc: dict, place: dict) -> Any:
     args = doc.get("args") or {}
     pushed = args.get("doc") if isinstance(args, dict) else None
     return pushed.get(place["group"]) if isinstance(pushed, dict) else _NONE
+
+
+def _with_upload(op: operations.Operation, doc: dict, upload) -> dict:
+    """``doc`` with an upload's bytes where the operation takes them (as the server puts them for a single server)."""
+    request = {k: v for k, v in doc.items() if k not in ("id", "upload")}
+    args = dict(request.get("args") or {})
+    if op.upload == "docs" and isinstance(args.get("docs"), list) and len(args["docs"]) == 1:
+        args["docs"] = [{**args["docs"][0], "data": upload}]
+    elif isinstance(args.get("doc"), dict):
+        args["doc"] = {**args["doc"], "data": upload}
+    elif "field" in request and "doc" not in args:
+        args["key"] = {**args["key"], "data": upload} if isinstance(args.get("key"), dict) else upload
+    else:
+        args["doc"] = upload
+    request["args"] = args
+    return request
+
+
+def _blob_id_or_none(doc: Any) -> str | None:
+    """A blob document's id as a blob bucket spells it (lower case), or None when it has none that is valid."""
+    from ..stores.blob import _blob_id  # noqa: PLC0415
+
+    if not isinstance(doc, dict) or "_id_" not in doc:
+        return None
+    try:
+        return _blob_id(doc["_id_"])
+    except HoardError:
+        return None
+
+
+def _blob_key_of(op: operations.Operation, doc: dict) -> Any:
+    """The blob id a request on a blob bucket acts on (get, info, stream, delete), or _NONE when it acts on many."""
+    from ..stores.blob import _blob_id  # noqa: PLC0415
+
+    if "field" in doc or not op.key_param or op.name == "put":
+        return _NONE
+    args = doc.get("args") or {}
+    if not isinstance(args, dict) or op.key_param not in args:
+        return _NONE
+    try:
+        return _blob_id(args[op.key_param])
+    except HoardError:
+        return _NONE
 
 
 def _btree_sort_value(doc: Any, place: dict) -> Any:

@@ -128,8 +128,10 @@ class ClusterUsers:
                 await self.coord.drop_user(name)
                 self.known.pop(name, None)
                 return
-            if op == "create_user" and not await self.coord.create_user(to_portable(record)):
-                # made meanwhile on another node: the cluster's record wins here too
+            if op == "create_user" and not await self.coord.create_user(to_portable(record)) \
+                    and await self.coord.user(name) != to_portable(record):
+                # made meanwhile on another node (not this one's own record, sent already by
+                # local_changed when it saw the file change): the cluster's record wins here too
                 await self._resync_locked()
                 raise BadValueError(f"user {name!r} exists already in the cluster (made on another node meanwhile); "
                                     f"set its password with `hoarddb user passwd {name}`")

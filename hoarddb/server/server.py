@@ -731,8 +731,8 @@ class Server:
         upload = conn.uploads.get(rid)
         write = is_write(op)
         try:
-            if request.how == "cluster":
-                answer = await self.cluster.run(doc)
+            if request.how == "cluster":  # (an upload's bytes go along: a spread blob bucket's put)
+                answer = await (self.cluster.run(doc) if upload is None else self.cluster.run(doc, upload=upload))
             else:
                 answer = await self._execute(conn, doc, op, write, upload)
         except HoardError as e:
