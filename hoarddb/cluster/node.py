@@ -689,6 +689,8 @@ class ClusterNode:
         answers = await asyncio.gather(*(self._here_or_there(
             n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]}}) for n in names))
         if all(a.get("ok") == 1 for a in answers):
+            if all(type(a.get("result")) is int for a in answers):  # a batch_push: how many, added up
+                return {"ok": 1, "result": sum(a["result"] for a in answers)}
             if not all(isinstance(a.get("result"), list) for a in answers):  # a load: {loaded, ...} added up
                 merged: dict = {}
                 for a in answers:

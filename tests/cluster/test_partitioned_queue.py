@@ -86,8 +86,9 @@ def test_a_lifo_keeps_each_group_s_order_reversed(cluster):
     clients[2]["app"].create_bucket("Stack", type="lifo", partitions=4, group="G")
     for i in range(40):
         clients[i % 3]["app"].Stack.push({"G": f"s{i % 5}", "n": i})
+    assert clients[1]["app"].Stack.batch_push([{"G": f"s{i % 5}", "n": i} for i in range(40, 60)]) == 20
     popped = clients[0]["app"].Stack.pop(100)
-    assert len(popped) == 40 and in_group_order(popped, reverse=True)
+    assert len(popped) == 60 and in_group_order(popped, reverse=True)
 
 
 def test_claims_are_acked_released_and_extended_through_any_node(cluster):
