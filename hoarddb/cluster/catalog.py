@@ -1,4 +1,6 @@
-"""A node's copy of the cluster's catalog: caught up with etcd at start, then kept so by watching ``catalog/`` and ``assign/``.
+"""A node's copy of the cluster's catalog: caught up with etcd at start, then kept so by watching it.
+
+It watches ``catalog/`` (buckets and databases) and ``assign/`` (each bucket's map).
 
 The node that is asked to create or drop a bucket or a database records it in etcd and
 then tells every live node (hoarddb/cluster/node.py), so that the change is done everywhere

@@ -227,7 +227,8 @@ class Coordinator:
             del self.held[held]
 
     async def drop_database(self, db: str) -> None:
-        """Remove a database and everything of its buckets (declarations, assignments, epochs, owners) in one transaction."""
+        """Remove a database and all of its buckets' keys (declarations, assignments, epochs, owners) in one
+        transaction."""
         kv = self.client.kv
         ops = [kv.txn_op_delete(self.key("catalog", "databases", db))]
         for parts in (("catalog", "buckets", db), ("assign", db), ("epoch", db), ("owner", db)):
@@ -244,7 +245,8 @@ class Coordinator:
         await self._txn([kv.txn_compare_create_revision(name, 0)], [kv.txn_op_put(name, _json({}))])
 
     async def bucket_entry(self, db: str, bucket: str) -> Change | None:
-        """One bucket's declaration as a Change (its create revision tells one incarnation from a later one), or None."""
+        """One bucket's declaration as a Change, or None (its create revision tells a bucket from a later one of
+        the same name)."""
         found = await self._range(self.key("catalog", "buckets", db, bucket), exact=True)
         if not found:
             return None

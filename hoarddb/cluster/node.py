@@ -539,7 +539,8 @@ class ClusterNode:
         return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
 
     async def _claims_by_node(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
-        """ack, release or extend over a partitioned queue: each ``<node>/<claimId>`` sent to its node, the counts added."""
+        """ack, release or extend over a partitioned queue: each ``<node>/<claimId>`` sent to its node, the
+        counts added up."""
         args = dict(doc.get("args") or {})
         given = args.get("claimId")
         single = isinstance(given, str)

@@ -1,7 +1,8 @@
 """A cluster's users: kept in etcd (``users/<user>``), mirrored into each node's users file, watched by every node.
 
 etcd holds the users of a cluster; each node keeps a copy in its own users file
-(hoarddb/server/users.py), which is what its logins read. So:
+(hoarddb/server/users.py, reached through the server this node is: the cluster sits below
+the server and imports nothing of it), which is what its logins read. So:
 
 - a change made on a node (over the wire: create_user, update_user, set_roles, drop_user;
   or ``hoarddb user`` on its data directory) is applied to its file first, where every check
@@ -23,7 +24,6 @@ import asyncio
 import logging
 
 from ..errors import BadValueError, HoardError
-from ..server.users import from_portable, to_portable
 from .coord import DELETE, Coordinator, WatchCompacted
 
 log = logging.getLogger("hoarddb.cluster")
@@ -43,7 +43,7 @@ class ClusterUsers:
     async def start(self) -> None:
         """Offer etcd the users it lacks, make the file what etcd holds, and watch."""
         for record in await self._run(self.server.users.users):
-            if await self.coord.create_user(to_portable(record)):
+            if await self.coord.create_user(self.server.users.to_portable(record)):
                 log.info("user %s of this node's users file is now the cluster's", record["name"])
         revision = await self._resync()
         self._task = asyncio.get_running_loop().create_task(self._watch(revision))
@@ -66,7 +66,7 @@ class ClusterUsers:
         cluster = {}
         for change in changes:
             try:
-                cluster[change.name] = from_portable(change.value)
+                cluster[change.name] = self.server.users.from_portable(change.value)
             except HoardError as e:
                 log.error("user %s in etcd is left out: %s", change.name, e.message)
         here = {u["name"] for u in await self._run(self.server.users.users)}
@@ -80,7 +80,7 @@ class ClusterUsers:
                 async for change in self.coord.watch(revision, "users"):
                     revision = change.revision
                     try:
-                        record = None if change.kind == DELETE else from_portable(change.value)
+                        record = None if change.kind == DELETE else self.server.users.from_portable(change.value)
                     except HoardError as e:
                         log.error("user %s in etcd is left out: %s", change.name, e.message)
                         continue
@@ -128,15 +128,16 @@ class ClusterUsers:
                 await self.coord.drop_user(name)
                 self.known.pop(name, None)
                 return
-            if op == "create_user" and not await self.coord.create_user(to_portable(record)) \
-                    and await self.coord.user(name) != to_portable(record):
+            portable = self.server.users.to_portable(record)
+            if op == "create_user" and not await self.coord.create_user(portable) \
+                    and await self.coord.user(name) != portable:
                 # made meanwhile on another node (not this one's own record, sent already by
                 # local_changed when it saw the file change): the cluster's record wins here too
                 await self._resync_locked()
                 raise BadValueError(f"user {name!r} exists already in the cluster (made on another node meanwhile); "
                                     f"set its password with `hoarddb user passwd {name}`")
             if op != "create_user":
-                await self.coord.put_user(to_portable(record))
+                await self.coord.put_user(portable)
             self.known[name] = record
 
     async def local_changed(self) -> None:
@@ -162,14 +163,14 @@ class ClusterUsers:
                 if mine is None:
                     await self.coord.drop_user(name)
                     self.known.pop(name, None)
-                elif agreed is None and not await self.coord.create_user(to_portable(mine)):
+                elif agreed is None and not await self.coord.create_user(self.server.users.to_portable(mine)):
                     log.warning("user %s added to this node's file exists already in the cluster: the cluster's "
                                 "record stays", name)
                     await self._resync_locked()
                     return
                 else:
                     if agreed is not None:
-                        await self.coord.put_user(to_portable(mine))
+                        await self.coord.put_user(self.server.users.to_portable(mine))
                     self.known[name] = mine
                 log.info("user %s changed in this node's users file: sent to the cluster", name)
 

