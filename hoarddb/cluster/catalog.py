@@ -18,7 +18,8 @@ here:
 Which buckets and databases this node made for the cluster, and at which etcd revision
 they were created, is kept in ``DATA/_cluster/catalog.json``: a drop seen late removes only
 what the cluster made (never a bucket of the data directory the cluster does not know),
-and a change seen twice (told, then watched) is done once.
+and a change seen twice (told, then watched) is done once. The file names the etcd cluster
+too: a node started against another etcd (or one whose data was lost) drops nothing.
 """
 
 from __future__ import annotations
@@ -82,6 +83,16 @@ class CatalogWatch:
         buckets = {c.name[len("buckets/"):]: c for c in changes if c.name.startswith("buckets/")}
         databases = {c.name[len("databases/"):]: c for c in changes if c.name.startswith("databases/")}
         async with self.lock:
+            etcd = str(self.coord.etcd_cluster_id)
+            latest = max([*self.made["buckets"].values(), *self.made["databases"].values(), 0])
+            if self.made.get("etcd") not in (None, etcd) or latest > revision:
+                # another etcd than the one this node's record came from (or one started again empty):
+                # its catalog says nothing of what was dropped, so nothing is dropped here
+                log.warning("this node's record of the cluster's buckets came from another etcd (cluster id %s, "
+                            "revision %d; now %s at revision %d): no bucket is dropped here, the buckets of the "
+                            "cluster's catalog are adopted", self.made.get("etcd"), latest, etcd, revision)
+                self.made["buckets"], self.made["databases"] = {}, {}
+            self.made["etcd"] = etcd
             for name, created in list(self.made["buckets"].items()):
                 entry = buckets.get(name)
                 if entry is None or entry.created != created:
@@ -236,7 +247,8 @@ class CatalogWatch:
             log.warning("%s cannot be read (%s): this node starts without knowing which buckets it made for "
                         "the cluster (a bucket dropped while it was away stays here)", self.path, exc)
             return {"buckets": {}, "databases": {}}
-        return {"buckets": dict(made.get("buckets") or {}), "databases": dict(made.get("databases") or {})}
+        return {"buckets": dict(made.get("buckets") or {}), "databases": dict(made.get("databases") or {}),
+                "etcd": made.get("etcd")}
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -95,6 +95,8 @@ class Coordinator:
         self._keepalive: asyncio.Task | None = None
         #: milliseconds of the last etcd round trip (the keepalive's), for metrics
         self.round_trip_ms = 0.0
+        #: the etcd cluster's id, as the last snapshot's answer gave it (0 before one)
+        self.etcd_cluster_id = 0
 
     def key(self, *parts) -> str:
         return self.prefix + "/".join(str(p) for p in parts)
@@ -302,6 +304,7 @@ class Coordinator:
                                                      timeout=5))
         changes = [Change(PUT, kv.key.decode()[len(start):], json.loads(kv.value), kv.create_revision,
                           kv.mod_revision) for kv in answer.kvs]
+        self.etcd_cluster_id = answer.header.cluster_id
         return changes, answer.header.revision
 
     async def watch(self, after: int, *parts):

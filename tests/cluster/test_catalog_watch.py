@@ -123,3 +123,23 @@ def test_a_change_only_etcd_saw_reaches_every_node_also_after_an_etcd_restart(tm
 
 def _assert_equal(a, b):
     assert a == b, (a, b)
+
+
+def test_a_node_started_against_another_etcd_drops_nothing(tmp_path):
+    with EtcdProcess(tmp_path / "etcd1") as etcd:
+        node = ServerProcess(tmp_path / "n1", "--cluster", etcd.url, "--node-id", "n1")
+        try:
+            node.start()
+            with hoarddb.connect(node.url()) as c:
+                c["app"].create_bucket("Kept", type="hash", partitions=2)
+                c["app"].Kept.insert({"_id_": 1})
+        finally:
+            node.stop()
+    with EtcdProcess(tmp_path / "etcd2") as other:  # a new, empty etcd: its catalog knows nothing of Kept
+        node = ServerProcess(tmp_path / "n1", "--cluster", other.url, "--node-id", "n1")
+        try:
+            node.start()
+            assert buckets_here(node) == ["Kept"] and count_here(node, "Kept") == 1
+            assert "no bucket is dropped here" in node.log_text()
+        finally:
+            node.stop()
