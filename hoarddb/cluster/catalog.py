@@ -251,11 +251,16 @@ class CatalogWatch:
                 "etcd": made.get("etcd")}
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(self.path.name + ".tmp")
-        with open(temp, "w", encoding="utf-8") as f:
-            json.dump(self.made, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, self.path)
-        fsync_directory(self.path.parent)
+        write_json(self.path, self.made)
+
+
+def write_json(path: Path, value) -> None:
+    """Write ``value`` as JSON to ``path`` whole or not at all (a temporary file, fsynced, renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(path.name + ".tmp")
+    with open(temp, "w", encoding="utf-8") as f:
+        json.dump(value, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    fsync_directory(path.parent)

@@ -15,15 +15,20 @@ the server and imports nothing of it), which is what its logins read. So:
 
 At start a node first offers etcd the users of its file that etcd lacks (so the first
 node of a cluster brings its users; a later node's are taken only where the cluster has no
-user of that name: the cluster's record wins), then makes its file what etcd holds.
+user of that name: the cluster's record wins), then makes its file what etcd holds. A user
+the cluster had when this node last heard of it (``DATA/_cluster/users.json``) is never
+offered again: if etcd lacks it, it was removed while the node was away.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from pathlib import Path
 
 from ..errors import BadValueError, HoardError
+from .catalog import CLUSTER_DIR, write_json
 from .coord import DELETE, Coordinator, WatchCompacted
 
 log = logging.getLogger("hoarddb.cluster")
@@ -41,8 +46,12 @@ class ClusterUsers:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        """Offer etcd the users it lacks, make the file what etcd holds, and watch."""
+        """Offer etcd the users it lacks (not those it had and removed), make the file what etcd holds, and watch."""
+        await self.coord.snapshot("users")  # (the etcd cluster's id)
+        agreed = self._read_agreed()
         for record in await self._run(self.server.users.users):
+            if record["name"] in agreed:
+                continue  # the cluster had it: if etcd has it no more, it was removed while this node was away
             if await self.coord.create_user(self.server.users.to_portable(record)):
                 log.info("user %s of this node's users file is now the cluster's", record["name"])
         revision = await self._resync()
@@ -115,6 +124,7 @@ class ClusterUsers:
                 self.known.pop(name, None)
             else:
                 self.known[name] = record
+        self._write_agreed()
         self.server.users_changed()
 
     # -- changes made on this node
@@ -127,6 +137,7 @@ class ClusterUsers:
             if record is None:
                 await self.coord.drop_user(name)
                 self.known.pop(name, None)
+                self._write_agreed()
                 return
             portable = self.server.users.to_portable(record)
             if op == "create_user" and not await self.coord.create_user(portable) \
@@ -139,6 +150,7 @@ class ClusterUsers:
             if op != "create_user":
                 await self.coord.put_user(portable)
             self.known[name] = record
+            self._write_agreed()
 
     async def local_changed(self) -> None:
         """The users file changed outside the server (``hoarddb user``): write its differences to etcd
@@ -173,6 +185,26 @@ class ClusterUsers:
                         await self.coord.put_user(self.server.users.to_portable(mine))
                     self.known[name] = mine
                 log.info("user %s changed in this node's users file: sent to the cluster", name)
+            self._write_agreed()
+
+    # -- DATA/_cluster/users.json: the names of the users last agreed with etcd (and which etcd)
+
+    @property
+    def _agreed_path(self) -> Path:
+        return Path(self.server.config.data) / CLUSTER_DIR / "users.json"
+
+    def _read_agreed(self) -> set[str]:
+        """The users this node last knew the cluster to have, if that was this etcd; else none."""
+        try:
+            saved = json.loads(self._agreed_path.read_text("utf-8"))
+        except (OSError, ValueError):
+            return set()
+        if saved.get("etcd") != str(self.coord.etcd_cluster_id):
+            return set()
+        return set(saved.get("names") or [])
+
+    def _write_agreed(self) -> None:
+        write_json(self._agreed_path, {"etcd": str(self.coord.etcd_cluster_id), "names": sorted(self.known)})
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

@@ -200,3 +200,17 @@ def test_user_changes_reach_every_node_after_an_etcd_member_restarts(cluster):
     for n in nodes:
         with eventually(logs_in(n, "dan", "dan-secret-1"), "dan everywhere") as c:
             assert c["app"].U.get("u1")["n"] == 1
+
+
+def test_a_user_removed_while_a_node_was_down_does_not_come_back_with_it(cluster):
+    _etcd, nodes, admin = cluster
+    admin.execute({"op": "create_user", "user": "eve", "roles": ["read:app"],
+                   "credentials": scram.make_credentials("eve-secret-1", 4096)})
+    eventually(logs_in(nodes[2], "eve", "eve-secret-1"), "eve on the third node").close()
+    nodes[2].stop()
+    admin.execute({"op": "drop_user", "user": "eve"})
+    nodes[2].start()  # its users file still has eve: it must not give her back to the cluster
+    for n in nodes:
+        cannot_log_in(n, "eve", "eve-secret-1")()
+    with hoarddb.connect(nodes[2].url("admin", "admin-secret-1")) as c:
+        assert "eve" not in {u["name"] for u in c.execute({"op": "list_users"})["result"]}
