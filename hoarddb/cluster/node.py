@@ -679,12 +679,8 @@ class ClusterNode:
                 else {"_id_": uuid7(), **d} for d in docs]  # (a btree entry sorts by its own first field)
         groups: dict[str, list[int]] = {}
         for i, d in enumerate(docs):
-            key = _btree_sort_value(d, place) if place["type"] == "btree" else \
-                _blob_id_or_none(d) if place["type"] == "blob" else \
-                (d.get(place["group"]) if isinstance(d, dict) else None) if place.get("group") is not None else \
-                d.get("_id_") if isinstance(d, dict) else None
-            owner = place["owners"][partition_of(key, place["partitions"])] \
-                if key is not None or place.get("group") is not None else self.node_id
+            key = route_value(d, place)
+            owner = place["owners"][partition_of(key, place["partitions"])] if key is not _NONE else self.node_id
             groups.setdefault(owner, []).append(i)
         names = sorted(groups)
         answers = await asyncio.gather(*(self._here_or_there(
@@ -765,6 +761,24 @@ def _default_of(store_type: str, verb: str, param: str) -> Any:
         return None
     found = inspect.signature(method).parameters.get(param)
     return None if found is None or found.default is inspect.Parameter.empty else found.default
+
+
+def route_value(item: Any, place: dict) -> Any:
+    """The value whose hash is the partition of a stored item of a bucket (``partition_of(value, P)``), or _NONE
+    when the item has none (the engine refuses it): a hash document's ``_id_``, a btree entry's sort value, a
+    blob's id (lower case), a partitioned queue's element's group field (missing: None).
+
+    Everything that cuts a bucket's items by partition uses this: a batch split by owner, and a move picking a
+    partition's items out of a node's local bucket."""
+    if place.get("group") is not None:
+        return item.get(place["group"]) if isinstance(item, dict) else _NONE
+    if place["type"] == "btree":
+        value = _btree_sort_value(item, place)
+        return _NONE if value is None else value
+    if place["type"] == "blob":
+        value = _blob_id_or_none(item)
+        return _NONE if value is None else value
+    return item["_id_"] if isinstance(item, dict) and item.get("_id_") is not None else _NONE
 
 
 def _group_of(op: operations.Operation, doc: dict, place: dict) -> Any:
