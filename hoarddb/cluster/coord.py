@@ -415,7 +415,8 @@ class Coordinator:
 
 
 #: A change's kind: a key written, or a key removed.
-PUT, DELETE = "put", "delete"
+PUT = "written"
+DELETE = "removed"
 
 
 class Change(NamedTuple):

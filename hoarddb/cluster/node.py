@@ -51,6 +51,11 @@ log = logging.getLogger("hoarddb.cluster")
 
 #: The request field that marks a request sent by another node (its id): run here, not routed again.
 NODE_FIELD = "_node"
+#: A spread btree's and a partitioned queue's ways of gathering (the table's ``gather``).
+_LEAST, _GREATEST, _TURNS, _TURNS_CLAIMED, _BY_CLAIM = "least", "greatest", "turns", "turns_claimed", "by_claim"
+#: A blob bucket's put (its bytes in ``doc``) and load (in ``docs``, with their ids), by what they upload.
+_BLOB_PUT = next(o for o in operations.VERBS.values() if o.upload == "doc" and "blob" in o.types)
+_BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and "blob" in o.types)
 #: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
 CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
@@ -167,7 +172,7 @@ class ClusterNode:
         place = await self._placement(db, bucket)
         if place is None:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
-        if place["type"] == "blob" and place["partitions"] > 1 and op.name == "put" and "field" not in doc \
+        if place["type"] == "blob" and place["partitions"] > 1 and op is _BLOB_PUT and "field" not in doc \
                 and NODE_FIELD not in doc:
             return await self._blob_put(doc, place, None)
         p = self._partition(place, doc, op)
@@ -386,7 +391,7 @@ class ClusterNode:
         """A request over every partition of a spread bucket, sent to each owner and merged."""
         if place["type"] == "btree" and op.gather != _SPLIT:
             return await self._gather_btree(op, doc, place)
-        if place.get("group") is not None and op.name != "batch_push":
+        if place.get("group") is not None and op.gather != _SPLIT:
             return await self._gather_queue(op, doc, place)
         if place.get("group") is not None:
             return await self._split(op, doc, place)
@@ -445,29 +450,28 @@ class ClusterNode:
     async def _gather_btree(self, op: operations.Operation, doc: dict, place: dict) -> dict:
         """range, list, first, last or length over a spread btree bucket: asked of every owner and merged in
         sort-key order, as one node gives them (equal sort keys share a partition, so their order is kept)."""
-        name = op.name
-        if name not in ("range", "list", "first", "last", "length"):
-            raise VerbNotSupportedError(f"{name} over a spread btree bucket (partitions: {place['partitions']}) "
+        if op.gather not in (_DOCUMENTS, _SUM, _LEAST, _GREATEST):
+            raise VerbNotSupportedError(f"{op.name} over a spread btree bucket (partitions: {place['partitions']}) "
                                         "is not built yet; declare the bucket with placement: whole to use it")
         owners = sorted(set(place["owners"]))
         answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
         for answer in answers:
             if answer.get("ok") != 1:
                 return answer
-        if name == "length":
+        if op.gather == _SUM:
             return {"ok": 1, "result": sum(a["result"] for a in answers)}
         sort_key = _btree_order(place, doc["bucket"])
-        if name in ("first", "last"):
+        if op.gather in (_LEAST, _GREATEST):
             found = [a["result"] for a in answers if a.get("result") is not None]
-            pick = min if name == "first" else max
+            pick = min if op.gather == _LEAST else max
             return {"ok": 1, "result": pick(found, key=sort_key) if found else None}
         args = doc.get("args") or {}
-        reverse = name == "range" and args.get("reverse") is True
+        reverse = op.param("reverse") is not None and args.get("reverse") is True
         docs = [d for a in answers for d in a["result"]]
         docs.sort(key=sort_key, reverse=reverse)  # stable: equal keys keep their node's order
         limit = args.get("limit")
-        if limit is None and name == "list":
-            limit = _default_of("btree", "list", "limit")
+        if limit is None:  # (list's default limit; range has none)
+            limit = _default_of("btree", op.name, "limit")
         if isinstance(limit, int) and limit > 0:
             docs = docs[:limit]
         return {"ok": 1, "result": docs}
@@ -480,20 +484,20 @@ class ClusterNode:
         there before going on to the next, until it has ``limit`` elements or every owner was asked.
         A claimId is given back as ``<node>/<claimId>``; ack, release and extend send each to its node.
         """
-        name, args = op.name, dict(doc.get("args") or {})
+        args = dict(doc.get("args") or {})
         owners = sorted(set(place["owners"]))
-        if name == "length":
+        if op.gather == _SUM:
             answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
             bad = next((a for a in answers if a.get("ok") != 1), None)
             return bad or {"ok": 1, "result": sum(a["result"] for a in answers)}
-        if name in ("ack", "release", "extend"):
+        if op.gather == _BY_CLAIM:
             return await self._claims_by_node(op, doc, owners)
-        if name == "list":
-            return await self._queue_list(doc, owners)
-        if name == "push":  # a push whose document is none: refused as on one server
+        if op.gather == _DOCUMENTS:
+            return await self._queue_list(op, doc, owners)
+        if _pushes(op):  # a push whose document is none: refused as on one server
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
-        if name not in ("pop", "peek", "claim"):
-            raise VerbNotSupportedError(f"{name} over a partitioned queue (partitions: {place['partitions']}) is not "
+        if op.gather not in (_TURNS, _TURNS_CLAIMED):
+            raise VerbNotSupportedError(f"{op.name} over a partitioned queue (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket without partitions to use it")
         limit = args.get("limit")
         want = 1 if limit is None else limit
@@ -501,7 +505,7 @@ class ClusterNode:
             return await self._here_or_there(owners[0], doc)  # the owner refuses it, saying what it takes
         turn = (doc["db"], doc["bucket"])
         start = self._turns.get(turn, 0) % len(owners)
-        if name != "peek":
+        if op.write:  # a pop or a claim (a peek looks where the next one starts)
             self._turns[turn] = start + 1
         got: list = []
         refusal = None
@@ -510,25 +514,25 @@ class ClusterNode:
                 break
             answer = await self._here_or_there(node, {**doc, "args": {**args, "limit": want - len(got)}})
             if answer.get("ok") != 1:
-                if answer.get("codeName") != "PARTITION_UNAVAILABLE" or name == "peek":
+                if answer.get("codeName") != "PARTITION_UNAVAILABLE" or not op.write:
                     return answer if not got else {"ok": 1, "result": got}
                 refusal = refusal or answer  # a node that is down: the others' elements are taken
                 continue
             items = answer.get("result") or []
-            if name == "claim":
+            if op.gather == _TURNS_CLAIMED:
                 items = [{**c, "claimId": f"{node}{CLAIM_SEP}{c['claimId']}"} for c in items]
             got.extend(items)
         if not got and refusal is not None:
             return refusal
-        if limit is None and name != "claim":
+        if limit is None and op.gather == _TURNS:
             return {"ok": 1, "result": got[0] if got else None}
         return {"ok": 1, "result": got}
 
-    async def _queue_list(self, doc: dict, owners: list[str]) -> dict:
+    async def _queue_list(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
         """list over a partitioned queue: each owner's elements in storage order, owner after owner; after and limit
         counted over the whole."""
         args = dict(doc.get("args") or {})
-        after, limit = args.get("after", 0), args.get("limit", _default_of("fifo", "list", "limit"))
+        after, limit = args.get("after", 0), args.get("limit", _default_of("fifo", op.name, "limit"))
         if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
             return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
         answers = await asyncio.gather(*(self._here_or_there(
@@ -563,7 +567,7 @@ class ClusterNode:
         results = [a.get("result") for a in answers]
         if single or not all(isinstance(r, dict) for r in results):
             result = results[0]
-            if op.name == "extend" and isinstance(result, dict) and isinstance(result.get("claimId"), str):
+            if isinstance(result, dict) and isinstance(result.get("claimId"), str):  # (a claimId given back)
                 result = {**result, "claimId": f"{nodes[0]}{CLAIM_SEP}{result['claimId']}"}
             return {"ok": 1, "result": result}
         merged: dict = {}
@@ -580,10 +584,10 @@ class ClusterNode:
         place = await self._placement(db, bucket)
         op = operations.OPERATIONS[doc["op"]]
         if place is not None and place["type"] == "blob" and place["partitions"] > 1 and "field" not in doc:
-            if op.name == "put":
+            if op is _BLOB_PUT:
                 return await self._blob_put(doc, place, upload)
             docs = (doc.get("args") or {}).get("docs")
-            if op.name == "load" and isinstance(docs, list) and len(docs) == 1:
+            if op is _BLOB_LOAD and isinstance(docs, list) and len(docs) == 1:
                 blob_id = _blob_id_or_none(docs[0])
                 if blob_id is not None:
                     p = partition_of(blob_id, place["partitions"])
@@ -636,12 +640,12 @@ class ClusterNode:
         while mine and partition_of(blob_id, partitions) not in mine:
             blob_id = _blob_id(uuid7())
         owner = owners[partition_of(blob_id, partitions)]
-        request = {"op": "load", "db": db, "bucket": bucket, "args": {"docs": [{"_id_": blob_id, **blob}]}}
+        request = {"op": _BLOB_LOAD.name, "db": db, "bucket": bucket, "args": {"docs": [{"_id_": blob_id, **blob}]}}
         if owner == self.node_id:
             await self._claim_assigned(db, bucket)
             answer = await (self._write_here(request) if upload is not None else self.server.run_here(request))
         elif upload is not None:
-            return self._bytes_elsewhere(operations.OPERATIONS["put"], db, bucket, owner)
+            return self._bytes_elsewhere(_BLOB_PUT, db, bucket, owner)
         else:
             answer = await self._forward(owner, request)
         return {"ok": 1, "result": blob_id} if answer.get("ok") == 1 else answer
@@ -781,10 +785,16 @@ def route_value(item: Any, place: dict) -> Any:
     return item["_id_"] if isinstance(item, dict) and item.get("_id_") is not None else _NONE
 
 
+def _pushes(op: operations.Operation) -> bool:
+    """Whether a queue's verb adds the one document it is given (push: a ``doc`` of kind doc; batch_push splits)."""
+    param = op.param("doc")
+    return op.write and param is not None and param.kind == "doc" and not op.gather
+
+
 def _group_of(op: operations.Operation, doc: dict, place: dict) -> Any:
     """The group value a request on a partitioned queue acts on (push: its document's group field; a
     document without it is in the group null), or _NONE for every other verb (they act on every partition)."""
-    if op.name != "push" or "field" in doc:
+    if not _pushes(op) or "field" in doc:
         return _NONE
     args = doc.get("args") or {}
     pushed = args.get("doc") if isinstance(args, dict) else None
@@ -823,7 +833,7 @@ def _blob_key_of(op: operations.Operation, doc: dict) -> Any:
     """The blob id a request on a blob bucket acts on (get, info, stream, delete), or _NONE when it acts on many."""
     from ..stores.blob import _blob_id  # noqa: PLC0415
 
-    if "field" in doc or not op.key_param or op.name == "put":
+    if "field" in doc or not op.key_param or op is _BLOB_PUT:
         return _NONE
     args = doc.get("args") or {}
     if not isinstance(args, dict) or op.key_param not in args:

@@ -27,6 +27,7 @@ import json
 import logging
 from pathlib import Path
 
+from .. import operations
 from ..errors import BadValueError, HoardError
 from .catalog import CLUSTER_DIR, write_json
 from .coord import DELETE, Coordinator, WatchCompacted
@@ -140,14 +141,14 @@ class ClusterUsers:
                 self._write_agreed()
                 return
             portable = self.server.users.to_portable(record)
-            if op == "create_user" and not await self.coord.create_user(portable) \
+            if op == operations.CREATE_USER.name and not await self.coord.create_user(portable) \
                     and await self.coord.user(name) != portable:
                 # made meanwhile on another node (not this one's own record, sent already by
                 # local_changed when it saw the file change): the cluster's record wins here too
                 await self._resync_locked()
                 raise BadValueError(f"user {name!r} exists already in the cluster (made on another node meanwhile); "
                                     f"set its password with `hoarddb user passwd {name}`")
-            if op != "create_user":
+            if op != operations.CREATE_USER.name:
                 await self.coord.put_user(portable)
             self.known[name] = record
             self._write_agreed()
