@@ -297,7 +297,8 @@ class ClusterNode:
             if self.catalog is not None:
                 self.catalog.done(op, db, bucket)
         mine = answers.pop(self.node_id)
-        failed = {n: a for n, a in answers.items() if a.get("ok") != 1 and a.get("codeName") != "BUCKET_EXISTS"}
+        failed = {n: a for n, a in answers.items() if a.get("ok") != 1 and a.get("codeName") != "BUCKET_EXISTS"
+                  and not (op.change == "drop" and str(a.get("codeName")).endswith("NOT_FOUND"))}  # (its watch was first)
         if failed:
             log.warning("%s on %s.%s: not applied on %s", op.name, db, bucket, failed)
         return mine
