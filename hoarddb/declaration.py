@@ -24,12 +24,17 @@ COMMON_BUCKET_OPTIONS = {
                     "maximum depth (max_nesting_depth, default 3)",
     "indices": "secondary indexes (hash buckets)",
     "placement": "whole: the bucket stays in one partition on one node of a cluster (fifo, lifo, heap: always)",
-    "partitions": "how many partitions a cluster spreads a hash bucket over (1 to 4096; default 64 in a cluster)",
+    "partitions": "how many partitions a cluster spreads a hash, btree or blob bucket over (1 to 4096; hash: "
+                  "default 64 in a cluster; the others: default 1), or a fifo or lifo bucket given a group",
+    "group": "fifo, lifo: the field whose value picks an element's partition (a partitioned queue: order is kept "
+             "per group value)",
 }
+#: The store types that can be partitioned queues (partitions with a group).
+GROUPED = ("fifo", "lifo")
 #: The values of ``placement``.
 PLACEMENTS = ("whole",)
 #: The store types a cluster can spread over partitions (the others are whole).
-SPREADABLE = ("hash",)
+SPREADABLE = ("hash", "btree", "blob")
 MAX_PARTITIONS = 4096
 KEYED_TYPES = ("hash", "btree")
 #: The deepest level a declaration may reach by default: L1 the bucket, L2 its documents'
@@ -107,9 +112,13 @@ def check_placement(raw: dict, type_name: str, indexes: list[dict]) -> dict:
         if n > 1 and out.get("placement") == "whole":
             raise BadValueError(f"placement: whole keeps a bucket in one partition, and partitions: {n} asks for "
                                 f"{n}; give one of them")
-        if n > 1 and type_name not in SPREADABLE:
-            what = ("a partitioned queue (partitions with a group field) is not built yet"
-                    if type_name in ("fifo", "lifo", "heap") else f"spreading a {type_name} bucket is not built yet")
+        if n > 1 and type_name in GROUPED and "group" not in raw:
+            raise BadValueError(f"partitions: {n} on a {type_name} bucket makes a partitioned queue, which needs "
+                                f"group: the field whose value picks an element's partition (order is kept per "
+                                f"value), such as group: \"Customer\"; or leave partitions out for one order")
+        if n > 1 and type_name not in SPREADABLE and type_name not in GROUPED:
+            what = ("a partitioned heap is not built yet" if type_name == "heap"
+                    else f"spreading a {type_name} bucket is not built yet")
             raise BadValueError(f"partitions: {n} on a {type_name} bucket: {what}; a {type_name} bucket is whole "
                                 "(leave partitions out, or give partitions: 1)")
         if n > 1:
@@ -117,6 +126,14 @@ def check_placement(raw: dict, type_name: str, indexes: list[dict]) -> dict:
             if unique:
                 raise BadValueError(unique_needs_whole(unique[0], n))
         out["partitions"] = n
+    if "group" in raw:
+        group = raw["group"]
+        if type_name not in GROUPED:
+            raise BadValueError(f"group names the field that partitions a queue (fifo or lifo, with partitions); "
+                                f"a {type_name} bucket takes none")
+        if not isinstance(group, str) or not group or group.startswith("$"):
+            raise BadValueError(f"group is the name of a field, such as group: \"Customer\"; got {group!r:.40}")
+        out["group"] = group
     return out
 
 
