@@ -44,6 +44,7 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from .coord import Coordinator, OwnedElsewhere
+from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
 
 log = logging.getLogger("hoarddb.cluster")
@@ -71,6 +72,8 @@ class ClusterNode:
         self._peers: dict[str, Any] = {}
         self._refresher: asyncio.Task | None = None
         self.forwarded = 0
+        #: moves of partitions from and to this node (hoarddb/cluster/moves.py)
+        self.mover = Mover(self)
 
     # -- life cycle
 
@@ -83,8 +86,10 @@ class ClusterNode:
             await self._apply_bucket(db, bucket, decl)
             await self._claim_assigned(db, bucket)
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
+        await self.mover.start()
 
     async def stop(self) -> None:
+        await self.mover.stop()
         if self._refresher is not None:
             self._refresher.cancel()
         for peer in self._peers.values():
@@ -107,6 +112,8 @@ class ClusterNode:
 
     def takes(self, doc: dict) -> bool:
         """Whether the request needs the cluster (:meth:`run`); False: run it here as a single server."""
+        if MOVE_FIELD in doc and NODE_FIELD in doc:
+            return True  # a move's copy, from the partition's old owner (Mover.receive)
         op = operations.OPERATIONS.get(doc.get("op"))
         if op is None:
             return False  # the engine refuses it, naming the operations
@@ -118,8 +125,10 @@ class ClusterNode:
         if place is None:
             return True  # not known here yet: etcd says
         p = self._partition(place, doc, op)
-        if p is None:
-            return NODE_FIELD not in doc  # sent by a node: this node's part of a scatter
+        if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
+            return NODE_FIELD not in doc or self.mover.takes_part(doc)
+        if self.mover.note(doc["db"], doc["bucket"], p, op, doc):
+            return True  # fenced: it waits for the hand-over (_one)
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
 
     async def run(self, doc: dict) -> dict:
@@ -130,6 +139,8 @@ class ClusterNode:
             return e.to_answer()
 
     async def _run(self, doc: dict) -> dict:
+        if MOVE_FIELD in doc and NODE_FIELD in doc:
+            return await self.mover.receive(doc)
         op = operations.OPERATIONS[doc["op"]]
         if op.catalog:
             return await (self._apply_catalog(op, doc) if NODE_FIELD in doc else self._catalog(op, doc))
@@ -144,14 +155,38 @@ class ClusterNode:
                 # this node's part of a gather; or what the engine refuses wherever it runs (a verb the
                 # type lacks, a document or key that names no document): refused here as on one server
                 await self._claim_assigned(db, bucket)
+                if NODE_FIELD in doc:
+                    return await self.mover.part(op, doc, place)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
             return await self._gather(op, doc, place)
         return await self._one(doc, place, p)
 
     async def _one(self, doc: dict, place: dict, p: int) -> dict:
-        """A request for partition ``p``: run here if it is this node's, else sent to its owner."""
+        """A request for partition ``p``: run here if it is this node's, else sent to its owner (again,
+        after reading the map, when the owner answers that the partition moved)."""
+        for _attempt in range(4):
+            answer = await self._one_try(doc, place, p)
+            if answer.get("codeName") != "PARTITION_UNAVAILABLE" or not (answer.get("details") or {}).get("moved") \
+                    or NODE_FIELD in doc:
+                return answer
+            await self.refresh_placement(doc["db"], doc["bucket"])
+            place = self.placements.get((doc["db"], doc["bucket"]), place)
+        return answer
+
+    async def refresh_placement(self, db: str, bucket: str) -> None:
+        """A bucket's owners as etcd has them now (after a move: hoarddb/cluster/moves.py)."""
+        place = self.placements.get((db, bucket))
+        assignment = await self.coord.assignment(db, bucket)
+        if place is not None and assignment is not None:
+            place["owners"], place["version"] = assignment["owners"], assignment.get("version", 1)
+
+    async def _one_try(self, doc: dict, place: dict, p: int) -> dict:
         db, bucket = doc["db"], doc["bucket"]
+        await self.mover.wait_fence(db, bucket, p)
         owner = place["owners"][p]
+        if owner != self.node_id and NODE_FIELD in doc:  # our map may be older than the sender's
+            await self.refresh_placement(db, bucket)
+            owner = place["owners"][p]
         if owner == self.node_id:
             if self.coord.holds(db, bucket, p) is None:
                 try:
@@ -160,11 +195,14 @@ class ClusterNode:
                     raise PartitionUnavailableError(
                         f"partition {p} of {db}.{bucket} is assigned to node {self.node_id} but node {e.node} "
                         "still holds it; try again in a moment", node=e.node) from None
+                await self.mover.wait_fence(db, bucket, p)
+                if place["owners"][p] != self.node_id:
+                    return await self._one_try(doc, place, p)
             local = {k: v for k, v in doc.items() if k != NODE_FIELD}
             return await self.server.run_here(local)
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
-                                            f"{self.node_id}; send it there", node=owner)
+                                            f"{self.node_id}; send it there", node=owner, moved=True)
         op = operations.OPERATIONS[doc["op"]]
         if (op.streams or doc.get("upload")) and place["type"] in op.types:
             where = (self.nodes.get(owner) or {}).get("advertise", "its address")
@@ -230,7 +268,8 @@ class ClusterNode:
                 return await self.server.run_here(doc)
             partitions = raw.get("partitions", 1)
             self.nodes = await self.coord.nodes()  # as they are now: a node that just joined gets its share
-            owners = balance(partitions, list(self.nodes) or [self.node_id])
+            drained = await self.coord.drained()  # (nodes taken out by cluster remove-node get none)
+            owners = balance(partitions, [n for n in self.nodes if n not in drained] or [self.node_id])
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
@@ -342,8 +381,7 @@ class ClusterNode:
             if isinstance(limit, int) and isinstance(skip, int):
                 part["limit"] = limit + skip
             doc = {**doc, "args": part}
-        owners = sorted(set(place["owners"]))
-        answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
+        owners, answers = await self._each_owner(op, doc, place)
         for answer in answers:
             if answer.get("ok") != 1:
                 return answer
@@ -373,9 +411,44 @@ class ClusterNode:
             answer["index_used_by_node"] = used
         return answer
 
-    async def _here_or_there(self, node: str, doc: dict) -> dict:
+    async def _each_owner(self, op: operations.Operation, doc: dict, place: dict) -> tuple[list[str], list[dict]]:
+        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``);
+        a part refused because its partitions moved is sent again to their owners by the map read anew.
+        The nodes and their answers (a node that answered twice, its answers merged by the caller)."""
+        db, bucket = doc["db"], doc["bucket"]
+        todo = list(range(place["partitions"]))
+        names: list[str] = []
+        answers: list[dict] = []
+        for attempt in range(4):
+            groups: dict[str, list[int]] = {}
+            for p in todo:
+                groups.setdefault(place["owners"][p], []).append(p)
+            nodes = sorted(groups)
+            got = await asyncio.gather(*(self._here_or_there(n, {**doc, PARTS_FIELD: groups[n]}, op, place)
+                                         for n in nodes))
+            todo = []
+            for n, a in zip(nodes, got):
+                if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") \
+                        and attempt < 3:
+                    todo += groups[n]
+                else:
+                    names.append(n)
+                    answers.append(a)
+            if not todo:
+                break
+            await self.refresh_placement(db, bucket)
+            place = self.placements.get((db, bucket), place)
+        return names, answers
+
+    async def _here_or_there(self, node: str, doc: dict, op: operations.Operation | None = None,
+                             place: dict | None = None) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
+            if op is not None and PARTS_FIELD in doc:
+                try:
+                    return await self.mover.part(op, {**doc, NODE_FIELD: self.node_id}, place)
+                except HoardError as e:
+                    return e.to_answer()
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
         return await self._forward(node, doc)
 
@@ -388,14 +461,7 @@ class ClusterNode:
             return await self.server.run_here(doc)  # the engine refuses it, saying what it takes
         docs = [d if not isinstance(d, dict) or "_id_" in d or not op.makes_key
                 else {"_id_": uuid7(), **d} for d in docs]
-        groups: dict[str, list[int]] = {}
-        for i, d in enumerate(docs):
-            key = d.get("_id_") if isinstance(d, dict) else None
-            owner = place["owners"][partition_of(key, place["partitions"])] if key is not None else self.node_id
-            groups.setdefault(owner, []).append(i)
-        names = sorted(groups)
-        answers = await asyncio.gather(*(self._here_or_there(
-            n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]}}) for n in names))
+        names, answers, groups = await self._split_parts(op, doc, args, docs, place)
         if all(a.get("ok") == 1 for a in answers):
             if not all(isinstance(a.get("result"), list) for a in answers):  # a load: {loaded, ...} added up
                 merged: dict = {}
@@ -418,6 +484,50 @@ class ClusterNode:
                                      f"{first.get('message')}"),
                 "details": {**(first.get("details") or {}), "written": written, "refused": refused}}
 
+    async def _split_parts(self, op, doc: dict, args: dict, docs: list, place: dict):
+        """A batch cut by owner, each part sent with its partitions (``_parts``); a part refused because its
+        partitions moved is cut again by the map read anew. ``(names, answers, {name: positions})``, a
+        node that answered twice under names of its own (``n1``, ``n1#1``)."""
+        db, bucket = doc["db"], doc["bucket"]
+        todo = list(range(len(docs)))
+        names: list[str] = []
+        answers: list[dict] = []
+        positions: dict[str, list[int]] = {}
+        for attempt in range(4):
+            groups: dict[str, list[int]] = {}
+            parts: dict[str, set[int]] = {}
+            for i in todo:
+                d = docs[i]
+                key = d.get("_id_") if isinstance(d, dict) else None
+                if key is None:
+                    owner, p = self.node_id, None
+                else:
+                    p = partition_of(key, place["partitions"])
+                    owner = place["owners"][p]
+                groups.setdefault(owner, []).append(i)
+                if p is not None:
+                    parts.setdefault(owner, set()).add(p)
+            nodes = sorted(groups)
+            got = await asyncio.gather(*(self._here_or_there(
+                n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]},
+                    PARTS_FIELD: sorted(parts.get(n, ()))}, op, place) for n in nodes))
+            todo = []
+            for n, a in zip(nodes, got):
+                if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") \
+                        and attempt < 3:
+                    todo += groups[n]
+                    continue
+                name = n if n not in positions else f"{n}#{attempt}"
+                names.append(name)
+                answers.append(a)
+                positions[name] = groups[n]
+            if not todo:
+                break
+            todo.sort()
+            await self.refresh_placement(db, bucket)
+            place = self.placements.get((db, bucket), place)
+        return names, answers, positions
+
     # -- metrics
 
     def exposition(self) -> bytes:
@@ -427,6 +537,10 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_moves_total                  partitions this node handed over to another
+            hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
+            hoarddb_cluster_moved_bytes_total            their bytes (BSON)
+            hoarddb_cluster_moving_partitions            partitions it is moving away now
         """
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -444,6 +558,7 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield from node.mover.metrics()
 
         registry = CollectorRegistry()
         registry.register(_Collector())
@@ -457,7 +572,8 @@ class ClusterNode:
         for db, bucket, _p in self.coord.held:
             held[f"{db}.{bucket}"] = held.get(f"{db}.{bucket}", 0) + 1
         return {"node": self.node_id, "nodes": sorted(self.nodes), "held": held, "lease_fresh": self.coord.lease_fresh(),
-                "forwarded": self.forwarded, "etcd_round_trip_ms": round(self.coord.round_trip_ms, 3)}
+                "forwarded": self.forwarded, "etcd_round_trip_ms": round(self.coord.round_trip_ms, 3),
+                "moves": self.mover.status()}
 
 
 _NONE = object()
