@@ -80,6 +80,7 @@ class Outgoing:
         self.docs = self.bytes = 0
         self.state = "tracking"
         self.started = time.time()
+        self.noted = 0.0
 
     def note(self, key) -> None:
         self.dirty[encode_key(key)] = key
@@ -199,24 +200,27 @@ class Mover:
         parts = doc.get(PARTS_FIELD)
         if parts is None:
             return await self.node.server.run_here(local)
-        for p in parts:
-            await self.wait_fence(db, bucket, p)
-        missing = [p for p in parts if self.coord.holds(db, bucket, p) is None]
-        if missing:
-            await self.node.refresh_placement(db, bucket)
-            place = self.node.placements.get((db, bucket), place)
-            for p in missing:
-                owner = place["owners"][p]
-                if owner == self.node.node_id:
-                    try:
-                        await self.coord.claim(db, bucket, p)
-                        continue
-                    except OwnedElsewhere as e:
-                        owner = e.node
-                raise PartitionUnavailableError(
-                    f"partition {p} of {db}.{bucket} is owned by node {owner}, not {self.node.node_id}; "
-                    "send it there", node=owner, moved=True)
-        out = self.sending.get((db, bucket))
+        while True:
+            for p in parts:
+                await self.wait_fence(db, bucket, p)
+            missing = [p for p in parts if self.coord.holds(db, bucket, p) is None]
+            if missing:
+                await self.node.refresh_placement(db, bucket)
+                place = self.node.placements.get((db, bucket), place)
+                for p in missing:
+                    owner = place["owners"][p]
+                    if owner == self.node.node_id:
+                        try:
+                            await self.coord.claim(db, bucket, p)
+                            continue
+                        except OwnedElsewhere as e:
+                            owner = e.node
+                    raise PartitionUnavailableError(
+                        f"partition {p} of {db}.{bucket} is owned by node {owner}, not {self.node.node_id}; "
+                        "send it there", node=owner, moved=True)
+            out = self.sending.get((db, bucket))
+            if out is None or not out.fenced or not out.parts.intersection(parts):
+                break  # (no await from here until the part is counted among those under way)
         if out is None and not self.foreign.get((db, bucket)):
             return await self.node.server.run_here(local)
         if out is not None:
@@ -442,7 +446,8 @@ class Mover:
         out.bytes += size
         self.docs_moved += len(docs)
         self.bytes_moved += size
-        if out.docs % (MOVE_BATCH * 10) < len(docs):
+        if time.monotonic() - out.noted > 1.0:  # progress in etcd, for cluster status: once a second
+            out.noted = time.monotonic()
             await self._note(out.db, out.bucket, out.parts, out.to, out.state, out)
         if MOVE_RATE > 0:  # throttled: this batch's bytes at MOVE_RATE bytes a second
             await asyncio.sleep(max(0.0, size / MOVE_RATE - (time.monotonic() - started)))

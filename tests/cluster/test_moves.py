@@ -184,3 +184,91 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
         finally:
             for n in nodes + ([n3] if n3 not in nodes else []):
                 n.stop()
+
+
+def test_a_move_whose_new_owner_is_killed_midway_loses_nothing(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "60000"}  # about 4 s of copying
+        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
+        n3 = node(tmp_path, etcd, "n3", **slow)
+        try:
+            for n in nodes:
+                n.start()
+            url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+            pad = "x" * 200
+            with hoarddb.connect(url) as admin:
+                admin["app"].create_bucket("Events", type="hash", partitions=12)
+                for start in range(0, 3000, 500):
+                    admin["app"].Events.batch_insert([{"_id_": f"pre{i}", "pad": pad} for i in range(start, start + 500)])
+            n3.start()
+            with Load(nodes) as load:
+                added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
+                assert added.returncode == 0, added.stderr
+                deadline = time.monotonic() + 30
+                while not any(m.get("docs", 0) > 0 for m in status(etcd)["moves"]):  # copying, part way
+                    assert time.monotonic() < deadline, status(etcd)
+                    time.sleep(0.1)
+                n3.kill()
+                moving = status(etcd)["moves"]
+                assert moving and all(m["to"] == "n3" for m in moving)
+                time.sleep(3)  # its lease runs out: the moves wait for it
+                assert status(etcd)["moves"], "a move ended without its new owner"
+                n3.start()
+                wait_no_moves(etcd)
+                time.sleep(0.5)
+            assert not load.errors, load.errors[:5]
+            before = {f"pre{i}" for i in range(3000)}
+            keys = load.check(url, before)
+            assert before <= set(keys)
+            per_node = status(etcd)["buckets"]["app.Events"]["nodes"]
+            assert all(v == {"assigned": 4, "held": 4} for v in per_node.values()) and len(per_node) == 3
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and sum(len(local_keys(n, "app", "Events"))
+                                                      for n in nodes + [n3]) != len(keys):
+                time.sleep(0.2)
+            held = [local_keys(n, "app", "Events") for n in nodes + [n3]]
+            assert sorted(k for h in held for k in h) == sorted(keys)  # each document on one node, once
+        finally:
+            for n in nodes + [n3]:
+                n.stop()
+
+
+def test_an_etcd_member_restarted_mid_move_the_nodes_serve_and_the_move_resumes(tmp_path):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "60000", "HOARDDB_NODE_TTL": "5"}
+    nodes = [node(tmp_path, etcd, f"n{i}", **slow) for i in (1, 2)]
+    try:
+        for n in nodes:
+            n.start()
+        url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+        with hoarddb.connect(url) as admin:
+            admin["app"].create_bucket("Events", type="hash", partitions=8)
+            for start in range(0, 2000, 500):
+                admin["app"].Events.batch_insert([{"_id_": f"pre{i}", "pad": "x" * 200}
+                                                  for i in range(start, start + 500)])
+        # n2 leaves: its 4 partitions are copied to n1 while n1 and n2 serve
+        removed = hoarddb_cli("cluster", "remove-node", "n2", "--cluster", etcd.url)
+        assert removed.returncode == 0, removed.stderr
+        with Load(nodes, clients=4) as load:
+            deadline = time.monotonic() + 30
+            while not any(m.get("docs", 0) > 0 for m in status(etcd)["moves"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            etcd.kill()
+            with load.lock:
+                before_kill = len(load.acked)
+            time.sleep(0.5)
+            with load.lock:
+                assert len(load.acked) > before_kill  # served without etcd: each node what it owns
+            etcd.start()  # the same ports and data, within the nodes' lease
+            wait_no_moves(etcd)
+            time.sleep(0.5)
+        assert not load.errors, load.errors[:5]
+        keys = load.check(url, {f"pre{i}" for i in range(2000)})
+        assert len(local_keys(nodes[0], "app", "Events")) == len(keys)
+        per_node = status(etcd)["buckets"]["app.Events"]["nodes"]
+        assert per_node == {"n1": {"assigned": 8, "held": 8}}
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.stop()
