@@ -12,8 +12,10 @@ A's :class:`Mover` (docs/dev/cluster.md draws it, and what a crash leaves):
    ``batch_put`` parts marked ``_move`` (B writes them through its normal write path, so
    its indexes get their entries), throttled: ``HOARDDB_MOVE_BATCH`` documents a batch,
    at most ``HOARDDB_MOVE_RATE`` bytes a second.
-3. **Catch up.** A sends again the documents of the recorded keys (or deletes them on B
-   when they are gone), round after round, until a round has few keys.
+3. **Catch up.** A takes the keys recorded so far, waits until the writes noted are
+   applied (a key is noted when its write is submitted, just before it is applied), and
+   sends those documents again (or deletes them on B when they are gone), round after
+   round, until a round has few keys.
 4. **Fence.** A stops taking writes to ``ps``: such requests wait (up to FENCE_WAIT
    seconds) in ``ClusterNode._one`` or :meth:`part`; A waits for the writes under way, then
    sends the last recorded keys.
@@ -370,6 +372,7 @@ class Mover:
             out.state = "catching up"
             for _round in range(20):
                 keys, out.dirty = out.dirty, {}
+                await self._durable()  # the writes of these keys, noted before they were applied, applied
                 await self._ship(out, list(keys.values()))
                 if len(out.dirty) <= SMALL:
                     break

@@ -199,6 +199,7 @@ class ClusterNode:
                 if place["owners"][p] != self.node_id:
                     return await self._one_try(doc, place, p)
             local = {k: v for k, v in doc.items() if k != NODE_FIELD}
+            self.mover.note(db, bucket, p, operations.OPERATIONS[doc["op"]], doc)  # (its write submitted now)
             return await self.server.run_here(local)
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
