@@ -555,11 +555,17 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         drained.add(remove)
     planned: dict[tuple[str, str, int], dict] = {}
     declarations = await coord.buckets()
-    for (db, bucket), assignment in sorted((await coord.assignments()).items()):
+    assignments = await coord.assignments()
+    # the nodes the maps share the partitions among: those holding some now, and the one added
+    members = ({n for a in assignments.values() for n in a["owners"]} | ({add} if add else set())) - drained
+    if not members:
+        raise HoardError(f"removing node {remove} would leave the buckets no node; add another node first")
+    down = sorted(members - set(nodes))
+    if down:
+        raise HoardError(f"node(s) {', '.join(down)} of the cluster are down; a move needs every node that gives or "
+                         "takes partitions up: start them again first")
+    for (db, bucket), assignment in sorted(assignments.items()):
         owners = assignment["owners"]
-        members = (set(owners) | ({add} if add else set())) - drained
-        if not members:
-            raise HoardError(f"{db}.{bucket}: removing node {remove} would leave it no node")
         decl = declarations.get((db, bucket)) or {}
         options = decl.get("options") or {}
         if options.get("type", "hash") != "hash" or options.get("store_fields"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import hoarddb
-from hoarddb.errors import ConnectionError_, HoardError, PartitionUnavailableError, TimeoutError_
+from hoarddb.errors import ConnectionError_, DuplicateKeyError, HoardError, PartitionUnavailableError, TimeoutError_
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
@@ -141,6 +141,11 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
             with hoarddb.connect(url) as admin:
                 admin["app"].create_bucket("Events", type="hash", partitions=12, indices=["tag"])
                 admin["app"].Events.batch_insert([{"_id_": f"pre{i}", "tag": f"t{i % 5}"} for i in range(600)])
+                admin["app"].create_bucket("Users", type="hash", placement="whole",
+                                           indices=[{"field": "Email", "unique": True}])
+                admin["app"].Users.batch_insert([{"_id_": i, "Email": f"u{i}@x"} for i in range(50)])
+                users_owner = status(etcd)["buckets"]["app.Users"]["nodes"]
+            assert list(users_owner) == ["n1"]  # (so that removing n1 moves it)
             with Load(nodes) as load:
                 time.sleep(1.0)
                 n3.start()
@@ -153,7 +158,7 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
                     after_add = len(load.acked)
                 removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url, "--wait", "90")
                 assert removed.returncode == 0, removed.stderr
-                assert "node n1 removed: 4 partition(s) to move" in removed.stdout
+                assert "node n1 removed: 5 partition(s) to move" in removed.stdout  # (4 of Events, Users)
                 time.sleep(0.5)
             assert not load.errors, load.errors[:5]
             assert len(load.acked) > after_add > 0  # writes went on through both moves
@@ -175,10 +180,17 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
                 found = client["app"].Events.search({"tag": "t1"})
                 assert sorted(d["_id_"] for d in found) == sorted(
                     d["_id_"] for d in client["app"].Events.find() if d.get("tag") == "t1")
+            # the whole bucket moved off n1 with its unique index: a duplicate is refused on its new owner
+            assert "n1" not in st["buckets"]["app.Users"]["nodes"]
+            with hoarddb.connect(url) as client:
+                assert client["app"].Users.count() == 50
+                assert client["app"].Users.search({"Email": "u7@x"}) == [{"_id_": 7, "Email": "u7@x"}]
+                with pytest.raises(DuplicateKeyError):
+                    client["app"].Users.insert({"_id_": 99, "Email": "u7@x"})
             with urllib.request.urlopen(f"http://127.0.0.1:{nodes[0].metrics_port}/metrics", timeout=10) as r:
                 metrics = r.read().decode()
-            # n1 gave 2 of its 6 partitions to n3 (n2 the 2 others), then its last 4 to n2 and n3
-            assert "hoarddb_cluster_moves_total 6.0" in metrics and "hoarddb_cluster_moving_partitions 0.0" in metrics
+            # n1 gave 2 of its 6 partitions to n3 (n2 the 2 others), then its last 4 to n2 and n3, and Users
+            assert "hoarddb_cluster_moves_total 7.0" in metrics and "hoarddb_cluster_moving_partitions 0.0" in metrics
             moved = [line for line in metrics.splitlines() if line.startswith("hoarddb_cluster_moved_bytes_total ")]
             assert float(moved[0].split()[1]) > 0
         finally:
