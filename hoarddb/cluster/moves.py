@@ -194,10 +194,11 @@ class Mover:
                 f"partition {p} of {db}.{bucket} is being handed over to node {out.to}; try again in a moment",
                 node=out.to, moved=True) from None
 
-    async def part(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+    async def part(self, op: operations.Operation, doc: dict, place: dict | None) -> dict:
         """This node's part of a request over many partitions (``doc`` carries ``_node``, and ``_parts``:
         the partitions the asking node's map gives this node)."""
         db, bucket = doc["db"], doc["bucket"]
+        place = place or self.node.placements[(db, bucket)]
         local = {k: v for k, v in doc.items() if k not in ("_node", PARTS_FIELD)}
         parts = doc.get(PARTS_FIELD)
         if parts is None:
@@ -383,7 +384,14 @@ class Mover:
             await self._durable()  # the single writes let in before the fence
             keys, out.dirty = out.dirty, {}
             await self._ship(out, list(keys.values()))
-            result = await self.coord.hand_over(db, bucket, epochs, to)
+            try:
+                result = await self.coord.hand_over(db, bucket, epochs, to)
+            except HoardError:
+                # the transaction's outcome is unknown (etcd may have committed it): this node holds
+                # ps again only once it has read its owner keys back (claim, on the next request)
+                for p in parts:
+                    self.coord.held.pop((db, bucket, p), None)
+                raise
             if result is None:
                 raise HoardError(f"hand-over of {db}.{bucket} partitions {sorted(parts)} to {to}: the map, an "
                                  "owner key or the new owner changed; the move starts again")
