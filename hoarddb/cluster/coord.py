@@ -3,13 +3,16 @@
 The one module that imports the etcd client (``etcd3aio``, pinned in pyproject.toml).
 Every key lives under a prefix (``/hoarddb/`` by default), drawn in docs/dev/cluster.md::
 
-    nodes/<node>                     {advertise, started}           the node's lease
+    nodes/<node>                     {advertise, started, lease}    the node's lease
     catalog/databases/<db>           {}                             (no lease)
     catalog/buckets/<db>/<bucket>    {declaration, partitions}      (no lease)
     users/<user>                     {name, credentials, roles}     (no lease)
     assign/<db>/<bucket>             {owners: [node per partition], version}
     epoch/<db>/<bucket>/<p>          the partition's epoch, an integer as text
     owner/<db>/<bucket>/<p>          {node, epoch}                  the owner's lease
+    moves/<db>/<bucket>/<p>          {from, to, state, ...}         (no lease; hoarddb/cluster/moves.py)
+    cleanup/<node>/<db>/<bucket>     [partitions handed over, their copy not yet deleted]
+    drained/<node>                   {since}                        taken out of the maps
 
 Values are JSON. A node holds one lease, granted at :meth:`Coordinator.start`, kept alive
 by its own task, attached to its ``nodes/`` key and to every ``owner/`` key it holds: when
