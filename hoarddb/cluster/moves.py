@@ -126,10 +126,12 @@ class Mover:
 
     async def _loop(self) -> None:
         while True:
-            try:
-                await self._refresh_maps()
-                await self._clean_up()
-                await self._run_moves()
+            try:  # three etcd ranges a round
+                moves = await self.coord.moves()
+                cleanups = await self.coord.cleanups()
+                await self._refresh_maps(moves, cleanups)
+                await self._clean_up(cleanups)
+                await self._run_moves(moves)
             except asyncio.CancelledError:
                 raise
             except HoardError as e:
@@ -138,7 +140,7 @@ class Mover:
                 log.exception("moves: unexpected failure (retried)")
             await asyncio.sleep(POLL)
 
-    async def _refresh_maps(self) -> None:
+    async def _refresh_maps(self, moves: dict, cleanups: dict) -> None:
         """Every known bucket's owners as etcd has them now; which local documents are not this node's
         (partitions moving here, partitions handed over and not yet deleted)."""
         for key, assignment in (await self.coord.assignments()).items():
@@ -146,10 +148,10 @@ class Mover:
             if place is not None and assignment.get("version", 1) != place.get("version", 1):
                 place["owners"], place["version"] = assignment["owners"], assignment.get("version", 1)
         foreign: dict[tuple[str, str], set[int]] = {}
-        for (db, bucket, p), move in (await self.coord.moves()).items():
+        for (db, bucket, p), move in moves.items():
             if move.get("to") == self.node.node_id:
                 foreign.setdefault((db, bucket), set()).add(p)
-        for key, parts in (await self.coord.cleanups()).items():
+        for key, parts in cleanups.items():
             foreign.setdefault(key, set()).update(parts)
         self.foreign = foreign
 
@@ -175,12 +177,21 @@ class Mover:
         return (db, bucket) in self.sending or bool(self.foreign.get((db, bucket)))
 
     def takes_part(self, doc: dict) -> bool:
-        """``takes`` of a node's part of a request over many partitions: True when :meth:`part` must run it."""
+        """``takes`` of a node's part of a request over many partitions: True when :meth:`part` must run it
+        (False: the local bucket holds exactly the partitions asked for, so the engine runs it as it is)."""
         db, bucket = doc.get("db"), doc.get("bucket")
         if self.busy(db, bucket):
             return True
         parts = doc.get(PARTS_FIELD)
-        return parts is not None and any(self.coord.holds(db, bucket, p) is None for p in parts)
+        return parts is not None and not self._exactly(db, bucket, parts)
+
+    def _exactly(self, db: str, bucket: str, parts) -> bool:
+        """Whether this node holds the partitions ``parts`` of the bucket and no other."""
+        if not self.coord.lease_fresh():
+            return False
+        held = self.coord.held
+        return all((db, bucket, p) in held for p in parts) and \
+            sum(1 for k in held if k[0] == db and k[1] == bucket) == len(set(parts))
 
     async def wait_fence(self, db: str, bucket: str, p: int) -> None:
         """Wait while partition ``p`` is fenced here (its hand-over under way); refused after FENCE_WAIT."""
@@ -224,7 +235,7 @@ class Mover:
             out = self.sending.get((db, bucket))
             if out is None or not out.fenced or not out.parts.intersection(parts):
                 break  # (no await from here until the part is counted among those under way)
-        if out is None and not self.foreign.get((db, bucket)):
+        if out is None and not self.foreign.get((db, bucket)) and self._exactly(db, bucket, parts):
             return await self.node.server.run_here(local)
         if out is not None:
             out.inflight += 1
@@ -335,10 +346,10 @@ class Mover:
 
     # -- running the moves whose old owner is this node
 
-    async def _run_moves(self) -> None:
+    async def _run_moves(self, moves: dict) -> None:
         me = self.node.node_id
         groups: dict[tuple[str, str, str], list[int]] = {}
-        for (db, bucket, p), move in sorted((await self.coord.moves()).items()):
+        for (db, bucket, p), move in sorted(moves.items()):
             if move.get("from") == me:
                 groups.setdefault((db, bucket, move["to"]), []).append(p)
         for (db, bucket, to), parts in groups.items():
@@ -405,7 +416,7 @@ class Mover:
             del self.sending[(db, bucket)]
             out.open.set()  # the waiting requests go on: to the new owner, or here if the move failed
         if handed:
-            await self._clean_up()
+            await self._clean_up(await self.coord.cleanups())
 
     async def _durable(self) -> None:
         committer = self.node.server.committer
@@ -484,8 +495,8 @@ class Mover:
 
     # -- deleting what was handed over
 
-    async def _clean_up(self) -> None:
-        for (db, bucket), parts in (await self.coord.cleanups()).items():
+    async def _clean_up(self, cleanups: dict) -> None:
+        for (db, bucket), parts in cleanups.items():
             if (db, bucket) in self.sending:
                 continue
             place = self.node.placements.get((db, bucket))
