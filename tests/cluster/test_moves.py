@@ -146,6 +146,8 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
                 admin["app"].Users.batch_insert([{"_id_": i, "Email": f"u{i}@x"} for i in range(50)])
                 users_owner = status(etcd)["buckets"]["app.Users"]["nodes"]
             assert list(users_owner) == ["n1"]  # (so that removing n1 moves it)
+            early = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
+            assert early.returncode == 1 and "node n3 is not up" in early.stderr
             with Load(nodes) as load:
                 time.sleep(1.0)
                 n3.start()
@@ -200,7 +202,7 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
 
 def test_a_move_whose_new_owner_is_killed_midway_loses_nothing(tmp_path):
     with EtcdProcess(tmp_path / "etcd") as etcd:
-        slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "60000"}  # about 4 s of copying
+        slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "25000"}  # about 9 s of copying
         nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
         n3 = node(tmp_path, etcd, "n3", **slow)
         try:
@@ -220,6 +222,10 @@ def test_a_move_whose_new_owner_is_killed_midway_loses_nothing(tmp_path):
                 while not any(m.get("docs", 0) > 0 for m in status(etcd)["moves"]):  # copying, part way
                     assert time.monotonic() < deadline, status(etcd)
                     time.sleep(0.1)
+                text = hoarddb_cli("cluster", "status", "--cluster", etcd.url).stdout
+                assert "moves: 4 partition(s)" in text and "-> n3: copying" in text, text
+                again = hoarddb_cli("cluster", "remove-node", "n2", "--cluster", etcd.url)
+                assert again.returncode == 1 and "4 partition move(s) are under way" in again.stderr
                 n3.kill()
                 moving = status(etcd)["moves"]
                 assert moving and all(m["to"] == "n3" for m in moving)
