@@ -59,10 +59,32 @@ class Load:
     def __init__(self, nodes, clients=8):
         self.nodes, self.count = nodes, clients
         self.acked, self.unknown, self.refused, self.deleted = set(), set(), [], set()
+        self.deleting, self.incremented = set(), set()
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.errors = []
+        self.finds = 0
         self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
+        self.threads.append(threading.Thread(target=self.reader))
+
+    def reader(self):
+        """finds over every partition while the writers write: no document twice, none acknowledged missing."""
+        client = hoarddb.connect(f"hoarddb://{self.nodes[0].address}/?insecure=true&timeout=30")
+        while not self.stop.is_set():
+            with self.lock:
+                before = set(self.acked) - self.deleting
+            try:
+                keys = [d["_id_"] for d in client["app"].Events.find(projection={"_id_": 1})]
+            except PartitionUnavailableError:
+                continue
+            with self.lock:
+                missing = before - set(keys) - self.deleting
+                if len(keys) != len(set(keys)):
+                    self.errors.append("a find gave a document twice")
+                if missing:
+                    self.errors.append(f"a find missed {sorted(missing)[:5]}")
+                self.finds += 1
+        client.close()
 
     def __enter__(self):
         for t in self.threads:
@@ -90,7 +112,23 @@ class Load:
                 if got is None or got["n"] != i:
                     with self.lock:
                         self.errors.append(f"{key} read back as {got}")
+                if i % 3 == 0:  # an update over every partition (gathered), to be applied exactly once
+                    answer = events.update({"_id_": {"$in": [key]}}, {"$inc": {"hits": 1}})
+                    if answer != {"matched": 1, "modified": 1}:
+                        with self.lock:
+                            self.errors.append(f"{key}: update answered {answer}")
+                    with self.lock:
+                        self.incremented.add(key)
+                if i % 11 == 0:  # a batch, cut by partition
+                    pair = [f"{key}-b0", f"{key}-b1"]
+                    with self.lock:
+                        self.unknown.update(pair)
+                    events.batch_insert([{"_id_": k, "w": w} for k in pair])
+                    with self.lock:
+                        self.acked.update(pair)
                 if i % 7 == 0:  # some documents deleted: a move must not bring them back
+                    with self.lock:
+                        self.deleting.add(key)
                     events.delete(key)
                     with self.lock:
                         self.deleted.add(key)
@@ -122,6 +160,9 @@ class Load:
                     time.sleep(0.2)
         keys = [d["_id_"] for d in docs]
         assert len(keys) == len(set(keys)), "a document twice"
+        hits = {d["_id_"]: d.get("hits") for d in docs}
+        wrong = {k: hits[k] for k in self.incremented if k in hits and hits[k] != 1}
+        assert not wrong, f"updates not applied once: {list(wrong.items())[:5]}"
         assert (self.acked - self.deleted) <= set(keys), f"lost: {sorted(self.acked - self.deleted - set(keys))[:10]}"
         assert not (set(keys) & self.deleted), "a deleted document came back"
         assert set(keys) <= self.acked | self.unknown | set(before), "a refused write was written"
@@ -202,7 +243,7 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
 
 def test_a_move_whose_new_owner_is_killed_midway_loses_nothing(tmp_path):
     with EtcdProcess(tmp_path / "etcd") as etcd:
-        slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "25000"}  # about 9 s of copying
+        slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "10000"}  # each old owner copies for ~12 s
         nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
         n3 = node(tmp_path, etcd, "n3", **slow)
         try:
