@@ -198,10 +198,11 @@ def sweep_ttl(engine: Engine, request: dict) -> dict:
 
 
 def check(engine: Engine, request: dict) -> dict:
-    """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) walked in
-    one read transaction while it serves: ``{buckets: [{db, bucket, type, checked, problems:
-    [[file, what, todo], ...], more}]}``. A type without such a walk (fifo, lifo, blob: their
-    files change under a read) says ``checked: false``; ``hoarddb check DIR`` checks those."""
+    """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) checked over
+    one moment of it while it serves (``Store.check_open``: a read transaction, a queue's log
+    as its lock gave it, a blob bucket's index as it was): ``{buckets: [{db, bucket, type,
+    checked, problems: [[file, what, todo], ...], more}]}``. A store type without such a
+    check would say ``checked: false``, for ``hoarddb check DIR``."""
     db, bucket = request.get("db"), request.get("bucket")
     if bucket is not None and db is None:
         raise InvalidArgumentError("check: a bucket is named within a database: give db too")
@@ -211,9 +212,11 @@ def check(engine: Engine, request: dict) -> dict:
             decl = engine.catalog.bucket(name, b)
             store = engine._store(name, b, decl)
             entry = {"db": name, "bucket": b, "type": decl["type"], "checked": False, "problems": [], "more": 0}
-            walk = getattr(store, "check_open", None)
-            if walk is not None:
-                problems = walk({**decl, "db": name, "name": b})
+            try:
+                problems = store.check_open({**decl, "db": name, "name": b})
+            except NotImplementedError:
+                pass
+            else:
                 entry.update(checked=True, problems=[list(p) for p in problems], more=getattr(problems, "more", 0))
             out.append(entry)
     return {"buckets": out}
