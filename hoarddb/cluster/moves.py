@@ -102,7 +102,9 @@ class Mover:
         self.docs_moved = 0
         self.bytes_moved = 0
         self._task: asyncio.Task | None = None
-        self._versions: dict[tuple[str, str], int] = {}
+        #: parts of requests running on the slow path with no move of their bucket under way here, per
+        #: bucket (a move that begins waits for them: they note no key)
+        self._running: dict[tuple[str, str], int] = {}
 
     # -- life cycle
 
@@ -240,10 +242,14 @@ class Mover:
         if out is not None:
             out.inflight += 1
             out.idle.clear()
+        if out is None:
+            self._running[(db, bucket)] = self._running.get((db, bucket), 0) + 1
         try:
             return await self._part(op, local, set(parts), place["partitions"], out)
         finally:
-            if out is not None:
+            if out is None:
+                self._running[(db, bucket)] -= 1
+            else:
                 out.inflight -= 1
                 if not out.inflight:
                     out.idle.set()
@@ -376,6 +382,8 @@ class Mover:
         self.sending[(db, bucket)] = out
         handed = False
         try:
+            while self._running.get((db, bucket)):  # parts that began before the move (they note nothing)
+                await asyncio.sleep(0.005)
             await self._durable()  # the writes submitted before tracking began are in the local bucket
             await self._send(out, {"kind": "purge"})
             out.state = "copying"
