@@ -60,6 +60,9 @@ MOVE_BATCH = int(os.environ.get("HOARDDB_MOVE_BATCH", "500"))
 MOVE_RATE = float(os.environ.get("HOARDDB_MOVE_RATE", str(32 << 20)))
 #: Seconds a request to a fenced partition waits for the hand-over before it is refused (retryable).
 FENCE_WAIT = float(os.environ.get("HOARDDB_MOVE_FENCE_WAIT", "5"))
+#: Bytes of documents and their store fields a move sends in one request at most (a document's own stores
+#: are never cut: one larger than this goes alone, within the wire's message size).
+TREE_BYTES = int(os.environ.get("HOARDDB_MOVE_TREE_BYTES", str(4 << 20)))
 #: A catch-up round with at most this many keys is the last before the fence.
 SMALL = 64
 #: Seconds between two looks at etcd's moves and assignments.
@@ -83,6 +86,8 @@ class Outgoing:
         self.state = "tracking"
         self.started = time.time()
         self.noted = 0.0
+        #: whether the bucket declares store fields: each document's stores go with it
+        self.fields = False
 
     def note(self, key) -> None:
         self.dirty[encode_key(key)] = key
@@ -337,9 +342,13 @@ class Mover:
         if kind == "put":
             self.foreign.setdefault((db, bucket), set()).update(p for p in parts
                                                                 if self.coord.holds(db, bucket, p) is None)
-            return await self.node.server.run_here({"op": "batch_put", "db": db, "bucket": bucket,
-                                                    "args": {"docs": doc["args"]["docs"]}})
+            answer = await self.node.server.run_here({"op": "batch_put", "db": db, "bucket": bucket,
+                                                      "args": {"docs": doc["args"]["docs"]}})
+            if answer.get("ok") == 1 and move.get("trees"):  # the documents first: their stores hang from them
+                await self._write_trees(db, bucket, move["trees"])
+            return answer
         if kind == "delete":
+            await self._clear_trees(db, bucket, move["keys"])  # (a delete's cascade would refuse big stores)
             return await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
                                                     "args": {"target": {"_id_": {"$in": move["keys"]}}}})
         if kind == "purge":  # an earlier attempt's copy, or a move given up: gone
@@ -379,6 +388,7 @@ class Mover:
                 await self._note(db, bucket, parts, to, f"waiting: node {e.node} holds partition {p}")
                 return
         out = Outgoing(db, bucket, parts, to, place["partitions"])
+        out.fields = self._fields(db, bucket) is not None
         self.sending[(db, bucket)] = out
         handed = False
         try:
@@ -469,9 +479,24 @@ class Mover:
                 await self._send(out, {"kind": "delete", "keys": gone})
 
     async def _put(self, out: Outgoing, docs: list) -> None:
+        if out.fields:  # each document with its stores, read now (a later write to them is noted: caught up)
+            trees = await self._read_trees(out.db, out.bucket, [d["_id_"] for d in docs])
+            sizes = [len(bson_encode(d)) + sum(len(k) + len(v) for k, v in t["pairs"]) +
+                     sum(len(b or b"") for _, b in t["blobs"]) for d, t in zip(docs, trees)]
+            start = total = 0
+            for i, size in enumerate(sizes):  # sent in requests of at most TREE_BYTES (or one document)
+                if i > start and total + size > TREE_BYTES:
+                    await self._put_some(out, docs[start:i], trees[start:i], total)
+                    start, total = i, 0
+                total += size
+            if start < len(docs):
+                await self._put_some(out, docs[start:], trees[start:], total)
+            return
+        await self._put_some(out, docs, None, sum(len(bson_encode(d)) for d in docs))
+
+    async def _put_some(self, out: Outgoing, docs: list, trees: list | None, size: int) -> None:
         started = time.monotonic()
-        size = sum(len(bson_encode(d)) for d in docs)
-        await self._send(out, {"kind": "put"}, {"docs": docs})
+        await self._send(out, {"kind": "put", **({"trees": trees} if trees is not None else {})}, {"docs": docs})
         out.docs += len(docs)
         out.bytes += size
         self.docs_moved += len(docs)
@@ -501,6 +526,46 @@ class Mover:
             except HoardError:
                 pass
 
+    # -- a document's store fields (every level), read and written raw
+
+    def _fields(self, db: str, bucket: str):
+        """The store fields of this node's local bucket (``FieldStores``), or None when it declares none."""
+        try:
+            store = self.node.server.engine._store(db, bucket)
+        except HoardError:
+            return None
+        fields = getattr(store, "fields", None)
+        return fields if fields else None
+
+    async def _read_trees(self, db: str, bucket: str, keys: list) -> list:
+        """Each document's stores at every level, as this node keeps them (``FieldStores.read_trees``)."""
+        fields = self._fields(db, bucket)
+        if fields is None:
+            return [{"key": k, "pairs": [], "blobs": []} for k in keys]
+        server = self.node.server
+        return await server.loop.run_in_executor(server._reads, fields.read_trees, keys)
+
+    async def _write_trees(self, db: str, bucket: str, trees: list) -> None:
+        """Make these documents' stores here exactly those given (``FieldStores.write_trees``), durably."""
+        fields = self._fields(db, bucket)
+        if fields is None or not trees:
+            return
+        server = self.node.server
+
+        def write() -> None:
+            fields.write_trees(trees)
+            if not server.engine.options.sync:
+                server.engine._mark_dirty(fields.owner)  # made durable by the next sync (awaited below)
+
+        await server.loop.run_in_executor(server._writes, write)
+        await self._durable()
+
+    async def _clear_trees(self, db: str, bucket: str, keys: list) -> None:
+        """Empty these documents' stores here, at every level, whatever they hold (before deleting them:
+        a move or a clean-up deletes them whatever max_cascade_delete says)."""
+        if keys and self._fields(db, bucket) is not None:
+            await self._write_trees(db, bucket, [{"key": k, "pairs": [], "blobs": []} for k in keys])
+
     # -- deleting what was handed over
 
     async def _clean_up(self, cleanups: dict) -> None:
@@ -529,6 +594,7 @@ class Mover:
             docs = page["result"]
             doomed = [d["_id_"] for d in docs if partition_of(d["_id_"], partitions) in parts]
             if doomed:
+                await self._clear_trees(db, bucket, doomed)
                 answer = await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
                                                           "args": {"target": {"_id_": {"$in": doomed}}}})
                 if answer.get("ok") != 1:
@@ -595,11 +661,11 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         owners = assignment["owners"]
         decl = declarations.get((db, bucket)) or {}
         options = decl.get("options") or {}
-        if options.get("type", "hash") != "hash" or options.get("store_fields"):
-            if set(owners) - members:  # moves carry a hash bucket's documents, nothing else yet
-                raise HoardError(f"{db}.{bucket} ({options.get('type', 'hash')}"
-                                 f"{' with store fields' if options.get('store_fields') else ''}) cannot be moved "
-                                 f"yet, and node {remove} holds some of it; drop or empty it first")
+        if options.get("type", "hash") != "hash":
+            if set(owners) - members:  # moves carry a hash bucket's documents and their stores, nothing else yet
+                raise HoardError(f"{db}.{bucket} is a {options.get('type')} bucket, whose partitions cannot be moved "
+                                 f"yet (only hash buckets' move), and node {remove} holds part of it; export and "
+                                 "drop it, or empty it, first")
             continue
         new = balance(len(owners), sorted(members), owners)
         for p, (old, owner) in enumerate(zip(owners, new)):

@@ -226,6 +226,74 @@ class FieldStores:
                     txn.delete(key)
         return files
 
+    # -- a document's whole tree, raw (a partition moving to another node) --------------
+
+    def read_trees(self, keys: list) -> list[dict]:
+        """Every store of each document ``keys`` names, at every level, exactly as this bucket keeps
+        it: ``{key, pairs: [[LMDB key, value], ...], blobs: [[blob id, bytes or None], ...]}``
+        (element, count and blob-owner records, read in one transaction; a blob's bytes read after
+        it, None when a delete unlinked the file meanwhile). :meth:`write_trees` puts them back
+        elsewhere; hoarddb/cluster/moves.py sends a partition's trees to its new owner so."""
+        trees = []
+        with self.owner.kv.read() as txn:
+            for key in keys:
+                dk = self.owner.doc_key(key)
+                pairs, blob_ids = [], []
+                for ns in (FIELD, COUNT):
+                    prefix = ns + dk
+                    for k, v in _scan(txn, prefix):
+                        k = bytes(k)
+                        pairs.append([k, bytes(v)])
+                        if ns == FIELD and len(k) > len(prefix) and self._type_of(k[len(prefix)]) == "blob":
+                            blob_ids.append(decode_key(k[len(prefix) + 1:]))
+                for deeper in range(3, self.depth + 1):
+                    for ns in (NESTED, NESTED_COUNT):
+                        for k, v in _scan(txn, ns + bytes([deeper]) + dk):
+                            k = bytes(k)
+                            pairs.append([k, bytes(v)])
+                            if ns == NESTED:
+                                node, pos = self.node_at(k[2:], deeper)
+                                if node is not None and node.type == "blob":
+                                    blob_ids.append(decode_key(k[2 + pos:]))
+                for blob_id in blob_ids:
+                    owner = txn.get(BLOB + blob_id.encode())
+                    if owner is not None:
+                        pairs.append([BLOB + blob_id.encode(), bytes(owner)])
+                trees.append({"key": key, "pairs": pairs, "blobs": blob_ids})
+        for tree in trees:
+            blobs = []
+            for blob_id in tree["blobs"]:
+                try:
+                    blobs.append([blob_id, (self.blob_dir / blob_id).read_bytes()])
+                except FileNotFoundError:
+                    blobs.append([blob_id, None])
+            tree["blobs"] = blobs
+        return trees
+
+    def write_trees(self, trees: list[dict]) -> None:
+        """Make each document's stores exactly those :meth:`read_trees` gave (on another node; no
+        pairs: none), whatever they held: blob files written (fsync) first, then one transaction that
+        deletes the document's old stores at every level and writes the records given, then the files
+        no longer named unlinked. No limit applies (the records were within them where they were read);
+        the document itself is written apart (a store field's records never need it in the transaction)."""
+        kept: set[str] = set()
+        for tree in trees:
+            for blob_id, data in tree.get("blobs") or ():
+                if data is not None:
+                    self.blob_dir.mkdir(exist_ok=True)
+                    blobfiles.write_blob(self.blob_dir, blob_id, [bytes(data)], sync=True)
+                    kept.add(blob_id)
+
+        def fn(txn):
+            files = []
+            for tree in trees:
+                files += self.delete_all(txn, self.owner.doc_key(tree["key"]))
+                for k, v in tree.get("pairs") or ():
+                    txn.put(bytes(k), bytes(v))
+            return files, 0
+
+        self.unlink([f for f in self.owner._write(fn) if f not in kept])
+
     def node_at(self, path: bytes, level: int) -> tuple["Node | None", int]:
         """The declared store a level-``level`` path (with its element key after it) names,
         and where the element key starts; None when the declaration has no such store."""

@@ -331,3 +331,150 @@ def test_an_etcd_member_restarted_mid_move_the_nodes_serve_and_the_move_resumes(
         for n in nodes:
             n.stop()
         etcd.stop()
+
+
+class FieldLoad:
+    """Client threads pushing to their own documents' store fields through every node (an L2 fifo, and an
+    L3 fifo under a hash field's element), noting each push acknowledged and each of unknown outcome."""
+
+    def __init__(self, nodes, keys, clients=4):
+        self.nodes, self.keys, self.count = nodes, keys, clients
+        self.acked = {k: [] for k in keys}  # the Log's pushes acknowledged, in order
+        self.nested = {k: [] for k in keys}  # the Friends["bob"].Messages pushes acknowledged
+        self.unknown = set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors = []
+        self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+    def client(self, w):
+        hosts = ",".join(n.address for n in self.nodes[w % len(self.nodes):] + self.nodes[:w % len(self.nodes)])
+        client = hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        props = client["app"].Props
+        mine = [k for i, k in enumerate(self.keys) if i % self.count == w]
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            key = mine[n % len(mine)]
+            value = w * 1_000_000 + n
+            try:
+                if n % 4:
+                    props[key].Log.push({"n": value})
+                    with self.lock:
+                        self.acked[key].append(value)
+                else:
+                    props[key].Friends["bob"].Messages.push({"n": value})
+                    with self.lock:
+                        self.nested[key].append(value)
+            except (PartitionUnavailableError, ConnectionError_, TimeoutError_):
+                with self.lock:
+                    self.unknown.add(value)
+                time.sleep(0.05)
+            except HoardError as e:
+                with self.lock:
+                    self.unknown.add(value)
+                    self.errors.append(f"{key}: {e.message}")
+        client.close()
+
+    def check(self, client):
+        """Each document's stores hold every acknowledged push once, in push order (a push of unknown outcome
+        may be there too), and nothing else."""
+        props = client["app"].Props
+        for key in self.keys:
+            for got, acked in ((props[key].Log.list(limit=1000), self.acked[key]),
+                               (props[key].Friends["bob"].Messages.list(limit=1000), self.nested[key])):
+                values = [e["n"] for e in got]
+                assert len(values) < 1000
+                assert len(values) == len(set(values)), f"{key}: a push applied twice"
+                assert [v for v in values if v not in self.unknown] == acked, f"{key}: pushes lost or out of order"
+
+
+def owner_of(nodes, bucket, key):
+    """The node whose local bucket holds the document ``key`` (its partition's owner, no move under way)."""
+    return next(n for n in nodes if key in local_keys(n, "app", bucket))
+
+
+def blob_put(nodes, key, data):
+    """A blob field's put, sent to the node that owns its document (a blob's bytes are not forwarded yet)."""
+    with hoarddb.connect(owner_of(nodes, "Props", key).url()) as client:
+        return client["app"].Props[key].Files.put(data, name=f"{key}.bin")
+
+
+def blob_bytes(nodes, key):
+    """A blob field's only blob's bytes, read on its document's owner."""
+    with hoarddb.connect(owner_of(nodes, "Props", key).url()) as client:
+        files = client["app"].Props[key].Files
+        listed = files.list()
+        assert len(listed) == 1, listed
+        return b"".join(files.stream(listed[0]["_id_"]))
+
+
+def test_a_document_s_store_fields_move_with_it_while_clients_push_to_them(tmp_path):
+    """Every level of a document's stores (an L2 fifo, an L3 fifo under a hash field, a blob field and its
+    bytes) goes to the partition's new owner, the pushes made meanwhile caught up, none lost or doubled; the
+    old owner keeps none of them; a node holding such a bucket can be removed."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, "n1", HOARDDB_MOVE_BATCH="5"), node(tmp_path, etcd, "n2",
+                                                                           HOARDDB_MOVE_BATCH="5")]
+        n3 = node(tmp_path, etcd, "n3", HOARDDB_MOVE_BATCH="5")
+        try:
+            for n in nodes:
+                n.start()
+            url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+            keys = [f"p{i}" for i in range(24)]
+            with hoarddb.connect(url) as admin:
+                admin["app"].create_bucket("Props", type="hash", partitions=6, store_fields=[
+                    {"name": "Log", "type": "fifo"},
+                    {"name": "Friends", "type": "hash", "store_fields": [{"name": "Messages", "type": "fifo"}]},
+                    {"name": "Files", "type": "blob"}])
+                props = admin["app"].Props
+                for k in keys:
+                    props.insert({"_id_": k})
+                    props[k].Friends.put("bob", {"since": k})
+            for k in keys:
+                blob_put(nodes, k, k.encode() * 1000)
+            n3.start()
+            nodes.append(n3)
+            with FieldLoad(nodes[:2], keys) as load:
+                time.sleep(1.0)
+                added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url, "--wait", "90")
+                assert added.returncode == 0, added.stderr
+                assert "node n3 added: 2 partition(s) to move" in added.stdout
+                time.sleep(0.5)
+                with load.lock:
+                    after_add = sum(len(v) for v in load.acked.values())
+                removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url, "--wait", "90")
+                assert removed.returncode == 0, removed.stderr
+                time.sleep(0.5)
+            assert not load.errors, load.errors[:5]
+            assert sum(len(v) for v in load.acked.values()) > after_add > 0
+            per_node = status(etcd)["buckets"]["app.Props"]["nodes"]
+            assert "n1" not in per_node and per_node["n2"] == per_node["n3"] == {"assigned": 3, "held": 3}
+            with hoarddb.connect(f"hoarddb://{nodes[1].address}/?insecure=true&timeout=30") as client:
+                load.check(client)
+                for k in keys:
+                    assert client["app"].Props[k].Friends.get("bob") == {"since": k}
+                    assert client["app"].Props.get(k)["_id_"] == k
+            for k in keys:
+                assert blob_bytes(nodes[1:], k) == k.encode() * 1000
+            # the old owner kept nothing: no document, and no store (its fields folder holds no blob)
+            deadline = time.monotonic() + 10
+            while local_keys(nodes[0], "app", "Props") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert local_keys(nodes[0], "app", "Props") == []
+            folders = list((tmp_path / "n1").rglob("Props/fields"))
+            assert folders and not [f for d in folders for f in d.iterdir() if not f.name.startswith(".")]
+            assert sorted(local_keys(nodes[1], "app", "Props") + local_keys(n3, "app", "Props")) == sorted(keys)
+        finally:
+            for n in nodes + ([n3] if n3 not in nodes else []):
+                n.stop()
