@@ -63,6 +63,8 @@ FENCE_WAIT = float(os.environ.get("HOARDDB_MOVE_FENCE_WAIT", "5"))
 #: Bytes of documents and their store fields a move sends in one request at most (a document's own stores
 #: are never cut: one larger than this goes alone, within the wire's message size).
 TREE_BYTES = int(os.environ.get("HOARDDB_MOVE_TREE_BYTES", str(4 << 20)))
+#: The bucket types whose partitions move (with their documents' store fields).
+MOVABLE = ("hash", "btree")
 #: A catch-up round with at most this many keys is the last before the fence.
 SMALL = 64
 #: Seconds between two looks at etcd's moves and assignments.
@@ -88,6 +90,8 @@ class Outgoing:
         self.noted = 0.0
         #: whether the bucket declares store fields: each document's stores go with it
         self.fields = False
+        #: the bucket's placement (its type; a btree's key field)
+        self.place: dict = {}
 
     def note(self, key) -> None:
         self.dirty[encode_key(key)] = key
@@ -173,8 +177,9 @@ class Mover:
         if out.fenced:
             return True
         if op.write:
-            from .node import _NONE, _key_of
-            key = _key_of(op, doc)
+            from .node import _NONE, _btree_key_of, _key_of
+            place = self.node.placements.get((db, bucket)) or {}
+            key = _btree_key_of(op, doc, place) if place.get("type") == "btree" else _key_of(op, doc)
             if key is not _NONE:
                 out.note(key)
         return False
@@ -250,7 +255,7 @@ class Mover:
         if out is None:
             self._running[(db, bucket)] = self._running.get((db, bucket), 0) + 1
         try:
-            return await self._part(op, local, set(parts), place["partitions"], out)
+            return await self._part(op, local, set(parts), place, out)
         finally:
             if out is None:
                 self._running[(db, bucket)] -= 1
@@ -259,14 +264,25 @@ class Mover:
                 if not out.inflight:
                     out.idle.set()
 
-    async def _part(self, op, local: dict, keep: set[int], partitions: int, out: Outgoing | None) -> dict:
+    async def _part(self, op, local: dict, keep: set[int], place: dict, out: Outgoing | None) -> dict:
         """A part run on a bucket that holds documents of other partitions, or whose partitions are moving:
-        cut to ``keep``, and the keys it writes recorded."""
+        cut to ``keep``, and the keys it writes recorded (a key: what ``route_value`` gives, a btree
+        entry's sort value)."""
         run_here = self.node.server.run_here
         args = dict(local.get("args") or {})
+        partitions = place["partitions"]
+        from .node import _NONE, route_value
 
         def mine(key) -> bool:
             return partition_of(key, partitions) in keep
+
+        def routed(item):
+            value = route_value(item, place)
+            return None if value is _NONE else value
+
+        def ours(item) -> bool:
+            value = route_value(item, place)
+            return value is not _NONE and mine(value)
 
         def moving(key) -> bool:
             return out is not None and partition_of(key, partitions) in out.parts
@@ -275,7 +291,7 @@ class Mover:
             docs = args.get("docs")
             if isinstance(docs, list):
                 for d in docs:
-                    key = d.get("_id_") if isinstance(d, dict) else None
+                    key = routed(d)
                     if key is not None and not mine(key):
                         raise PartitionUnavailableError(
                             f"a batch part for {local['db']}.{local['bucket']} holds a document of partition "
@@ -284,6 +300,8 @@ class Mover:
                     if key is not None and moving(key):
                         out.note(key)
             return await run_here(local)
+        if place["type"] == "btree":
+            return await self._btree_part(op, local, args, ours)
         if op.gather == "counts":  # an update or delete by filter: the keys first, then those alone
             name = op.key_param
             target = args.get(name)
@@ -325,6 +343,74 @@ class Mover:
             return answer
         return await run_here(local)
 
+    async def _btree_part(self, op, local: dict, args: dict, ours) -> dict:
+        """A btree bucket's part (its reads: ``length``, ``list``, ``range``, ``first``, ``last``) cut to
+        the entries ``ours`` keeps: read whole here, then cut (only while a move is near)."""
+        run_here = self.node.server.run_here
+        if op.gather in ("sum", "documents", "least", "greatest"):
+            if op.gather == "documents" and op.name == "range":
+                answer = await run_here({**local, "args": {k: v for k, v in args.items() if k != "limit"}})
+                if answer.get("ok") == 1:
+                    docs = [d for d in answer["result"] if ours(d)]
+                    limit = args.get("limit")
+                    answer["result"] = docs[:limit] if isinstance(limit, int) and limit > 0 else docs
+                return answer
+            if op.gather == "greatest":
+                answer = await run_here({**local, "op": "range", "args": {"reverse": True}})
+                if answer.get("ok") == 1:
+                    answer["result"] = next((d for d in answer["result"] if ours(d)), None)
+                return answer
+            want = args.get("limit") if op.gather == "documents" else None
+            want = (want if isinstance(want, int) else 100) if op.gather == "documents" else None
+            found, count = [], 0
+            async for d in self._btree_entries(local["db"], local["bucket"], args.get("after")):
+                if ours(d):
+                    if op.gather == "sum":
+                        count += 1
+                        continue
+                    found.append(d)
+                    if op.gather == "least" or len(found) >= want:
+                        break
+            if op.gather == "sum":
+                return {"ok": 1, "result": count}
+            if op.gather == "least":
+                return {"ok": 1, "result": found[0] if found else None}
+            return {"ok": 1, "result": found}
+        return await run_here(local)
+
+    async def _btree_entries(self, db: str, bucket: str, after=None):
+        """Every entry of this node's local btree bucket in key order (after the entries keyed ``after``), read
+        a page at a time; entries with equal keys never split between two pages."""
+        while True:
+            page = await self.node.server.run_here({"op": "list", "db": db, "bucket": bucket,
+                                                    "args": {"limit": 1000, **({"after": after} if after is not None
+                                                                               else {})}})
+            if page.get("ok") != 1:
+                raise _refusal(page)
+            docs = page["result"]
+            if len(docs) < 1000:
+                for d in docs:
+                    yield d
+                return
+            place = self.node.placements[(db, bucket)]
+            from .node import route_value
+            last = route_value(docs[-1], place)
+            for d in docs:  # the keys before the last are whole in this page ...
+                if encode_key(route_value(d, place)) == encode_key(last):
+                    break
+                yield d
+            for d in await self._btree_read(db, bucket, last):  # ... the last one's may go on: read whole
+                yield d
+            after = last
+
+    async def _btree_read(self, db: str, bucket: str, value) -> list:
+        """Every entry of this node's local btree bucket whose sort key is ``value``, in insertion order."""
+        answer = await self.node.server.run_here({"op": "range", "db": db, "bucket": bucket,
+                                                  "args": {"bounds": {"$eq": value}}})
+        if answer.get("ok") != 1:
+            raise _refusal(answer)
+        return answer["result"]
+
     async def _keys(self, local: dict, filter_: dict) -> list:
         """The keys of this node's local documents matching ``filter_``."""
         answer = await self.node.server.run_here({"op": "find", "db": local["db"], "bucket": local["bucket"],
@@ -345,6 +431,19 @@ class Mover:
             answer = await self.node.server.run_here({"op": "batch_put", "db": db, "bucket": bucket,
                                                       "args": {"docs": doc["args"]["docs"]}})
             if answer.get("ok") == 1 and move.get("trees"):  # the documents first: their stores hang from them
+                await self._write_trees(db, bucket, move["trees"])
+            return answer
+        if kind == "entries":  # a btree's entries of some sort keys: exactly these, in this order
+            self.foreign.setdefault((db, bucket), set()).update(p for p in parts
+                                                                if self.coord.holds(db, bucket, p) is None)
+            values = move["values"]
+            await self._btree_delete(db, bucket, [v for v, _ in values])
+            docs = [d for _, entries in values for d in entries]
+            answer = {"ok": 1, "result": []}
+            if docs:
+                answer = await self.node.server.run_here({"op": "batch_insert", "db": db, "bucket": bucket,
+                                                          "args": {"docs": docs}})
+            if answer.get("ok") == 1 and move.get("trees"):
                 await self._write_trees(db, bucket, move["trees"])
             return answer
         if kind == "delete":
@@ -389,6 +488,7 @@ class Mover:
                 return
         out = Outgoing(db, bucket, parts, to, place["partitions"])
         out.fields = self._fields(db, bucket) is not None
+        out.place = place
         self.sending[(db, bucket)] = out
         handed = False
         try:
@@ -446,6 +546,25 @@ class Mover:
 
     async def _snapshot(self, out: Outgoing) -> None:
         """Every document of the moving partitions, in key order, to the new owner, throttled."""
+        if out.place.get("type") == "btree":
+            from .node import route_value
+            groups: list = []  # [[sort value, its entries in insertion order], ...]
+            count = 0
+            async for d in self._btree_entries(out.db, out.bucket):
+                value = route_value(d, out.place)
+                if partition_of(value, out.partitions) not in out.parts:
+                    continue
+                if groups and encode_key(groups[-1][0]) == encode_key(value):
+                    groups[-1][1].append(d)
+                else:
+                    if count >= MOVE_BATCH:
+                        await self._put_entries(out, groups)
+                        groups, count = [], 0
+                    groups.append([value, [d]])
+                count += 1
+            if groups:
+                await self._put_entries(out, groups)
+            return
         after = None
         while True:
             args: dict[str, Any] = {"limit": 1000}
@@ -464,6 +583,11 @@ class Mover:
 
     async def _ship(self, out: Outgoing, keys: list) -> None:
         """The documents of ``keys`` as they are here now, to the new owner; those gone, deleted there."""
+        if out.place.get("type") == "btree":  # each sort key's entries, all of them (none: deleted there)
+            for i in range(0, len(keys), MOVE_BATCH):
+                await self._put_entries(out, [[v, await self._btree_read(out.db, out.bucket, v)]
+                                              for v in keys[i:i + MOVE_BATCH]])
+            return
         for i in range(0, len(keys), MOVE_BATCH):
             chunk = keys[i:i + MOVE_BATCH]
             found = await self.node.server.run_here({"op": "find", "db": out.db, "bucket": out.bucket,
@@ -494,9 +618,23 @@ class Mover:
             return
         await self._put_some(out, docs, None, sum(len(bson_encode(d)) for d in docs))
 
-    async def _put_some(self, out: Outgoing, docs: list, trees: list | None, size: int) -> None:
+    async def _put_entries(self, out: Outgoing, groups: list) -> None:
+        """A btree's sort keys with their entries (and their stores), to the new owner."""
+        trees = await self._read_trees(out.db, out.bucket, [v for v, _ in groups]) if out.fields else None
+        size = sum(len(bson_encode(d)) for _, entries in groups for d in entries)
+        if trees is not None:
+            size += sum(len(k) + len(v) for t in trees for k, v in t["pairs"]) + \
+                sum(len(b or b"") for t in trees for _, b in t["blobs"])
+        await self._put_some(out, [d for _, entries in groups for d in entries], trees, size,
+                             {"kind": "entries", "values": groups})
+
+    async def _put_some(self, out: Outgoing, docs: list, trees: list | None, size: int,
+                        move: dict | None = None) -> None:
         started = time.monotonic()
-        await self._send(out, {"kind": "put", **({"trees": trees} if trees is not None else {})}, {"docs": docs})
+        move = dict(move or {"kind": "put"})
+        if trees is not None:
+            move["trees"] = trees
+        await self._send(out, move, {"docs": docs if move["kind"] == "put" else []})
         out.docs += len(docs)
         out.bytes += size
         self.docs_moved += len(docs)
@@ -508,9 +646,9 @@ class Mover:
             await asyncio.sleep(max(0.0, size / MOVE_RATE - (time.monotonic() - started)))
 
     async def _send(self, out: Outgoing, move: dict, args: dict | None = None) -> dict:
-        op = "batch_put" if move["kind"] == "put" else "delete"
+        op = {"put": "batch_put", "entries": "batch_insert"}.get(move["kind"], "delete")
         answer = await self.node._forward(out.to, {"op": op, "db": out.db, "bucket": out.bucket,
-                                                   "args": args or {"docs": []} if op == "batch_put" else {},
+                                                   "args": (args or {"docs": []}) if op != "delete" else {},
                                                    MOVE_FIELD: {**move, "parts": sorted(out.parts)}})
         if answer.get("ok") != 1:
             raise _refusal(answer)
@@ -566,6 +704,17 @@ class Mover:
         if keys and self._fields(db, bucket) is not None:
             await self._write_trees(db, bucket, [{"key": k, "pairs": [], "blobs": []} for k in keys])
 
+    async def _btree_delete(self, db: str, bucket: str, values: list) -> None:
+        """Delete every local entry of a btree bucket keyed by one of ``values``, and their stores."""
+        await self._clear_trees(db, bucket, values)
+        place = self.node.placements.get((db, bucket)) or {}
+        for value in values:
+            target = {place.get("key") or "_id_": value} if isinstance(value, dict) else value
+            answer = await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
+                                                      "args": {"target": target}})
+            if answer.get("ok") != 1:
+                raise _refusal(answer)
+
     # -- deleting what was handed over
 
     async def _clean_up(self, cleanups: dict) -> None:
@@ -582,6 +731,16 @@ class Mover:
     async def _purge(self, db: str, bucket: str, parts: set[int], partitions: int) -> None:
         """Delete this node's local documents of ``parts`` (partitions it does not hold)."""
         if not parts:
+            return
+        place = self.node.placements.get((db, bucket)) or {}
+        if place.get("type") == "btree":
+            from .node import route_value
+            doomed: dict[bytes, Any] = {}
+            async for d in self._btree_entries(db, bucket):
+                value = route_value(d, place)
+                if partition_of(value, partitions) in parts:
+                    doomed[encode_key(value)] = value
+            await self._btree_delete(db, bucket, list(doomed.values()))
             return
         after = None
         while True:
@@ -661,11 +820,11 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         owners = assignment["owners"]
         decl = declarations.get((db, bucket)) or {}
         options = decl.get("options") or {}
-        if options.get("type", "hash") != "hash":
-            if set(owners) - members:  # moves carry a hash bucket's documents and their stores, nothing else yet
+        if options.get("type", "hash") not in MOVABLE:
+            if set(owners) - members:  # moves carry hash and btree buckets' documents and their stores
                 raise HoardError(f"{db}.{bucket} is a {options.get('type')} bucket, whose partitions cannot be moved "
-                                 f"yet (only hash buckets' move), and node {remove} holds part of it; export and "
-                                 "drop it, or empty it, first")
+                                 f"yet (hash and btree buckets' can), and node {remove} holds part of it; export "
+                                 "and drop it, or empty it, first")
             continue
         new = balance(len(owners), sorted(members), owners)
         for p, (old, owner) in enumerate(zip(owners, new)):

@@ -399,6 +399,81 @@ class FieldLoad:
                 assert [v for v in values if v not in self.unknown] == acked, f"{key}: pushes lost or out of order"
 
 
+class BtreeLoad:
+    """Client threads inserting btree entries with equal keys (three a score, from one client: their order
+    known), a note pushed to each score's store field, and some scores deleted, through every node."""
+
+    def __init__(self, nodes, clients=3):
+        self.nodes, self.count = nodes, clients
+        self.acked, self.unknown, self.deleted, self.noted = [], set(), set(), set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors = []
+        self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+    def client(self, w):
+        hosts = ",".join(n.address for n in self.nodes[w % len(self.nodes):] + self.nodes[:w % len(self.nodes)])
+        client = hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        scores = client["app"].Scores
+        i = 0
+        while not self.stop.is_set():
+            score, n = w * 100_000 + i // 3, i
+            i += 1
+            try:
+                scores.insert({"Score": score, "n": n})
+                with self.lock:
+                    self.acked.append((score, n))
+                if n % 3 == 2:
+                    scores[score].Notes.push({"n": n})
+                    with self.lock:
+                        self.noted.add(score)
+                if n % 15 == 14:  # a score deleted: a move must not bring it (or its note) back
+                    with self.lock:
+                        self.unknown.add((score, "deleted"))
+                    scores.delete(score)
+                    with self.lock:
+                        self.deleted.add(score)
+            except (PartitionUnavailableError, ConnectionError_, TimeoutError_):
+                with self.lock:
+                    self.unknown.add((score, n))
+                time.sleep(0.05)
+            except HoardError as e:
+                with self.lock:
+                    self.unknown.add((score, n))
+                    self.errors.append(f"{score}: {e.message}")
+        client.close()
+
+    def check(self, client):
+        """Every acknowledged entry once, in key order and each key's in insertion order; deleted keys gone;
+        each note where its score is."""
+        scores = client["app"].Scores
+        entries = scores.range({})
+        got = [(e["Score"], e["n"]) for e in entries]
+        assert len(got) == len(set(got)), "an entry twice"
+        assert got == sorted(got), "entries out of order (by key, then insertion)"
+        maybe = {(s, n) for s, n in self.unknown}
+        unknown_scores = {s for s, n in self.unknown}
+        expected = [(s, n) for s, n in self.acked if s not in self.deleted]
+        missing = [e for e in expected if e not in set(got)]
+        assert not missing, f"lost: {missing[:5]}"
+        assert not [e for e in got if e[0] in self.deleted], "a deleted score came back"
+        assert set(got) <= set(self.acked) | maybe
+        assert scores.length() == len(got)
+        for score in sorted(self.noted - self.deleted - unknown_scores)[:50]:
+            notes = scores[score].Notes.list()
+            assert [x["n"] for x in notes] == [max(n for s, n in got if s == score)], (score, notes)
+
+
 def owner_of(nodes, bucket, key):
     """The node whose local bucket holds the document ``key`` (its partition's owner, no move under way)."""
     return next(n for n in nodes if key in local_keys(n, "app", bucket))
@@ -419,8 +494,8 @@ def blob_bytes(nodes, key):
         return b"".join(files.stream(listed[0]["_id_"]))
 
 
-def test_a_document_s_store_fields_move_with_it_while_clients_push_to_them(tmp_path):
-    """Every level of a document's stores (an L2 fifo, an L3 fifo under a hash field, a blob field and its
+def test_store_fields_and_btree_entries_move_while_clients_write_them(tmp_path):
+    """A btree's entries (equal keys in their order, deletes caught up, their store field) move; every level of a document's stores (an L2 fifo, an L3 fifo under a hash field, a blob field and its
     bytes) goes to the partition's new owner, the pushes made meanwhile caught up, none lost or doubled; the
     old owner keeps none of them; a node holding such a bucket can be removed."""
     with EtcdProcess(tmp_path / "etcd") as etcd:
@@ -437,6 +512,8 @@ def test_a_document_s_store_fields_move_with_it_while_clients_push_to_them(tmp_p
                     {"name": "Log", "type": "fifo"},
                     {"name": "Friends", "type": "hash", "store_fields": [{"name": "Messages", "type": "fifo"}]},
                     {"name": "Files", "type": "blob"}])
+                admin["app"].create_bucket("Scores", type="btree", key="Score", partitions=6,
+                                           store_fields=[{"name": "Notes", "type": "fifo"}])
                 props = admin["app"].Props
                 for k in keys:
                     props.insert({"_id_": k})
@@ -445,11 +522,11 @@ def test_a_document_s_store_fields_move_with_it_while_clients_push_to_them(tmp_p
                 blob_put(nodes, k, k.encode() * 1000)
             n3.start()
             nodes.append(n3)
-            with FieldLoad(nodes[:2], keys) as load:
+            with FieldLoad(nodes[:2], keys) as load, BtreeLoad(nodes[:2]) as entries:
                 time.sleep(1.0)
                 added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url, "--wait", "90")
                 assert added.returncode == 0, added.stderr
-                assert "node n3 added: 2 partition(s) to move" in added.stdout
+                assert "node n3 added: 4 partition(s) to move" in added.stdout  # (2 of Props, 2 of Scores)
                 time.sleep(0.5)
                 with load.lock:
                     after_add = sum(len(v) for v in load.acked.values())
@@ -457,11 +534,14 @@ def test_a_document_s_store_fields_move_with_it_while_clients_push_to_them(tmp_p
                 assert removed.returncode == 0, removed.stderr
                 time.sleep(0.5)
             assert not load.errors, load.errors[:5]
+            assert not entries.errors, entries.errors[:5]
             assert sum(len(v) for v in load.acked.values()) > after_add > 0
-            per_node = status(etcd)["buckets"]["app.Props"]["nodes"]
-            assert "n1" not in per_node and per_node["n2"] == per_node["n3"] == {"assigned": 3, "held": 3}
+            for bucket in ("app.Props", "app.Scores"):
+                per_node = status(etcd)["buckets"][bucket]["nodes"]
+                assert "n1" not in per_node and per_node["n2"] == per_node["n3"] == {"assigned": 3, "held": 3}
             with hoarddb.connect(f"hoarddb://{nodes[1].address}/?insecure=true&timeout=30") as client:
                 load.check(client)
+                entries.check(client)
                 for k in keys:
                     assert client["app"].Props[k].Friends.get("bob") == {"since": k}
                     assert client["app"].Props.get(k)["_id_"] == k
@@ -472,6 +552,8 @@ def test_a_document_s_store_fields_move_with_it_while_clients_push_to_them(tmp_p
             while local_keys(nodes[0], "app", "Props") and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert local_keys(nodes[0], "app", "Props") == []
+            with hoarddb.connect(nodes[0].url()) as client:
+                assert client.execute({"op": "length", "db": "app", "bucket": "Scores", "_node": "test"})["result"] == 0
             folders = list((tmp_path / "n1").rglob("Props/fields"))
             assert folders and not [f for d in folders for f in d.iterdir() if not f.name.startswith(".")]
             assert sorted(local_keys(nodes[1], "app", "Props") + local_keys(n3, "app", "Props")) == sorted(keys)
