@@ -36,9 +36,12 @@ the asking node reading the map again and asking the new owner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from .. import operations
@@ -63,8 +66,10 @@ FENCE_WAIT = float(os.environ.get("HOARDDB_MOVE_FENCE_WAIT", "5"))
 #: Bytes of documents and their store fields a move sends in one request at most (a document's own stores
 #: are never cut: one larger than this goes alone, within the wire's message size).
 TREE_BYTES = int(os.environ.get("HOARDDB_MOVE_TREE_BYTES", str(4 << 20)))
+#: A blob larger than this moves in requests of this many bytes each.
+CHUNK = 1 << 20
 #: The bucket types whose partitions move (with their documents' store fields).
-MOVABLE = ("hash", "btree")
+MOVABLE = ("hash", "btree", "blob")
 #: A catch-up round with at most this many keys is the last before the fence.
 SMALL = 64
 #: Seconds between two looks at etcd's moves and assignments.
@@ -92,6 +97,10 @@ class Outgoing:
         self.fields = False
         #: the bucket's placement (its type; a btree's key field)
         self.place: dict = {}
+        #: a blob bucket's ids of the moving partitions sent so far (their deletes found by difference)
+        self.sent: set[str] = set()
+        #: set when the move ends (handed over or given up): the uploads held meanwhile go on
+        self.ended = asyncio.Event()
 
     def note(self, key) -> None:
         self.dirty[encode_key(key)] = key
@@ -114,6 +123,8 @@ class Mover:
         #: parts of requests running on the slow path with no move of their bucket under way here, per
         #: bucket (a move that begins waits for them: they note no key)
         self._running: dict[tuple[str, str], int] = {}
+        #: uploads (and spread blob puts) running here, per bucket (a move that begins waits for them)
+        self._uploads: dict[tuple[str, str], int] = {}
 
     # -- life cycle
 
@@ -125,6 +136,7 @@ class Mover:
                 self.foreign.setdefault((db, bucket), set()).add(p)
         for key, parts in (await self.coord.cleanups()).items():
             self.foreign.setdefault(key, set()).update(parts)
+        shutil.rmtree(self._incoming(), ignore_errors=True)  # blobs half received before a stop
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
@@ -179,10 +191,62 @@ class Mover:
         if op.write:
             from .node import _NONE, _btree_key_of, _key_of
             place = self.node.placements.get((db, bucket)) or {}
-            key = _btree_key_of(op, doc, place) if place.get("type") == "btree" else _key_of(op, doc)
+            from .node import _blob_key_of
+            kind = place.get("type")
+            key = _btree_key_of(op, doc, place) if kind == "btree" else \
+                _blob_key_of(op, doc) if kind == "blob" else _key_of(op, doc)
             if key is not _NONE:
                 out.note(key)
         return False
+
+    def guards(self, doc: dict, upload) -> bool:
+        """Whether a request ``ClusterNode.run`` is given must run inside :meth:`writing`: a write whose bytes
+        arrive in chunks (it runs on the write pool, outside the group commit a move waits for), or a spread
+        blob bucket's put (its id, so its partition, is made only as it runs)."""
+        if upload is not None:
+            return True
+        from .node import _BLOB_PUT, NODE_FIELD
+        place = self.node.placements.get((doc.get("db"), doc.get("bucket")))
+        return place is not None and place["type"] == "blob" and place["partitions"] > 1 and "field" not in doc \
+            and NODE_FIELD not in doc and operations.OPERATIONS.get(doc.get("op")) is _BLOB_PUT
+
+    @contextlib.asynccontextmanager
+    async def writing(self, doc: dict):
+        """Around an upload or a spread blob put run here: held while its partition (any of the bucket's, when
+        not known yet) is moving away from this node — up to FENCE_WAIT, then refused PARTITION_UNAVAILABLE
+        (``moved``: try again) — and counted while it runs, so that a move that begins waits for it.
+
+        A blob bucket's are held only while the move is fenced: its catch-up finds the blobs put meanwhile by
+        difference, and the fence waits for those running. Any other bucket's are held for the whole move (an
+        upload's key is noted before its bytes arrive, so a catch-up round could read it before it is written)."""
+        db, bucket = doc.get("db"), doc.get("bucket")
+        key = (db, bucket)
+        place = self.node.placements.get(key)
+        op = operations.OPERATIONS.get(doc.get("op"))
+        p = self.node._partition(place, doc, op) if place is not None and op is not None else None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FENCE_WAIT
+        while True:
+            out = self.sending.get(key)
+            if out is None or (p is not None and p not in out.parts):
+                break
+            blobs = out.place.get("type") == "blob"
+            if blobs and not out.fenced:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise PartitionUnavailableError(
+                    f"{'partition ' + str(p) if p is not None else 'part'} of {db}.{bucket} is moving to node "
+                    f"{out.to}; an upload waits for the move's end; try again in a moment", node=out.to, moved=True)
+            try:
+                await asyncio.wait_for((out.open if blobs else out.ended).wait(), remaining)
+            except TimeoutError:
+                pass
+        self._uploads[key] = self._uploads.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            self._uploads[key] -= 1
 
     def busy(self, db: str, bucket: str) -> bool:
         """Whether a node's part of a request over this bucket needs :meth:`part` (a move, or documents not held)."""
@@ -302,6 +366,8 @@ class Mover:
             return await run_here(local)
         if place["type"] == "btree":
             return await self._btree_part(op, local, args, ours)
+        if place["type"] == "blob" and op.gather == "sum":  # length: the ids of these partitions, counted
+            return {"ok": 1, "result": len(await self._blob_ids(local["db"], local["bucket"], keep, partitions))}
         if op.gather == "counts":  # an update or delete by filter: the keys first, then those alone
             name = op.key_param
             target = args.get(name)
@@ -446,6 +512,14 @@ class Mover:
             if answer.get("ok") == 1 and move.get("trees"):
                 await self._write_trees(db, bucket, move["trees"])
             return answer
+        if kind == "blob":
+            self.foreign.setdefault((db, bucket), set()).update(p for p in parts
+                                                                if self.coord.holds(db, bucket, p) is None)
+            await self._receive_blob(db, bucket, move)
+            return {"ok": 1, "result": True}
+        if kind == "delete" and (self.node.placements.get((db, bucket)) or {}).get("type") == "blob":
+            await self._blob_delete(db, bucket, move["keys"])
+            return {"ok": 1, "result": True}
         if kind == "delete":
             await self._clear_trees(db, bucket, move["keys"])  # (a delete's cascade would refuse big stores)
             return await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
@@ -492,8 +566,8 @@ class Mover:
         self.sending[(db, bucket)] = out
         handed = False
         try:
-            while self._running.get((db, bucket)):  # parts that began before the move (they note nothing)
-                await asyncio.sleep(0.005)
+            while self._running.get((db, bucket)) or self._uploads.get((db, bucket)):
+                await asyncio.sleep(0.005)  # parts and uploads that began before the move (they note nothing)
             await self._durable()  # the writes submitted before tracking began are in the local bucket
             await self._send(out, {"kind": "purge"})
             out.state = "copying"
@@ -510,6 +584,8 @@ class Mover:
             out.fenced = True
             out.open.clear()
             await out.idle.wait()  # parts of requests under way on these partitions
+            while out.place.get("type") == "blob" and self._uploads.get((db, bucket)):
+                await asyncio.sleep(0.005)  # a blob bucket's puts let in before the fence
             await self._durable()  # the single writes let in before the fence
             keys, out.dirty = out.dirty, {}
             await self._ship(out, list(keys.values()))
@@ -532,6 +608,7 @@ class Mover:
                      to, out.docs, out.bytes)
         finally:
             del self.sending[(db, bucket)]
+            out.ended.set()
             out.open.set()  # the waiting requests go on: to the new owner, or here if the move failed
         if handed:
             await self._clean_up(await self.coord.cleanups())
@@ -546,6 +623,11 @@ class Mover:
 
     async def _snapshot(self, out: Outgoing) -> None:
         """Every document of the moving partitions, in key order, to the new owner, throttled."""
+        if out.place.get("type") == "blob":
+            ids = await self._blob_ids(out.db, out.bucket, out.parts, out.partitions)
+            await self._send_blobs(out, ids)
+            out.sent = set(ids)
+            return
         if out.place.get("type") == "btree":
             from .node import route_value
             groups: list = []  # [[sort value, its entries in insertion order], ...]
@@ -583,6 +665,15 @@ class Mover:
 
     async def _ship(self, out: Outgoing, keys: list) -> None:
         """The documents of ``keys`` as they are here now, to the new owner; those gone, deleted there."""
+        if out.place.get("type") == "blob":  # blobs never change: the ids put and deleted since, by difference
+            now = await self._blob_ids(out.db, out.bucket, out.parts, out.partitions)
+            current = set(now)
+            await self._send_blobs(out, [blob_id for blob_id in now if blob_id not in out.sent])
+            gone = sorted(out.sent - current)
+            if gone:
+                await self._send(out, {"kind": "delete", "keys": gone})
+            out.sent = current
+            return
         if out.place.get("type") == "btree":  # each sort key's entries, all of them (none: deleted there)
             for i in range(0, len(keys), MOVE_BATCH):
                 await self._put_entries(out, [[v, await self._btree_read(out.db, out.bucket, v)]
@@ -646,7 +737,7 @@ class Mover:
             await asyncio.sleep(max(0.0, size / MOVE_RATE - (time.monotonic() - started)))
 
     async def _send(self, out: Outgoing, move: dict, args: dict | None = None) -> dict:
-        op = {"put": "batch_put", "entries": "batch_insert"}.get(move["kind"], "delete")
+        op = {"put": "batch_put", "entries": "batch_insert", "blob": "load"}.get(move["kind"], "delete")
         answer = await self.node._forward(out.to, {"op": op, "db": out.db, "bucket": out.bucket,
                                                    "args": (args or {"docs": []}) if op != "delete" else {},
                                                    MOVE_FIELD: {**move, "parts": sorted(out.parts)}})
@@ -715,6 +806,149 @@ class Mover:
             if answer.get("ok") != 1:
                 raise _refusal(answer)
 
+    # -- a blob bucket's blobs (by id, bytes too)
+
+    def _incoming(self) -> Path:
+        """Where blobs arriving in several requests wait for their last bytes (emptied at start)."""
+        return Path(self.node.server.config.data) / "_cluster" / "incoming"
+
+    async def _blob_ids(self, db: str, bucket: str, parts: set[int], partitions: int) -> list[str]:
+        """The ids of this node's local blobs in ``parts``, in id order."""
+        ids, after = [], None
+        while True:
+            page = await self.node.server.run_here({"op": "list", "db": db, "bucket": bucket, "args": {
+                "limit": 1000, **({"after": after} if after is not None else {})}})
+            if page.get("ok") != 1:
+                raise _refusal(page)
+            infos = page["result"]
+            ids += [i["_id_"] for i in infos if partition_of(i["_id_"], partitions) in parts]
+            if len(infos) < 1000:
+                return ids
+            after = infos[-1]["_id_"]
+
+    async def _send_blobs(self, out: Outgoing, ids: list) -> None:
+        """Blobs, their records and their bytes (read with their SHA-256 checked), to the new owner, throttled:
+        small ones together (up to MOVE_BATCH blobs, TREE_BYTES bytes a request), each larger than a chunk
+        (1 MiB) alone in requests of a chunk each. One gone meanwhile is not sent (the next round deletes it)."""
+        server = self.node.server
+        store = server.engine._store(out.db, out.bucket)
+        batch: list = []
+        size = 0
+        for blob_id in ids:
+            try:
+                info = await server.loop.run_in_executor(server._reads, store.info, blob_id)
+            except HoardError as e:
+                if e.codeName == "NOT_FOUND":
+                    continue
+                raise
+            if info["size"] > CHUNK:
+                await self._send_big_blob(out, store, info)
+                continue
+            try:
+                data = await server.loop.run_in_executor(server._reads, lambda: b"".join(store.stream(blob_id)))
+            except HoardError as e:
+                if e.codeName == "NOT_FOUND":
+                    continue
+                raise
+            batch.append({"info": info, "data": data})
+            size += len(data)
+            if len(batch) >= MOVE_BATCH or size >= TREE_BYTES:
+                await self._send_blob_batch(out, batch, size)
+                batch, size = [], 0
+        if batch:
+            await self._send_blob_batch(out, batch, size)
+
+    async def _send_blob_batch(self, out: Outgoing, batch: list, size: int) -> None:
+        started = time.monotonic()
+        await self._send(out, {"kind": "blob", "blobs": batch})
+        self._sent(out, len(batch), size)
+        if MOVE_RATE > 0:
+            await asyncio.sleep(max(0.0, size / MOVE_RATE - (time.monotonic() - started)))
+        if time.monotonic() - out.noted > 1.0:
+            out.noted = time.monotonic()
+            await self._note(out.db, out.bucket, out.parts, out.to, out.state, out)
+
+    def _sent(self, out: Outgoing, docs: int, size: int) -> None:
+        out.docs += docs
+        out.bytes += size
+        self.docs_moved += docs
+        self.bytes_moved += size
+
+    async def _send_big_blob(self, out: Outgoing, store, info: dict) -> None:
+        """A blob larger than a chunk: a request a chunk, the last one loading it there."""
+        server = self.node.server
+        try:
+            chunks = await server.loop.run_in_executor(server._reads, store.stream, info["_id_"])
+        except HoardError as e:
+            if e.codeName == "NOT_FOUND":
+                return
+            raise
+        offset = 0
+        chunk = await server.loop.run_in_executor(server._reads, next, chunks, None)
+        while chunk is not None:
+            started = time.monotonic()
+            following = await server.loop.run_in_executor(server._reads, next, chunks, None)
+            await self._send(out, {"kind": "blob", "big": {"info": info, "offset": offset,
+                                                           "last": following is None, "data": chunk}})
+            offset += len(chunk)
+            self._sent(out, 1 if following is None else 0, len(chunk))
+            if MOVE_RATE > 0:
+                await asyncio.sleep(max(0.0, len(chunk) / MOVE_RATE - (time.monotonic() - started)))
+            chunk = following
+
+    async def _receive_blob(self, db: str, bucket: str, move: dict) -> None:
+        """Blobs from their old owner, loaded here under their own ids (one here already is kept: a blob never
+        changes), durably; or a chunk of a big one, kept aside until its last."""
+        server = self.node.server
+        store = server.engine._store(db, bucket)
+        big = move.get("big")
+        if big is not None:
+            staging = self._incoming() / f"{db}.{bucket}.{big['info']['_id_']}"
+            data = bytes(big["data"])
+
+            def write() -> None:
+                staging.parent.mkdir(parents=True, exist_ok=True)
+                with open(staging, "wb" if big["offset"] == 0 else "ab") as f:
+                    f.write(data)
+
+            await server.loop.run_in_executor(server._writes, write)
+            if not big["last"]:
+                return
+            blobs = [{"info": big["info"], "file": staging}]
+        else:
+            blobs = move.get("blobs") or []
+
+        def load() -> None:
+            for blob in blobs:
+                info = blob["info"]
+                try:
+                    store.info(info["_id_"])
+                    continue  # here already (sent again after a round that found it new)
+                except HoardError:
+                    pass
+                source = open(blob["file"], "rb") if "file" in blob else bytes(blob["data"])
+                try:
+                    store.load([{"_id_": info["_id_"], "data": source, "name": info.get("name"),
+                                 "type": info.get("type"), "sha256": info.get("sha256"),
+                                 "created": info.get("created")}])
+                finally:
+                    if "file" in blob:
+                        source.close()
+                        blob["file"].unlink(missing_ok=True)
+            if not server.engine.options.sync:
+                server.engine._mark_dirty(store)
+
+        await server.loop.run_in_executor(server._writes, load)
+        await self._durable()
+
+    async def _blob_delete(self, db: str, bucket: str, ids: list) -> None:
+        """Delete these blobs here (those not here: nothing to do)."""
+        for blob_id in ids:
+            answer = await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
+                                                      "args": {"target": blob_id}})
+            if answer.get("ok") != 1 and answer.get("codeName") != "NOT_FOUND":
+                raise _refusal(answer)
+
     # -- deleting what was handed over
 
     async def _clean_up(self, cleanups: dict) -> None:
@@ -733,6 +967,9 @@ class Mover:
         if not parts:
             return
         place = self.node.placements.get((db, bucket)) or {}
+        if place.get("type") == "blob":
+            await self._blob_delete(db, bucket, await self._blob_ids(db, bucket, parts, partitions))
+            return
         if place.get("type") == "btree":
             from .node import route_value
             doomed: dict[bytes, Any] = {}
@@ -823,7 +1060,7 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         if options.get("type", "hash") not in MOVABLE:
             if set(owners) - members:  # moves carry hash and btree buckets' documents and their stores
                 raise HoardError(f"{db}.{bucket} is a {options.get('type')} bucket, whose partitions cannot be moved "
-                                 f"yet (hash and btree buckets' can), and node {remove} holds part of it; export "
+                                 f"yet (hash, btree and blob buckets' can), and node {remove} holds part of it; export "
                                  "and drop it, or empty it, first")
             continue
         new = balance(len(owners), sorted(members), owners)

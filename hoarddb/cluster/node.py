@@ -153,6 +153,8 @@ class ClusterNode:
             return True
         if op.runs != operations.STORE:
             return False  # the server's and the catalog's reads: every node answers alike
+        if doc.get("upload"):
+            return True  # bytes in chunks: run inside Mover.writing (a move waits for them, and holds them)
         place = self.placements.get((doc.get("db"), doc.get("bucket")))
         if place is None:
             return True  # not known here yet: etcd says
@@ -167,6 +169,9 @@ class ClusterNode:
         """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered
         (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes)."""
         try:
+            if self.mover.guards(doc, upload):  # (hoarddb/cluster/moves.py: held while its partition moves away)
+                async with self.mover.writing(doc):
+                    return await (self._run_upload(doc, upload) if upload is not None else self._run(doc))
             if upload is not None:
                 return await self._run_upload(doc, upload)
             return await self._run(doc)

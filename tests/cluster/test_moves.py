@@ -1,6 +1,7 @@
 """Partitions moving between real node processes while clients write and read: `cluster add-node`,
 `cluster remove-node`, a move whose new owner is killed midway."""
 
+import io
 import json
 import os
 import subprocess
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import hoarddb
-from hoarddb.errors import ConnectionError_, DuplicateKeyError, HoardError, PartitionUnavailableError, TimeoutError_
+from hoarddb.errors import ConnectionError_, DuplicateKeyError, HoardError, PartitionUnavailableError, TimeoutError_, \
+    VerbNotSupportedError
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
@@ -474,6 +476,73 @@ class BtreeLoad:
             assert [x["n"] for x in notes] == [max(n for s, n in got if s == score)], (score, notes)
 
 
+class BlobLoad:
+    """Client threads putting blobs (inline, and every fifth in chunks from a file object) into a spread blob
+    bucket through every node, and deleting some."""
+
+    def __init__(self, nodes, clients=2):
+        self.nodes, self.count = nodes, clients
+        self.acked, self.deleted, self.unknown_deletes = {}, set(), set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors = []
+        self.refused = 0
+        self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+    def client(self, w):
+        hosts = ",".join(n.address for n in self.nodes[w % len(self.nodes):] + self.nodes[:w % len(self.nodes)])
+        client = hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        photos = client["app"].Photos
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            data = f"w{w}-{i} ".encode() * (50 + i % 7)
+            try:
+                blob_id = photos.put(io.BytesIO(data) if i % 5 == 0 else {"data": data}, name=f"{w}-{i}")
+                with self.lock:
+                    self.acked[blob_id] = data
+                if i % 6 == 0:
+                    with self.lock:
+                        self.unknown_deletes.add(blob_id)
+                    photos.delete(blob_id)
+                    with self.lock:
+                        self.deleted.add(blob_id)
+            except (PartitionUnavailableError, ConnectionError_, TimeoutError_, VerbNotSupportedError):
+                with self.lock:  # (an upload's bytes through a node owning none of the bucket: not yet relayed)
+                    self.refused += 1
+                time.sleep(0.05)
+            except HoardError as e:
+                with self.lock:
+                    self.errors.append(f"{w}-{i}: {e.message}")
+        client.close()
+
+    def check(self, client, before):
+        """Every acknowledged blob once with its bytes (deleted ones gone), the count right."""
+        photos = client["app"].Photos
+        listed, page = [], photos.list(limit=1000)
+        while page:
+            listed += [b["_id_"] for b in page]
+            page = photos.list(after=listed[-1], limit=1000)
+        assert len(listed) == len(set(listed))
+        expected = (set(self.acked) | set(before)) - self.deleted
+        assert expected <= set(listed), f"lost: {sorted(expected - set(listed))[:5]}"
+        assert not set(listed) & self.deleted, "a deleted blob came back"
+        assert set(listed) <= expected | self.unknown_deletes
+        assert photos.length() == len(listed)
+        for blob_id in sorted(expected):
+            assert photos.get(blob_id)["data"] == {**self.acked, **before}[blob_id], blob_id
+
+
 def owner_of(nodes, bucket, key):
     """The node whose local bucket holds the document ``key`` (its partition's owner, no move under way)."""
     return next(n for n in nodes if key in local_keys(n, "app", bucket))
@@ -494,8 +563,8 @@ def blob_bytes(nodes, key):
         return b"".join(files.stream(listed[0]["_id_"]))
 
 
-def test_store_fields_and_btree_entries_move_while_clients_write_them(tmp_path):
-    """A btree's entries (equal keys in their order, deletes caught up, their store field) move; every level of a document's stores (an L2 fifo, an L3 fifo under a hash field, a blob field and its
+def test_store_fields_btree_entries_and_blobs_move_while_clients_write_them(tmp_path):
+    """A blob bucket's blobs (bytes in several requests when big; puts inline and in chunks, deletes) and a btree's entries (equal keys in their order, deletes caught up, their store field) move; every level of a document's stores (an L2 fifo, an L3 fifo under a hash field, a blob field and its
     bytes) goes to the partition's new owner, the pushes made meanwhile caught up, none lost or doubled; the
     old owner keeps none of them; a node holding such a bucket can be removed."""
     with EtcdProcess(tmp_path / "etcd") as etcd:
@@ -514,6 +583,9 @@ def test_store_fields_and_btree_entries_move_while_clients_write_them(tmp_path):
                     {"name": "Files", "type": "blob"}])
                 admin["app"].create_bucket("Scores", type="btree", key="Score", partitions=6,
                                            store_fields=[{"name": "Notes", "type": "fifo"}])
+                admin["app"].create_bucket("Photos", type="blob", partitions=6)
+                big = {admin["app"].Photos.put({"data": bytes([i]) * (2_500_000 + i)}): bytes([i]) * (2_500_000 + i)
+                       for i in range(4)}  # (each moves in three requests)
                 props = admin["app"].Props
                 for k in keys:
                     props.insert({"_id_": k})
@@ -522,11 +594,11 @@ def test_store_fields_and_btree_entries_move_while_clients_write_them(tmp_path):
                 blob_put(nodes, k, k.encode() * 1000)
             n3.start()
             nodes.append(n3)
-            with FieldLoad(nodes[:2], keys) as load, BtreeLoad(nodes[:2]) as entries:
+            with FieldLoad(nodes[:2], keys) as load, BtreeLoad(nodes[:2]) as entries, BlobLoad(nodes[:2]) as photos:
                 time.sleep(1.0)
                 added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url, "--wait", "90")
                 assert added.returncode == 0, added.stderr
-                assert "node n3 added: 4 partition(s) to move" in added.stdout  # (2 of Props, 2 of Scores)
+                assert "node n3 added: 6 partition(s) to move" in added.stdout  # (2 of Props, Scores, Photos)
                 time.sleep(0.5)
                 with load.lock:
                     after_add = sum(len(v) for v in load.acked.values())
@@ -535,13 +607,16 @@ def test_store_fields_and_btree_entries_move_while_clients_write_them(tmp_path):
                 time.sleep(0.5)
             assert not load.errors, load.errors[:5]
             assert not entries.errors, entries.errors[:5]
+            assert not photos.errors, photos.errors[:5]
+            assert len(photos.acked) > 20
             assert sum(len(v) for v in load.acked.values()) > after_add > 0
-            for bucket in ("app.Props", "app.Scores"):
+            for bucket in ("app.Props", "app.Scores", "app.Photos"):
                 per_node = status(etcd)["buckets"][bucket]["nodes"]
                 assert "n1" not in per_node and per_node["n2"] == per_node["n3"] == {"assigned": 3, "held": 3}
             with hoarddb.connect(f"hoarddb://{nodes[1].address}/?insecure=true&timeout=30") as client:
                 load.check(client)
                 entries.check(client)
+                photos.check(client, big)
                 for k in keys:
                     assert client["app"].Props[k].Friends.get("bob") == {"since": k}
                     assert client["app"].Props.get(k)["_id_"] == k
@@ -553,7 +628,8 @@ def test_store_fields_and_btree_entries_move_while_clients_write_them(tmp_path):
                 time.sleep(0.2)
             assert local_keys(nodes[0], "app", "Props") == []
             with hoarddb.connect(nodes[0].url()) as client:
-                assert client.execute({"op": "length", "db": "app", "bucket": "Scores", "_node": "test"})["result"] == 0
+                for bucket in ("Scores", "Photos"):
+                    assert client.execute({"op": "length", "db": "app", "bucket": bucket, "_node": "test"})["result"] == 0
             folders = list((tmp_path / "n1").rglob("Props/fields"))
             assert folders and not [f for d in folders for f in d.iterdir() if not f.name.startswith(".")]
             assert sorted(local_keys(nodes[1], "app", "Props") + local_keys(n3, "app", "Props")) == sorted(keys)
