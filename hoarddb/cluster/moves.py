@@ -26,6 +26,13 @@ A's :class:`Mover` (docs/dev/cluster.md draws it, and what a crash leaves):
    that sent them, which reads the map again and sends them to B).
 6. **Clean up.** A deletes its copy of ``ps`` and then its ``cleanup/`` key.
 
+What is sent, by type: a hash bucket's documents each with its store fields' whole tree
+(``FieldStores.read_trees`` / ``write_trees``: raw records, every level, blob bytes too); a
+btree's entries grouped by sort value (a write notes its sort value, and the catch-up sends all
+of that value's entries); a blob bucket's blobs by id with their bytes (the catch-up finds the
+blobs put and deleted by difference: blobs never change). Uploads and spread blob puts run
+inside :meth:`Mover.writing`. Queues (fifo, lifo, heap) do not move (``MOVABLE``).
+
 While a node's local bucket holds documents of partitions it does not hold (B's incoming
 copy, A's copy not yet deleted), its parts of requests over the whole bucket are cut to
 the partitions the asking node's map gives it (``_parts``), so every document is counted
