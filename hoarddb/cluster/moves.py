@@ -421,7 +421,7 @@ class Mover:
         the entries ``ours`` keeps: read whole here, then cut (only while a move is near)."""
         run_here = self.node.server.run_here
         if op.gather in ("sum", "documents", "least", "greatest"):
-            if op.gather == "documents" and op.name == "range":
+            if op.gather == "documents" and op.param("bounds") is not None:  # range: read whole, then cut
                 answer = await run_here({**local, "args": {k: v for k, v in args.items() if k != "limit"}})
                 if answer.get("ok") == 1:
                     docs = [d for d in answer["result"] if ours(d)]
@@ -857,7 +857,7 @@ class Mover:
                 if e.codeName == "NOT_FOUND":
                     continue
                 raise
-            batch.append({"info": info, "data": data})
+            batch.append({"record": info, "data": data})
             size += len(data)
             if len(batch) >= MOVE_BATCH or size >= TREE_BYTES:
                 await self._send_blob_batch(out, batch, size)
@@ -895,8 +895,8 @@ class Mover:
         while chunk is not None:
             started = time.monotonic()
             following = await server.loop.run_in_executor(server._reads, next, chunks, None)
-            await self._send(out, {"kind": "blob", "big": {"info": info, "offset": offset,
-                                                           "last": following is None, "data": chunk}})
+            await self._send(out, {"kind": "blob", "big": {"record": info, "offset": offset,
+                                                           "final": following is None, "data": chunk}})
             offset += len(chunk)
             self._sent(out, 1 if following is None else 0, len(chunk))
             if MOVE_RATE > 0:
@@ -910,7 +910,7 @@ class Mover:
         store = server.engine._store(db, bucket)
         big = move.get("big")
         if big is not None:
-            staging = self._incoming() / f"{db}.{bucket}.{big['info']['_id_']}"
+            staging = self._incoming() / f"{db}.{bucket}.{big['record']['_id_']}"
             data = bytes(big["data"])
 
             def write() -> None:
@@ -919,15 +919,15 @@ class Mover:
                     f.write(data)
 
             await server.loop.run_in_executor(server._writes, write)
-            if not big["last"]:
+            if not big["final"]:
                 return
-            blobs = [{"info": big["info"], "file": staging}]
+            blobs = [{"record": big["record"], "file": staging}]
         else:
             blobs = move.get("blobs") or []
 
         def load() -> None:
             for blob in blobs:
-                info = blob["info"]
+                info = blob["record"]
                 try:
                     store.info(info["_id_"])
                     continue  # here already (sent again after a round that found it new)
