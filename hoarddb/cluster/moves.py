@@ -510,7 +510,8 @@ class Mover:
             self.foreign.setdefault((db, bucket), set()).update(p for p in parts
                                                                 if self.coord.holds(db, bucket, p) is None)
             values = move["values"]
-            await self._btree_delete(db, bucket, [v for v, _ in values])
+            if not move.get("fresh"):  # (a snapshot's: the purge that began the move left none of them here)
+                await self._btree_delete(db, bucket, [v for v, _ in values])
             docs = [d for _, entries in values for d in entries]
             answer = {"ok": 1, "result": []}
             if docs:
@@ -647,12 +648,12 @@ class Mover:
                     groups[-1][1].append(d)
                 else:
                     if count >= MOVE_BATCH:
-                        await self._put_entries(out, groups)
+                        await self._put_entries(out, groups, fresh=True)
                         groups, count = [], 0
                     groups.append([value, [d]])
                 count += 1
             if groups:
-                await self._put_entries(out, groups)
+                await self._put_entries(out, groups, fresh=True)
             return
         after = None
         while True:
@@ -716,7 +717,7 @@ class Mover:
             return
         await self._put_some(out, docs, None, sum(len(bson_encode(d)) for d in docs))
 
-    async def _put_entries(self, out: Outgoing, groups: list) -> None:
+    async def _put_entries(self, out: Outgoing, groups: list, fresh: bool = False) -> None:
         """A btree's sort keys with their entries (and their stores), to the new owner."""
         trees = await self._read_trees(out.db, out.bucket, [v for v, _ in groups]) if out.fields else None
         size = sum(len(bson_encode(d)) for _, entries in groups for d in entries)
@@ -724,7 +725,7 @@ class Mover:
             size += sum(len(k) + len(v) for t in trees for k, v in t["pairs"]) + \
                 sum(len(b or b"") for t in trees for _, b in t["blobs"])
         await self._put_some(out, [d for _, entries in groups for d in entries], trees, size,
-                             {"kind": "entries", "values": groups})
+                             {"kind": "entries", "values": groups, "fresh": fresh})
 
     async def _put_some(self, out: Outgoing, docs: list, trees: list | None, size: int,
                         move: dict | None = None) -> None:
@@ -806,12 +807,14 @@ class Mover:
         """Delete every local entry of a btree bucket keyed by one of ``values``, and their stores."""
         await self._clear_trees(db, bucket, values)
         place = self.node.placements.get((db, bucket)) or {}
-        for value in values:
-            target = {place.get("key") or "_id_": value} if isinstance(value, dict) else value
-            answer = await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
-                                                      "args": {"target": target}})
-            if answer.get("ok") != 1:
-                raise _refusal(answer)
+        for i in range(0, len(values), MOVE_BATCH):  # (together: the group commit makes them durable at once)
+            answers = await asyncio.gather(*(self.node.server.run_here({
+                "op": "delete", "db": db, "bucket": bucket,
+                "args": {"target": {place.get("key") or "_id_": v} if isinstance(v, dict) else v}})
+                for v in values[i:i + MOVE_BATCH]))
+            for answer in answers:
+                if answer.get("ok") != 1:
+                    raise _refusal(answer)
 
     # -- a blob bucket's blobs (by id, bytes too)
 
@@ -950,11 +953,13 @@ class Mover:
 
     async def _blob_delete(self, db: str, bucket: str, ids: list) -> None:
         """Delete these blobs here (those not here: nothing to do)."""
-        for blob_id in ids:
-            answer = await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
-                                                      "args": {"target": blob_id}})
-            if answer.get("ok") != 1 and answer.get("codeName") != "NOT_FOUND":
-                raise _refusal(answer)
+        for i in range(0, len(ids), MOVE_BATCH):  # (together: the group commit makes them durable at once)
+            answers = await asyncio.gather(*(self.node.server.run_here({
+                "op": "delete", "db": db, "bucket": bucket, "args": {"target": blob_id}})
+                for blob_id in ids[i:i + MOVE_BATCH]))
+            for answer in answers:
+                if answer.get("ok") != 1 and answer.get("codeName") != "NOT_FOUND":
+                    raise _refusal(answer)
 
     # -- deleting what was handed over
 
