@@ -1,7 +1,7 @@
-"""One hoardDB node against two (one per core), 16 client processes, alternating in one run; PostgreSQL beside them; the cost of a forward.
+"""One hoardDB node against two (one per core), 16 client processes, alternating in one run; PostgreSQL and Redis beside them; the cost of a forward.
 
     python bench/cluster.py                     # 2 rounds of 4 s per workload and configuration
-    python bench/cluster.py --seconds 6 --rounds 3 --no-postgres
+    python bench/cluster.py --seconds 6 --rounds 3 --no-postgres --no-redis
 
 Two clusters run side by side for the whole run, each with its own etcd member: "1 node"
 (n1) and "2 nodes" (n1, n2), every node a ``hoarddb server --cluster`` process. Each has a
@@ -16,7 +16,10 @@ configuration then the other, for ``--seconds`` each:
   server accepts such a bucket (see PARTITIONED_FIFO); otherwise said skipped;
 
 and PostgreSQL (16 clients, one insert per transaction, a throwaway cluster as in
-bench/peers.py) once per round. Each of the 16 client processes connects with a URL listing
+bench/peers.py) once per round, and Redis (``appendonly yes``, ``appendfsync always``, as in
+bench/peers.py: 16 clients, LPUSH of the same small documents into one list, then RPOP) after
+the cluster's push and pop. Without redis-server (``apt-get install redis-server``) or the
+``redis`` package, or with ``--no-redis``, the Redis rows are said skipped. Each of the 16 client processes connects with a URL listing
 every node, starting at a different one (half of them enter through each node). Beside
 every figure: the nodes' CPU (seconds of CPU per second: cores used), CPU per operation of
 the nodes and of the clients, and how busy the machine was (/proc/stat).
@@ -47,7 +50,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from peers_procs import HoardServer, PostgresServer  # noqa: E402
+from peers_procs import HoardServer, PostgresServer, RedisServer  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 CPUS = os.cpu_count() or 1
@@ -87,7 +90,7 @@ def one():
     elif kind == "push":
         queue.push({**small_doc(index), "g": f"g{index}"})
     elif kind == "pop":
-        queue.pop()
+        return queue.pop() is not None  # (an empty pop is not counted)
 """ % (PARTITIONS, COMPANIES, PRELOAD, COMPANIES)
 POSTGRES = _SETUP + """import psycopg
 from psycopg.types.json import Jsonb
@@ -97,6 +100,17 @@ def one():
     d = next(new)
     cursor.execute("INSERT INTO docs (id, doc) VALUES (%%s, %%s)", (d["_id_"], Jsonb(d)))
 """ % COMPANIES
+REDIS = _SETUP + """import redis
+r = redis.Redis(host="127.0.0.1", port=int(url))
+def one():
+    if kind == "push":
+        r.lpush("jobs", json.dumps({**small_doc(index), "g": f"g{index}"}))
+    else:
+        raw = r.rpop("jobs")
+        if raw is None:
+            return False  # (an empty pop is not counted)
+        json.loads(raw)
+"""
 _RUN = """
 one()
 print("ready", flush=True)
@@ -110,9 +124,9 @@ while True:
     a = time.perf_counter()
     if a >= end:
         break
-    one()
-    lat.append(time.perf_counter() - a)
-    count += 1
+    if one() is not False:
+        lat.append(time.perf_counter() - a)
+        count += 1
 print(json.dumps({"ops": count, "cpu": time.process_time() - started, "lat": lat if extra.get("lat") else []}))
 """
 
@@ -248,6 +262,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of every workload on each side (default 2)")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--no-redis", action="store_true")
     args = ap.parse_args()
     import hoarddb  # noqa: F401  (fails early without the package)
 
@@ -255,7 +270,7 @@ def main() -> None:
           f"{CPUS} CPUs; python {platform.python_version()}; {args.clients} client processes, {args.seconds} s each; "
           f"load average before: {os.getloadavg()[0]:.2f}")
     tmp = Path(tempfile.mkdtemp(prefix="hoarddb-bench-cluster-"))
-    one = two = pg = None
+    one = two = pg = rs = None
     results: dict = {}
     try:
         one, two = Cluster(tmp, "one", 1), Cluster(tmp, "two", 2)
@@ -268,6 +283,17 @@ def main() -> None:
                 conn.execute("CREATE TABLE docs (id text PRIMARY KEY, doc jsonb NOT NULL)")
                 conn.execute("CREATE INDEX docs_company ON docs ((doc->>'CompanyID'))")
             postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
+        if not args.no_redis:
+            try:
+                import redis  # noqa: F401
+            except ImportError:
+                print("  (Redis rows skipped: pip install redis)")
+            else:
+                if shutil.which("redis-server") is None:
+                    print("  (Redis rows skipped: no redis-server; apt-get install redis-server)")
+                else:
+                    (tmp / "redis").mkdir()
+                    rs = RedisServer(tmp / "redis")
         kinds = ["insert", "get", "search", "push", "pop"]
         for r in range(args.rounds):
             for kind in kinds:
@@ -278,6 +304,11 @@ def main() -> None:
                     m = measure(clients(HOARD, urls, kind, args.seconds, {"base": (r + 1) * 1_000_000}), c.cpu)
                     results.setdefault((kind, c.name), []).append(m)
                     print(line(f"{kind} {len(c.nodes)} node(s)", m), flush=True)
+                if kind in ("push", "pop") and rs is not None:
+                    m = measure(clients(REDIS, [str(rs.port)] * args.clients, kind, args.seconds),
+                                lambda: tree_cpu(rs.child.proc.pid))
+                    results.setdefault((kind, "redis"), []).append(m)
+                    print(line(f"{kind} Redis", m), flush=True)
             if pg is not None:
                 m = measure(clients(POSTGRES, [pg.dsn] * args.clients, "insert", args.seconds,
                                     {"base": (r + 1) * 1_000_000}), lambda: tree_cpu(postmaster))
@@ -288,7 +319,7 @@ def main() -> None:
             print(f"median {kind:<7} {name:<9} {statistics.median(m['rate'] for m in ms):8,.0f} ops/s")
         forward(two, args)
     finally:
-        for thing in (one, two, pg):
+        for thing in (one, two, pg, rs):
             if thing is not None:
                 thing.stop()
         shutil.rmtree(tmp, ignore_errors=True)
