@@ -1073,7 +1073,7 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
             if set(owners) - members:  # moves carry hash and btree buckets' documents and their stores
                 raise HoardError(f"{db}.{bucket} is a {options.get('type')} bucket, whose partitions cannot be moved "
                                  f"yet (hash, btree and blob buckets' can), and node {remove} holds part of it; export "
-                                 "and drop it, or empty it, first")
+                                 "it and drop it first (then create it again and load it once the node is removed)")
             continue
         new = balance(len(owners), sorted(members), owners)
         for p, (old, owner) in enumerate(zip(owners, new)):
