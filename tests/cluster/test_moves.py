@@ -643,3 +643,63 @@ def test_store_fields_btree_entries_and_blobs_move_while_clients_write_them(tmp_
         finally:
             for n in nodes + ([n3] if n3 not in nodes else []):
                 n.stop()
+
+
+def test_btree_and_blob_moves_whose_new_owner_is_killed_midway_start_over_and_leave_one_copy(tmp_path):
+    """The new owner of a blob bucket's and a btree's partitions killed with SIGKILL mid-copy: the moves wait,
+    start over once it is back (its partial copy purged first, a big blob's pieces put aside dropped), and every
+    blob and entry ends on exactly one node, once."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        slow = {"HOARDDB_MOVE_BATCH": "5", "HOARDDB_MOVE_RATE": "200000"}
+        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
+        n3 = node(tmp_path, etcd, "n3", **slow)
+        try:
+            for n in nodes:
+                n.start()
+            url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+            with hoarddb.connect(url) as admin:
+                admin["app"].create_bucket("Blobs", type="blob", partitions=6)
+                admin["app"].create_bucket("Board", type="btree", key="Score", partitions=6)
+                blobs = {}
+                for i in range(90):
+                    data = bytes([i]) * (3000 if i % 30 else 1_500_000)  # (three of them moved in pieces)
+                    blobs[admin["app"].Blobs.put({"data": data, "name": f"b{i}"})] = data
+                admin["app"].Board.batch_insert([{"Score": i % 97, "n": i} for i in range(600)])
+            n3.start()
+            added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
+            assert added.returncode == 0, added.stderr
+            deadline = time.monotonic() + 30
+            while not any(m.get("docs", 0) > 0 or m.get("bytes", 0) > 0 for m in status(etcd)["moves"]):
+                assert time.monotonic() < deadline, status(etcd)
+                time.sleep(0.05)
+            n3.kill()
+            time.sleep(3)  # its lease runs out: the moves wait for it
+            assert status(etcd)["moves"], "a move ended without its new owner"
+            n3.start()
+            wait_no_moves(etcd)
+            for bucket in ("app.Blobs", "app.Board"):
+                per_node = status(etcd)["buckets"][bucket]["nodes"]
+                assert all(v == {"assigned": 2, "held": 2} for v in per_node.values()) and len(per_node) == 3
+            with hoarddb.connect(f"hoarddb://{n3.address}/?insecure=true&timeout=30") as client:
+                listed = [b["_id_"] for b in client["app"].Blobs.list(limit=1000)]
+                assert sorted(listed) == sorted(blobs)
+                for blob_id, data in blobs.items():
+                    assert client["app"].Blobs.get(blob_id)["data"] == data
+                entries = [(e["Score"], e["n"]) for e in client["app"].Board.range({})]
+                assert entries == sorted((i % 97, i) for i in range(600))
+            deadline = time.monotonic() + 10
+            while True:  # the old owners' copies deleted: each blob and entry on one node
+                lengths = {}
+                for n in nodes + [n3]:
+                    with hoarddb.connect(n.url()) as client:
+                        for bucket in ("Blobs", "Board"):
+                            lengths.setdefault(bucket, []).append(client.execute(
+                                {"op": "length", "db": "app", "bucket": bucket, "_node": "test"})["result"])
+                if (sum(lengths["Blobs"]), sum(lengths["Board"])) == (90, 600) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert sum(lengths["Blobs"]) == 90 and sum(lengths["Board"]) == 600, lengths
+            assert not list((tmp_path / "n3" / "_cluster" / "incoming").glob("*"))
+        finally:
+            for n in nodes + [n3]:
+                n.stop()
