@@ -196,9 +196,8 @@ class Mover:
         if out.fenced:
             return True
         if op.write:
-            from .node import _NONE, _btree_key_of, _key_of
+            from .node import _NONE, _blob_key_of, _btree_key_of, _key_of
             place = self.node.placements.get((db, bucket)) or {}
-            from .node import _blob_key_of
             kind = place.get("type")
             key = _btree_key_of(op, doc, place) if kind == "btree" else \
                 _blob_key_of(op, doc) if kind == "blob" else _key_of(op, doc)
