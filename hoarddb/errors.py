@@ -256,6 +256,12 @@ class ClusterUnavailableError(HoardError):
     code, codeName = 35, "CLUSTER_UNAVAILABLE"
 
 
+class CursorNotFoundError(HoardError):
+    """CursorNotFoundError is a ``more`` (or ``close_cursor``) of a cursor that is not open: read to its end, closed, timed out when idle, opened on another connection, or freed with its connection or database."""
+
+    code, codeName = 36, "CURSOR_NOT_FOUND"
+
+
 #: Every error class by its code: the wire and the shell map answers back through it.
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):

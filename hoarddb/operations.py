@@ -243,6 +243,9 @@ class Operation:
     gather: str = ""
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
+    #: Whether its answer may come through a cursor (hoarddb/cursors.py): given ``batch_size``,
+    #: the answer holds the first batch and, when more remain, a ``cursor`` id that ``more`` reads on.
+    cursor: bool = False
     # Derived once from the above by __post_init__, for binding on the hot path:
     #: the names of params, in order
     param_names: tuple = dataclasses.field(init=False, repr=False, compare=False)
@@ -289,6 +292,10 @@ _CURSOR_CHAINS: tuple[tuple[str, str, dict[str, Any]], ...] = (("count", "count"
 _READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, such as {Date: -1}"),
                  Param("skip", "int", False, "how many matches to pass over"),
                  Param("projection", "doc", False, "the fields to keep ({name: 1}) or drop ({notes: 0})"))
+#: A cursor's batch: given, the answer is the first batch and a cursor id when more remain.
+_BATCH = Param("batch_size", "int", False, "answer through a cursor: at most this many documents in the first "
+               "batch, the rest with more (see hoarddb/cursors.py)")
+_READ_OPTIONS = _READ_OPTIONS + (_BATCH,)
 _ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
 
@@ -321,7 +328,7 @@ for _op in [
               summary="How many elements the bucket holds (fifo, heap: how many are ready, not claimed).",
               answer="an integer (a heap, and a fifo once claimed from, add the answer fields ready and claimed)",
               example="db.Comments.length()"),
-    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT), gather="documents",
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT, _BATCH), gather="documents", cursor=True,
               summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
               answer="a list", example="db.Comments.list({after: 100, limit: 50})", cost=SHORT),
     Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True, key_param="doc", makes_key=True,
@@ -349,20 +356,21 @@ for _op in [
     Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
               summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
               answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
-              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents"),
+              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents", cursor=True),
     Operation("search", _types("hash"), (Param("filter", "filter", False),),
               _READ_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
               example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS,
-              key_param="filter", gather="documents"),
+              key_param="filter", gather="documents", cursor=True),
     Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
               example="db.User.count()", cost=SCAN, key_param="filter", gather="sum"),
     Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
               summary="The different values of a field (an array's elements one by one) in the matching documents.",
               answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
-    Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False),),
+    Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False), _BATCH),
+              cursor=True,
               summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
               answer="a list (index_used names what served a leading $match)",
               example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True),
@@ -389,7 +397,8 @@ for _op in [
     Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True, key_param="target", gather="counts",
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
-    Operation("range", _types("btree"), (Param("bounds", "filter", False),), (_LIMIT, Param("reverse", "any", False)),
+    Operation("range", _types("btree"), (Param("bounds", "filter", False),),
+              (_LIMIT, Param("reverse", "any", False), _BATCH), cursor=True,
               summary="Entries whose key lies within the bounds, in key order.", answer="a list",
               example="db.Leaderboard.range({Score: {$gte: 90}})", cost=SCAN),
     Operation("first", _types("btree"), summary="The entry with the lowest key, or null.",
@@ -526,6 +535,15 @@ for _op in [
     Operation("backup", scope=SERVER, cost=SCAN, retry=False, logged=True,
               fields=(Param("path", "str", True, "a directory"),),
               summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
+    # cursors (hoarddb/cursors.py): the engine keeps them; a server lets a connection use only its own
+    Operation("more", scope=SERVER, cost=SCAN, role="any",
+              fields=(Param("cursor", "any", True, "the cursor id an answer gave"),
+                      Param("batch_size", "any", False, "at most this many documents (default: up to 16 MiB)")),
+              summary="The next batch of a cursor (a find, search, range, list or aggregate asked with batch_size).",
+              answer="{result: a list, cursor: the id while more remain}"),
+    Operation("close_cursor", scope=SERVER, cost=POINT, role="any",
+              fields=(Param("cursor", "any", True, "a cursor id, or a list of them"),),
+              summary="Close cursors before their end, freeing what they hold.", answer="{closed}"),
     Operation("slowlog", scope=SERVER, runs=SERVER,
               fields=(Param("limit", "int", False, "at most this many entries"),
                       Param("reset", "any", False, "true: forget the entries after reading them")),
@@ -539,7 +557,7 @@ for _op in [
 #: named as it is, upper-cased (tests/test_operations_table.py holds them to it).
 (CREATE_DATABASE, DROP_DATABASE, LIST_DATABASES, CREATE_BUCKET, DROP_BUCKET, ALTER_BUCKET, LIST_BUCKETS,
  DESCRIBE_BUCKET, STATS, METRICS, SWEEP_TTL, WHOAMI, LIST_USERS, CREATE_USER, UPDATE_USER, DROP_USER, SET_ROLES,
- CHECK, BACKUP, SLOWLOG) = ADMIN.values()
+ CHECK, BACKUP, MORE, CLOSE_CURSOR, SLOWLOG) = ADMIN.values()
 
 #: Every operation by name (and alias): bucket verbs, catalog and server operations. A
 #: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.

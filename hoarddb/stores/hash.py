@@ -41,6 +41,7 @@ from ..values.pipeline import Limits, compile_pipeline
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from ..values.update import compile_update, upsert_document
+from . import resumable
 from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
@@ -418,17 +419,20 @@ class HashStore(KVStore):
             return txn.get(self.DOC + self._doc_key(key)) is not None
 
     def find(self, filter: Mapping | None = None, limit: int | None = None, sort: Any = None, skip: int = 0,
-             projection: Mapping | None = None) -> Reply:
+             projection: Mapping | None = None, stream: bool = False) -> Reply:
         """The documents matching the filter, in key order (or ``sort``'s); a full scan unless the filter pins ``_id_``.
 
         ``sort`` orders by several keys in MongoDB's order of types (``{Date: -1}``);
         ``skip`` passes over that many matches first, ``limit`` returns at most that many,
         ``projection`` keeps (``{name: 1}``) or drops (``{notes: 0}``) fields, ``_id_``
         kept unless excluded. A sort holds the matches in memory (only ``skip + limit``
-        of them with a limit), refused past ``stage_memory_bytes``.
+        of them with a limit), refused past ``stage_memory_bytes``. With ``stream``, the
+        result is an iterator that reads as it goes (a cursor's; see stores/resumable.py).
         """
         filter = filter or {}
         reading = self._reading(filter, limit, sort, skip, projection, "find")
+        if stream:
+            return Reply(reading.stream(raw for _key, raw in self._candidates(None, filter)), index_used=FULL_SCAN)
         with self.kv.read() as txn:
             out = reading.collect(raw for _key, raw in self._candidates(txn, filter))
         return Reply(out, index_used=FULL_SCAN)
@@ -463,7 +467,7 @@ class HashStore(KVStore):
         return True
 
     def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False, sort: Any = None,
-               skip: int = 0, projection: Mapping | None = None) -> Reply:
+               skip: int = 0, projection: Mapping | None = None, stream: bool = False) -> Reply:
         """Like find, through the index that fits the filter best (see hoarddb.indexes.planner).
 
         The result is the documents find returns, in the same (key) order; the answer
@@ -471,8 +475,8 @@ class HashStore(KVStore):
         were considered, why each lost, and how many keys and documents were examined.
         """
         filter = filter or {}
-        if sort is not None or skip or projection is not None:
-            return self._search(filter, limit, explain, sort, skip, projection)
+        if sort is not None or skip or projection is not None or (stream and not explain):
+            return self._search(filter, limit, explain, sort, skip, projection, stream and not explain)
         shape = self.shapes.of(filter)
         if shape is None or shape.index is None:
             return self._search(filter, limit, explain)
@@ -539,12 +543,14 @@ class HashStore(KVStore):
         return Reply(out, index_used=ix.name)
 
     def _search(self, filter: Mapping, limit: int | None, explain: Any, sort: Any = None, skip: int = 0,
-                projection: Mapping | None = None) -> Reply:
+                projection: Mapping | None = None, stream: bool = False) -> Reply:
         """search for any filter: compiled and planned for this call, every document checked."""
         reading = self._reading(filter, limit, sort, skip, projection, "search")
         if not isinstance(explain, bool):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
         p = plan(filter, self.indexes.indexes)
+        if stream:  # a cursor's: the index's entries are read now, the documents as the cursor goes
+            return Reply(reading.stream(self._planned(None, filter, p)[0]), index_used=p.index_used)
         with self.kv.read() as txn:
             raws, counted = self._planned(txn, filter, p)
             out = reading.collect(raws)
@@ -565,6 +571,10 @@ class HashStore(KVStore):
             return (raw for _key, raw in self._candidates(txn, filter)), counted
         # the key ranges of the plan: its equality prefixes (several when the filter pins arrays,
         # planner.lookups), or a range of the next field within them
+        if txn is None:  # a cursor's: the entries in one read, the documents in chunks as it goes
+            with self.kv.read() as entries:
+                doc_keys, counted["keys"] = p.read(entries)
+            return resumable.fetch(self.kv, self.DOC, sorted(doc_keys)), counted
         doc_keys, counted["keys"] = p.read(txn)
         # in key order, as find answers
         return (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None), counted
@@ -609,7 +619,7 @@ class HashStore(KVStore):
                 out.append(decode(raw))
         return out
 
-    def aggregate(self, pipeline: list, explain: Any = False, buckets: Any = None) -> Reply:
+    def aggregate(self, pipeline: list, explain: Any = False, buckets: Any = None, stream: bool = False) -> Reply:
         """The documents ``pipeline`` makes of the bucket's documents (MongoDB's stages; see
         hoarddb.values.pipeline). A leading ``$match`` is served by an index where one fits
         (``index_used`` says which), and by the ``_id_`` it pins; ``$group`` and ``$sort``
@@ -629,6 +639,14 @@ class HashStore(KVStore):
         compiled = compile_pipeline(pipeline, limits=Limits(self.options.stage_memory_bytes,
                                                             self.options.stage_max_documents), lookup=lookup)
         first = compiled.leading_match
+        if stream and not explain:  # a cursor's: the documents are read, and the stages run, as it goes
+            p = plan(first, self.indexes.indexes) if first is not None else None
+            if p is not None and p.index is not None and p.index.state != "ready":
+                p = plan(first, [])
+            raws = self._planned(None, first, p)[0] if p is not None else (
+                raw for _key, raw in self._candidates(None, {}))
+            return Reply(compiled.run(decode(raw) for raw in raws),
+                         index_used=p.index_used if p is not None else FULL_SCAN)
         room = self.options.max_answer_bytes
         out: list = []
         taken = 0
@@ -688,13 +706,18 @@ class HashStore(KVStore):
         return out
 
     def _candidates(self, txn, filter: Mapping):
-        """``(key, bson)`` pairs that may match: the one document a plain ``_id_`` pins, else all."""
+        """``(key, bson)`` pairs that may match: the one document a plain ``_id_`` pins, else all.
+        With ``txn`` None (a cursor's read), read in chunks of fresh transactions (stores/resumable.py)."""
         ident = filter.get("_id_", _MISSING) if isinstance(filter, Mapping) else _MISSING
         if ident is not _MISSING and ident is not None and not isinstance(ident, (list, Mapping, Regex)):
             key = self.DOC + self._doc_key(ident)
-            raw = txn.get(key)
+            if txn is None:
+                with self.kv.read() as one:
+                    raw = one.get(key)
+            else:
+                raw = txn.get(key)
             return [(key, raw)] if raw is not None else []
-        return _scan(txn, self.DOC)
+        return _scan(txn, self.DOC) if txn is not None else resumable.scan(self.kv, self.DOC)
 
     # -- index life cycle ----------------------------------------------------------
 
@@ -912,6 +935,16 @@ class _Reading:
             stages = [{"$sort": sort}] + ([{"$limit": skip + limit}] if limit is not None else [])
             self.order = compile_pipeline(stages, limits=Limits(options.stage_memory_bytes, options.stage_max_documents))
         self.examined = 0
+
+    def stream(self, raws):
+        """The documents of the answer one by one, as ``raws`` are read (a cursor's: no answer limit)."""
+        matched = self._matched(raws)
+        if self.order is not None:
+            matched = self.order.run(matched)
+        stop = None if self.limit is None else self.skip + self.limit
+        shape = self.shape
+        for doc in itertools.islice(matched, self.skip, stop):
+            yield doc if shape is None else shape(doc)
 
     def collect(self, raws) -> list:
         out: list = []

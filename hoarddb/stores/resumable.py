@@ -1,0 +1,117 @@
+"""Reads of a bucket's LMDB keys that hold no read transaction between chunks, so a cursor can wait between batches.
+
+A cursor (hoarddb/cursors.py) may sit idle for minutes between two batches. Were it to
+keep its LMDB read transaction meanwhile, each idle cursor would hold one of LMDB's
+reader slots (``max_readers``, a fixed number per environment) and keep every page it
+saw from being reused, and a growing map (storage/kv.py's ``_grow``) ends every open
+transaction anyway. So these generators read a chunk of entries (at most ``CHUNK``
+entries or ``CHUNK_BYTES`` bytes) in a fresh read transaction, end it, hand the chunk
+out, and resume after the last key they handed out in the next transaction.
+
+What that means for a reader, as for MongoDB's cursors: a long read is not one snapshot.
+Each entry is seen at most once and in key order; an entry written behind the position
+is not seen, one written ahead of it is; one deleted ahead of it is not seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+#: The most entries, and bytes of values, one chunk reads in one read transaction.
+CHUNK = 64
+CHUNK_BYTES = 256 * 1024
+
+
+def scan(kv, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` of every key under ``prefix`` (from ``start`` on, when given), in key order."""
+    at = start if start is not None else prefix
+    while True:
+        chunk: list = []
+        size = 0
+        with kv.read() as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(at):
+                for key, value in cursor:
+                    if not key.startswith(prefix):
+                        break
+                    chunk.append((key, value))
+                    size += len(value)
+                    if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
+                        break
+        if not chunk:
+            return
+        yield from chunk
+        if len(chunk) < CHUNK and size < CHUNK_BYTES:
+            return
+        at = chunk[-1][0] + b"\x00"  # the smallest key after the last one handed out
+
+
+def walk(kv, lower: bytes, upper: bytes, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` of the keys in ``[lower, upper)``, ascending (or descending with ``reverse``)."""
+    if not reverse:
+        at = lower
+        while True:
+            chunk, size, full = [], 0, False
+            with kv.read() as txn:
+                cursor = txn.cursor()
+                if cursor.set_range(at):
+                    for key, value in cursor:
+                        if key >= upper:
+                            break
+                        chunk.append((key, value))
+                        size += len(value)
+                        if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
+                            full = True
+                            break
+            yield from chunk
+            if not full:
+                return
+            at = chunk[-1][0] + b"\x00"
+    else:
+        below = upper  # exclusive
+        while True:
+            chunk, size, full = [], 0, False
+            with kv.read() as txn:
+                cursor = txn.cursor()
+                if cursor.set_range(below):
+                    ok = cursor.prev()
+                else:
+                    ok = cursor.last()
+                while ok:
+                    key = cursor.key()
+                    if key < lower:
+                        break
+                    if key < below:
+                        value = cursor.value()
+                        chunk.append((key, value))
+                        size += len(value)
+                        if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
+                            full = True
+                            break
+                    ok = cursor.prev()
+            yield from chunk
+            if not full:
+                return
+            below = chunk[-1][0]
+
+
+def fetch(kv, prefix: bytes, keys: Iterable[bytes]) -> Iterator[bytes]:
+    """The values of ``prefix + key`` for each of ``keys`` in turn, skipping keys that hold nothing
+    (a document deleted since its index entry was read)."""
+    todo = iter(keys)
+    while True:
+        chunk: list = []
+        size = 0
+        with kv.read() as txn:
+            for key in todo:
+                raw = txn.get(prefix + key)
+                if raw is not None:
+                    chunk.append(raw)
+                    size += len(raw)
+                    if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
+                        break
+            else:
+                todo = None
+        yield from chunk
+        if todo is None:
+            return
