@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import operations
-from .operations import (CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE, LIST_BUCKETS,
-                         LIST_DATABASES, METRICS, STATS, SWEEP_TTL)
+from .operations import (CLOSE_CURSOR, CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE,
+                         LIST_BUCKETS, LIST_DATABASES, METRICS, MORE, STATS, SWEEP_TTL)
 from .errors import UnknownVerbError
 
 
@@ -54,6 +54,10 @@ class BaseClient:
 
     def _result(self, request: dict) -> Any:
         return self._run(request, _result)
+
+    def _cursor(self, op: operations.Operation, db: str, bucket: str, bound: dict) -> Any:
+        """The cursor of a read (:class:`Cursor`); its first batch is asked for now."""
+        return Cursor(self, op, db, bucket, bound)
 
     def __getitem__(self, name: str) -> "Database":
         return Database(self, name)
@@ -162,6 +166,8 @@ class Bucket:
 
     def _call_bound(self, op: operations.Operation, bound: dict) -> Any:
         client = self._database._client
+        if op.cursor:  # find, search, range, list, aggregate: read through a cursor, a batch at a time
+            return client._cursor(op, self._database.name, self.name, bound)
         if client._call is not None:  # in process: the engine takes the bound arguments as they are
             answer = client._call(op, self._database.name, self.name, bound)
             if "index_used" in answer:
@@ -279,6 +285,140 @@ class Found(list):
         _list_init(self, docs)
         self.index_used = index_used
         self.explain = explain
+
+
+class Cursor:
+    """Cursor is the answer of find, search, range, list and aggregate: its documents, read a batch at a time.
+
+    ``for doc in bucket.find(f)`` reads the documents as it goes: the first batch came with
+    the answer (``batch_size`` documents, 101 by default), each later one is asked for when
+    the one before is used up (up to ``batch_size``, or 16 MiB when it was not given), so a
+    result of any size never sits whole in memory. Iterating is one pass, as a file's is.
+
+    Used as a list — ``len(c)``, ``c[0]``, ``c == [...]``, ``bool(c)``, ``x in c`` — it reads
+    every document left into a list first (:meth:`to_list`), and from then on is that list.
+    ``index_used`` (and ``explain``) say how the read was served. A cursor read to its end is
+    closed on the server by itself; :meth:`close` (or ``with``) closes one left unfinished,
+    else the server closes it after ``cursor_timeout`` (10 minutes), or with its connection.
+    """
+
+    def __init__(self, client: "BaseClient", op: operations.Operation, db: str, bucket: str, bound: dict):
+        self._client = client
+        self._size = bound.get("batch_size")  # as given: later batches too
+        if self._size is None:
+            bound = {**bound, "batch_size": _FIRST_BATCH}
+        if client._call is not None:  # in process: the engine takes the bound arguments as they are
+            answer = client._call(op, db, bucket, bound)
+        else:
+            answer = client._run({"op": op.name, "db": db, "bucket": bucket, "args": bound})
+        self._started(answer)
+
+    def _started(self, answer: dict) -> None:
+        self.index_used = answer.get("index_used")
+        self.explain = answer.get("explain")
+        self._batch = iter(answer.get("result") or [])
+        self.id = answer.get("cursor")  # None once the server holds nothing more
+        self._list: list | None = None
+        #: How many documents were handed out so far.
+        self.read = 0
+
+    def _more(self) -> dict:
+        request = {"op": MORE.name, "cursor": self.id}
+        if self._size is not None:
+            request["batch_size"] = self._size
+        return self._client._run(request)
+
+    def __iter__(self):
+        if self._list is not None:
+            return iter(self._list)
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            doc = next(self._batch, _DONE)
+            if doc is not _DONE:
+                self.read += 1
+                return doc
+            if not self.id:
+                raise StopIteration
+            answer = self._more()
+            self._batch = iter(answer.get("result") or [])
+            self.id = answer.get("cursor")
+
+    def next_batch(self) -> list:
+        """The documents left of the batch at hand, or the next batch (an empty list at the end)."""
+        rest = list(self._batch)
+        if not rest and self.id:
+            answer = self._more()
+            rest, self.id = list(answer.get("result") or []), answer.get("cursor")
+        self._batch = iter(())
+        self.read += len(rest)
+        return rest
+
+    @property
+    def alive(self) -> bool:
+        """Whether documents may be left to read."""
+        return self._list is None and (self.id is not None or _peekable(self))
+
+    def to_list(self) -> list:
+        """Every document left, as a list (the cursor is then that list)."""
+        if self._list is None:
+            docs = []
+            for batch in iter(self.next_batch, []):  # (not list(self): that would ask len() first)
+                docs.extend(batch)
+            self._list = Found(docs, self.index_used, self.explain) if self.index_used is not None else docs
+        return self._list
+
+    def close(self) -> None:
+        """Close the cursor on the server before its end (nothing to do once it is read to its end)."""
+        cursor_id, self.id = self.id, None
+        self._batch = iter(())
+        if cursor_id:
+            self._client._run({"op": CLOSE_CURSOR.name, "cursor": cursor_id})
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # the list it reads into when used as one
+    def __len__(self) -> int:
+        return len(self.to_list())
+
+    def __getitem__(self, i):
+        return self.to_list()[i]
+
+    def __eq__(self, other) -> bool:
+        return self.to_list() == (other.to_list() if isinstance(other, Cursor) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        return bool(self.to_list())
+
+    def __contains__(self, doc) -> bool:
+        return doc in self.to_list()
+
+    def __repr__(self) -> str:
+        if self._list is None and not self.id:  # every document left is at hand: shown as the list it is
+            rest = list(self._batch)
+            self._batch = iter(rest)
+            return repr(rest)
+        if self._list is not None:
+            return repr(self._list)
+        return f"<hoarddb Cursor {self.id}: {self.read} read, more on the server>"
+
+
+_FIRST_BATCH = 101
+_DONE = object()
+
+
+def _peekable(cursor: Cursor) -> bool:
+    """Whether the batch at hand still holds documents (it is put back as it was)."""
+    rest = list(cursor._batch)
+    cursor._batch = iter(rest)
+    return bool(rest)
 
 
 class _UnknownVerb(UnknownVerbError, AttributeError):

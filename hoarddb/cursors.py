@@ -110,6 +110,10 @@ class Cursors:
     def __len__(self) -> int:
         return len(self._open)
 
+    def ids(self) -> list:
+        """The ids of the open cursors."""
+        return list(self._open)
+
     def __contains__(self, cursor_id: Any) -> bool:
         return cursor_id in self._open
 

@@ -536,7 +536,7 @@ for _op in [
               fields=(Param("path", "str", True, "a directory"),),
               summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
     # cursors (hoarddb/cursors.py): the engine keeps them; a server lets a connection use only its own
-    Operation("more", scope=SERVER, cost=SCAN, role="any",
+    Operation("more", scope=SERVER, cost=SCAN, role="any", retry=False,  # sent twice, it would skip a batch
               fields=(Param("cursor", "any", True, "the cursor id an answer gave"),
                       Param("batch_size", "any", False, "at most this many documents (default: up to 16 MiB)")),
               summary="The next batch of a cursor (a find, search, range, list or aggregate asked with batch_size).",

@@ -123,7 +123,15 @@ class ClusterNode:
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
 
     async def run(self, doc: dict) -> dict:
-        """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered."""
+        """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered.
+
+        A read asked with ``batch_size`` is answered whole here, without a cursor (its
+        parts' answers are merged as lists): cursors are served by a single server, or a
+        node for a bucket whose partition it holds itself (docs/dev/cursors.md)."""
+        args = doc.get("args")
+        if type(args) is dict and args.get("batch_size") is not None and getattr(
+                operations.OPERATIONS.get(doc.get("op")), "cursor", False):
+            doc = {**doc, "args": {k: v for k, v in args.items() if k != "batch_size"}}
         try:
             return await self._run(doc)
         except HoardError as e:

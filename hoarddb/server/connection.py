@@ -138,6 +138,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.queue: deque[tuple[Request, int]] = deque()  # with its arrival, perf_counter_ns
         self.uploads: dict[Any, UploadReader] = {}
+        #: The ids of the cursors this connection opened (only it may read them; closed with it).
+        self.cursors: set = set()
         self.discarding: set = set()
         self.busy = 0  # requests queued, running, or waiting for their fsync
         self.closed = False
