@@ -35,14 +35,14 @@ import socket
 from collections.abc import Mapping
 from typing import Any, AsyncIterator, Callable
 
-from .. import api
+from .. import api, operations
 from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
 from .options import ConnectOptions
 
-__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "AsyncExecutor"]
+__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "AsyncExecutor", "AsyncCursor"]
 
 
 class _Protocol(asyncio.Protocol):
@@ -444,10 +444,101 @@ class Client(api.BaseClient):
         answer = await self._executor.execute(request)
         return answer if shape is None else shape(answer)
 
+    def _cursor(self, op, db: str, bucket: str, bound: dict) -> "AsyncCursor":
+        return AsyncCursor(self, {"op": op.name, "db": db, "bucket": bucket, "args": bound})
+
     async def close(self) -> None:
         await self._executor.close()
 
     async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class AsyncCursor:
+    """AsyncCursor is the answer of find, search, range, list and aggregate on the asyncio client.
+
+    ``async for doc in bucket.find(f)`` reads the documents as it goes, a batch at a time
+    (``batch_size``, 101 first by default; later batches up to ``batch_size`` or 16 MiB), so a
+    result of any size never sits whole in memory. ``await bucket.find(f)`` reads them all
+    into a list (with ``index_used``), as before cursors; so does ``await cursor.to_list()``.
+    Nothing is sent until it is awaited or iterated. ``await cursor.close()`` (or ``async
+    with``) closes one left unfinished; the server closes it by itself at its end, after
+    ``cursor_timeout`` unread, or with the connection.
+    """
+
+    def __init__(self, client: Client, request: dict):
+        self._client = client
+        self._request = request
+        self._size = request["args"].get("batch_size")
+        if self._size is None:
+            request["args"] = {**request["args"], "batch_size": api._FIRST_BATCH}
+        self._started = False
+        self._batch: list = []
+        self._at = 0
+        self.id: int | None = None
+        self.index_used: str | None = None
+        self.explain: dict | None = None
+        #: How many documents were handed out so far.
+        self.read = 0
+
+    async def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            answer = await self._client._run(self._request)
+            self.index_used, self.explain = answer.get("index_used"), answer.get("explain")
+            self._batch, self._at, self.id = list(answer.get("result") or []), 0, answer.get("cursor")
+
+    async def next_batch(self) -> list:
+        """The documents left of the batch at hand, or the next batch (an empty list at the end)."""
+        await self._start()
+        rest = self._batch[self._at:]
+        if not rest and self.id:
+            request = {"op": operations.MORE.name, "cursor": self.id}
+            if self._size is not None:
+                request["batch_size"] = self._size
+            answer = await self._client._run(request)
+            rest, self.id = list(answer.get("result") or []), answer.get("cursor")
+        self._batch, self._at = [], 0
+        self.read += len(rest)
+        return rest
+
+    def __aiter__(self) -> "AsyncCursor":
+        return self
+
+    async def __anext__(self) -> Any:
+        await self._start()
+        while self._at >= len(self._batch):
+            if not self.id:
+                raise StopAsyncIteration
+            batch = await self.next_batch()
+            self.read -= len(batch)
+            self._batch, self._at = batch, 0
+        doc = self._batch[self._at]
+        self._at += 1
+        self.read += 1
+        return doc
+
+    async def to_list(self) -> list:
+        """Every document left, as a list (``index_used`` on it, for a find or search)."""
+        docs: list = []
+        while batch := await self.next_batch():
+            docs.extend(batch)
+        return api.Found(docs, self.index_used, self.explain) if self.index_used is not None else docs
+
+    def __await__(self):
+        return self.to_list().__await__()
+
+    async def close(self) -> None:
+        """Close the cursor on the server before its end (nothing to do once it is read to its end)."""
+        cursor_id, self.id = self.id, None
+        self._batch, self._at, self._started = [], 0, True
+        if cursor_id:
+            await self._client._run({"op": operations.CLOSE_CURSOR.name, "cursor": cursor_id})
+
+    async def __aenter__(self) -> "AsyncCursor":
         return self
 
     async def __aexit__(self, *exc) -> None:
