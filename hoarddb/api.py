@@ -19,7 +19,7 @@ from typing import Any
 from . import operations
 from .operations import (CLOSE_CURSOR, CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE,
                          LIST_BUCKETS, LIST_DATABASES, METRICS, MORE, STATS, SWEEP_TTL)
-from .errors import UnknownVerbError
+from .errors import CursorNotFoundError, UnknownVerbError
 
 
 def _result(answer: dict) -> Any:
@@ -321,6 +321,8 @@ class Cursor:
         self._list: list | None = None
         #: How many documents were handed out so far.
         self.read = 0
+        if self.id is None:  # the whole result came in the first batch: it is a list in every way
+            self.to_list()
 
     def _more(self) -> dict:
         request = {"op": MORE.name, "cursor": self.id}
@@ -331,6 +333,10 @@ class Cursor:
     def __iter__(self):
         if self._list is not None:
             return iter(self._list)
+        if self.read and not self.id and not _peekable(self):
+            raise CursorNotFoundError(
+                f"this cursor was read to its end ({self.read} documents): a cursor is read once. Keep the "
+                "documents with to_list() (or list(...)) to go over them again, or run the read again")
         return self
 
     def __next__(self) -> Any:

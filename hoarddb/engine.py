@@ -141,10 +141,6 @@ class Engine:
         """execute, for a request ``check_request`` has passed (its op is ``name``)."""
         if self._closed:
             raise self._closed_error()
-        if name in CURSOR_OPS:
-            if name == operations.MORE.name:
-                return {"ok": 1, **self.cursors.more(request.get("cursor"), request.get("batch_size"))}
-            return {"ok": 1, "result": {"closed": self.cursors.close(request.get("cursor"))}}
         handler = HANDLERS.get(name)
         if handler is not None:
             if name in CATALOG_CHANGES:
@@ -262,7 +258,7 @@ class Engine:
         while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
             positional.pop()
         keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None and p.name != "batch_size"}
-        streamed = op.name in STREAMED and not keywords.get("explain")
+        streamed = op.cursor == "stream" and not keywords.get("explain")
         if streamed:
             keywords["stream"] = True
         if op.joins:
@@ -721,9 +717,17 @@ class Engine:
 #: The operations the engine runs itself (the table's ``runs=ENGINE``: catalog, metrics,
 #: TTL, check, backup), each the function of ``(engine, request)`` of the same name in
 #: :mod:`hoarddb.catalog_operations`: the engine refers to them without their referring back to it.
-#: The cursors' own operations (hoarddb/cursors.py), which the engine answers from its open cursors.
-CURSOR_OPS = frozenset({operations.MORE.name, operations.CLOSE_CURSOR.name})
-#: Verbs whose store method reads as it goes when asked ``stream=True`` (a cursor's iterator).
-STREAMED = frozenset({"find", "search", "aggregate", "range"})
+def _more(engine: Engine, request: dict) -> dict:
+    """The next batch of one of the engine's cursors (hoarddb/cursors.py)."""
+    return {"ok": 1, **engine.cursors.more(request.get("cursor"), request.get("batch_size"))}
+
+
+def _close_cursor(engine: Engine, request: dict) -> dict:
+    return {"ok": 1, "result": {"closed": engine.cursors.close(request.get("cursor"))}}
+
+
+#: The cursors' own operations, which the engine answers from its open cursors.
+CURSOR_HANDLERS = {operations.MORE.name: _more, operations.CLOSE_CURSOR.name: _close_cursor}
 HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
-    name: getattr(catalog_operations, name) for name in sorted(operations.names(runs=operations.ENGINE) - CURSOR_OPS)}
+    name: CURSOR_HANDLERS.get(name) or getattr(catalog_operations, name)
+    for name in sorted(operations.names(runs=operations.ENGINE))}

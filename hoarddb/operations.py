@@ -244,8 +244,10 @@ class Operation:
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
     #: Whether its answer may come through a cursor (hoarddb/cursors.py): given ``batch_size``,
-    #: the answer holds the first batch and, when more remain, a ``cursor`` id that ``more`` reads on.
-    cursor: bool = False
+    #: the answer holds the first batch and, when more remain, a ``cursor`` id that ``more`` reads
+    #: on. "stream": the store method, given ``stream=True``, answers an iterator that reads as
+    #: it goes; "batches": its answer (a list, bounded by its limit) is handed out in batches.
+    cursor: str = ""
     # Derived once from the above by __post_init__, for binding on the hot path:
     #: the names of params, in order
     param_names: tuple = dataclasses.field(init=False, repr=False, compare=False)
@@ -328,7 +330,7 @@ for _op in [
               summary="How many elements the bucket holds (fifo, heap: how many are ready, not claimed).",
               answer="an integer (a heap, and a fifo once claimed from, add the answer fields ready and claimed)",
               example="db.Comments.length()"),
-    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT, _BATCH), gather="documents", cursor=True,
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT, _BATCH), gather="documents", cursor="batches",
               summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
               answer="a list", example="db.Comments.list({after: 100, limit: 50})", cost=SHORT),
     Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True, key_param="doc", makes_key=True,
@@ -356,13 +358,13 @@ for _op in [
     Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
               summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
               answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
-              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents", cursor=True),
+              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents", cursor="stream"),
     Operation("search", _types("hash"), (Param("filter", "filter", False),),
               _READ_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
               example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS,
-              key_param="filter", gather="documents", cursor=True),
+              key_param="filter", gather="documents", cursor="stream"),
     Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
               example="db.User.count()", cost=SCAN, key_param="filter", gather="sum"),
@@ -370,7 +372,7 @@ for _op in [
               summary="The different values of a field (an array's elements one by one) in the matching documents.",
               answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
     Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False), _BATCH),
-              cursor=True,
+              cursor="stream",
               summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
               answer="a list (index_used names what served a leading $match)",
               example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True),
@@ -398,7 +400,7 @@ for _op in [
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
     Operation("range", _types("btree"), (Param("bounds", "filter", False),),
-              (_LIMIT, Param("reverse", "any", False), _BATCH), cursor=True,
+              (_LIMIT, Param("reverse", "any", False), _BATCH), cursor="stream",
               summary="Entries whose key lies within the bounds, in key order.", answer="a list",
               example="db.Leaderboard.range({Score: {$gte: 90}})", cost=SCAN),
     Operation("first", _types("btree"), summary="The entry with the lowest key, or null.",

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any, AsyncIterator, Callable
 
 from .. import api, operations
-from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
+from ..errors import ClosedError, ConnectionError_, CursorNotFoundError, HoardError, ProtocolError, TimeoutError_
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
@@ -506,6 +506,10 @@ class AsyncCursor:
         return rest
 
     def __aiter__(self) -> "AsyncCursor":
+        if self.read and not self.id and self._at >= len(self._batch):
+            raise CursorNotFoundError(
+                f"this cursor was read to its end ({self.read} documents): a cursor is read once. Keep the "
+                "documents with await cursor.to_list() to go over them again, or run the read again")
         return self
 
     async def __anext__(self) -> Any:
