@@ -343,7 +343,8 @@ class Cursor:
         while True:
             doc = next(self._batch, _DONE)
             if doc is not _DONE:
-                self.read += 1
+                if self._list is None:  # (those of the list were counted as it was read)
+                    self.read += 1
                 return doc
             if not self.id:
                 raise StopIteration
@@ -373,6 +374,9 @@ class Cursor:
             for batch in iter(self.next_batch, []):  # (not list(self): that would ask len() first)
                 docs.extend(batch)
             self._list = Found(docs, self.index_used, self.explain) if self.index_used is not None else docs
+            # an iteration of this very cursor under way (list(cursor) asks len() once it has its
+            # iterator) goes on over the documents read
+            self._batch = iter(docs)
         return self._list
 
     def close(self) -> None:

@@ -70,16 +70,6 @@ NARROWED = operations.names(narrowed=True)
 
 #: The cursors' operations: a connection may name only the cursors it opened.
 CURSOR_OPS = frozenset({MORE.name, CLOSE_CURSOR.name})
-#: Verbs whose answer may open a cursor (given batch_size).
-_CURSOR_VERBS = frozenset(n for n, op in operations.VERBS.items() if op.cursor)
-
-
-def verb_opens_cursor(doc: dict) -> bool:
-    """Whether a request may open a cursor: a read of the table's ``cursor`` verbs with batch_size."""
-    args = doc.get("args")
-    return doc.get("op") in _CURSOR_VERBS and type(args) is dict and args.get("batch_size") is not None
-
-
 def _hashable(value: Any) -> bool:
     try:
         hash(value)
@@ -575,9 +565,6 @@ class Server:
                 how = "inline"  # answered at once with its refusal
             elif op in CURSOR_OPS and not self._own_cursors(conn, request):
                 how = "inline"  # another connection's cursor, or none: refused in its turn
-            elif verb_opens_cursor(doc) and len(conn.cursors) >= self.config.max_cursors_per_connection \
-                    and not self._room_for_cursor(conn, request):
-                how = "inline"
             elif self.cluster is not None and "_node" in doc and not principal.admin:
                 request.refusal = UnauthorizedError("the request field _node is for the nodes of a cluster (they log "
                                                     "in with the admin role); leave it out")
@@ -629,17 +616,12 @@ class Server:
                 return False
         return True
 
-    def _room_for_cursor(self, conn: Connection, request: Request) -> bool:
-        """Whether this connection may open one more cursor (max_cursors_per_connection), once the
-        ones that timed out are forgotten; if not, LIMIT_EXCEEDED is kept on the request."""
-        conn.cursors &= set(self.engine.cursors.ids())
-        if len(conn.cursors) < self.config.max_cursors_per_connection:
-            return True
-        request.refusal = LimitExceededError(
-            f"this connection has {len(conn.cursors)} cursors open, the most one connection may have "
-            "(max_cursors_per_connection); read them to their end or close them (close_cursor), or ask for "
-            "fewer documents (limit) or bigger batches (batch_size)")
-        return False
+    def _room_for_cursor(self, conn: Connection) -> bool:
+        """Whether this connection may hold one more cursor (max_cursors_per_connection), once the
+        ones that timed out are forgotten."""
+        if len(conn.cursors) >= self.config.max_cursors_per_connection:
+            conn.cursors &= set(self.engine.cursors.ids())
+        return len(conn.cursors) < self.config.max_cursors_per_connection
 
     def _refuse_revoked(self, conn: Connection, request: Request) -> str:
         """A request of a connection whose user was removed, or whose password changed: refused;
@@ -851,6 +833,12 @@ class Server:
         databases they hold a role on. A cursor an answer opens is the connection's (only it
         may read on, and it closes with it); one read to its end is no longer."""
         if "cursor" in answer:
+            if doc.get("op") != MORE.name and not self._room_for_cursor(conn):
+                self.engine.cursors.close(answer["cursor"])  # a read with more left than its first batch: refused
+                return LimitExceededError(
+                    f"this connection has {len(conn.cursors)} cursors open, the most one connection may have "
+                    "(max_cursors_per_connection); read them to their end or close them (close_cursor), or ask "
+                    "for fewer documents (limit) or bigger batches (batch_size)").to_answer()
             conn.cursors.add(answer["cursor"])
             if conn.closed:  # closed while this ran: connection_closed has freed the others
                 self.engine.cursors.close(answer["cursor"])

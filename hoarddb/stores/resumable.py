@@ -8,6 +8,10 @@ transaction anyway. So these generators read a chunk of entries (at most ``CHUNK
 entries or ``CHUNK_BYTES`` bytes) in a fresh read transaction, end it, hand the chunk
 out, and resume after the last key they handed out in the next transaction.
 
+Each chunk is read by a function of its own: py-lmdb keeps a read transaction's reader
+slot until the transaction object is freed (a committed one may be renewed), so no
+transaction may stay a local variable of a generator suspended between chunks.
+
 What that means for a reader, as for MongoDB's cursors: a long read is not one snapshot.
 Each entry is seen at most once and in key order; an entry written behind the position
 is not seen, one written ahead of it is; one deleted ahead of it is not seen.
@@ -26,22 +30,9 @@ def scan(kv, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes,
     """``(key, value)`` of every key under ``prefix`` (from ``start`` on, when given), in key order."""
     at = start if start is not None else prefix
     while True:
-        chunk: list = []
-        size = 0
-        with kv.read() as txn:
-            cursor = txn.cursor()
-            if cursor.set_range(at):
-                for key, value in cursor:
-                    if not key.startswith(prefix):
-                        break
-                    chunk.append((key, value))
-                    size += len(value)
-                    if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
-                        break
-        if not chunk:
-            return
+        chunk, full = _forward(kv, at, lambda key: key.startswith(prefix))
         yield from chunk
-        if len(chunk) < CHUNK and size < CHUNK_BYTES:
+        if not full:
             return
         at = chunk[-1][0] + b"\x00"  # the smallest key after the last one handed out
 
@@ -51,48 +42,18 @@ def walk(kv, lower: bytes, upper: bytes, reverse: bool = False) -> Iterator[tupl
     if not reverse:
         at = lower
         while True:
-            chunk, size, full = [], 0, False
-            with kv.read() as txn:
-                cursor = txn.cursor()
-                if cursor.set_range(at):
-                    for key, value in cursor:
-                        if key >= upper:
-                            break
-                        chunk.append((key, value))
-                        size += len(value)
-                        if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
-                            full = True
-                            break
+            chunk, full = _forward(kv, at, lambda key: key < upper)
             yield from chunk
             if not full:
                 return
             at = chunk[-1][0] + b"\x00"
-    else:
-        below = upper  # exclusive
-        while True:
-            chunk, size, full = [], 0, False
-            with kv.read() as txn:
-                cursor = txn.cursor()
-                if cursor.set_range(below):
-                    ok = cursor.prev()
-                else:
-                    ok = cursor.last()
-                while ok:
-                    key = cursor.key()
-                    if key < lower:
-                        break
-                    if key < below:
-                        value = cursor.value()
-                        chunk.append((key, value))
-                        size += len(value)
-                        if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
-                            full = True
-                            break
-                    ok = cursor.prev()
-            yield from chunk
-            if not full:
-                return
-            below = chunk[-1][0]
+    below = upper  # exclusive
+    while True:
+        chunk, full = _backward(kv, lower, below)
+        yield from chunk
+        if not full:
+            return
+        below = chunk[-1][0]
 
 
 def fetch(kv, prefix: bytes, keys: Iterable[bytes]) -> Iterator[bytes]:
@@ -100,18 +61,60 @@ def fetch(kv, prefix: bytes, keys: Iterable[bytes]) -> Iterator[bytes]:
     (a document deleted since its index entry was read)."""
     todo = iter(keys)
     while True:
-        chunk: list = []
-        size = 0
-        with kv.read() as txn:
-            for key in todo:
-                raw = txn.get(prefix + key)
-                if raw is not None:
-                    chunk.append(raw)
-                    size += len(raw)
-                    if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
-                        break
-            else:
-                todo = None
+        chunk, full = _values(kv, prefix, todo)
         yield from chunk
-        if todo is None:
+        if not full:
             return
+
+
+def _forward(kv, at: bytes, within) -> tuple[list, bool]:
+    """The entries from ``at`` on while ``within(key)``, one chunk of them; and whether it is full."""
+    chunk: list = []
+    size = 0
+    with kv.read() as txn:
+        cursor = txn.cursor()
+        if cursor.set_range(at):
+            for key, value in cursor:
+                if not within(key):
+                    break
+                chunk.append((key, value))
+                size += len(value)
+                if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
+                    return chunk, True
+    return chunk, False
+
+
+def _backward(kv, lower: bytes, below: bytes) -> tuple[list, bool]:
+    """The entries under ``below`` down to ``lower``, descending, one chunk of them; and whether it is full."""
+    chunk: list = []
+    size = 0
+    with kv.read() as txn:
+        cursor = txn.cursor()
+        ok = cursor.prev() if cursor.set_range(below) else cursor.last()
+        while ok:
+            key = cursor.key()
+            if key < lower:
+                break
+            if key < below:
+                value = cursor.value()
+                chunk.append((key, value))
+                size += len(value)
+                if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
+                    return chunk, True
+            ok = cursor.prev()
+    return chunk, False
+
+
+def _values(kv, prefix: bytes, todo: Iterator[bytes]) -> tuple[list, bool]:
+    """The values of the next keys of ``todo`` that hold one, one chunk of them; and whether it is full."""
+    chunk: list = []
+    size = 0
+    with kv.read() as txn:
+        for key in todo:
+            raw = txn.get(prefix + key)
+            if raw is not None:
+                chunk.append(raw)
+                size += len(raw)
+                if len(chunk) >= CHUNK or size >= CHUNK_BYTES:
+                    return chunk, True
+    return chunk, False
