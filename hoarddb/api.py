@@ -305,6 +305,7 @@ class Cursor:
     def __init__(self, client: "BaseClient", op: operations.Operation, db: str, bucket: str, bound: dict):
         self._client = client
         self._size = bound.get("batch_size")  # as given: later batches too
+        self._bounded = op.cursor == "batches"  # list: its limit bounds it (max_peek), read whole
         if self._size is None:
             bound = {**bound, "batch_size": _FIRST_BATCH}
         if client._call is not None:  # in process: the engine takes the bound arguments as they are
@@ -321,8 +322,8 @@ class Cursor:
         self._list: list | None = None
         #: How many documents were handed out so far.
         self.read = 0
-        if self.id is None:  # the whole result came in the first batch: it is a list in every way
-            self.to_list()
+        if self.id is None or self._bounded:  # the whole result came in the first batch, or a list's at most
+            self.to_list()                      # max_peek documents: it is a list in every way
 
     def _more(self) -> dict:
         request = {"op": MORE.name, "cursor": self.id}

@@ -297,7 +297,7 @@ _READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, suc
 #: A cursor's batch: given, the answer is the first batch and a cursor id when more remain.
 _BATCH = Param("batch_size", "int", False, "answer through a cursor: at most this many documents in the first "
                "batch, the rest with more (see hoarddb/cursors.py)")
-_READ_OPTIONS = _READ_OPTIONS + (_BATCH,)
+_FIND_OPTIONS = _READ_OPTIONS + (_BATCH,)
 _ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
 
@@ -355,12 +355,12 @@ for _op in [
     Operation("exists", _types("hash", "btree"), (Param("key", "any"),), key_param="key",
               summary="Whether a document (hash) or an entry (btree) with this key exists, without reading it.",
               answer="true or false", example='db.User.exists("jane_doe")'),
-    Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
+    Operation("find", _types("hash"), (Param("filter", "filter", False),), _FIND_OPTIONS,
               summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
               answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
               cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents", cursor="stream"),
     Operation("search", _types("hash"), (Param("filter", "filter", False),),
-              _READ_OPTIONS + (Param("explain", "any", False),),
+              _FIND_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
               example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS,
