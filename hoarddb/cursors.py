@@ -82,7 +82,8 @@ class Cursor:
                 doc = next(source, _END)
                 if doc is _END:
                     return out, False
-            n = len(bson.encode(doc)) if type(doc) is dict else len(bson.encode(dict(doc)))
+            # its bytes in the answer's array: its BSON, a type byte, and its index as a C string
+            n = (len(bson.encode(doc)) if type(doc) is dict else len(bson.encode(dict(doc)))) + 2 + len(str(len(out)))
             if out and taken + n > BATCH_BYTES:
                 self.ahead = doc
                 return out, True

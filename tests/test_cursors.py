@@ -107,6 +107,18 @@ def test_a_batch_stays_under_one_message_and_its_count(tmp_path):
         engine.execute({"op": "close_cursor", "cursor": answer["cursor"]})
 
 
+def test_a_batch_of_many_small_documents_fits_one_message():
+    from hoarddb.cursors import Cursor
+    from hoarddb.server.server import encode_answer
+    from hoarddb.wire.framing import MAX_MESSAGE_SIZE
+
+    cursor = Cursor(1, "find", ({"_id_": i} for i in range(1_500_000)), None)
+    batch, more = cursor.batch(None)  # as many as fit: the bytes of their array's keys count too
+    assert more and len(batch) > 500_000
+    message = encode_answer({"id": 1, "ok": 1, "result": batch, "cursor": 2**62, "index_used": "x"}, MAX_MESSAGE_SIZE)
+    assert len(message) <= MAX_MESSAGE_SIZE
+
+
 def test_every_read_verb_answers_through_a_cursor(tmp_path):
     with hoarddb.open(tmp_path / "d") as client:
         db = client["app"]
