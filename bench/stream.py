@@ -9,14 +9,16 @@ own whose peak RSS (``ru_maxrss``) is measured, after the same documents were lo
 
 - hoardDB: a server (``hoarddb server --insecure``, its own process) on a data directory
   loaded beforehand (embedded, ``sync=False``, then closed); the client iterates
-  ``bucket.find({})`` (a cursor: batches of up to 16 MiB). The server's peak RSS is its
-  VmHWM (/proc), read after the stream, with its RSS before the stream.
+  ``bucket.find({})`` (a cursor: 101 documents, then batches of about 1 MiB). The
+  server's peak RSS is its VmHWM (/proc), read after the stream, with its RSS before the
+  stream; that counts the pages of the LMDB file it has mapped and read, so the table
+  also gives the peak of its own memory (RssAnon, sampled every 20 ms).
 - SQLite: ``SELECT doc FROM docs`` over a WAL database file, each row ``json.loads``-ed
   (in process: client and "server" are one).
 - PostgreSQL: a throwaway cluster (bench/peers_procs.py), ``SELECT doc FROM docs`` through
   a server-side cursor (psycopg's named cursor, 2,000 rows a fetch), JSONB decoded by
   psycopg; the server side's RSS is the backend's VmHWM (it counts the shared buffers it
-  touched).
+  touched), and its own memory RssAnon.
 
 The rate is documents per second of the stream alone (not the load); one run, no rounds.
 """
@@ -33,6 +35,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,25 +57,51 @@ def doc(i: int) -> dict:
 
 
 def rss_kb(pid: int, field: str) -> int:
-    """A /proc/<pid>/status field in kB: VmRSS (now) or VmHWM (the peak)."""
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
+    """A /proc/<pid>/status field in kB: VmRSS (now), VmHWM (its peak), RssAnon (the heap's share)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
     return 0
+
+
+class Peak(threading.Thread):
+    """The highest RssAnon (memory of the process's own: heap, not mapped files or shared
+    buffers) of a process, sampled every 20 ms while the stream runs."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.kb, self.done = pid, 0, threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.done.wait(0.02):
+            self.kb = max(self.kb, rss_kb(self.pid, "RssAnon"))
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join()
+        return max(self.kb, rss_kb(self.pid, "RssAnon"))
 
 
 # -- the readers, each run as a child process (``--child SIDE ...``) --------------------------
 
-def child(side: str, target: str) -> dict:
+def child(side: str, target: str, server_pid: str = "0") -> dict:
     before = rss_kb(os.getpid(), "VmRSS")
     n = 0
     extra = {}
+    mine = Peak(os.getpid())
     start = time.perf_counter()
     if side == "hoard":
+        server = Peak(int(server_pid))
+        extra["server_anon_before_kb"] = rss_kb(int(server_pid), "RssAnon")
         client = hoarddb.connect(target)
         for d in client["bench"].Docs.find({}):
             n += 1
         client.close()
+        extra["server_anon_peak_kb"] = server.stop()
     elif side == "sqlite":
         conn = sqlite3.connect(target)
         for (text,) in conn.execute("SELECT doc FROM docs"):
@@ -85,19 +114,23 @@ def child(side: str, target: str) -> dict:
         with psycopg.connect(target) as conn:
             backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
             extra["server_rss_before_kb"] = rss_kb(backend, "VmRSS")
+            extra["server_anon_before_kb"] = rss_kb(backend, "RssAnon")
+            server = Peak(backend)
             with conn.cursor(name="stream") as cur:
                 cur.itersize = 2000
                 cur.execute("SELECT doc FROM docs")
                 for (d,) in cur:
                     n += 1
             extra["server_peak_kb"] = rss_kb(backend, "VmHWM")
+            extra["server_anon_peak_kb"] = server.stop()
     took = time.perf_counter() - start
-    return {"n": n, "seconds": took, "client_rss_before_kb": before,
+    return {"n": n, "seconds": took, "client_rss_before_kb": before, "client_anon_peak_kb": mine.stop(),
             "client_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, **extra}
 
 
-def run_child(side: str, target: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", side, target], capture_output=True, text=True,
+def run_child(side: str, target: str, server_pid: int = 0) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", side, target, str(server_pid)],
+                         capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
     if out.returncode != 0:
         raise RuntimeError(f"the {side} reader failed:\n{out.stderr[-3000:]}")
@@ -118,7 +151,7 @@ def side_hoard(tmp: Path, n: int) -> dict:
     try:
         time.sleep(0.5)
         server_before = rss_kb(server.pid, "VmRSS")
-        result = run_child("hoard", server.url)
+        result = run_child("hoard", server.url, server.pid)
         result["server_peak_kb"] = rss_kb(server.pid, "VmHWM")
         result["server_rss_before_kb"] = server_before
     finally:
@@ -172,11 +205,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--only", default="hoard,sqlite,postgres")
-    parser.add_argument("--child", nargs=2, metavar=("SIDE", "TARGET"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, metavar=("SIDE", "TARGET", "SERVER_PID"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(*args.child)))
         return 0
+    load = " ".join(open("/proc/loadavg").read().split()[:3])
     tmp = Path(tempfile.mkdtemp(prefix="hoarddb-stream-"))
     rows = {}
     try:
@@ -192,13 +226,16 @@ def main() -> int:
              "postgres": "PostgreSQL JSONB, server-side cursor"}
     print(f"{args.n:,} documents of ~250 bytes; {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d', time.gmtime())}\n")
-    print("| side | docs/s | stream s | client RSS before → peak, MiB | server RSS before → peak, MiB |")
+    print(f"load average before the run: {load}\n")
+    print("| side | docs/s | stream s | client peak RSS (own memory), MiB | server RSS before → peak "
+          "(own memory before → peak), MiB |")
     print("|---|---:|---:|---:|---:|")
     for side, r in rows.items():
-        server = (f"{mib(r.get('server_rss_before_kb'))} → {mib(r.get('server_peak_kb'))}"
+        server = (f"{mib(r.get('server_rss_before_kb'))} → {mib(r.get('server_peak_kb'))} "
+                  f"({mib(r.get('server_anon_before_kb'))} → {mib(r.get('server_anon_peak_kb'))})"
                   if "server_peak_kb" in r else "(in the client)")
         print(f"| {names[side]} | {r['n'] / r['seconds']:,.0f} | {r['seconds']:.1f} | "
-              f"{mib(r['client_rss_before_kb'])} → {mib(r['client_peak_kb'])} | {server} |")
+              f"{mib(r['client_peak_kb'])} ({mib(r['client_anon_peak_kb'])}) | {server} |")
     return 0
 
 

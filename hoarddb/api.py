@@ -292,7 +292,7 @@ class Cursor:
 
     ``for doc in bucket.find(f)`` reads the documents as it goes: the first batch came with
     the answer (``batch_size`` documents, 101 by default), each later one is asked for when
-    the one before is used up (up to ``batch_size``, or 16 MiB when it was not given), so a
+    the one before is used up (up to ``batch_size``, or about 1 MiB when it was not given), so a
     result of any size never sits whole in memory. Iterating is one pass, as a file's is.
 
     Used as a list — ``len(c)``, ``c[0]``, ``c == [...]``, ``bool(c)``, ``x in c`` — it reads

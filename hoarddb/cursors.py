@@ -4,8 +4,9 @@ A read asked with ``batch_size`` (every Python client asks so) answers its first
 when more remain the answer carries ``cursor``, an id, and ``more`` with that id answers
 the next batch, until an answer comes without ``cursor`` (the end). ``close_cursor``
 ends one early. A batch holds at most ``batch_size`` documents (the first one's default
-is 101, as MongoDB's; a later one's is no count) and at most :data:`BATCH_BYTES` of BSON,
-so the 16 MiB message limit bounds one document and one batch, never a result.
+is 101, as MongoDB's; a later one's is no count but :data:`MORE_BYTES`, 1 MiB) and at most
+:data:`BATCH_BYTES` of BSON, so the 16 MiB message limit bounds one document and one
+batch, never a result.
 
 A cursor is a Python iterator over the store's read (``stream=True`` on the store
 method): it reads in chunks, each in a fresh LMDB read transaction that it ends before it
@@ -35,6 +36,12 @@ FIRST_BATCH = 101
 #: The most bytes of documents one batch holds: under the 16 MiB message limit with room for
 #: the answer's own fields. A document alone bigger than this (up to 16 MiB) is a batch of one.
 BATCH_BYTES = 16 * 1024 * 1024 - 64 * 1024
+#: The most bytes of a later batch when ``more`` names no batch_size. Smaller than a message:
+#: a batch is built whole before it is sent and decoded whole after, so a reader waits for
+#: the server and the server for the reader; batches of about a MiB keep both busier (a
+#: find of 200,000 documents of 250 bytes over the wire: 14k documents/s with 16 MiB batches,
+#: 27k to 31k with 0.1 to 0.5 MiB; bench/stream.py), and hold less on both sides.
+MORE_BYTES = 1024 * 1024
 #: How many times a second at most the idle cursors are looked for (their timeout is minutes).
 _EXPIRE_EVERY = 1.0
 
@@ -65,8 +72,8 @@ class Cursor:
         self.lock = threading.Lock()  # one batch at a time
         self.on_error = on_error  # turns an error of the read into what the caller hears
 
-    def batch(self, size: int | None) -> tuple[list, bool]:
-        """The next batch (at most ``size`` documents, at most BATCH_BYTES), and whether more remain."""
+    def batch(self, size: int | None, room: int = BATCH_BYTES) -> tuple[list, bool]:
+        """The next batch (at most ``size`` documents, at most ``room`` bytes), and whether more remain."""
         out: list = []
         taken = 0
         source = self.source
@@ -84,7 +91,7 @@ class Cursor:
                     return out, False
             # its bytes in the answer's array: its BSON, a type byte, and its index as a C string
             n = (len(bson.encode(doc)) if type(doc) is dict else len(bson.encode(dict(doc)))) + 2 + len(str(len(out)))
-            if out and taken + n > BATCH_BYTES:
+            if out and taken + n > room:
                 self.ahead = doc
                 return out, True
             out.append(doc)
@@ -154,7 +161,7 @@ class Cursors:
             if self._open.get(cursor_id) is not cursor:  # closed while this waited for it
                 raise self._not_found(cursor_id)
             try:
-                batch, more = cursor.batch(size)
+                batch, more = cursor.batch(size, BATCH_BYTES if size is not None else MORE_BYTES)
             except Exception as exc:
                 self._drop(cursor_id)
                 if cursor.on_error is not None:

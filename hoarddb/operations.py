@@ -540,7 +540,7 @@ for _op in [
     # cursors (hoarddb/cursors.py): the engine keeps them; a server lets a connection use only its own
     Operation("more", scope=SERVER, cost=SCAN, role="any", retry=False,  # sent twice, it would skip a batch
               fields=(Param("cursor", "any", True, "the cursor id an answer gave"),
-                      Param("batch_size", "any", False, "at most this many documents (default: up to 16 MiB)")),
+                      Param("batch_size", "any", False, "at most this many documents (default: about 1 MiB of them)")),
               summary="The next batch of a cursor (a find, search, range, list or aggregate asked with batch_size).",
               answer="{result: a list, cursor: the id while more remain}"),
     Operation("close_cursor", scope=SERVER, cost=POINT, role="any",

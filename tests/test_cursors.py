@@ -12,7 +12,7 @@ import pytest
 import hoarddb
 import hoarddb.aio
 from hoarddb import errors
-from hoarddb.cursors import BATCH_BYTES
+from hoarddb.cursors import BATCH_BYTES, MORE_BYTES
 from hoarddb.shell import Shell
 from hoarddb.storage.lmdb_files import MAX_READERS
 from hoarddb.testing import ServerThread
@@ -96,12 +96,15 @@ def test_a_batch_stays_under_one_message_and_its_count(tmp_path):
         engine = client._executor
         answer = engine.execute({"op": "find", "db": "big", "bucket": "B", "args": {"batch_size": 3}})
         assert len(answer["result"]) == 3 and answer["cursor"]
-        sizes = []
+        answer = engine.execute({"op": "more", "cursor": answer["cursor"], "batch_size": 300})
+        sizes = [len(answer["result"])]
+        assert 100 < sizes[0] < 300  # asked for 300 of 100 KiB: 16 MiB hold fewer
+        assert sum(len(d["pad"]) + 40 for d in answer["result"]) <= BATCH_BYTES
         while answer.get("cursor"):
             answer = engine.execute({"op": "more", "cursor": answer["cursor"]})
             sizes.append(len(answer["result"]))
-            assert sum(len(d["pad"]) + 40 for d in answer["result"]) <= BATCH_BYTES
-        assert sum(sizes) + 3 == BIG_N and max(sizes) > 100  # batches of up to 16 MiB when no count is asked
+            assert sum(len(d["pad"]) + 40 for d in answer["result"]) <= MORE_BYTES  # none asked: about 1 MiB
+        assert sum(sizes) + 3 == BIG_N and max(sizes[1:]) == MORE_BYTES // (BIG_PAD + 40)
         answer = engine.execute({"op": "find", "db": "big", "bucket": "B", "args": {"batch_size": 300}})
         assert len(answer["result"]) < 300  # the bytes bound the first batch too
         engine.execute({"op": "close_cursor", "cursor": answer["cursor"]})

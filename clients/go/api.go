@@ -331,6 +331,9 @@ type FindOptions struct {
 	Limit      int
 	Projection interface{}
 	Explain    bool
+	// BatchSize is FindCursor's and SearchCursor's documents per batch (0: 101 first, then
+	// about 1 MiB of them); Find and Search read their whole answer at once.
+	BatchSize int
 }
 
 func (o FindOptions) args(args bson.D) bson.D {
@@ -409,6 +412,8 @@ func (b *Bucket) Distinct(ctx context.Context, field string, filter interface{},
 // AggregateOptions: Explain asks how a leading $match was served (Found.Explain).
 type AggregateOptions struct {
 	Explain bool
+	// BatchSize is AggregateCursor's documents per batch (0: 101 first, then about 1 MiB of them).
+	BatchSize int
 }
 
 // Aggregate runs an aggregation pipeline (a bson.A or a []bson.D of stages: $match,

@@ -461,7 +461,7 @@ class AsyncCursor:
     """AsyncCursor is the answer of find, search, range, list and aggregate on the asyncio client.
 
     ``async for doc in bucket.find(f)`` reads the documents as it goes, a batch at a time
-    (``batch_size``, 101 first by default; later batches up to ``batch_size`` or 16 MiB), so a
+    (``batch_size``, 101 first by default; later batches up to ``batch_size`` or about 1 MiB), so a
     result of any size never sits whole in memory. ``await bucket.find(f)`` reads them all
     into a list (with ``index_used``), as before cursors; so does ``await cursor.to_list()``.
     Nothing is sent until it is awaited or iterated. ``await cursor.close()`` (or ``async
