@@ -14,6 +14,7 @@ gives a coroutine that awaits the answer, so there the same methods are awaited.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from . import operations
@@ -324,6 +325,9 @@ class Cursor:
         self.read = 0
         if self.id is None or self._bounded:  # the whole result came in the first batch, or a list's at most
             self.to_list()                      # max_peek documents: it is a list in every way
+        elif getattr(self._client._executor, "cursors", None) is not None:
+            # in process: a cursor dropped unfinished is closed then (a server's waits for its timeout)
+            weakref.finalize(self, self._client._executor.cursors.close, self.id)
 
     def _more(self) -> dict:
         request = {"op": MORE.name, "cursor": self.id}

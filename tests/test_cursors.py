@@ -268,6 +268,16 @@ def test_the_cursors_of_one_connection_and_of_all_are_capped(tmp_path):
                 c.close()
 
 
+def test_an_embedded_cursor_dropped_unfinished_is_closed(tmp_path):
+    with hoarddb.open(tmp_path / "d") as client:
+        bucket = client["app"].create_bucket("U")
+        bucket.batch_insert([{"_id_": i} for i in range(300)])
+        cursor = bucket.find({}, batch_size=10)
+        assert len(client._executor.cursors) == 1
+        del cursor
+        assert len(client._executor.cursors) == 0
+
+
 def test_a_dropped_bucket_ends_its_cursors(tmp_path):
     with hoarddb.open(tmp_path / "d") as client:
         bucket = client["app"].create_bucket("U")
