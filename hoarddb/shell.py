@@ -214,7 +214,7 @@ class Shell:
             raise in_hql(e, request) from None
         if answer.get("cursor"):  # more to show: `it` shows the next page
             shown = len(answer.get("result") or [])
-            self._cursor = {"id": answer["cursor"], "shown": shown}
+            self._cursor = {"id": answer["cursor"], "shown": shown, "page": request["args"]["batch_size"] or PAGE}
             self._notes.append(f'-- {shown} shown; type "it" for more')
         if request["op"] in operations.names(catalog=True):
             self.forget_buckets()
@@ -256,7 +256,7 @@ class Shell:
             return False
         cursor = self._cursor
         try:
-            answer = self.client.execute({"op": MORE.name, "cursor": cursor["id"], "batch_size": PAGE})
+            answer = self.client.execute({"op": MORE.name, "cursor": cursor["id"], "batch_size": cursor["page"]})
         except HoardError as e:
             self._cursor = None
             self.report(e)

@@ -303,6 +303,8 @@ def test_the_shell_pages_a_read_and_it_shows_the_next_page(tmp_path):
         assert not shell.run_text("it") and "no cursor" in err.getvalue()
         shell.run_text("db.T.find({})\ndb.T.count()")  # a new statement closes the page before it
         assert client._executor.cursors.ids() == []
+        assert shell.run_text("db.T.find({}).batch_size(30)\nit")
+        assert "-- 30 shown; type" in out.getvalue() and "-- 45 shown in all (31 to 45 now)" in out.getvalue()
         json_out = io.StringIO()
         assert Shell(client, out=json_out, err=err, db="app", json_mode=True).run_text("db.T.find({})")
         assert json_out.getvalue().count("_id_") == 45 and "cursor" not in json_out.getvalue()
