@@ -5,7 +5,8 @@
     python bench/stream.py --only hoard     # sides: hoard, sqlite, postgres
 
 Each side reads every document into a Python dict, one at a time, in a process of its
-own whose peak RSS (``ru_maxrss``) is measured, after the same documents were loaded:
+own whose peak RSS (VmHWM; not ``ru_maxrss``, which keeps the peak of the process it was
+forked from) is measured, after the same documents were loaded:
 
 - hoardDB: a server (``hoarddb server --insecure``, its own process) on a data directory
   loaded beforehand (embedded, ``sync=False``, then closed); the client iterates
@@ -29,7 +30,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import sqlite3
 import subprocess
@@ -125,7 +125,7 @@ def child(side: str, target: str, server_pid: str = "0") -> dict:
             extra["server_anon_peak_kb"] = server.stop()
     took = time.perf_counter() - start
     return {"n": n, "seconds": took, "client_rss_before_kb": before, "client_anon_peak_kb": mine.stop(),
-            "client_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, **extra}
+            "client_peak_kb": rss_kb(os.getpid(), "VmHWM"), **extra}
 
 
 def run_child(side: str, target: str, server_pid: int = 0) -> dict:
