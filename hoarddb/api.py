@@ -308,7 +308,7 @@ class Cursor:
         self._size = bound.get("batch_size")  # as given: later batches too
         self._bounded = op.cursor == "batches"  # list: its limit bounds it (max_peek), read whole
         if self._size is None:
-            bound = {**bound, "batch_size": _FIRST_BATCH}
+            bound = {**bound, "batch_size": first_batch(op, bound)}
         if client._call is not None:  # in process: the engine takes the bound arguments as they are
             answer = client._call(op, db, bucket, bound)
         else:
@@ -426,6 +426,17 @@ class Cursor:
 
 
 _FIRST_BATCH = 101
+#: What list answers when its limit is left out (the stores' default).
+_LIST_LIMIT = 100
+
+
+def first_batch(op: operations.Operation, args: dict) -> int:
+    """The batch_size a client asks for when it was not given: 101 documents (MongoDB's), or for
+    list, whose limit bounds it, all of it in one batch, as before cursors."""
+    if op.cursor != "batches":
+        return _FIRST_BATCH
+    limit = args.get("limit")
+    return limit if type(limit) is int and limit > 0 else _LIST_LIMIT
 _DONE = object()
 
 

@@ -474,7 +474,8 @@ class AsyncCursor:
         self._request = request
         self._size = request["args"].get("batch_size")
         if self._size is None:
-            request["args"] = {**request["args"], "batch_size": api._FIRST_BATCH}
+            request["args"] = {**request["args"],
+                               "batch_size": api.first_batch(operations.VERBS[request["op"]], request["args"])}
         self._started = False
         self._batch: list = []
         self._at = 0
