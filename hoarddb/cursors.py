@@ -106,8 +106,10 @@ class Cursor:
 class Cursors:
     """Cursors is the open cursors of one engine, by id."""
 
-    def __init__(self, timeout: float, max_open: int, metrics=None):
+    def __init__(self, timeout: float, max_open: int, metrics=None, max_batch_bytes: int | None = None):
         self.timeout = timeout
+        #: The most bytes of one batch: BATCH_BYTES, or an engine's max_answer_bytes when smaller.
+        self.room = min(BATCH_BYTES, max_batch_bytes or BATCH_BYTES)
         self.max_open = max_open
         self.metrics = metrics
         self._open: dict[int, Cursor] = {}
@@ -131,7 +133,7 @@ class Cursors:
         cursor = Cursor(0, what, iter(source), on_error)
         size = FIRST_BATCH if batch_size is None else batch_size
         try:
-            batch, more = cursor.batch(size)
+            batch, more = cursor.batch(size, self.room)
         except Exception as exc:
             if on_error is not None:
                 on_error(exc)
@@ -161,7 +163,7 @@ class Cursors:
             if self._open.get(cursor_id) is not cursor:  # closed while this waited for it
                 raise self._not_found(cursor_id)
             try:
-                batch, more = cursor.batch(size, BATCH_BYTES if size is not None else MORE_BYTES)
+                batch, more = cursor.batch(size, self.room if size is not None else min(MORE_BYTES, self.room))
             except Exception as exc:
                 self._drop(cursor_id)
                 if cursor.on_error is not None:

@@ -113,7 +113,8 @@ class Engine:
         self._forked = False  # True in a child forked after the open (see lifecycle._disown_after_fork)
         self.metrics = Metrics()
         #: The open cursors (hoarddb/cursors.py): the rest of reads asked with batch_size.
-        self.cursors = Cursors(self.options.cursor_timeout, self.options.max_cursors, self.metrics)
+        self.cursors = Cursors(self.options.cursor_timeout, self.options.max_cursors, self.metrics,
+                               self.options.max_answer_bytes)
         self.sweeper = Sweeper(lifecycle.weak_ttl_stores(self), self.metrics,
                                self.options.ttl_sweep_seconds, self.options.ttl_sweep_budget_seconds)
         # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,

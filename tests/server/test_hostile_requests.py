@@ -213,7 +213,10 @@ def test_a_find_whose_answer_cannot_be_sent_stops_reading_at_the_limit(tmp_path)
         assert len(many.find({})) == 3_000  # embedded: no limit unless asked for
     with hoarddb.open(tmp_path / "data", max_answer_bytes=1_000_000) as client:  # what a server sets (16 MiB)
         many, tree = client["app"].Many, client["app"].Tree
-        for read in (lambda: many.find({}), lambda: many.search({"k": 1}), lambda: tree.range({})):
+
+        def whole(op, bucket, **args):  # asked without batch_size: one answer (the clients read through cursors)
+            return lambda: client.execute({"op": op, "db": "app", "bucket": bucket, "args": args})
+        for read in (whole("find", "Many"), whole("search", "Many", filter={"k": 1}), whole("range", "Tree")):
             tracemalloc.start()
             with pytest.raises(DocumentTooLargeError, match="over the 1000000-byte limit of one answer"):
                 read()
@@ -222,3 +225,5 @@ def test_a_find_whose_answer_cannot_be_sent_stops_reading_at_the_limit(tmp_path)
             assert peak < 4_000_000, f"{peak} bytes held before the refusal"
         assert len(many.find({}, limit=100)) == 100  # under the limit: answered
         assert len(tree.range({}, limit=100)) == 100
+        cursor = many.find({}, batch_size=3_000)  # through a cursor: a batch at a time, whatever the result's size
+        assert len(cursor.next_batch()) < 500 and sum(1 for _ in cursor) > 2_500  # a batch holds at most the limit
