@@ -76,7 +76,8 @@ def check_request(request: Any) -> str:
         op = request["op"]
         if type(op) is str and type(request["db"]) is str and type(request["bucket"]) is str \
                 and op not in _WITH_FIELDS and type(request.get("args", _NO_ARGS)) is dict \
-                and ("field" not in request or type(request["field"]) is str) and type(request) is dict:
+                and ("field" not in request or type(request["field"]) is str) and "path" not in request \
+                and type(request) is dict:
             return op
     except (KeyError, TypeError):  # no db or bucket (a catalog or server operation), or no document at all
         pass
@@ -119,9 +120,31 @@ def _refuse_request(request: dict) -> None:
     if field is not None and type(field) is not str:
         raise InvalidArgumentError(f"{op}: 'field' (the name of a document's store field) must be a string, "
                                    f"got {kind_of(field)}")
+    if "path" in request and op not in _WITH_FIELDS:  # (backup's path is a directory: its own field)
+        check_path(op, request)
     args = request.get("args")
     if args is not None and not isinstance(args, dict):
         raise InvalidArgumentError(f"{op}: 'args' must be a document of named arguments, got {kind_of(args)}")
+
+
+#: What a request's ``path`` is, said in its refusals.
+PATH_SHAPE = ("'path' leads from the document's store field down to a deeper store: a list of {key, field}, "
+              "the element's key in the store above and the field of that element, such as "
+              "{op: \"push\", bucket: \"User\", key: \"jane\", field: \"Friends\", "
+              "path: [{key: \"bob\", field: \"Messages\"}], args}")
+
+
+def check_path(op: str, request: dict) -> None:
+    """Refuse a request's ``path`` (the steps below its store ``field``) unless it is a list of
+    ``{key, field}`` with a string field, on a request that names a document's ``key`` and ``field``."""
+    path = request["path"]
+    if "field" not in request or "key" not in request:
+        raise InvalidArgumentError(f"{op}: a 'path' needs the document's 'key' and its store 'field'; {PATH_SHAPE}")
+    if type(path) is not list:
+        raise InvalidArgumentError(f"{op}: {PATH_SHAPE}; got {kind_of(path)}")
+    for step in path:
+        if type(step) is not dict or set(step) != {"key", "field"} or type(step["field"]) is not str:
+            raise InvalidArgumentError(f"{op}: {PATH_SHAPE}; got the step {step!r:.80}")
 
 
 #: The rule of database and bucket names (hoarddb.catalog checks it), said in refusals.
@@ -237,9 +260,12 @@ class Operation:
     #: makes it where the request arrives, to know the document's partition.
     makes_key: bool = False
     #: How the answers of a spread bucket's partitions make one answer: "documents" (lists of them,
-    #: merged in key order, limit applied after), "sum" (a number), "counts" ({matched,
-    #: modified}, {deleted}: added up), "split" (a batch: cut by partition, its keys put back
-    #: in order). Empty: a spread bucket refuses it (not built yet).
+    #: merged in key order — a btree's: its sort key's — limit applied after), "sum" (a number),
+    #: "counts" ({matched, modified}, {deleted}: added up), "split" (a batch: cut by partition,
+    #: its keys put back in order), "least" / "greatest" (the entry of least / greatest key),
+    #: "turns" (a partitioned queue's pop, peek: the owners asked in turn), "turns_claimed"
+    #: (claim: the same, each claimId named by its node), "by_claim" (ack, release, extend: each
+    #: claimId sent to its node). Empty: a spread bucket refuses it (not built yet).
     gather: str = ""
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
@@ -315,14 +341,14 @@ for _op in [
     Operation("push", _types("fifo", "lifo", "heap"), (Param("doc", "doc"),), write=True, together=True,
               summary="Add one element (a heap element carries a numeric priority).",
               answer="null", example='db.Comments.push({Author: "Bob", Text: "Nice photo!"})'),
-    Operation("batch_push", _types("fifo", "lifo", "heap"), (Param("docs", "docs"),), write=True,
+    Operation("batch_push", _types("fifo", "lifo", "heap"), (Param("docs", "docs"),), write=True, gather="split",
               summary="Add many elements in one durable write; all or none.",
               answer="the number added", aliases=("batchPush",),
               example='db.Comments.batchPush([{Text: "a"}, {Text: "b"}])', cost=BATCH),
-    Operation("pop", _types("fifo", "lifo", "heap"), (_ONE,), write=True, together=True,
+    Operation("pop", _types("fifo", "lifo", "heap"), (_ONE,), write=True, together=True, gather="turns",
               summary="Remove and return the next element; with a limit (at most 100), that many in one write.",
               answer="a document or null; with a limit, a list", example="db.Comments.pop({limit: 10})"),
-    Operation("peek", _types("fifo", "lifo", "heap"), (_ONE,),
+    Operation("peek", _types("fifo", "lifo", "heap"), (_ONE,), gather="turns",
               summary="Return the next element without removing it; with a limit (at most 1000), the next N in pop order.",
               answer="a document or null; with a limit, a list (a heap, and a fifo once claimed from, add the answer field claimed)",
               example="db.Comments.peek(5)", cost=SHORT),
@@ -400,12 +426,12 @@ for _op in [
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
     Operation("range", _types("btree"), (Param("bounds", "filter", False),),
-              (_LIMIT, Param("reverse", "any", False), _BATCH), cursor="stream",
+              (_LIMIT, Param("reverse", "any", False), _BATCH), gather="documents", cursor="stream",
               summary="Entries whose key lies within the bounds, in key order.", answer="a list",
               example="db.Leaderboard.range({Score: {$gte: 90}})", cost=SCAN),
-    Operation("first", _types("btree"), summary="The entry with the lowest key, or null.",
+    Operation("first", _types("btree"), gather="least", summary="The entry with the lowest key, or null.",
               answer="a document or null", example="db.Leaderboard.first()"),
-    Operation("last", _types("btree"), summary="The entry with the highest key, or null.",
+    Operation("last", _types("btree"), gather="greatest", summary="The entry with the highest key, or null.",
               answer="a document or null", example="db.Leaderboard.last()"),
     Operation("export", _types(*STORE_TYPES), (), (Param("cursor", "any", False), _LIMIT),
               summary="A page of every entry in storage order, for dumps: {docs, next}; pass next back as cursor.",
@@ -425,17 +451,21 @@ for _op in [
               (Param("lease", "any", False, "seconds the elements stay hidden (default 30, at most 86400)"),), write=True,
               summary="Hand out up to limit elements (default 1, at most 100), hidden from others for lease seconds "
                       "(default 30) until ack, release or the lease runs out; run-out leases come back first.",
-              answer="a list of {claimId, deliveries, element}", example="db.Jobs.claim({lease: 60, limit: 10})"),
+              answer="a list of {claimId, deliveries, element}", example="db.Jobs.claim({lease: 60, limit: 10})",
+              gather="turns_claimed"),
     Operation("ack", _types("fifo", "heap"), (Param("claimId", "any", True, "a claimId, or a list of them"),),
+              gather="by_claim",
               write=True, summary="Remove claimed elements for good; a list of claimIds (at most 1000) in one write, all or none.",
               answer="{acked}", example='db.Jobs.ack("000000000000002a.9f3c0d1e2b4a5968")'),
     Operation("release", _types("fifo", "heap"), (Param("claimId", "any", True, "a claimId, or a list of them"),),
+              gather="by_claim",
               write=True, summary="Give claimed elements back now: claimable again first, in their order.",
               answer="{released}", example='db.Jobs.release("000000000000002a.9f3c0d1e2b4a5968")'),
     Operation("extend", _types("fifo", "heap"),
               (Param("claimId", "str"), Param("seconds", "any", True, "the new lease, from now")), write=True,
               summary="Renew a claim's lease to seconds from now (a heartbeat for long jobs).",
-              answer="{extended, expiresAt}", example='db.Jobs.extend("000000000000002a.9f3c0d1e2b4a5968", 60)'),
+              answer="{extended, expiresAt}", example='db.Jobs.extend("000000000000002a.9f3c0d1e2b4a5968", 60)',
+              gather="by_claim"),
 ]:
     _verb(_op)
 

@@ -42,7 +42,8 @@ from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_reques
                    upload_source)
 from .options import ConnectOptions
 
-__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "AsyncExecutor", "AsyncCursor"]
+__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "Element", "AsyncExecutor",
+           "AsyncCursor"]
 
 
 class _Protocol(asyncio.Protocol):
@@ -554,6 +555,7 @@ Database = api.Database
 Bucket = api.Bucket
 Document = api.Document
 StoreField = api.StoreField
+Element = api.Element
 
 
 async def connect(url: str | None = None, **options) -> Client:

@@ -32,6 +32,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import etcd3aio
@@ -94,6 +95,8 @@ class Coordinator:
         self._keepalive: asyncio.Task | None = None
         #: milliseconds of the last etcd round trip (the keepalive's), for metrics
         self.round_trip_ms = 0.0
+        #: the etcd cluster's id, as the last snapshot's answer gave it (0 before one)
+        self.etcd_cluster_id = 0
 
     def key(self, *parts) -> str:
         return self.prefix + "/".join(str(p) for p in parts)
@@ -134,7 +137,8 @@ class Coordinator:
 
     async def connect(self) -> None:
         """Connect to etcd without joining (``hoarddb cluster status`` reads this way)."""
-        self.client = etcd3aio.Etcd3Client(self.endpoints, rpc_max_attempts=2)
+        self.client = etcd3aio.Etcd3Client(self.endpoints, rpc_max_attempts=2,
+                                             watch_max_reconnect_backoff_seconds=1.0)
         await self.client.connect()
 
     async def close(self) -> None:
@@ -224,6 +228,33 @@ class Coordinator:
         for held in [h for h in self.held if h[:2] == (db, bucket)]:
             del self.held[held]
 
+    async def drop_database(self, db: str) -> None:
+        """Remove a database and all of its buckets' keys (declarations, assignments, epochs, owners) in one
+        transaction."""
+        kv = self.client.kv
+        ops = [kv.txn_op_delete(self.key("catalog", "databases", db))]
+        for parts in (("catalog", "buckets", db), ("assign", db), ("epoch", db), ("owner", db)):
+            start = self.key(*parts, "")
+            ops.append(kv.txn_op_delete(start, range_end=etcd3aio.prefix_range_end(start.encode())))
+        await self._txn([], ops)
+        for held in [h for h in self.held if h[0] == db]:
+            del self.held[held]
+
+    async def create_database(self, db: str) -> None:
+        """Record a database (if it is not yet)."""
+        kv = self.client.kv
+        name = self.key("catalog", "databases", db)
+        await self._txn([kv.txn_compare_create_revision(name, 0)], [kv.txn_op_put(name, _json({}))])
+
+    async def bucket_entry(self, db: str, bucket: str) -> Change | None:
+        """One bucket's declaration as a Change, or None (its create revision tells a bucket from a later one of
+        the same name)."""
+        found = await self._range(self.key("catalog", "buckets", db, bucket), exact=True)
+        if not found:
+            return None
+        kv = found[0]
+        return Change(PUT, f"{db}/{bucket}", json.loads(kv.value), kv.create_revision, kv.mod_revision)
+
     async def buckets(self) -> dict[tuple[str, str], dict]:
         """Every bucket of the cluster: ``{(db, bucket): declaration}``."""
         prefix = self.key("catalog", "buckets", "")
@@ -241,16 +272,59 @@ class Coordinator:
         """A bucket's assignment ``{owners, version}``, or None."""
         return await self._get(self.key("assign", db, bucket))
 
-    # -- users
+    # -- users (records as hoarddb.server.users.to_portable makes them: JSON, bytes in base64)
 
     async def put_user(self, record: dict) -> None:
         await self._put(self.key("users", record["name"]), _json(record))
+
+    async def create_user(self, record: dict) -> bool:
+        """Record a user unless one of that name is there; False if it was."""
+        kv = self.client.kv
+        name = self.key("users", record["name"])
+        answer = await self._txn([kv.txn_compare_create_revision(name, 0)], [kv.txn_op_put(name, _json(record))])
+        return answer.succeeded
+
+    async def user(self, name: str) -> dict | None:
+        return await self._get(self.key("users", name))
 
     async def drop_user(self, name: str) -> None:
         await self._call(self.client.kv.delete(self.key("users", name), timeout=5))
 
     async def users(self) -> list[dict]:
         return [json.loads(kv.value) for kv in await self._range(self.key("users", ""))]
+
+    # -- watching a prefix: a snapshot at a revision, then every change after it
+
+    async def snapshot(self, *parts) -> tuple[list[Change], int]:
+        """Every key under ``prefix/parts.../`` now, as PUT changes, and the revision they were read at."""
+        start = self.key(*parts, "")
+        if self.client is None:
+            raise EtcdUnavailable("this node is not connected to etcd")
+        answer = await self._call(self.client.kv.get(start, range_end=etcd3aio.prefix_range_end(start.encode()),
+                                                     timeout=5))
+        changes = [Change(PUT, kv.key.decode()[len(start):], json.loads(kv.value), kv.create_revision,
+                          kv.mod_revision) for kv in answer.kvs]
+        self.etcd_cluster_id = answer.header.cluster_id
+        return changes, answer.header.revision
+
+    async def watch(self, after: int, *parts):
+        """The changes under ``prefix/parts.../`` made after revision ``after``, as they come.
+
+        The client resumes the watch from the next revision when an etcd member dies or the
+        connection drops (backing off up to 5 s between tries). Raises WatchCompacted when
+        etcd no longer has the history from ``after`` on: the caller starts again from a snapshot.
+        """
+        start = self.key(*parts, "")
+        stream = self.client.watch.watch(start, range_end=etcd3aio.prefix_range_end(start.encode()),
+                                         start_revision=after + 1)
+        async for answer in stream:
+            if answer.compact_revision > 0:
+                raise WatchCompacted(f"etcd compacted its history past revision {after}")
+            for event in answer.events:
+                kind = DELETE if event.type == 1 else PUT
+                value = json.loads(event.kv.value) if kind == PUT and event.kv.value else None
+                yield Change(kind, event.kv.key.decode()[len(start):], value, event.kv.create_revision,
+                             event.kv.mod_revision)
 
     # -- ownership
 
@@ -338,6 +412,26 @@ class Coordinator:
         end = None if exact else etcd3aio.prefix_range_end(key.encode())
         answer = await self._call(self.client.kv.get(key, range_end=end, timeout=5))
         return list(answer.kvs)
+
+
+#: A change's kind: a key written, or a key removed.
+PUT = "written"
+DELETE = "removed"
+
+
+class Change(NamedTuple):
+    """Change is one key under a watched prefix: its kind, its name after the prefix, its
+    value (None for a delete), the revision that created it and the one that changed it."""
+
+    kind: str
+    name: str
+    value: Any
+    created: int
+    revision: int
+
+
+class WatchCompacted(HoardError):
+    """WatchCompacted is raised by :meth:`Coordinator.watch` when etcd no longer holds the changes asked for."""
 
 
 class OwnedElsewhere(HoardError):

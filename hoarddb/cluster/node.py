@@ -28,11 +28,12 @@ import os
 from typing import Any
 
 from .. import operations
-from ..declaration import SPREADABLE, declare_bucket
+from ..declaration import SPREADABLE, DEFAULT_MAX_DEPTH, declare_bucket
 from ..errors import (
     BucketExistsError,
     ConnectionError_,
     HoardError,
+    NotFoundError,
     PartitionUnavailableError,
     TimeoutError_,
     VerbNotSupportedError,
@@ -50,6 +51,13 @@ log = logging.getLogger("hoarddb.cluster")
 
 #: The request field that marks a request sent by another node (its id): run here, not routed again.
 NODE_FIELD = "_node"
+#: A spread btree's and a partitioned queue's ways of gathering (the table's ``gather``).
+_LEAST, _GREATEST, _TURNS, _TURNS_CLAIMED, _BY_CLAIM = "least", "greatest", "turns", "turns_claimed", "by_claim"
+#: A blob bucket's put (its bytes in ``doc``) and load (in ``docs``, with their ids), by what they upload.
+_BLOB_PUT = next(o for o in operations.VERBS.values() if o.upload == "doc" and "blob" in o.types)
+_BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and "blob" in o.types)
+#: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
+CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
 _DOCUMENTS, _SUM, _COUNTS, _SPLIT = "documents", "sum", "counts", "split"
 #: The catalog operations, found by what they change (the table's ``change`` and ``scope``).
@@ -71,6 +79,12 @@ class ClusterNode:
         self._peers: dict[str, Any] = {}
         self._refresher: asyncio.Task | None = None
         self.forwarded = 0
+        #: where the next pop or claim of each partitioned queue starts: {(db, bucket): turn}
+        self._turns: dict[tuple[str, str], int] = {}
+        #: the cluster's users, kept in this node's users file (hoarddb/cluster/users.py)
+        self.users = None
+        #: this node's copy of the cluster's catalog, watched (hoarddb/cluster/catalog.py)
+        self.catalog = None
 
     # -- life cycle
 
@@ -78,13 +92,31 @@ class ClusterNode:
         """Join (membership under this node's lease), learn the catalog, create what is missing here,
         and take the partitions assigned to this node."""
         await self.coord.start(info)
+        await self._start_users()
         self.nodes = await self.coord.nodes()
-        for (db, bucket), decl in (await self.coord.buckets()).items():
-            await self._apply_bucket(db, bucket, decl)
-            await self._claim_assigned(db, bucket)
+        await self._start_catalog()
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
 
+    async def _start_users(self) -> None:
+        """The cluster's users: in etcd, mirrored into this node's users file and watched (hoarddb/cluster/users.py)."""
+        from .users import ClusterUsers  # noqa: PLC0415
+
+        self.users = ClusterUsers(self.server, self.coord)
+        await self.users.start()
+
+    async def _start_catalog(self) -> None:
+        """Catch up with the cluster's catalog (create what is missing here, drop what was dropped while this
+        node was away), take the partitions assigned here, and watch it (hoarddb/cluster/catalog.py)."""
+        from .catalog import CatalogWatch  # noqa: PLC0415
+
+        self.catalog = CatalogWatch(self)
+        await self.catalog.start()
+
     async def stop(self) -> None:
+        if self.catalog is not None:
+            await self.catalog.stop()
+        if self.users is not None:
+            await self.users.stop()
         if self._refresher is not None:
             self._refresher.cancel()
         for peer in self._peers.values():
@@ -122,8 +154,9 @@ class ClusterNode:
             return NODE_FIELD not in doc  # sent by a node: this node's part of a scatter
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
 
-    async def run(self, doc: dict) -> dict:
-        """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered.
+    async def run(self, doc: dict, upload=None) -> dict:
+        """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered
+        (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes).
 
         A read asked with ``batch_size`` is answered whole here, without a cursor (its
         parts' answers are merged as lists): cursors are served by a single server, or a
@@ -133,6 +166,8 @@ class ClusterNode:
                 operations.OPERATIONS.get(doc.get("op")), "cursor", False):
             doc = {**doc, "args": {k: v for k, v in args.items() if k != "batch_size"}}
         try:
+            if upload is not None:
+                return await self._run_upload(doc, upload)
             return await self._run(doc)
         except HoardError as e:
             return e.to_answer()
@@ -145,6 +180,9 @@ class ClusterNode:
         place = await self._placement(db, bucket)
         if place is None:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
+        if place["type"] == "blob" and place["partitions"] > 1 and op is _BLOB_PUT and "field" not in doc \
+                and NODE_FIELD not in doc:
+            return await self._blob_put(doc, place, None)
         p = self._partition(place, doc, op)
         if p is None:
             if NODE_FIELD in doc or place["type"] not in op.types or (
@@ -197,6 +235,15 @@ class ClusterNode:
         """The partition a request acts on, or None when it acts on every partition."""
         if place["partitions"] == 1:
             return 0
+        if place["type"] == "btree":
+            key = _btree_key_of(op, doc, place)
+            return None if key is _NONE else partition_of(key, place["partitions"])
+        if place["type"] == "blob":
+            key = _blob_key_of(op, doc)
+            return None if key is _NONE else partition_of(key, place["partitions"])
+        if place.get("group") is not None:
+            key = _group_of(op, doc, place)
+            return None if key is _NONE else partition_of(key, place["partitions"])
         key = _key_of(op, doc)
         return None if key is _NONE else partition_of(key, place["partitions"])
 
@@ -210,7 +257,9 @@ class ClusterNode:
         if answer.get("ok") != 1 and answer.get("codeName") != "BUCKET_EXISTS":
             raise error_from_answer(answer)
         self.placements[(db, bucket)] = {"partitions": decl["partitions"], "owners": assignment["owners"],
-                                         "type": (decl["options"] or {}).get("type", "hash")}
+                                         "type": (decl["options"] or {}).get("type", "hash"),
+                                         "key": (decl["options"] or {}).get("key"),  # (a btree's sort key field)
+                                         "group": (decl["options"] or {}).get("group")}  # (a partitioned queue's)
 
     async def _claim_assigned(self, db: str, bucket: str) -> None:
         place = self.placements.get((db, bucket))
@@ -230,10 +279,12 @@ class ClusterNode:
         db, bucket = doc.get("db"), doc.get("bucket")
         if op.change == "create" and op.scope == operations.BUCKET:
             raw = dict(doc.get("options") or {}) if isinstance(doc.get("options"), dict) else doc.get("options")
-            if isinstance(raw, dict) and raw.get("type", "hash") in SPREADABLE \
+            if isinstance(raw, dict) and raw.get("type", "hash") == SPREADABLE[0] \
                     and "placement" not in raw and "partitions" not in raw:
                 raw["partitions"] = DEFAULT_PARTITIONS  # a hash bucket is spread unless declared whole
-            declare_bucket(bucket, raw)  # every refusal, before etcd hears of it
+            engine = self.server.engine
+            depth = engine.options.max_nesting_depth if engine is not None else DEFAULT_MAX_DEPTH
+            declare_bucket(bucket, raw, depth)  # every refusal, before etcd hears of it
             if not isinstance(bucket, str):
                 return await self.server.run_here(doc)
             partitions = raw.get("partitions", 1)
@@ -242,20 +293,33 @@ class ClusterNode:
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
-        elif op.change == "drop" and op.scope == operations.BUCKET:
-            await self.coord.drop_bucket(db, bucket)
-        elif op.change == "drop" and op.scope == operations.DATABASE:
-            for (d, b) in list(await self.coord.buckets()):
-                if d == db:
-                    await self.coord.drop_bucket(d, b)
-        answers = await self._everywhere({**doc, NODE_FIELD: self.node_id})
+        if self.catalog is not None:
+            self.catalog.expect(op, db, bucket)
+        try:
+            if op.change == "drop" and op.scope == operations.BUCKET:
+                await self.coord.drop_bucket(db, bucket)
+            elif op.change == "drop" and op.scope == operations.DATABASE:
+                await self.coord.drop_database(db)
+            elif op.change == "create" and op.scope == operations.DATABASE and isinstance(db, str):
+                await self.coord.create_database(db)
+            answers = await self._everywhere({**doc, NODE_FIELD: self.node_id})
+        finally:
+            if self.catalog is not None:
+                self.catalog.done(op, db, bucket)
         mine = answers.pop(self.node_id)
-        failed = {n: a for n, a in answers.items() if a.get("ok") != 1 and a.get("codeName") != "BUCKET_EXISTS"}
+        failed = {n: a for n, a in answers.items() if a.get("ok") != 1 and a.get("codeName") != "BUCKET_EXISTS"
+                  and not (op.change == "drop" and str(a.get("codeName")).endswith("NOT_FOUND"))}  # (its watch was first)
         if failed:
             log.warning("%s on %s.%s: not applied on %s", op.name, db, bucket, failed)
         return mine
 
     async def _apply_catalog(self, op: operations.Operation, doc: dict) -> dict:
+        """A catalog change another node recorded: applied here, and noted (hoarddb/cluster/catalog.py)."""
+        if self.catalog is None:
+            return await self._apply_catalog_here(op, doc)
+        return await self.catalog.told(op, doc, self._apply_catalog_here)
+
+    async def _apply_catalog_here(self, op: operations.Operation, doc: dict) -> dict:
         """A catalog change another node recorded: applied here."""
         db, bucket = doc.get("db"), doc.get("bucket")
         local = {k: v for k, v in doc.items() if k != NODE_FIELD}
@@ -278,8 +342,15 @@ class ClusterNode:
         names = sorted(set(self.nodes) | {self.node_id})
         op = operations.OPERATIONS[doc["op"]]
         answers = await asyncio.gather(*(self._apply_catalog(op, doc) if n == self.node_id
-                                         else self._forward(n, doc, ok_only=False) for n in names))
+                                         else self._tell(n, doc) for n in names))
         return dict(zip(names, answers))
+
+    async def _tell(self, node: str, doc: dict) -> dict:
+        """A catalog change sent to another node; one that cannot be reached learns it from its watch of etcd."""
+        try:
+            return await self._forward(node, doc, ok_only=False)
+        except HoardError as e:
+            return e.to_answer()
 
     # -- forwarding
 
@@ -329,6 +400,12 @@ class ClusterNode:
 
     async def _gather(self, op: operations.Operation, doc: dict, place: dict) -> dict:
         """A request over every partition of a spread bucket, sent to each owner and merged."""
+        if place["type"] == "btree" and op.gather != _SPLIT:
+            return await self._gather_btree(op, doc, place)
+        if place.get("group") is not None and op.gather != _SPLIT:
+            return await self._gather_queue(op, doc, place)
+        if place.get("group") is not None:
+            return await self._split(op, doc, place)
         if op.gather == _SPLIT:
             return await self._split(op, doc, place)
         if not op.gather:
@@ -381,6 +458,225 @@ class ClusterNode:
             answer["index_used_by_node"] = used
         return answer
 
+    async def _gather_btree(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """range, list, first, last or length over a spread btree bucket: asked of every owner and merged in
+        sort-key order, as one node gives them (equal sort keys share a partition, so their order is kept)."""
+        if op.gather not in (_DOCUMENTS, _SUM, _LEAST, _GREATEST):
+            raise VerbNotSupportedError(f"{op.name} over a spread btree bucket (partitions: {place['partitions']}) "
+                                        "is not built yet; declare the bucket with placement: whole to use it")
+        owners = sorted(set(place["owners"]))
+        answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
+        for answer in answers:
+            if answer.get("ok") != 1:
+                return answer
+        if op.gather == _SUM:
+            return {"ok": 1, "result": sum(a["result"] for a in answers)}
+        sort_key = _btree_order(place, doc["bucket"])
+        if op.gather in (_LEAST, _GREATEST):
+            found = [a["result"] for a in answers if a.get("result") is not None]
+            pick = min if op.gather == _LEAST else max
+            return {"ok": 1, "result": pick(found, key=sort_key) if found else None}
+        args = doc.get("args") or {}
+        reverse = op.param("reverse") is not None and args.get("reverse") is True
+        docs = [d for a in answers for d in a["result"]]
+        docs.sort(key=sort_key, reverse=reverse)  # stable: equal keys keep their node's order
+        limit = args.get("limit")
+        if limit is None:  # (list's default limit; range has none)
+            limit = _default_of("btree", op.name, "limit")
+        if isinstance(limit, int) and limit > 0:
+            docs = docs[:limit]
+        return {"ok": 1, "result": docs}
+
+    async def _gather_queue(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """A partitioned queue's verbs over every partition (hoarddb/cluster/node.py's docstring, docs/user/cluster.md).
+
+        pop, claim and peek take from the owners in turn: each call starts at the node after the one
+        the last pop or claim of this bucket (through this node) started at, and takes what it can
+        there before going on to the next, until it has ``limit`` elements or every owner was asked.
+        A claimId is given back as ``<node>/<claimId>``; ack, release and extend send each to its node.
+        """
+        args = dict(doc.get("args") or {})
+        owners = sorted(set(place["owners"]))
+        if op.gather == _SUM:
+            answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
+            bad = next((a for a in answers if a.get("ok") != 1), None)
+            return bad or {"ok": 1, "result": sum(a["result"] for a in answers)}
+        if op.gather == _BY_CLAIM:
+            return await self._claims_by_node(op, doc, owners)
+        if op.gather == _DOCUMENTS:
+            return await self._queue_list(op, doc, owners)
+        if _pushes(op):  # a push whose document is none: refused as on one server
+            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
+        if op.gather not in (_TURNS, _TURNS_CLAIMED):
+            raise VerbNotSupportedError(f"{op.name} over a partitioned queue (partitions: {place['partitions']}) is not "
+                                        "built yet; declare the bucket without partitions to use it")
+        limit = args.get("limit")
+        want = 1 if limit is None else limit
+        if isinstance(want, bool) or not isinstance(want, int) or want < 1:
+            return await self._here_or_there(owners[0], doc)  # the owner refuses it, saying what it takes
+        turn = (doc["db"], doc["bucket"])
+        start = self._turns.get(turn, 0) % len(owners)
+        if op.write:  # a pop or a claim (a peek looks where the next one starts)
+            self._turns[turn] = start + 1
+        got: list = []
+        refusal = None
+        for node in owners[start:] + owners[:start]:
+            if len(got) >= want:
+                break
+            answer = await self._here_or_there(node, {**doc, "args": {**args, "limit": want - len(got)}})
+            if answer.get("ok") != 1:
+                if answer.get("codeName") != "PARTITION_UNAVAILABLE" or not op.write:
+                    return answer if not got else {"ok": 1, "result": got}
+                refusal = refusal or answer  # a node that is down: the others' elements are taken
+                continue
+            items = answer.get("result") or []
+            if op.gather == _TURNS_CLAIMED:
+                items = [{**c, "claimId": f"{node}{CLAIM_SEP}{c['claimId']}"} for c in items]
+            got.extend(items)
+        if not got and refusal is not None:
+            return refusal
+        if limit is None and op.gather == _TURNS:
+            return {"ok": 1, "result": got[0] if got else None}
+        return {"ok": 1, "result": got}
+
+    async def _queue_list(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
+        """list over a partitioned queue: each owner's elements in storage order, owner after owner; after and limit
+        counted over the whole."""
+        args = dict(doc.get("args") or {})
+        after, limit = args.get("after", 0), args.get("limit", _default_of("fifo", op.name, "limit"))
+        if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
+            return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
+        answers = await asyncio.gather(*(self._here_or_there(
+            n, {**doc, "args": {**args, "after": 0, "limit": after + limit}}) for n in owners))
+        bad = next((a for a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
+
+    async def _claims_by_node(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
+        """ack, release or extend over a partitioned queue: each ``<node>/<claimId>`` sent to its node, the
+        counts added up."""
+        args = dict(doc.get("args") or {})
+        given = args.get("claimId")
+        single = isinstance(given, str)
+        ids = [given] if single else given
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
+        by_node: dict[str, list[str]] = {}
+        for claim_id in ids:
+            node, sep, local = claim_id.partition(CLAIM_SEP)
+            if not sep or node not in owners:
+                raise NotFoundError(f"{op.name}: {claim_id!r:.80} is not a claimId of this partitioned queue (its "
+                                    f"claimIds are <node>{CLAIM_SEP}<id>, as claim gave them)")
+            by_node.setdefault(node, []).append(local)
+        nodes = sorted(by_node)
+        answers = await asyncio.gather(*(self._here_or_there(
+            n, {**doc, "args": {**args, "claimId": by_node[n][0] if single else by_node[n]}}) for n in nodes))
+        bad = next((a for a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        results = [a.get("result") for a in answers]
+        if single or not all(isinstance(r, dict) for r in results):
+            result = results[0]
+            if isinstance(result, dict) and isinstance(result.get("claimId"), str):  # (a claimId given back)
+                result = {**result, "claimId": f"{nodes[0]}{CLAIM_SEP}{result['claimId']}"}
+            return {"ok": 1, "result": result}
+        merged: dict = {}
+        for r in results:
+            for k, v in r.items():
+                merged[k] = merged.get(k, 0) + v if isinstance(v, int) else v
+        return {"ok": 1, "result": merged}
+
+    # -- spread blob buckets: a blob's partition is a hash of its id
+
+    async def _run_upload(self, doc: dict, upload) -> dict:
+        """A request whose bytes arrive in chunks (a blob put, or a one-blob load), handed to the cluster."""
+        db, bucket = doc["db"], doc["bucket"]
+        place = await self._placement(db, bucket)
+        op = operations.OPERATIONS[doc["op"]]
+        if place is not None and place["type"] == "blob" and place["partitions"] > 1 and "field" not in doc:
+            if op is _BLOB_PUT:
+                return await self._blob_put(doc, place, upload)
+            docs = (doc.get("args") or {}).get("docs")
+            if op is _BLOB_LOAD and isinstance(docs, list) and len(docs) == 1:
+                blob_id = _blob_id_or_none(docs[0])
+                if blob_id is not None:
+                    p = partition_of(blob_id, place["partitions"])
+                    if place["owners"][p] == self.node_id:
+                        await self._claim_assigned(db, bucket)
+                        return await self._write_here(_with_upload(op, doc, upload))
+                    return self._bytes_elsewhere(op, db, bucket, place["owners"][p])
+        if place is None:
+            return await self._run(doc)  # no such bucket: said as one server says it
+        p = self._partition(place, doc, op)
+        owner = place["owners"][p] if p is not None else None
+        if owner != self.node_id:
+            return self._bytes_elsewhere(op, db, bucket, owner or "another node")
+        if self.coord.holds(db, bucket, p) is None:
+            try:
+                await self.coord.claim(db, bucket, p)
+            except OwnedElsewhere as e:
+                raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is assigned to node {self.node_id} "
+                                                f"but node {e.node} still holds it; try again in a moment",
+                                                node=e.node) from None
+        return await self._write_here(_with_upload(op, {k: v for k, v in doc.items() if k != NODE_FIELD}, upload))
+
+    def _bytes_elsewhere(self, op: operations.Operation, db: str, bucket: str, owner: str) -> dict:
+        where = (self.nodes.get(owner) or {}).get("advertise", "its address")
+        return VerbNotSupportedError(
+            f"{op.name}: a blob's bytes are not passed between nodes yet; this part of {db}.{bucket} is on node "
+            f"{owner}: connect to it ({where}) for this", node=owner).to_answer()
+
+    async def _blob_put(self, doc: dict, place: dict, upload) -> dict:
+        """A put on a spread blob bucket: the blob's id is made here, in a partition this node owns when it owns
+        any (so the bytes stay here), and the put runs as a load of that one blob at that id; its answer is the id."""
+        from ..stores.blob import _blob_id  # noqa: PLC0415
+
+        db, bucket = doc["db"], doc["bucket"]
+        args = dict(doc.get("args") or {})
+        given = args.get("doc")
+        blob = {k: v for k, v in given.items()} if isinstance(given, dict) else {"data": given}
+        for field in ("name", "type"):
+            if args.get(field) is not None:
+                if field in blob:
+                    return await self.server.run_here(doc)  # refused there: given twice
+                blob[field] = args[field]
+        if upload is not None:
+            blob["data"] = upload
+        if "data" not in blob or blob["data"] is None or set(blob) - {"data", "name", "type"}:
+            return await self.server.run_here(doc)  # refused there, saying what a put takes
+        partitions, owners = place["partitions"], place["owners"]
+        mine = {p for p in range(partitions) if owners[p] == self.node_id}
+        blob_id = _blob_id(uuid7())
+        while mine and partition_of(blob_id, partitions) not in mine:
+            blob_id = _blob_id(uuid7())
+        owner = owners[partition_of(blob_id, partitions)]
+        request = {"op": _BLOB_LOAD.name, "db": db, "bucket": bucket, "args": {"docs": [{"_id_": blob_id, **blob}]}}
+        if owner == self.node_id:
+            await self._claim_assigned(db, bucket)
+            answer = await (self._write_here(request) if upload is not None else self.server.run_here(request))
+        elif upload is not None:
+            return self._bytes_elsewhere(_BLOB_PUT, db, bucket, owner)
+        else:
+            answer = await self._forward(owner, request)
+        return {"ok": 1, "result": blob_id} if answer.get("ok") == 1 else answer
+
+    async def _write_here(self, request: dict) -> dict:
+        """A write whose bytes arrive in chunks, run here on the write pool as a single server runs it (not in the
+        group commit: it waits on the network), answered once durable."""
+        server = self.server
+        try:
+            answer = await server.loop.run_in_executor(server._writes, server._run, request)
+        except HoardError as e:
+            return e.to_answer()
+        if answer.get("ok") == 1 and server.committer is not None:
+            synced: asyncio.Future = server.loop.create_future()
+            server.committer.after_durable(lambda error: synced.done() or synced.set_result(error))
+            error = await synced
+            if error is not None:
+                return error.to_answer()
+        return answer
+
     async def _here_or_there(self, node: str, doc: dict) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
@@ -394,17 +690,19 @@ class ClusterNode:
         docs = args.get("docs")
         if not isinstance(docs, list):
             return await self.server.run_here(doc)  # the engine refuses it, saying what it takes
-        docs = [d if not isinstance(d, dict) or "_id_" in d or not op.makes_key
-                else {"_id_": uuid7(), **d} for d in docs]
+        docs = [d if not isinstance(d, dict) or "_id_" in d or not op.makes_key or place["type"] == "btree"
+                else {"_id_": uuid7(), **d} for d in docs]  # (a btree entry sorts by its own first field)
         groups: dict[str, list[int]] = {}
         for i, d in enumerate(docs):
-            key = d.get("_id_") if isinstance(d, dict) else None
-            owner = place["owners"][partition_of(key, place["partitions"])] if key is not None else self.node_id
+            key = route_value(d, place)
+            owner = place["owners"][partition_of(key, place["partitions"])] if key is not _NONE else self.node_id
             groups.setdefault(owner, []).append(i)
         names = sorted(groups)
         answers = await asyncio.gather(*(self._here_or_there(
             n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]}}) for n in names))
         if all(a.get("ok") == 1 for a in answers):
+            if all(type(a.get("result")) is int for a in answers):  # a batch_push: how many, added up
+                return {"ok": 1, "result": sum(a["result"] for a in answers)}
             if not all(isinstance(a.get("result"), list) for a in answers):  # a load: {loaded, ...} added up
                 merged: dict = {}
                 for a in answers:
@@ -478,6 +776,129 @@ def _default_of(store_type: str, verb: str, param: str) -> Any:
         return None
     found = inspect.signature(method).parameters.get(param)
     return None if found is None or found.default is inspect.Parameter.empty else found.default
+
+
+def route_value(item: Any, place: dict) -> Any:
+    """The value whose hash is the partition of a stored item of a bucket (``partition_of(value, P)``), or _NONE
+    when the item has none (the engine refuses it): a hash document's ``_id_``, a btree entry's sort value, a
+    blob's id (lower case), a partitioned queue's element's group field (missing: None).
+
+    Everything that cuts a bucket's items by partition uses this: a batch split by owner, and a move picking a
+    partition's items out of a node's local bucket."""
+    if place.get("group") is not None:
+        return item.get(place["group"]) if isinstance(item, dict) else _NONE
+    if place["type"] == "btree":
+        value = _btree_sort_value(item, place)
+        return _NONE if value is None else value
+    if place["type"] == "blob":
+        value = _blob_id_or_none(item)
+        return _NONE if value is None else value
+    return item["_id_"] if isinstance(item, dict) and item.get("_id_") is not None else _NONE
+
+
+def _pushes(op: operations.Operation) -> bool:
+    """Whether a queue's verb adds the one document it is given (push: a ``doc`` of kind doc; batch_push splits)."""
+    param = op.param("doc")
+    return op.write and param is not None and param.kind == "doc" and not op.gather
+
+
+def _group_of(op: operations.Operation, doc: dict, place: dict) -> Any:
+    """The group value a request on a partitioned queue acts on (push: its document's group field; a
+    document without it is in the group null), or _NONE for every other verb (they act on every partition)."""
+    if not _pushes(op) or "field" in doc:
+        return _NONE
+    args = doc.get("args") or {}
+    pushed = args.get("doc") if isinstance(args, dict) else None
+    return pushed.get(place["group"]) if isinstance(pushed, dict) else _NONE
+
+
+def _with_upload(op: operations.Operation, doc: dict, upload) -> dict:
+    """``doc`` with an upload's bytes where the operation takes them (as the server puts them for a single server)."""
+    request = {k: v for k, v in doc.items() if k not in ("id", "upload")}
+    args = dict(request.get("args") or {})
+    if op.upload == "docs" and isinstance(args.get("docs"), list) and len(args["docs"]) == 1:
+        args["docs"] = [{**args["docs"][0], "data": upload}]
+    elif isinstance(args.get("doc"), dict):
+        args["doc"] = {**args["doc"], "data": upload}
+    elif "field" in request and "doc" not in args:
+        args["key"] = {**args["key"], "data": upload} if isinstance(args.get("key"), dict) else upload
+    else:
+        args["doc"] = upload
+    request["args"] = args
+    return request
+
+
+def _blob_id_or_none(doc: Any) -> str | None:
+    """A blob document's id as a blob bucket spells it (lower case), or None when it has none that is valid."""
+    from ..stores.blob import _blob_id  # noqa: PLC0415
+
+    if not isinstance(doc, dict) or "_id_" not in doc:
+        return None
+    try:
+        return _blob_id(doc["_id_"])
+    except HoardError:
+        return None
+
+
+def _blob_key_of(op: operations.Operation, doc: dict) -> Any:
+    """The blob id a request on a blob bucket acts on (get, info, stream, delete), or _NONE when it acts on many."""
+    from ..stores.blob import _blob_id  # noqa: PLC0415
+
+    if "field" in doc or not op.key_param or op is _BLOB_PUT:
+        return _NONE
+    args = doc.get("args") or {}
+    if not isinstance(args, dict) or op.key_param not in args:
+        return _NONE
+    try:
+        return _blob_id(args[op.key_param])
+    except HoardError:
+        return _NONE
+
+
+def _btree_sort_value(doc: Any, place: dict) -> Any:
+    """The value a btree entry sorts by (its partition's key), or None when it has none (the engine refuses it)."""
+    from ..stores.btree import _sort_value  # noqa: PLC0415
+
+    if not isinstance(doc, dict):
+        return None
+    try:
+        return _sort_value(doc, place.get("key"), "")
+    except HoardError:
+        return None
+
+
+def _btree_order(place: dict, bucket: str):
+    """A sort key for the entries of a btree bucket: their sort values' order-preserving encoding."""
+    from ..stores.btree import _sort_value  # noqa: PLC0415
+
+    field = place.get("key")
+    return lambda entry: encode_key(_sort_value(entry, field, bucket))
+
+
+def _btree_key_of(op: operations.Operation, doc: dict, place: dict) -> Any:
+    """The sort value a request on a btree bucket acts on (its partition's key), or _NONE when it acts on many.
+
+    An entry's partition is a hash of its sort value, so entries with equal keys share one
+    (their insertion order is kept). A key is given bare or as ``{Field: value}``."""
+    if "field" in doc:
+        key = doc.get("key", _NONE)
+    elif not op.key_param:
+        return _NONE
+    else:
+        args = doc.get("args") or {}
+        if not isinstance(args, dict) or op.key_param not in args:
+            return _NONE
+        key = args[op.key_param]
+        if op.param(op.key_param).kind == "doc":  # insert: the document's own sort value
+            value = _btree_sort_value(key, place)
+            return _NONE if value is None else value
+    if isinstance(key, dict):
+        if len(key) != 1:
+            return _NONE
+        (key,) = key.values()
+        if isinstance(key, dict) and any(str(k).startswith("$") for k in key):
+            return _NONE
+    return _NONE if isinstance(key, list) else key
 
 
 def _key_of(op: operations.Operation, doc: dict) -> Any:

@@ -649,6 +649,8 @@ class Server:
                 stamp = now
                 log.info("the users file %s changed: applying it to the open connections", self.users.path)
                 self.users_changed()
+                if self.cluster is not None:  # (a change the cluster made here finds nothing to send)
+                    await self.cluster.users.local_changed()
 
     def _users_stamp(self):
         try:
@@ -781,8 +783,8 @@ class Server:
         upload = conn.uploads.get(rid)
         write = is_write(op)
         try:
-            if request.how == "cluster":
-                answer = await self.cluster.run(doc)
+            if request.how == "cluster":  # (an upload's bytes go along: a spread blob bucket's put)
+                answer = await (self.cluster.run(doc) if upload is None else self.cluster.run(doc, upload=upload))
             else:
                 answer = await self._execute(conn, doc, op, write, upload)
         except HoardError as e:
@@ -810,6 +812,8 @@ class Server:
         if op in SERVER_OPS:
             result = await self.loop.run_in_executor(self._writes, self._server_op, principal, doc)
             if op in USER_CHANGES:
+                if self.cluster is not None:  # a cluster's users live in etcd: every node applies it
+                    await self.cluster.users.publish(op, doc.get("user"))
                 self.users_changed()  # at once: the admin's answer comes after the change applies
             return {"ok": 1, "result": result}
         request = {k: v for k, v in doc.items() if k not in ("id", "upload")}

@@ -20,6 +20,7 @@ A changed byte inside a salt, a key or a name still reads as a valid record.
 
 from __future__ import annotations
 
+import base64
 import collections
 import datetime
 import fcntl
@@ -210,6 +211,36 @@ class UserStore:
             doc["users"].remove(record)
         return {"removed": name}
 
+    # -- a cluster's users (hoarddb/cluster/users.py): etcd holds them, this file mirrors them
+
+    @staticmethod
+    def to_portable(record: dict) -> dict:
+        """A record as JSON holds it (:func:`to_portable`; the cluster, below the server, reaches it here)."""
+        return to_portable(record)
+
+    @staticmethod
+    def from_portable(data: dict) -> dict:
+        """The record :func:`to_portable` made, checked (:func:`from_portable`)."""
+        return from_portable(data)
+
+    def mirror(self, changes: dict) -> bool:
+        """Set each user of ``changes`` (``{name: record}``, a record None to remove it) as given,
+        without the checks a new user gets (the records come from the cluster, checked where they
+        were made). Whether the file changed."""
+        changed = False
+        with self._locked() as doc:
+            by_name = {u["name"]: u for u in doc["users"]}
+            for name, record in changes.items():
+                if record is None:
+                    changed |= by_name.pop(name, None) is not None
+                elif by_name.get(name) != record:
+                    by_name[name] = record
+                    changed = True
+            doc["users"] = sorted(by_name.values(), key=lambda u: u["name"])
+            if not changed:
+                raise _Unchanged
+        return changed
+
     @contextmanager
     def _locked(self):
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -219,7 +250,10 @@ class UserStore:
             doc = read_users_file(self.path) if self.path.exists() else {"format": FORMAT, "users": []}
             if not doc.get("secret"):
                 doc["secret"] = os.urandom(16)
-            yield doc
+            try:
+                yield doc
+            except _Unchanged:
+                return
             _write_atomically(self.path, encode(doc))
             with self._mutex:
                 self._cache = None
@@ -228,6 +262,36 @@ class UserStore:
 
 
 _PROCESS_SECRET = os.urandom(16)
+
+
+class _Unchanged(Exception):
+    """Raised inside ``_locked`` to leave the file as it is."""
+
+
+_PORTABLE_BYTES = ("salt", "stored_key", "server_key")
+
+
+def to_portable(record: dict) -> dict:
+    """A user record as JSON can hold it (a cluster keeps it in etcd): its keys in base64, its date in ISO 8601."""
+    c = record["credentials"]
+    return {"name": record["name"], "roles": [dict(r) for r in record["roles"]],
+            "credentials": {**c, **{k: base64.b64encode(bytes(c[k])).decode() for k in _PORTABLE_BYTES}},
+            "created": record["created"].astimezone(datetime.timezone.utc).isoformat()}
+
+
+def from_portable(data: dict) -> dict:
+    """The record :func:`to_portable` made, checked as a users file's record (CorruptDataError if it is not one)."""
+    try:
+        c = data["credentials"]
+        record = {"name": data["name"], "roles": list(data["roles"]),
+                  "credentials": {**c, **{k: base64.b64decode(c[k]) for k in _PORTABLE_BYTES}},
+                  "created": datetime.datetime.fromisoformat(data["created"])}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptDataError(f"a user record of the cluster is damaged ({type(exc).__name__}: {exc})") from None
+    problem = _shape_problem({"format": FORMAT, "secret": b"x", "users": [record]})
+    if problem:
+        raise CorruptDataError(f"a user record of the cluster is damaged: {problem}")
+    return record
 
 
 def _exists(name: str) -> BadValueError:

