@@ -549,12 +549,8 @@ class HashStore(KVStore):
         if not isinstance(explain, bool):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
         p = plan(filter, self.indexes.indexes, sort)
-        if stream and not (sort is not None and limit is not None and skip + limit <= SORTED_IN_ONE_READ):
-            # a cursor's: the index's entries are read now, the documents as the cursor goes (a sort,
-            # in memory: an index's order is read within one transaction, which a cursor does not keep)
-            if sort is not None:
-                p = plan(filter, self.indexes.indexes)
-            return Reply(reading.stream(self._planned(None, filter, p)[0]), index_used=p.index_used)
+        if stream:  # a cursor's: the index's entries are read now, the documents as the cursor goes
+            return self._streamed(filter, sort, p, reading)
         with self.kv.read() as txn:
             if p.ordered(txn):
                 counted = {"keys": 0, "docs": 0}
@@ -586,6 +582,34 @@ class HashStore(KVStore):
         if ties is None:
             return (doc for doc in matched if doc is not _RUN)
         return _sorted_runs(matched, ties)
+
+    def _streamed(self, filter: Mapping, sort: Any, p, reading: "_Reading") -> Reply:
+        """search's answer for a cursor: the plan's index entries read now in one transaction (in
+        the sort's order when the index serves it), the documents fetched in chunks as it goes."""
+        counted = {"keys": 0, "docs": 0}
+        with self.kv.read() as txn:
+            walked = list(p.walk(txn, counted)) if sort is not None and p.ordered(txn) else None
+        if walked is None:
+            if sort is not None:  # sorted in memory: through the filter's own best index
+                p = plan(filter, self.indexes.indexes)
+            return Reply(reading.stream(self._planned(None, filter, p)[0]), index_used=p.index_used)
+        field, matcher = p.sorted_field, reading.matcher
+
+        def matched():  # _matched_in_order, the documents read in chunks
+            multikey: set = set()
+            for first, dk, raw in resumable.fetch_walked(self.kv, self.DOC, walked):
+                if first:
+                    yield _RUN
+                if dk in multikey or raw is None:
+                    continue
+                doc = decode(raw)
+                if isinstance(doc.get(field), (list, tuple)):
+                    multikey.add(dk)
+                if matcher(doc):
+                    yield doc
+        ties = reading.order if p.order.ties else None
+        docs = _sorted_runs(matched(), ties) if ties is not None else (d for d in matched() if d is not _RUN)
+        return Reply(reading.stream_sorted(docs), index_used=p.index_used)
 
     def _matched_in_order(self, txn, p, matcher, counted: dict):
         """The documents ``matcher`` matches in ``p``'s index order, and ``_RUN`` where a run begins."""
@@ -1016,6 +1040,12 @@ class _Reading:
             matched = self.order.run(matched)
         return self.collect_sorted(matched)
 
+    def stream_sorted(self, matched):
+        """collect_sorted one document at a time (a cursor's: no answer limit)."""
+        shape = self.shape
+        for doc in itertools.islice(matched, self.skip, None if self.limit is None else self.skip + self.limit):
+            yield doc if shape is None else shape(doc)
+
     def collect_sorted(self, matched) -> list:
         """The answer from matching documents already in order: skip, limit, project."""
         out: list = []
@@ -1096,9 +1126,6 @@ def _check_flag(value: Any, name: str) -> None:
 
 
 _MISSING = object()
-#: A cursor's sorted search reads its first skip + limit documents in one read when they are
-#: at most this many (an index may then serve the sort); a longer one sorts in memory as it goes.
-SORTED_IN_ONE_READ = 10_000
 _NO_ID = "put stores a document under its _id_, and this one has none; add _id_, or use insert"
 
 

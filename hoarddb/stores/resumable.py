@@ -67,6 +67,18 @@ def fetch(kv, prefix: bytes, keys: Iterable[bytes]) -> Iterator[bytes]:
             return
 
 
+def fetch_walked(kv, prefix: bytes, walked: list) -> Iterator[tuple[bool, bytes, bytes | None]]:
+    """``(first of its run, key, value or None)`` for each ``(first, key)`` of ``walked`` (an
+    index read in a sort's order, planner.Plan.walk), the values read in chunks."""
+    for at in range(0, len(walked), CHUNK):
+        yield from _walked_values(kv, prefix, walked[at:at + CHUNK])
+
+
+def _walked_values(kv, prefix: bytes, part: list) -> list:
+    with kv.read() as txn:
+        return [(first, key, txn.get(prefix + key)) for first, key in part]
+
+
 def _forward(kv, at: bytes, within) -> tuple[list, bool]:
     """The entries from ``at`` on while ``within(key)``, one chunk of them; and whether it is full."""
     chunk: list = []
