@@ -143,6 +143,20 @@ def test_every_read_verb_answers_through_a_cursor(tmp_path):
             users.find({}, batch_size=-1)
 
 
+def test_a_sort_an_index_serves_streams_through_a_cursor_without_holding_the_documents(tmp_path):
+    with hoarddb.open(tmp_path / "d", stage_memory_bytes=4096) as client:  # a sort in memory: ~30 documents
+        bucket = client["app"].create_bucket("B", indices=[{"field": "C"}])
+        bucket.batch_insert([{"_id_": i, "C": i % 50, "pad": "x" * 100} for i in range(500)])
+        found = bucket.search({"C": {"$gte": 10}}, sort={"C": -1}, batch_size=7)
+        assert found.index_used == "C_1"
+        assert [(d["C"], d["_id_"]) for d in found] == sorted(
+            ((i % 50, i) for i in range(500) if i % 50 >= 10), key=lambda t: (-t[0], t[1]))
+        made = bucket.aggregate([{"$sort": {"C": 1}}, {"$project": {"C": 1}}], batch_size=9)
+        assert [d["C"] for d in made] == sorted(i % 50 for i in range(500)) and made.index_used == "C_1"
+        with pytest.raises(errors.LimitExceededError, match="memory limit of 4096 bytes"):
+            list(bucket.find({}, sort={"C": 1}, batch_size=7))  # find sorts in memory
+
+
 def test_a_result_in_its_first_batch_is_a_list_and_a_longer_one_is_read_once(tmp_path):
     with hoarddb.open(tmp_path / "d") as client:
         bucket = client["app"].create_bucket("U")

@@ -586,16 +586,24 @@ class HashStore(KVStore):
     def _streamed(self, filter: Mapping, sort: Any, p, reading: "_Reading") -> Reply:
         """search's answer for a cursor: the plan's index entries read now in one transaction (in
         the sort's order when the index serves it), the documents fetched in chunks as it goes."""
-        counted = {"keys": 0, "docs": 0}
-        with self.kv.read() as txn:
-            walked = list(p.walk(txn, counted)) if sort is not None and p.ordered(txn) else None
+        walked = self._walked(p) if sort is not None else None
         if walked is None:
             if sort is not None:  # sorted in memory: through the filter's own best index
                 p = plan(filter, self.indexes.indexes)
             return Reply(reading.stream(self._planned(None, filter, p)[0]), index_used=p.index_used)
-        field, matcher = p.sorted_field, reading.matcher
+        docs = self._fetched_in_order(walked, p.sorted_field, reading.matcher, reading.order if p.order.ties else None)
+        return Reply(reading.stream_sorted(docs), index_used=p.index_used)
 
-        def matched():  # _matched_in_order, the documents read in chunks
+    def _walked(self, p) -> list | None:
+        """The plan's ``(first of its run, document key)`` in its sort's order, read whole in one
+        transaction (a cursor's), or None when the index order is not the sort's."""
+        with self.kv.read() as txn:
+            return list(p.walk(txn, {"keys": 0, "docs": 0})) if p.ordered(txn) else None
+
+    def _fetched_in_order(self, walked: list, field: str, matcher, ties):
+        """_in_order for a cursor: the documents of ``walked`` (_walked) that ``matcher`` matches,
+        read in chunks as they are asked for, each run put through ``ties`` when given."""
+        def matched():  # _matched_in_order's, the documents read in chunks
             multikey: set = set()
             for first, dk, raw in resumable.fetch_walked(self.kv, self.DOC, walked):
                 if first:
@@ -607,9 +615,7 @@ class HashStore(KVStore):
                     multikey.add(dk)
                 if matcher(doc):
                     yield doc
-        ties = reading.order if p.order.ties else None
-        docs = _sorted_runs(matched(), ties) if ties is not None else (d for d in matched() if d is not _RUN)
-        return Reply(reading.stream_sorted(docs), index_used=p.index_used)
+        return _sorted_runs(matched(), ties) if ties is not None else (d for d in matched() if d is not _RUN)
 
     def _matched_in_order(self, txn, p, matcher, counted: dict):
         """The documents ``matcher`` matches in ``p``'s index order, and ``_RUN`` where a run begins."""
@@ -707,6 +713,16 @@ class HashStore(KVStore):
                                                             self.options.stage_max_documents), lookup=lookup)
         first = compiled.leading_match
         lead_sort = compiled.leading_sort
+        if stream and not explain and lead_sort is not None:  # a cursor's, with a $sort an index may serve
+            p = plan(first or {}, self.indexes.indexes, lead_sort)
+            if p.index is not None and p.index.state != "ready":
+                p = plan(first or {}, [], lead_sort)
+            walked = self._walked(p)
+            if walked is not None:  # the documents come in the $sort's order: the stage is left out
+                ties = compile_pipeline([{"$sort": lead_sort}], limits=Limits(
+                    self.options.stage_memory_bytes, self.options.stage_max_documents)) if p.order.ties else None
+                docs = self._fetched_in_order(walked, p.sorted_field, compile_filter(first or {}), ties)
+                return Reply(compiled.run(docs, sorted=True), index_used=p.index_used)
         if stream and not explain:  # a cursor's: the documents are read, and the stages run, as it goes
             p = plan(first, self.indexes.indexes) if first is not None else None
             if p is not None and p.index is not None and p.index.state != "ready":
