@@ -27,9 +27,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-import bson
-
 from .errors import BadValueError, CursorNotFoundError, LimitExceededError
+from .values.codec import encode_checked
 
 #: The documents a first batch holds when ``batch_size`` says nothing else (MongoDB's default).
 FIRST_BATCH = 101
@@ -90,7 +89,7 @@ class Cursor:
                 if doc is _END:
                     return out, False
             # its bytes in the answer's array: its BSON, a type byte, and its index as a C string
-            n = (len(bson.encode(doc)) if type(doc) is dict else len(bson.encode(dict(doc)))) + 2 + len(str(len(out)))
+            n = len(encode_checked(doc, "a document of the answer")) + 2 + len(str(len(out)))
             if out and taken + n > room:
                 self.ahead = doc
                 return out, True

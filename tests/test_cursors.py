@@ -157,6 +157,20 @@ def test_a_sort_an_index_serves_streams_through_a_cursor_without_holding_the_doc
             list(bucket.find({}, sort={"C": 1}, batch_size=7))  # find sorts in memory
 
 
+def test_a_batch_holds_every_kind_of_value_the_engine_stores(tmp_path):
+    import datetime
+    import uuid
+
+    from bson import Decimal128, ObjectId
+
+    values = [uuid.uuid4(), Decimal128("1.5"), ObjectId(), datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc),
+              b"bytes"]
+    with hoarddb.open(tmp_path / "d") as client:
+        bucket = client["app"].create_bucket("U")
+        bucket.batch_insert([{"_id_": i, "v": values[i % len(values)]} for i in range(50)])
+        assert [d["v"] for d in bucket.find({}, batch_size=3)] == [values[i % len(values)] for i in range(50)]
+
+
 def test_a_result_in_its_first_batch_is_a_list_and_a_longer_one_is_read_once(tmp_path):
     with hoarddb.open(tmp_path / "d") as client:
         bucket = client["app"].create_bucket("U")
