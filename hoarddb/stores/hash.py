@@ -475,11 +475,12 @@ class HashStore(KVStore):
         were considered, why each lost, and how many keys and documents were examined.
         """
         filter = filter or {}
-        if sort is not None or skip or projection is not None or (stream and not explain):
-            return self._search(filter, limit, explain, sort, skip, projection, stream and not explain)
+        stream = stream and not explain  # (an explain answers whole: it counts what it read)
+        if sort is not None or skip or projection is not None:
+            return self._search(filter, limit, explain, sort, skip, projection, stream)
         shape = self.shapes.of(filter)
         if shape is None or shape.index is None:
-            return self._search(filter, limit, explain)
+            return self._search(filter, limit, explain, stream=stream)
         # A flat filter of plain values on an index: planned once for its field names
         # (planner.Shapes); its values make the key prefix, and an exact shape's entries
         # prove the match (no second check of the document).
@@ -495,6 +496,11 @@ class HashStore(KVStore):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
         if ix.state != "ready":
             raise not_ready(ix)
+        if stream:  # a cursor's: the entries read now, the documents in chunks as it goes
+            docs = (decode(raw) for raw in resumable.fetch(self.kv, self.DOC, self._shape_keys(shape, prefix)))
+            if matcher is not None:
+                docs = (doc for doc in docs if matcher(doc))
+            return Reply(itertools.islice(docs, limit) if limit is not None else docs, index_used=ix.name)
         out: list = []
         if shape.whole:  # unique, every field given: one entry at most, read by its key
             txn = self.kv.read()
@@ -541,6 +547,32 @@ class HashStore(KVStore):
                 "keys_examined": keys_examined, "docs_examined": docs_examined, "returned": len(out),
             })
         return Reply(out, index_used=ix.name)
+
+    def _shape_keys(self, shape, prefix: bytes) -> list:
+        """The document keys of the index entries under ``prefix`` (search's flat-filter path), in
+        key order, read in one transaction (a cursor's: the documents are fetched as it goes)."""
+        ix = shape.index
+        with self.kv.read() as txn:
+            if shape.whole:
+                dk = txn.get(prefix)
+                return [] if dk is None else [dk]
+            cursor = txn.cursor()
+            if not cursor.set_range(prefix):
+                return []
+            if shape.in_order:
+                n = len(prefix)
+                keys = []
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(prefix):
+                        break
+                    keys.append(key[n:])
+                return keys
+            found = set()
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                found.add(ix.doc_key_of(key, value))
+            return sorted(found)
 
     def _search(self, filter: Mapping, limit: int | None, explain: Any, sort: Any = None, skip: int = 0,
                 projection: Mapping | None = None, stream: bool = False) -> Reply:
