@@ -383,3 +383,22 @@ def test_the_window_verb_over_the_wire_blocking_and_asyncio(tmp_path):
                 await c.close()
 
         assert asyncio.run(read())["counts"] == [{"value": "x", "count": 2}, {"value": "y", "count": 1}]
+
+
+def test_a_bucket_with_time_range_indexes_checks_clean_and_survives_a_reopen(tmp_path):
+    from hoarddb.tools.check import check
+    with hoarddb.open(tmp_path / "data", ttl_sweep_seconds=0) as c:
+        b = c["app"].create_bucket("Posts", type="hash", timestamps=True, indices=["Tag", trending(ttl=86400), {
+            "name": "onePerDay", "fields": ["$createdAt", "Owner"], "unique": True,
+            "timeRange": {"on": "$createdAt", "range": 86400, "step": 86400}}])
+        b.batch_insert([{"_id_": i, "At": at(hour_start(-1) + i), "Tag": "xy"[i % 2], "Owner": i} for i in range(20)])
+        b.delete({"_id_": 3})
+    report = check(tmp_path / "data")
+    assert report.ok, "\n".join(report.lines())
+    with hoarddb.open(tmp_path / "data", ttl_sweep_seconds=0) as c:
+        b = c["app"].Posts
+        assert b.window("hourly", byStart=at(hour_start(-1)), top=1)["top"] == [{"value": "x", "count": 10}]
+        assert b.window("onePerDay", newest=True)["count"] == 19
+        with pytest.raises(DuplicateKeyError):
+            b.insert({"Owner": 5})
+        assert b.search({"Tag": "y"}).index_used == "Tag_1"
