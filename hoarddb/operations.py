@@ -239,7 +239,8 @@ class Operation:
     #: How the answers of a spread bucket's partitions make one answer: "documents" (lists of them,
     #: merged in key order, limit applied after), "sum" (a number), "counts" ({matched,
     #: modified}, {deleted}: added up), "split" (a batch: cut by partition, its keys put back
-    #: in order). Empty: a spread bucket refuses it (not built yet).
+    #: in order), "windows" (one window of a time-range index: counts added up, ranked again).
+    #: Empty: a spread bucket refuses it (not built yet).
     gather: str = ""
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
@@ -373,7 +374,7 @@ for _op in [
                       "field or each value's count, read from counts the index keeps.",
               answer="{index, start, end, count} (and field with top or counts)",
               example='db.Post.window("hourlyByHashtag", {newest: true}).top(10)', cost=SCAN,
-              chains=(("counts", "window", {"counts": True}),)),
+              chains=(("counts", "window", {"counts": True}),), gather="windows"),
     Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False),),
               summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
               answer="a list (index_used names what served a leading $match)",
