@@ -67,6 +67,7 @@ FORMAT = 5
 _BIAS = 1 << 63
 _TOP = (1 << 64) - 1
 ENTRY, COUNT, VALUE, RANK = b"W", b"C", b"V", b"R"
+_NONE: frozenset = frozenset()
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MS = datetime.timedelta(milliseconds=1)
 
@@ -286,6 +287,8 @@ class TimeRangeIndex:
         self.range, self.step, self.phase = tr["range"] * 1000, tr["step"] * 1000, tr.get("phase", 0) * 1000
         self.ttl: int | None = tr["ttl"] * 1000 if tr.get("ttl") is not None else None
         self.prefix = b"I" + bytes([self.id])
+        self._entry, self._count = self.prefix + ENTRY, self.prefix + COUNT
+        self._value, self._rank = self.prefix + VALUE, self.prefix + RANK
         #: An ordinary index over the fields after the timestamp, whose encodings the entries reuse.
         self.rest = rest_index
         self.state = "unreadable" if decl.get("format", FORMAT) > FORMAT else "ready"
@@ -313,47 +316,50 @@ class TimeRangeIndex:
             return [(b"", ())]
         return self.rest.value_tuples(doc, bucket)
 
-    def contributions(self, doc: dict | None, dk: bytes, now: int, bucket: str) -> tuple[dict, dict]:
-        """``({entry key: (value, values, start)}, {(start, encoded v2 or None): +1})`` of a document."""
+    def contributions(self, doc: dict | None, dk: bytes, now: int, bucket: str) -> tuple[dict, set, int | None]:
+        """``({entry key: (value, values, start)}, {(start, encoded v2 or None)}, the first live
+        window's start)`` of a document: its entries, and the counters it adds one to."""
         if doc is None:
-            return {}, {}
+            return {}, _NONE, None
         ms = to_ms(doc.get(self.on))
         if ms is None:
-            return {}, {}
+            return {}, _NONE, None
         rest = self._rest(doc, bucket)
-        firsts = None
-        if self.ranked:
-            firsts = list(dict.fromkeys(encoded[:key_end(encoded, 0)] for encoded, _ in rest))
+        firsts = list(dict.fromkeys(encoded[:key_end(encoded, 0)] for encoded, _ in rest)) if self.ranked else ()
         entries: dict = {}
-        counts: dict = {}
+        counts: set = set()
+        first = None
+        entry = self._entry
         for s in self.windows(ms):
-            if self.expired(s, now):
+            if self.ttl is not None and s + self.ttl <= now:
                 continue
-            s8 = _start(s)
+            if first is None:
+                first = s
+            s8 = (s + _BIAS).to_bytes(8, "big")
             for encoded, values in rest:
                 if self.unique:
-                    entries[self.prefix + ENTRY + s8 + encoded] = (dk, values, s)
+                    entries[entry + s8 + encoded] = (dk, values, s)
                 else:
-                    entries[self.prefix + ENTRY + s8 + encoded + dk] = (b"", values, s)
-            counts[(s8, None)] = 1
-            for v in firsts or ():
-                counts[(s8, v)] = 1
-        return entries, counts
+                    entries[entry + s8 + encoded + dk] = (b"", values, s)
+            counts.add((s8, None))
+            for v in firsts:
+                counts.add((s8, v))
+        return entries, counts, first
 
     def apply(self, txn, dk: bytes, old: dict | None, new: dict | None, now: int, bucket: str, where: str,
               conflicts: dict | None) -> None:
         """Move a document's keys from ``old`` to ``new`` (None: absent), then remove a bounded
         number of keys of expired windows."""
-        before, was = self.contributions(old, dk, now, bucket)
-        after, will = self.contributions(new, dk, now, bucket)
+        before, was, _ = self.contributions(old, dk, now, bucket)
+        after, will, first = self.contributions(new, dk, now, bucket)
         if before != after or was != will:
-            for key in before.keys() - after.keys():
+            for key in before.keys() - after.keys() if after else before:
                 if self.unique:
                     holder = txn.get(key)
                     if holder is None or bytes(holder) != dk:
                         continue
                 txn.delete(key)
-            for key in after.keys() - before.keys():
+            for key in after.keys() - before.keys() if before else after:
                 value, values, s = after[key]
                 if self.unique:
                     holder = txn.get(key)
@@ -364,32 +370,36 @@ class TimeRangeIndex:
                             zip(self.fields[1:], values)), "documents": [decode_key(bytes(holder)), decode_key(dk)]})
                         continue
                 txn.put(key, value)
-            for item in was.keys() | will.keys():
-                delta = will.get(item, 0) - was.get(item, 0)
-                if delta:
-                    self._bump(txn, item[0], item[1], delta)
-            if self.ttl is not None and will and self.next_expiry is not None:
-                oldest = min(_start_ms(s8) for s8, _ in will) + self.ttl
-                self.next_expiry = min(self.next_expiry, oldest)
+            bump = self._bump
+            for s8, v in was - will if will else was:
+                bump(txn, s8, v, -1)
+            for s8, v in will - was if was else will:
+                bump(txn, s8, v, 1)
+            if first is not None and self.ttl is not None and self.next_expiry is not None:
+                self.next_expiry = min(self.next_expiry, first + self.ttl)
         if self.ttl is not None:
             self.expire(txn, now)
 
     def _bump(self, txn, s8: bytes, value: bytes | None, delta: int) -> None:
+        """Move a window's count (``value`` None) or a value's count in it, and its ranking key, by ``delta``."""
         if value is None:
-            key = self.prefix + COUNT + s8
+            key = self._count + s8
             raw = txn.get(key)
             n = (int.from_bytes(raw, "big") if raw is not None else 0) + delta
             txn.put(key, n.to_bytes(8, "big")) if n > 0 else txn.delete(key)
             return
-        key = self.prefix + VALUE + s8 + value
+        key = self._value + s8 + value
         raw = txn.get(key)
-        was = int.from_bytes(raw, "big") if raw is not None else 0
-        n = was + delta
-        if was:
-            txn.delete(self.prefix + RANK + s8 + (_TOP - was).to_bytes(8, "big") + value)
+        rank = self._rank + s8
+        if raw is not None:
+            was = int.from_bytes(raw, "big")
+            txn.delete(rank + (_TOP - was).to_bytes(8, "big") + value)
+            n = was + delta
+        else:
+            n = delta
         if n > 0:
             txn.put(key, n.to_bytes(8, "big"))
-            txn.put(self.prefix + RANK + s8 + (_TOP - n).to_bytes(8, "big") + value, b"")
+            txn.put(rank + (_TOP - n).to_bytes(8, "big") + value, b"")
         else:
             txn.delete(key)
 
