@@ -108,14 +108,18 @@ def main() -> None:
             def by_index():
                 return [(r["value"], r["count"]) for r in indexed.window("hourly", byStart=lo, top=10)["top"]]
 
+            served = {}
+
             def by_search():
                 found = plain.search({"At": {"$gte": lo, "$lt": hi}})
+                served["search"] = found.index_used
                 return top10(Counter(d["hashtag"] for d in found))
 
             def by_aggregate():
                 out = plain.aggregate([{"$match": {"At": {"$gte": lo, "$lt": hi}}},
                                        {"$group": {"_id": "$hashtag", "n": {"$count": {}}}},
                                        {"$sort": {"n": -1, "_id": 1}}, {"$limit": 10}])
+                served["aggregate"] = getattr(out, "index_used", None)
                 return [(d["_id"], d["n"]) for d in out]
 
             sql = sqlite3.connect(os.path.join(path, "posts.sqlite"))
@@ -149,6 +153,7 @@ def main() -> None:
           f"SQLite {sqlite3.sqlite_version}")
     print(f"{args.n:,} posts over one day, {TAGS:,} hashtags (Zipf s={ZIPF_S}); the window holds {in_hour:,} posts; "
           f"top 3: {expected[:3]}")
+    print(f"index_used: search {served.get('search')!r}, aggregate {served.get('aggregate')!r}")
     print()
     print("| top 10 hashtags of the last hour | reads | median ms | ratio to the index |")
     print("|---|---:|---:|---:|")
