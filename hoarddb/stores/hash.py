@@ -275,11 +275,9 @@ class HashStore(KVStore):
         """
         self.indexes.check_writable()
         if self.timestamps:  # a dump's documents carry their timestamps: kept as they are
-            kept = []
-            for i, doc in enumerate(docs):
-                clean, times = timerange.without_kept(doc) if isinstance(doc, Mapping) else (doc, {})
-                kept.append(times)
-                docs[i] = clean
+            split = [timerange.without_kept(doc) if isinstance(doc, Mapping) else (doc, {}) for doc in docs]
+            docs = [clean for clean, _times in split]
+            kept = [times for _clean, times in split]
         prepared = [self._prepare(doc, i) for i, doc in enumerate(docs)]
         if self.timestamps:
             now = timerange.now_date()
@@ -432,6 +430,8 @@ class HashStore(KVStore):
                 return doc, -1
             changed = compiled.apply(doc, query=filter)
             self._rewrite(txn, key, raw, doc, changed)
+            if new and self.timestamps:  # as stored, with the timestamps kept
+                return decode(txn.get(key)), 0
             return (decode(encode_document(changed)) if new else doc), 0
 
         result = self._write(fn)

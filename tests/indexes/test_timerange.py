@@ -402,3 +402,13 @@ def test_a_bucket_with_time_range_indexes_checks_clean_and_survives_a_reopen(tmp
         with pytest.raises(DuplicateKeyError):
             b.insert({"Owner": 5})
         assert b.search({"Tag": "y"}).index_used == "Tag_1"
+
+
+def test_find_and_modify_on_a_bucket_keeping_timestamps(client):
+    b = client["app"].create_bucket("Counters", type="hash", timestamps=True)
+    first = b.find_and_modify({"_id_": "c"}, {"$inc": {"n": 1}}, new=True, upsert=True)
+    assert first["n"] == 1 and first["$createdAt"] == first["$updatedAt"]
+    second = b.find_and_modify({"_id_": "c"}, {"$inc": {"n": 1}}, new=True)
+    assert second["n"] == 2 and second["$createdAt"] == first["$createdAt"] <= second["$updatedAt"]
+    assert b.find_and_modify({"_id_": "c"}, {"$inc": {"n": 1}})["n"] == 2
+    assert b.find_and_modify({"_id_": "c"}, remove=True)["n"] == 3 and b.count() == 0
