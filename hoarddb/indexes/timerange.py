@@ -439,6 +439,47 @@ class TimeRangeIndex:
                 self.next_expiry = now
                 return removed
 
+    def check(self, txn, documents, now: int, bucket: str) -> list[str]:
+        """What is wrong with this index's keys in its live windows (those that stay readable a
+        minute past ``now``), against the keys the ``documents`` (``(encoded _id_, document)``)
+        make: keys missing, keys no document makes, counts that disagree. Expired windows are
+        not compared: their keys are on their way out."""
+        margin = 60_000
+        expected: dict[bytes, bytes] = {}
+        counters: dict = {}
+        for dk, doc in documents:
+            entries, counts, _ = self.contributions(doc, dk, now + margin, bucket)
+            for key, (value, _values, _start) in entries.items():
+                expected[key] = b"" if self.unique else value
+            for item in counts:
+                counters[item] = counters.get(item, 0) + 1
+        for (s8, v), n in counters.items():
+            if v is None:
+                expected[self._count + s8] = n.to_bytes(8, "big")
+            else:
+                expected[self._value + s8 + v] = n.to_bytes(8, "big")
+                expected[self._rank + s8 + (_TOP - n).to_bytes(8, "big") + v] = b""
+        actual: dict[bytes, bytes] = {}
+        cursor = txn.cursor()
+        if cursor.set_range(self.prefix):
+            for key, value in cursor:
+                if not key.startswith(self.prefix):
+                    break
+                key = bytes(key)
+                start = _start_ms(key[len(self.prefix) + 1:len(self.prefix) + 9])
+                if not self.expired(start, now + margin):
+                    actual[key] = b"" if self.unique and key[len(self.prefix):][:1] == ENTRY else bytes(value)
+        missing = expected.keys() - actual.keys()
+        stray = actual.keys() - expected.keys()
+        wrong = [k for k in expected.keys() & actual.keys() if expected[k] != actual[k]]
+        out = []
+        for what, keys in (("missing", missing), ("that no document makes", stray), ("with a wrong count", wrong)):
+            if keys:
+                first = min(keys)
+                out.append(f'time-range index "{self.name}" has {len(keys)} key(s) {what} (the first in the window '
+                           f"starting {literal(to_date(_start_ms(first[len(self.prefix) + 1:len(self.prefix) + 9])))})")
+        return out
+
     def duplicate(self, bucket: str, start: int, values: tuple, holder: Any, where: str = "") -> DuplicateKeyError:
         window = (f"{self.on} in the window {literal(to_date(start))} to "
                   f"{literal(to_date(start + self.range))}")

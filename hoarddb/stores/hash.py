@@ -71,7 +71,8 @@ class HashStore(KVStore):
         """Every document decodes and sits under its own ``_id_``; the count is theirs; every
         entry of each ready or conflicted index (unique, compound, TTL; a conflicted one's
         claims too) points to a document that holds its values, and every document has all
-        of its entries, no two holding one unique value; the store fields check
+        of its entries, no two holding one unique value; each time-range index's keys in its
+        live windows are those its documents make (entries, counts, rankings); the store fields check
         (:func:`~hoarddb.stores.fields.check_fields`). An index being built, or declared by a
         newer hoardDB, is not checked: the next open writes it again, or this one cannot read it."""
         super().check_kv(txn, declaration, directory, problems)
@@ -80,6 +81,13 @@ class HashStore(KVStore):
         count = _check_documents(txn, indexes, checked, problems)
         cls.check_count(txn, count, problems)
         _check_entries(txn, indexes, checked, problems)
+        if indexes.timeranges:
+            now = timerange.now_ms()
+            for tr in indexes.timeranges:
+                if tr.state == "ready":
+                    docs = _decoded(txn, cls.DOC)
+                    for what in tr.check(txn, docs, now, indexes.bucket):
+                        problems.append(Problem(HashStore.KV_FILE, what, REBUILD))
         check_fields(txn, declaration, directory, lambda dk: txn.get(cls.DOC + dk) is not None, problems)
 
     def __init__(self, directory, declaration, options):
@@ -1087,6 +1095,15 @@ def _scan(txn, prefix: bytes):
         if not key.startswith(prefix):
             return
         yield key, raw
+
+
+def _decoded(txn, prefix: bytes):
+    """``(encoded _id_, document)`` of every document that decodes (the others are reported apart)."""
+    for key, raw in _scan(txn, prefix):
+        try:
+            yield bytes(key[len(prefix):]), decode(raw)
+        except DECODE_ERRORS:
+            continue
 
 
 def _docs_after(txn, prefix: bytes, after: bytes, n: int) -> list[tuple[bytes, dict]]:

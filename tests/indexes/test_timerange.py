@@ -412,3 +412,21 @@ def test_find_and_modify_on_a_bucket_keeping_timestamps(client):
     assert second["n"] == 2 and second["$createdAt"] == first["$createdAt"] <= second["$updatedAt"]
     assert b.find_and_modify({"_id_": "c"}, {"$inc": {"n": 1}})["n"] == 2
     assert b.find_and_modify({"_id_": "c"}, remove=True)["n"] == 3 and b.count() == 0
+
+
+def test_check_reports_time_range_keys_changed_behind_hoarddbs_back(tmp_path):
+    import lmdb
+    from hoarddb.tools.check import check
+    with hoarddb.open(tmp_path / "data", ttl_sweep_seconds=0) as c:
+        b = c["app"].create_bucket("Posts", type="hash", indices=[trending(ttl=86400)])
+        b.batch_insert([{"_id_": i, "At": at(hour_start(-1) + i), "Tag": "xy"[i % 2]} for i in range(10)])
+    env = lmdb.open(str(tmp_path / "data" / "app" / "Posts" / "kv"), max_dbs=0)
+    with env.begin(write=True) as txn:
+        count = next(k for k in txn.cursor().iternext(values=False) if k.startswith(b"I\x00C"))
+        txn.put(count, (99).to_bytes(8, "big"))
+        entry = next(k for k in txn.cursor().iternext(values=False) if k.startswith(b"I\x00W"))
+        txn.delete(entry)
+    env.close()
+    lines = "\n".join(check(tmp_path / "data").lines())
+    assert 'time-range index "hourly" has 1 key(s) missing' in lines
+    assert 'time-range index "hourly" has 1 key(s) with a wrong count' in lines
