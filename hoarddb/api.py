@@ -229,18 +229,34 @@ class StoreField:
     lifo and heap fields, put(key, doc)/get/delete/list on hash and btree fields,
     put/get/info/delete/stream on blob fields. Any other name is sent as it is, and the
     engine refuses it saying what to use instead (``update`` on a store field, say).
+
+    An element of a hash or btree store field may own stores of its own (a deeper level):
+    ``db.User["jane"].Friends["bob"].Messages`` is the ``Messages`` store of element
+    ``bob`` of jane's ``Friends``; ``path`` holds the ``(key, field)`` steps below the
+    document's field.
     """
 
-    def __init__(self, document: Document, name: str):
+    def __init__(self, document: Document, name: str, path: tuple = ()):
         self._document = document
         self.name = name
+        self._path = path
 
     def _send(self, name: str, args: dict) -> Any:
         bucket = self._document._bucket
-        return bucket._database._client._run({
-            "op": name, "db": bucket._database.name, "bucket": bucket.name,
-            "key": self._document.key, "field": self.name, "args": args,
-        }, _result)
+        request = {"op": name, "db": bucket._database.name, "bucket": bucket.name,
+                   "key": self._document.key, "field": self.name, "args": args}
+        if self._path:
+            request["path"] = [{"key": key, "field": field} for key, field in self._path]
+        return bucket._database._client._run(request, _result)
+
+    def __getitem__(self, key: Any) -> "Element":
+        """Element ``key`` of this hash or btree store, as the owner of its stores:
+        ``db.User["jane"].Friends["bob"].Messages``."""
+        return Element(self, key)
+
+    def element(self, key: Any) -> "Element":
+        """Same as ``field[key]``."""
+        return Element(self, key)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -248,7 +264,30 @@ class StoreField:
         return lambda *args, **kwargs: self._send(name, {})
 
     def __repr__(self) -> str:
-        return f"<hoarddb StoreField {self._document!r}.{self.name}>"
+        steps = "".join(f"[{key!r}].{field}" for key, field in self._path)
+        return f"<hoarddb StoreField {self._document!r}.{self.name}{steps}>"
+
+
+class Element:
+    """Element is an element's address in a hash or btree store field; its attributes are
+    the stores it owns (``db.User["jane"].Friends["bob"].Messages``). Its own fields are
+    read with the field's ``get(key)``."""
+
+    def __init__(self, field: StoreField, key: Any):
+        self._field = field
+        self.key = key
+
+    def __getattr__(self, name: str) -> StoreField:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __getitem__(self, name: str) -> StoreField:
+        f = self._field
+        return StoreField(f._document, f.name, f._path + ((self.key, name),))
+
+    def __repr__(self) -> str:
+        return f"<hoarddb Element {self._field!r}[{self.key!r}]>"
 
 
 def _make_field_verb(op: operations.Operation, name: str):

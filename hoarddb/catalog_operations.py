@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from . import operations
 from .catalog import check_name
-from .declaration import check_fields, check_placement, declare_bucket
+from .declaration import addresses, check_fields, check_placement, declare_bucket
 from .errors import BadValueError, InvalidArgumentError, UnknownOptionError
 from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
@@ -60,7 +60,7 @@ def list_buckets(engine: Engine, request: dict) -> list:
 
 def create_bucket(engine: Engine, request: dict) -> dict:
     db, name = db_of(request), bucket_of(request)
-    declaration, warnings = declare_bucket(name, request.get("options") or {})
+    declaration, warnings = declare_bucket(name, request.get("options") or {}, engine.options.max_nesting_depth)
     type_name = declaration["type"]
     with engine._mutex:
         directory = engine.path / db / name
@@ -162,6 +162,7 @@ def describe_bucket(engine: Engine, request: dict) -> dict:
     return {
         "name": name, "db": db, "type": decl["type"], "options": decl.get("options", {}),
         "fields": decl.get("fields", []), "store_fields": decl.get("store_fields", []),
+        **({"stores": addresses(name, decl["store_fields"])} if decl.get("store_fields") else {}),
         "indexes": index_states(store, decl), "verbs": operations.verbs_for(decl["type"]),
         **({"placement": decl["placement"]} if "placement" in decl else {}),
         "entries": stats["entries"], "bytes": stats["bytes"], "data_bytes": stats["data_bytes"],
@@ -173,7 +174,8 @@ def stats(engine: Engine, request: dict) -> dict:
     decl = engine.catalog.bucket(db, name)
     store = engine._store(db, name, decl)
     try:
-        return {"name": name, "type": decl["type"], **store.stats(), "indexes": index_states(store, decl)}
+        return {"name": name, "type": decl["type"], **store.stats(), "indexes": index_states(store, decl),
+                **({"stores": addresses(name, decl["store_fields"])} if decl.get("store_fields") else {})}
     except Exception as exc:
         engine._check_still_open(db, name, store, exc)
         raise
@@ -198,10 +200,11 @@ def sweep_ttl(engine: Engine, request: dict) -> dict:
 
 
 def check(engine: Engine, request: dict) -> dict:
-    """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) walked in
-    one read transaction while it serves: ``{buckets: [{db, bucket, type, checked, problems:
-    [[file, what, todo], ...], more}]}``. A type without such a walk (fifo, lifo, blob: their
-    files change under a read) says ``checked: false``; ``hoarddb check DIR`` checks those."""
+    """check (admin): each bucket of ``db`` (or of every database, or ``db.bucket``) checked over
+    one moment of it while it serves (``Store.check_open``: a read transaction, a queue's log
+    as its lock gave it, a blob bucket's index as it was): ``{buckets: [{db, bucket, type,
+    checked, problems: [[file, what, todo], ...], more}]}``. A store type without such a
+    check would say ``checked: false``, for ``hoarddb check DIR``."""
     db, bucket = request.get("db"), request.get("bucket")
     if bucket is not None and db is None:
         raise InvalidArgumentError("check: a bucket is named within a database: give db too")
@@ -211,9 +214,11 @@ def check(engine: Engine, request: dict) -> dict:
             decl = engine.catalog.bucket(name, b)
             store = engine._store(name, b, decl)
             entry = {"db": name, "bucket": b, "type": decl["type"], "checked": False, "problems": [], "more": 0}
-            walk = getattr(store, "check_open", None)
-            if walk is not None:
-                problems = walk({**decl, "db": name, "name": b})
+            try:
+                problems = store.check_open({**decl, "db": name, "name": b})
+            except NotImplementedError:
+                pass
+            else:
                 entry.update(checked=True, problems=[list(p) for p in problems], more=getattr(problems, "more", 0))
             out.append(entry)
     return {"buckets": out}

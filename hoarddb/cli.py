@@ -52,8 +52,8 @@ NO_SERVER = "hoardDB: no server client exists yet; use --data DIR for an embedde
 def _shell_options(f):
     f = click.option("--continue-on-error", is_flag=True,
                      help="In a script, run the statements after a failing one too.")(f)
-    f = click.option("-e", "--execute", "statement", metavar="STATEMENT",
-                     help="Run these statements and exit.")(f)
+    f = click.option("-e", "--execute", "statement", metavar="STATEMENT", multiple=True,
+                     help="Run these statements and exit (repeat -e for more: they run in order).")(f)
     # surrogateescape: a byte that is not UTF-8 reaches the parser, which refuses it with its position
     f = click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8", errors="surrogateescape"),
                      help="Run the statements of FILE ('-' for standard input) and exit.")(f)
@@ -223,13 +223,13 @@ def _where(client, data, remote) -> str:
     """The banner's line on where the shell is: the server's address and version, the user, the database."""
     if remote is None:
         return f"embedded database in {data} (hoardDB {__version__}); no database yet: `use NAME`"
-    try:
-        version = client._executor.server_info.get("version") or "?"
+    try:  # the server names itself and its version in its hello: "hoardDB 0.1.0"
+        server = client._executor.server_info.get("server") or "hoardDB ?"
     except HoardError:
-        version = "?"
+        server = "hoardDB ?"
     user = f"user {remote.user}" if remote.user else "no user (insecure)" if remote.insecure else "no user"
     tls = "insecure" if remote.insecure else "TLS"
-    return f"connected to {remote.address} (hoardDB {version}, {tls}) as {user}; no database yet: `use NAME`"
+    return f"connected to {remote.address} ({server}, {tls}) as {user}; no database yet: `use NAME`"
 
 
 class _Group(click.Group):
@@ -302,6 +302,7 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
     except HoardError as e:
         click.echo(f"{prog}: {e.message}", err=True)
         sys.exit(2)
+    statement = "\n".join(statement) if statement else None  # each -e, in order (none was silently dropped)
     sys.exit(run_shell(data, json_mode, script, statement, continue_on_error, remote))
 
 

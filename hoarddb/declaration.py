@@ -19,7 +19,9 @@ from .stores import store_class
 COMMON_BUCKET_OPTIONS = {
     "type": "the store type: fifo, lifo, hash, btree, heap or blob (default hash)",
     "fields": "field lines [{name, type, keywords}]; recorded in the declaration",
-    "store_fields": "store fields [{name, type}] that each document owns (hash and btree buckets)",
+    "store_fields": "store fields [{name, type, store_fields?}] that each document owns (hash and btree buckets); "
+                    "a hash or btree store field may declare store fields of its elements, down to the "
+                    "maximum depth (max_nesting_depth, default 3)",
     "indices": "secondary indexes (hash buckets)",
     "placement": "whole: the bucket stays in one partition on one node of a cluster (fifo, lifo, heap: always)",
     "partitions": "how many partitions a cluster spreads a hash bucket over (1 to 4096; default 64 in a cluster)",
@@ -30,9 +32,12 @@ PLACEMENTS = ("whole",)
 SPREADABLE = ("hash",)
 MAX_PARTITIONS = 4096
 KEYED_TYPES = ("hash", "btree")
+#: The deepest level a declaration may reach by default: L1 the bucket, L2 its documents'
+#: store fields, L3 the store fields of their elements (``Options.max_nesting_depth``).
+DEFAULT_MAX_DEPTH = 3
 
 
-def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
+def declare_bucket(name: str, raw: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[dict, list[str]]:
     """The declaration of bucket ``name`` from ``create_bucket``'s options, checked whole, and its
     warnings; nothing is written (restore checks a dump's declarations with it before loading any)."""
     if not isinstance(raw, dict):
@@ -53,7 +58,7 @@ def declare_bucket(name: str, raw: Any) -> tuple[dict, list[str]]:
             warnings.append(f"field line {f['name']} {f['type']}{''.join(' ' + k for k in f['keywords'])} "
                             f"declares a field named {f['name']!r}; for the bucket option write "
                             f"`{f['name']}: {f['type'] or '...'}` (with a colon)")
-    store_fields = _check_store_fields(raw.get("store_fields") or [], type_name)
+    store_fields = _check_store_fields(raw.get("store_fields") or [], type_name, name, 2, max_depth)
     indexes, index_warnings = declare_indexes(
         type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]], options
     )
@@ -144,21 +149,74 @@ def check_fields(fields, warnings: list[str]) -> list[dict]:
     return out
 
 
-def _check_store_fields(store_fields, type_name: str) -> list[dict]:
+def _check_store_fields(store_fields, type_name: str, owner: str, level: int, max_depth: int) -> list[dict]:
+    """The store fields ``[{name, type, store_fields?}]`` of ``owner`` (a bucket, or a keyed
+    store field: its elements' stores), each at ``level`` (2: a document's), checked."""
     if not isinstance(store_fields, list):
-        raise InvalidArgumentError("'store_fields' must be a list of {name, type}")
+        raise InvalidArgumentError("'store_fields' must be a list of {name, type, store_fields?}")
     if store_fields and type_name not in KEYED_TYPES:
-        raise BadValueError(
-            f"a {type_name} bucket cannot declare store fields: only hash and btree documents own stores"
-        )
+        if level == 2:
+            raise BadValueError(
+                f"a {type_name} bucket cannot declare store fields: only hash and btree documents own stores"
+            )
+        raise BadValueError(f"store field {owner} is a {type_name} store and cannot declare store fields: only the "
+                            "elements of a hash or btree store field own stores")
+    if store_fields and level > max_depth:
+        raise BadValueError(too_deep(f"{owner}.{store_fields[0].get('name') if isinstance(store_fields[0], dict) else '?'}",
+                                     level, max_depth))
     out, seen = [], set()
     for f in store_fields:
         if not isinstance(f, dict) or not isinstance(f.get("name"), str):
-            raise InvalidArgumentError(f"a store field is {{name, type}}, got {f!r}")
+            raise InvalidArgumentError(f"a store field is {{name, type, store_fields?}}, got {f!r}")
+        extra = set(f) - {"name", "type", "store_fields"}
+        if extra:
+            raise InvalidArgumentError(f"store field {f['name']!r}: unknown key(s) {', '.join(sorted(extra))}; "
+                                       "a store field is {name, type, store_fields?}")
         store_class(f.get("type"))  # the six types, or UnknownStoreTypeError
         check_name(f["name"], "store field")
         if f["name"] in seen:
             raise BadValueError(f"store field {f['name']!r} is declared twice")
         seen.add(f["name"])
-        out.append({"name": f["name"], "type": f["type"]})
+        entry = {"name": f["name"], "type": f["type"]}
+        if f.get("store_fields"):
+            entry["store_fields"] = _check_store_fields(f["store_fields"], f["type"], f"{owner}.{f['name']}",
+                                                        level + 1, max_depth)
+        out.append(entry)
     return out
+
+
+def too_deep(address: str, level: int, max_depth: int) -> str:
+    """The refusal of a store declared at ``level``, past ``max_depth``, with the advice to keep shallow."""
+    return (f"store field {address} would be at level L{level}, deeper than the maximum of L{max_depth} "
+            f"(max_nesting_depth). Keep nesting shallow: L1 to L3 covers most uses. Anything that can grow "
+            "independently and unpredictably belongs in an L1 bucket of its own, holding the parent's key in a "
+            "field; or raise max_nesting_depth")
+
+
+def depth_of(store_fields) -> int:
+    """The deepest level a declaration's store fields reach: 1 without any, 2 with store fields, 3 with nested ones…"""
+    return 1 + max((depth_of(f.get("store_fields") or []) for f in store_fields or []), default=0)
+
+
+def addresses(bucket: str, store_fields, above: str = "", level: int = 2) -> list[dict]:
+    """``[{address, type, level}]`` of every store a declaration's documents own, named by
+    its dotted address as the L1/L2 guide writes them (``User.Friends``, a level deeper
+    ``User.Friends.Messages``; one document's store is ``User.jane.Friends``)."""
+    out = []
+    for f in store_fields or []:
+        address = f"{above or bucket}.{f['name']}"
+        out.append({"address": address, "type": f["type"], "level": level})
+        out.extend(addresses(bucket, f.get("store_fields"), address, level + 1))
+    return out
+
+
+def store_type_at(declaration: dict, field: Any, path: Any = None) -> str | None:
+    """The type of the store a request names: its ``field`` of a document, and below it the
+    ``path`` steps ``[{key, field}]``; None when the declaration has no such store."""
+    declared, found = declaration.get("store_fields") or [], None
+    for name in [field] + [step.get("field") if isinstance(step, dict) else None for step in path or []]:
+        found = next((f for f in declared if f.get("name") == name), None)
+        if found is None:
+            return None
+        declared = found.get("store_fields") or []
+    return found.get("type") if found else None

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from . import catalog_operations, lifecycle, operations
 from .catalog import Catalog, check_name
 from .catalog_operations import bucket_of, db_of
+from .declaration import store_type_at
 from .indexes.maintenance import Index
 from .errors import (BadValueError, BucketNotFoundError, ClosedError, CorruptDataError, DatabaseNotFoundError,
                      HoardError, InternalError, InvalidArgumentError, StorageError,
@@ -267,7 +268,8 @@ class Engine:
                           lambda name, d: self._store(db, name, d), None if self.options.sync else self._mark_dirty)
 
     def _field_verb(self, name: str, request: dict) -> Any:
-        """A verb on a document's store field: ``{op, db, bucket, key, field, args}``. The bucket's
+        """A verb on a document's store field: ``{op, db, bucket, key, field, path?, args}`` (``path``:
+        the ``{key, field}`` steps down to a deeper store, checked by ``check_request``). The bucket's
         store fields (``stores/fields.py``) refuse a field it has not and a verb the field's type
         has not (with advice); the table binds the arguments."""
         db, bucket = db_of(request), bucket_of(request)
@@ -281,7 +283,8 @@ class Engine:
         if fields is None:  # a queue, heap or blob bucket: its elements own no stores
             raise no_store_field(bucket, field, {})
         try:
-            target = fields.store(request["key"], field, name)
+            path = [(step["key"], step["field"]) for step in request.get("path") or ()]
+            target = fields.store(request["key"], field, name, path)
             op = operations.FIELD_VERBS[name]
             args = request.get("args") or {}
             if not isinstance(args, dict):
@@ -527,7 +530,7 @@ class Engine:
         try:
             decl = self.catalog.bucket(request.get("db"), request.get("bucket"))
             if "field" in request:
-                kind = {f["name"]: f["type"] for f in decl.get("store_fields") or []}.get(request["field"])
+                kind = store_type_at(decl, request["field"], request.get("path"))
                 if kind is None or kind == "blob" or entry.cost == operations.INDEXED:
                     return False
             else:

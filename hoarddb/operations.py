@@ -76,7 +76,8 @@ def check_request(request: Any) -> str:
         op = request["op"]
         if type(op) is str and type(request["db"]) is str and type(request["bucket"]) is str \
                 and op not in _WITH_FIELDS and type(request.get("args", _NO_ARGS)) is dict \
-                and ("field" not in request or type(request["field"]) is str) and type(request) is dict:
+                and ("field" not in request or type(request["field"]) is str) and "path" not in request \
+                and type(request) is dict:
             return op
     except (KeyError, TypeError):  # no db or bucket (a catalog or server operation), or no document at all
         pass
@@ -119,9 +120,31 @@ def _refuse_request(request: dict) -> None:
     if field is not None and type(field) is not str:
         raise InvalidArgumentError(f"{op}: 'field' (the name of a document's store field) must be a string, "
                                    f"got {kind_of(field)}")
+    if "path" in request and op not in _WITH_FIELDS:  # (backup's path is a directory: its own field)
+        check_path(op, request)
     args = request.get("args")
     if args is not None and not isinstance(args, dict):
         raise InvalidArgumentError(f"{op}: 'args' must be a document of named arguments, got {kind_of(args)}")
+
+
+#: What a request's ``path`` is, said in its refusals.
+PATH_SHAPE = ("'path' leads from the document's store field down to a deeper store: a list of {key, field}, "
+              "the element's key in the store above and the field of that element, such as "
+              "{op: \"push\", bucket: \"User\", key: \"jane\", field: \"Friends\", "
+              "path: [{key: \"bob\", field: \"Messages\"}], args}")
+
+
+def check_path(op: str, request: dict) -> None:
+    """Refuse a request's ``path`` (the steps below its store ``field``) unless it is a list of
+    ``{key, field}`` with a string field, on a request that names a document's ``key`` and ``field``."""
+    path = request["path"]
+    if "field" not in request or "key" not in request:
+        raise InvalidArgumentError(f"{op}: a 'path' needs the document's 'key' and its store 'field'; {PATH_SHAPE}")
+    if type(path) is not list:
+        raise InvalidArgumentError(f"{op}: {PATH_SHAPE}; got {kind_of(path)}")
+    for step in path:
+        if type(step) is not dict or set(step) != {"key", "field"} or type(step["field"]) is not str:
+            raise InvalidArgumentError(f"{op}: {PATH_SHAPE}; got the step {step!r:.80}")
 
 
 #: The rule of database and bucket names (hoarddb.catalog checks it), said in refusals.

@@ -43,6 +43,11 @@ class Options:
     #: The most store-field elements one document delete (or TTL expiry) removes with the
     #: document; a document whose stores hold more is refused (the TTL sweeper skips it).
     max_cascade_delete: int = 10_000
+    #: The deepest store a bucket may declare: 1 the bucket, 2 its documents' store fields, 3
+    #: the store fields of their elements (``Friends hashStore { Messages fifoStore }``).
+    #: Deeper trees are slower to delete and harder to reason about; past it a declaration
+    #: is refused with the advice to make the store an L1 bucket.
+    max_nesting_depth: int = 3
     #: Seconds between two TTL sweeps (0 turns the sweeper off). Default: the environment's
     #: HOARDDB_TTL_SWEEP_SECONDS, else 60. An expired document stays readable until a sweep.
     ttl_sweep_seconds: float = field(default_factory=lambda: _env_seconds("HOARDDB_TTL_SWEEP_SECONDS", 60))

@@ -45,6 +45,8 @@ STATEMENTS = [
     ("drop bucket NAME", "drop a bucket and its data"),
     ("db.Bucket.verb(args)", "run a verb on a bucket (db[\"Bucket\"].verb() too)"),
     ("db.Bucket[\"key\"].Field.verb(args)", "run a verb on a store field of one document"),
+    ("db.Bucket[\"key\"].Field[\"k\"].Sub.verb(args)", "a store of an element of a store field, a level deeper"),
+    ("db[\"Bucket.key.Field\"].verb(args)", "read a document's store by its dotted address"),
     ("db.Bucket.stats()", "same as describe bucket"),
     ("help [VERB]", "this list, or one verb's arguments and an example"),
     ("exit", "leave the shell (Ctrl-D too)"),
@@ -261,7 +263,7 @@ class Shell:
         store_type = info.get("type")
         owner = f"{store_type} bucket {bucket!r}"
         if field is not None:
-            store_type = next((f.get("type") for f in info.get("store_fields") or [] if f.get("name") == field), None)
+            store_type = _field_type(info, field)
             owner = f"{store_type} store field {bucket}.{field}"
         if store_type not in operations.STORE_TYPES:
             return err
@@ -393,7 +395,7 @@ class Shell:
             info = self.bucket_info(bucket)
             store_type = info.get("type")
             if field is not None:
-                store_type = next((f.get("type") for f in info.get("store_fields") or [] if f.get("name") == field), None)
+                store_type = _field_type(info, field)
         table = operations.VERBS if field is None else operations.FIELD_VERBS
         of_type = operations.verbs_for if field is None else operations.field_verbs_for
         names = set(of_type(store_type)) if store_type else set()
@@ -407,6 +409,18 @@ class Shell:
         return sorted(with_aliases)
 
 
+def _field_type(info: dict, field: str) -> str | None:
+    """The type of a bucket's store field, by its declared address: ``Friends``, a level deeper
+    ``Friends.Messages``; None when the bucket declares no such store."""
+    store_type, declared = None, info.get("store_fields") or []
+    for name in field.split("."):
+        found = next((f for f in declared if f.get("name") == name), None)
+        if found is None:
+            return None
+        store_type, declared = found.get("type"), found.get("store_fields") or []
+    return store_type
+
+
 # ---- completion -----------------------------------------------------------------------------
 
 _WORD = r"[\w$]*"
@@ -415,6 +429,10 @@ _REF = r"(?:\.([\w$]+)|\[[\"']([^\"']+)[\"']\])"
 
 def completions(shell: Shell, before: str) -> tuple[str, list[str]]:
     """What to complete at the end of ``before``: the partial word, and the candidates."""
+    m = re.search(rf"\bdb{_REF}\[[^\]]*\]{_REF}((?:\[[^\]]*\]\.[\w$]+)+)\.({_WORD})$", before)
+    if m:  # db.User["jane"].Friends["bob"].Messages.pu: the verbs of a store a level (or more) deeper
+        deeper = re.findall(r"\]\.([\w$]+)", m.group(5))
+        return m.group(6), shell.verbs(m.group(1) or m.group(2), ".".join([m.group(3) or m.group(4), *deeper]))
     m = re.search(rf"\bdb{_REF}\[[^\]]*\]{_REF}\.({_WORD})$", before)
     if m:
         return m.group(5), shell.verbs(m.group(1) or m.group(2), m.group(3) or m.group(4))

@@ -38,6 +38,14 @@ def test_hoardDB_is_the_shell(tmp_path):
     assert result.output.splitlines() == ['{"ok": 1, "result": null}', '{"ok": 1, "result": ["app"]}']
 
 
+def test_every_execute_runs_in_order(tmp_path):
+    """Regression: with -e given more than once, only the last ran (the others were dropped without a word)."""
+    result = invoke(main, ["shell", "--data", str(tmp_path / "d"), "--json", "-e", "create database app",
+                           "-e", "use app; create bucket Q { type: fifo }", "-e", "show buckets"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.splitlines()[-1]) == {"ok": 1, "result": ["Q"]}
+
+
 def test_version():
     assert invoke(main, ["--version"]).output.strip() == f"hoardDB, version {hoarddb.__version__}"
 

@@ -668,6 +668,37 @@ func (d *Document) Field(name string) *Field {
 	return &Field{endpoint: endpoint{client: d.Bucket.client, head: head}, Document: d, Name: name}
 }
 
+// Element is an element of a hash or btree store field, as the owner of the store fields
+// its declaration gives its elements (a level deeper): db.User["jane"].Friends["bob"].Messages
+// is bucket.Doc("jane").Field("Friends").Element("bob").Field("Messages").
+type Element struct {
+	Owner *Field // the store field the element is in
+	Key   interface{}
+}
+
+// Element is the element with this key of a hash or btree store field, as the owner of its stores.
+func (f *Field) Element(key interface{}) *Element {
+	return &Element{Owner: f, Key: key}
+}
+
+// Field is the store field called name of this element. Its requests keep the document's key
+// and field, and name the steps below them in path: [{key, field}, ...].
+func (e *Element) Field(name string) *Field {
+	parent := e.Owner
+	head := make(bson.D, 0, len(parent.head)+1)
+	path := bson.A{}
+	for _, kv := range parent.head {
+		if kv.Key == "path" {
+			path = append(path, kv.Value.(bson.A)...)
+			continue
+		}
+		head = append(head, kv)
+	}
+	path = append(path, bson.D{{Key: "key", Value: e.Key}, {Key: "field", Value: name}})
+	head = append(head, bson.E{Key: "path", Value: path})
+	return &Field{endpoint: endpoint{client: parent.client, head: head}, Document: parent.Document, Name: name}
+}
+
 // Field is one store a document owns; its methods are the store-field verbs of its type:
 // Push/Pop/Peek/List/Length on fifo, lifo and heap fields; Put(key, doc)/Get/Delete/List on
 // hash and btree fields; PutBlob/Get/Info/Delete/Stream on blob fields.

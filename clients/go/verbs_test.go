@@ -452,3 +452,43 @@ func TestStoreFields(t *testing.T) {
 		t.Fatalf("no such store field: %v", err)
 	}
 }
+
+func TestNestedStoreFields(t *testing.T) {
+	c := admin(t)
+	b := fresh(t, c, bson.D{{Key: "type", Value: "hash"}, {Key: "store_fields", Value: bson.A{
+		bson.M{"name": "Friends", "type": "hash", "store_fields": bson.A{
+			bson.M{"name": "Messages", "type": "fifo"}, bson.M{"name": "Photos", "type": "blob"}}}}}})
+	if _, err := b.Insert(ctx(t), bson.M{"_id_": "jane"}); err != nil {
+		t.Fatal(err)
+	}
+	friends := b.Doc("jane").Field("Friends")
+	messages := friends.Element("bob").Field("Messages")
+	if err := messages.Push(ctx(t), bson.M{"Text": "hi"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a push before the element exists: %v", err)
+	}
+	if _, err := friends.Put(ctx(t), "bob", bson.M{"Since": 2019}); err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"hi", "lunch?"} {
+		if err := messages.Push(ctx(t), bson.M{"Text": text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first bson.M
+	if ok, err := messages.Pop(ctx(t), &first); err != nil || !ok || first["Text"] != "hi" {
+		t.Fatalf("pop of a store a level deeper: %v %v", first, err)
+	}
+	photos := friends.Element("bob").Field("Photos")
+	if _, err := photos.PutBlob(ctx(t), bytes.NewReader([]byte("a photo")), "p.jpg", "image/jpeg"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := photos.Length(ctx(t)); err != nil || n != 1 {
+		t.Fatalf("blob store a level deeper: %d %v", n, err)
+	}
+	if n, err := friends.Delete(ctx(t), "bob"); err != nil || n != 1 {
+		t.Fatalf("delete of the element: %d %v", n, err)
+	}
+	if _, err := messages.Length(ctx(t)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("its stores went with it: %v", err)
+	}
+}

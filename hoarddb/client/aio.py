@@ -42,7 +42,7 @@ from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_reques
                    upload_source)
 from .options import ConnectOptions
 
-__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "AsyncExecutor"]
+__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "Element", "AsyncExecutor"]
 
 
 class _Protocol(asyncio.Protocol):
@@ -458,6 +458,7 @@ Database = api.Database
 Bucket = api.Bucket
 Document = api.Document
 StoreField = api.StoreField
+Element = api.Element
 
 
 async def connect(url: str | None = None, **options) -> Client:

@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 from .. import operations
-from ..declaration import SPREADABLE, declare_bucket
+from ..declaration import SPREADABLE, DEFAULT_MAX_DEPTH, declare_bucket
 from ..errors import (
     BucketExistsError,
     ConnectionError_,
@@ -225,7 +225,9 @@ class ClusterNode:
             if isinstance(raw, dict) and raw.get("type", "hash") in SPREADABLE \
                     and "placement" not in raw and "partitions" not in raw:
                 raw["partitions"] = DEFAULT_PARTITIONS  # a hash bucket is spread unless declared whole
-            declare_bucket(bucket, raw)  # every refusal, before etcd hears of it
+            engine = self.server.engine
+            depth = engine.options.max_nesting_depth if engine is not None else DEFAULT_MAX_DEPTH
+            declare_bucket(bucket, raw, depth)  # every refusal, before etcd hears of it
             if not isinstance(bucket, str):
                 return await self.server.run_here(doc)
             partitions = raw.get("partitions", 1)

@@ -654,6 +654,23 @@ class _ToValues(Transformer):
                 f"field line `{tok.value} {type_name}` gives a field the store type {lowered}; {instead}"), tok)
         return "fields", tok.value, {"name": tok.value, "type": type_name, "keywords": keywords}, tok
 
+    def nested_field(self, c):
+        tok, type_name, options = c[0], c[1], c[2]
+        kind, name, entry, _ = self.field([tok, type_name])
+        if kind != "store_fields":
+            raise _Positioned(BadValueError(
+                f"field {tok.value} ({type_name}) is followed by a body {{...}}: only a hash or btree store field "
+                f"declares store fields of its elements, such as `{tok.value} hashStore {{ Messages fifoStore }}`"),
+                tok)
+        other = sorted(k for k in options if k != "store_fields")
+        if other:
+            raise _Positioned(BadValueError(
+                f"the body of store field {tok.value} declares its elements' store fields (`Messages fifoStore`), "
+                f"nothing else; got {', '.join(other)}"), tok)
+        if options.get("store_fields"):
+            entry["store_fields"] = options["store_fields"]
+        return kind, name, entry, tok
+
     def scalar_type(self, c):
         return c[0].value
 
@@ -675,8 +692,10 @@ class _ToValues(Transformer):
 
     def bucket_call(self, c):
         parts = _tokens(c)
-        (bucket, _), verb, args = parts[:3]
+        (bucket, btok), verb, args = parts[:3]
         chain = parts[3:]
+        if isinstance(bucket, str) and "." in bucket:  # db["User.jane.Friends"].list(): a store by its dotted address
+            return _dotted_call(bucket, btok, verb, args, chain)
         if verb.value not in operations.VERBS and verb.value in BUCKET_METHODS:
             if args:
                 raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no arguments"), verb)
@@ -688,12 +707,19 @@ class _ToValues(Transformer):
             request = _apply_chain(request, verb, chain)
         return Statement("request", request=request, needs_db=True)
 
+    def step(self, c):
+        key, (field_name, tok) = c[0], c[1]
+        return _Step(_no_bare(key), field_name, tok)
+
     def field_call(self, c):
-        (bucket, _), key, (field_name, _), verb, args = _tokens(c)
+        parts = _tokens(c)
+        (bucket, _), key, (field_name, _) = parts[:3]
+        steps = [p for p in parts[3:] if isinstance(p, _Step)]
+        verb, args = parts[3 + len(steps):]
         op = operations.FIELD_VERBS.get(verb.value)
         if op is None and verb.value not in operations.VERBS:  # no verb at all: refused here, as on a bucket
             err = unknown_verb(verb.value, operations.FIELD_VERBS)
-            err.called_on = (bucket, field_name, verb.value)
+            err.called_on = (bucket, ".".join([field_name, *(step.field for step in steps)]), verb.value)
             raise _Positioned(err, verb)
         if op is None:  # no store field has it (update, range...): the engine refuses it with advice
             name, bound = operations.VERBS[verb.value].name, {}
@@ -703,7 +729,52 @@ class _ToValues(Transformer):
             except HoardError as e:
                 raise _Positioned(e, verb)
         request = {"op": name, "bucket": bucket, "key": _no_bare(key), "field": field_name, "args": bound}
+        if steps:
+            request["path"] = [{"key": step.key, "field": step.field} for step in steps]
         return Statement("request", request=request, needs_db=True)
+
+
+#: How a dotted address is written, said in its refusals.
+DOTTED = ('a dotted address names a document\'s store as "Bucket.key.Field", one level deeper as '
+          '"Bucket.key.Field.key.Field", such as db["User.jane.Friends.bob.Messages"].list()')
+
+
+def _dotted_call(address: str, tok: Token, verb: Token, args: list, chain: list) -> Statement:
+    """A read of the store a dotted address names, as the guide writes it: ``db["User.jane.Friends"].list()``
+    is ``db.User["jane"].Friends.list()``. Its keys are strings (a number's key is written with brackets),
+    and it serves reads only: a write names its store with brackets."""
+    parts = address.split(".")
+    if len(parts) < 3 or len(parts) % 2 == 0 or not all(parts):
+        raise _Positioned(InvalidArgumentError(f"{address!r} is no dotted address: {DOTTED}"), tok)
+    if chain:
+        raise _Positioned(InvalidArgumentError(f"{verb.value}() takes no chained methods"), chain[0].tok)
+    op = operations.FIELD_VERBS.get(verb.value)
+    if op is None:
+        err = unknown_verb(verb.value, operations.FIELD_VERBS)
+        raise _Positioned(err, verb)
+    bracketed = f'db.{parts[0]}["{parts[1]}"].{parts[2]}' + "".join(
+        f'["{parts[i]}"].{parts[i + 1]}' for i in range(3, len(parts), 2))
+    if op.write:
+        raise _Positioned(InvalidArgumentError(
+            f"{verb.value}() writes, and a dotted address is for reads (list, peek, get, length…); write with "
+            f"{bracketed}.{verb.value}(...)"), verb)
+    try:
+        bound = operations.bind(op, args)
+    except HoardError as e:
+        raise _Positioned(e, verb)
+    request = {"op": op.name, "bucket": parts[0], "key": parts[1], "field": parts[2], "args": bound}
+    if len(parts) > 3:
+        request["path"] = [{"key": parts[i], "field": parts[i + 1]} for i in range(3, len(parts), 2)]
+    return Statement("request", request=request, needs_db=True)
+
+
+class _Step:
+    """One ``["bob"].Messages`` after a store field: an element's key and one of its store fields."""
+
+    __slots__ = ("key", "field", "tok")
+
+    def __init__(self, key, field: str, tok: Token):
+        self.key, self.field, self.tok = key, field, tok
 
 
 class _Chained:

@@ -88,7 +88,9 @@ def _field(f: Any, store: bool = False) -> str:
     if not isinstance(f, Mapping):
         return str(f)
     if store:
-        return f"{f.get('name')} {f.get('type')}Store"
+        inner = f.get("store_fields")
+        nested = f" {{ {', '.join(_field(g, store=True) for g in inner)} }}" if inner else ""
+        return f"{f.get('name')} {f.get('type')}Store{nested}"
     return " ".join([str(f.get("name")), str(f.get("type", ""))] + [str(k) for k in f.get("keywords") or []]).strip()
 
 
@@ -109,9 +111,12 @@ def format_bucket(info: Mapping) -> str:
         rows.append(("Fields", ", ".join(_field(f) for f in info["fields"])))
     if info.get("store_fields"):
         rows.append(("Stores", ", ".join(_field(f, store=True) for f in info["store_fields"])))
+    if any(isinstance(s, Mapping) and s.get("level", 2) > 2 for s in info.get("stores") or []):
+        # a tree: each store by its dotted address and level
+        rows.append(("Levels", ", ".join(f"{s['address']} (L{s['level']} {s['type']})" for s in info["stores"])))
     if "indexes" in info:
         rows.append(("Indexes", ", ".join(_index(ix) for ix in info["indexes"]) or "none"))
-    known = {"name", "type", "entries", "bytes", "data_bytes", "placement", "options", "fields", "store_fields",
+    known = {"name", "type", "entries", "bytes", "data_bytes", "placement", "options", "fields", "store_fields", "stores",
              "indexes", "db", "verbs"}
     for key, value in info.items():
         if key not in known:

@@ -16,6 +16,20 @@ The choice depends on which fields the filter pins, never on their values, so th
 common filter, ``{Email: "a@b"}`` or ``{CustomerID: "c1", Status: "open"}``, a flat
 document of plain values, is planned once per *shape* (its field names, in order) and
 kept by :class:`Shapes`; each search then only encodes its values into the index key.
+
+A sort is served by the index when its first key is the index field right after the
+equality prefix (the field a range reads, if any), read forward or backward so that the
+direction matches (``desc`` fields are stored inverted): :func:`plan` then sets
+``Plan.order`` and :meth:`Plan.walk` yields the document keys in that order, lazily, so
+a limit stops the read early (the store takes a document holding an array in the sorted
+field at its first entry met). A filter no index serves may still be read in the order
+of an index whose first field is the sort's. Documents tie on that field within one run
+of equal entries (read in key order, as find's stable sort leaves ties); later sort keys
+are sorted in memory within each run. An index entry is where a document sorts in memory
+(a missing field is null, an array sits at its least element going up and its greatest
+going down, at its first entry met), except an empty array, which sorts before null but
+is indexed as ``[]`` among arrays: a read that finds such an entry in its range sorts in
+memory instead (:meth:`Plan.ordered`).
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from bson.min_key import MinKey
 
 from ..values.keys import encode_key
 from ..values.literal import literal
+from ..values.sort import check_sort
 from ..values.order import NUMBER, is_nan, type_rank
 from .implication import conditions, partial_refusal, sparse_refusal
 from .maintenance import ARRAY_TYPES, Index, descending
@@ -72,10 +87,108 @@ class Plan:
     considered: list = field(default_factory=list)
     ranges: tuple = ()
     range: tuple | None = None
+    #: How the index serves the sort (None: it does not, the sort is done in memory), and
+    #: why not when a sort was asked for.
+    order: "Order | None" = None
+    unsorted: str | None = None
+    #: The index was taken for the sort alone (no index serves the filter).
+    for_sort: bool = False
 
     @property
     def index_used(self) -> str:
         return self.index.name if self.index else FULL_SCAN
+
+    def ordered(self, txn) -> bool:
+        """Whether the index order is the sort's for this read: False (and ``order`` dropped,
+        ``unsorted`` saying why) when the range holds an entry ``[]`` for the sorted field, an
+        empty array (sorting before null) or an array holding one, which the index keeps among
+        the arrays."""
+        if self.order is None:
+            return False
+        (start, stop), = self.ranges
+        empty = self.prefixes[0] + self.index.encoders[self.covered]([])
+        if start <= empty < stop:
+            cursor = txn.cursor()
+            if cursor.set_range(empty) and cursor.key().startswith(empty):
+                self.unsorted = (f"a document holds an empty array in {self.index.fields[self.covered]!r}, which "
+                                 "sorts before null, and the index keeps it among the arrays")
+                self.order = None
+                if self.for_sort:  # then the index serves nothing: a full scan
+                    self.index, self.prefixes, self.ranges = None, (), ()
+                return False
+        return True
+
+    def walk(self, txn, counted: dict):
+        """``(first of its run, document key)`` in the order of ``order``; a run is the entries
+        of one value of the sorted field, and its documents come in key order whichever way
+        the index is read (as find's stable sort leaves ties). A document whose sorted field
+        holds an array has an entry per element, and the caller takes it at the first met
+        (its least element going forward, its greatest going backward). Counts the entries
+        read in ``counted["keys"]``. Lazy: stop iterating and nothing more is read; where the
+        index has fields after the sorted one, a run's entries are in their order, so its
+        document keys are read whole and sorted (each once) first."""
+        if self.covered + 1 == len(self.index.fields):  # a run's entries end with the document key, in key order
+            yield from self._entries(txn, counted)
+            return
+        run: set = set()
+        for first, dk in self._entries(txn, counted):
+            if first and run:
+                yield from _run(sorted(run))
+                run = set()
+            run.add(dk)
+        if run:
+            yield from _run(sorted(run))
+
+    @property
+    def sorted_field(self) -> str:
+        """The index field whose order serves the sort."""
+        return self.index.fields[self.covered]
+
+    def _entries(self, txn, counted: dict):
+        """``(first of its run, document key)`` of each entry in ``ranges``, runs in the sort's
+        order, each run read forward (see :meth:`walk`)."""
+        (start, stop), = self.ranges
+        ix = self.index
+        upto = self.covered + 1
+        doc_key_of = ix.doc_key_of
+        # where a run's prefix is every value of a plain index's entry, the document key follows it
+        tail = upto == len(ix.fields) and not ix.unique
+        cursor = txn.cursor()
+        if not self.order.backward:
+            ok = cursor.set_range(start)
+            run = None
+            while ok:
+                key = cursor.key()
+                if key >= stop:
+                    return
+                counted["keys"] += 1
+                first = run is None or not key.startswith(run)
+                if first:
+                    run = key[:ix.values_end(key, upto)]
+                yield first, key[len(run):] if tail else doc_key_of(key, cursor.value())
+                ok = cursor.next()
+            return
+        # backward: from the last entry below stop, one run at a time, each read forward
+        ok = cursor.prev() if cursor.set_range(stop) else cursor.last()
+        while ok:
+            key = cursor.key()
+            if key < start:
+                return
+            run = key[:ix.values_end(key, upto)]
+            low = max(run, start)
+            cursor.set_range(low)
+            first = True
+            while True:
+                key = cursor.key()
+                if key >= stop or not key.startswith(run):
+                    break
+                counted["keys"] += 1
+                yield first, key[len(run):] if tail else doc_key_of(key, cursor.value())
+                first = False
+                if not cursor.next():
+                    break
+            cursor.set_range(low)
+            ok = cursor.prev()
 
     def read(self, txn) -> tuple[set, int]:
         """``(encoded keys of the documents the entries in range point to, entries read)``."""
@@ -100,20 +213,48 @@ class Plan:
         if self.range is not None:
             f, op, bound = self.range
             out["range"] = {f: {op: bound}}
+        if self.order is not None:
+            out["sort"] = self.order.served(self.index, self.covered)
         return out
 
 
-def plan(filter: dict, indexes: list[Index]) -> Plan:
-    """The plan for ``search(filter)`` (a filter compile_filter accepted); raises
-    IndexNotReadyError if the winner cannot serve."""
+def _run(doc_keys: list):
+    """A run's document keys as :meth:`Plan.walk` yields them."""
+    for i, dk in enumerate(doc_keys):
+        yield i == 0, dk
+
+
+@dataclass(frozen=True)
+class Order:
+    """Order is how an index serves a sort: read ``backward`` or forward, it orders the
+    sort's first key (the index field after the equality prefix); ``ties`` is the rest of
+    the sort, done in memory among documents equal on that key (empty: none)."""
+
+    backward: bool
+    ties: tuple = ()
+
+    def served(self, ix: Index, covered: int) -> dict:
+        out = {"index": ix.fields[covered], "read": "backward" if self.backward else "forward"}
+        if self.ties:
+            out["ties"] = "memory"
+        return out
+
+
+def plan(filter: dict, indexes: list[Index], sort: Any = None) -> Plan:
+    """The plan for ``search(filter)`` (a filter compile_filter accepted), and for its ``sort``
+    if one is given (a specification check_sort accepts); raises IndexNotReadyError if the
+    winner cannot serve."""
+    sort_keys = check_sort(sort) if sort is not None else None
     if not indexes:
-        return Plan(None)
+        return Plan(None, unsorted="the bucket has no index" if sort_keys else None)
     conds = conditions(filter)
     pinned = {k: v for k, v in equality_fields(filter, check=False).items() if not _is_pattern(v)}
     ranged = {f: r for f, c in conds.items() if (r := range_of(c)) is not None}
-    best, covered, considered = choose(pinned, indexes, unusable(filter, indexes, conds), ranged)
+    refused = unusable(filter, indexes, conds)
+    leading = sort_keys[0][0][0] if sort_keys and len(sort_keys[0][0]) == 1 else None
+    best, covered, considered = choose(pinned, indexes, refused, ranged, leading)
     if best is None:
-        return Plan(None, considered=considered)
+        return sorted_by(Plan(None, considered=considered), sort_keys, indexes, refused)
     if best.state != "ready":
         raise not_ready(best)
     keys: list[list[bytes]] = []
@@ -133,7 +274,40 @@ def plan(filter: dict, indexes: list[Index]) -> Plan:
         ranges = tuple((p + start, p + stop) for p in prefixes)
     else:
         ranges = tuple((p, after(p)) for p in prefixes)
-    return Plan(best, prefixes=prefixes, covered=len(keys), considered=considered, ranges=ranges, range=served)
+    chosen = Plan(best, prefixes=prefixes, covered=len(keys), considered=considered, ranges=ranges, range=served)
+    return sorted_by(chosen, sort_keys, indexes, refused)
+
+
+def sorted_by(p: Plan, keys: list | None, indexes: list[Index], refused: dict) -> Plan:
+    """``p`` with the index order serving the sort ``keys`` (check_sort's pairs) where it can
+    (see the module's docstring), else with ``unsorted`` saying why not. A plan with no index
+    takes the first ready index whose first field is the sort's first key, and that
+    ``refused`` (:func:`unusable`) does not name: it reads every entry, in order."""
+    if not keys:
+        return p
+    parts, direction = keys[0]
+    field = parts[0] if len(parts) == 1 else None
+    if p.index is None:
+        for ix in indexes:
+            if ix.fields[0] == field and ix.state == "ready" and ix.name not in refused:
+                considered = [{"index": ix.name, "covered": 0, "reason": f"chosen: it is ordered by {field!r}, the "
+                               "sort's first key, and no index serves the filter"}]
+                considered += [c for c in p.considered if c["index"] != ix.name]
+                p = Plan(ix, prefixes=(ix.prefix,), considered=considered, ranges=((ix.prefix, after(ix.prefix)),),
+                         for_sort=True)
+                break
+        else:
+            p.unsorted = f"no index that may serve this filter has {'.'.join(parts)!r} as its first field"
+            return p
+    ix = p.index
+    if len(p.ranges) != 1:
+        p.unsorted = f"the filter pins an array, so {ix.name!r} is read at several places"
+    elif p.covered >= len(ix.fields) or ix.fields[p.covered] != field:
+        fixed = " after the fields the filter fixes" if p.covered else ""
+        p.unsorted = f"the index read, {ix.name!r}, is not ordered by {'.'.join(parts)!r}{fixed}"
+    else:
+        p.order = Order(backward=(direction < 0) != ix.descending[p.covered], ties=tuple(keys[1:]))
+    return p
 
 
 def range_of(conds: list) -> tuple[str, Any] | None:
@@ -231,11 +405,12 @@ def unusable(filter: dict, indexes: list[Index], conds: dict | None = None) -> d
 
 
 def choose(pinned, indexes: list[Index], unusable: dict | None = None,
-           ranged=()) -> tuple[Index | None, int, list]:
+           ranged=(), sorted_on: str | None = None) -> tuple[Index | None, int, list]:
     """``(index, fields covered, considered)`` for the fields ``pinned`` fixes by equality and
     those ``ranged`` bounds by a range (any containers of field names), leaving out the indexes
     ``unusable`` names (with its reason): the choice among the others depends on the names
-    alone, never on the values."""
+    alone, never on the values. Between indexes covering as much, one whose next field is
+    ``sorted_on`` (a sort's first field) wins: it serves the sort too."""
     candidates = []
     considered: list = []
     for position, ix in enumerate(indexes):
@@ -251,17 +426,20 @@ def choose(pinned, indexes: list[Index], unusable: dict | None = None,
         if unusable and ix.name in unusable:
             considered.append({"index": ix.name, "covered": covered, "reason": unusable[ix.name]})
             continue
-        candidates.append((covered, ranges, ix.unique, -position, ix))
+        sorts = sorted_on is not None and covered < len(ix.fields) and ix.fields[covered] == sorted_on
+        candidates.append((covered, ranges, sorts, ix.unique, -position, ix))
     if not candidates:
         return None, 0, considered
-    candidates.sort(key=lambda c: c[:4], reverse=True)
-    covered, ranges, _, _, best = candidates[0]
-    for c_covered, c_ranges, c_unique, _, ix in candidates[1:]:
+    candidates.sort(key=lambda c: c[:5], reverse=True)
+    covered, ranges, sorts, _, _, best = candidates[0]
+    for c_covered, c_ranges, c_sorts, c_unique, _, ix in candidates[1:]:
         if c_covered < covered:
             why = f"covers {c_covered} field(s) of the filter by equality; {best.name!r} covers {covered}"
         elif ranges and not c_ranges:
             why = (f"covers as many fields by equality as {best.name!r}, which also reads a range of "
                    f"{best.fields[covered]!r}")
+        elif sorts and not c_sorts:
+            why = f"covers as many fields as {best.name!r}, which also serves the sort on {sorted_on!r}"
         elif best.unique and not c_unique:
             why = f"covers as many fields as {best.name!r}, which is unique and this one is not"
         else:

@@ -27,7 +27,7 @@ class SlowLog:
         """Keep one slow request; the entry kept."""
         entry = {"id": next(self._ids), "time": datetime.datetime.now(datetime.timezone.utc),
                  "micros": nanoseconds // 1000, "op": _text(doc.get("op")), "db": _text(doc.get("db")),
-                 "bucket": _text(doc.get("bucket")), "field": _text(doc.get("field")), "peer": peer, "user": user,
+                 "bucket": _text(doc.get("bucket")), "field": _text(_field_address(doc)), "peer": peer, "user": user,
                  "code": code}
         self.entries.append(entry)
         return entry
@@ -43,6 +43,16 @@ class SlowLog:
         n = len(self.entries)
         self.entries.clear()
         return n
+
+
+def _field_address(doc: dict):
+    """The store field a request names, by its declared address: ``Friends``, a level deeper
+    ``Friends.Messages`` (never the keys: a document's key may be what a log must not hold)."""
+    field, path = doc.get("field"), doc.get("path")
+    if isinstance(field, str) and isinstance(path, list):
+        return ".".join([field] + [step["field"] for step in path
+                                   if isinstance(step, dict) and isinstance(step.get("field"), str)])
+    return field
 
 
 def _text(value) -> str | None:

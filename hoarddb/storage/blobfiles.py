@@ -311,14 +311,23 @@ def read_index(directory: Path) -> tuple[list[dict], int, int]:
     FileNotFoundError when there is no index; CorruptDataError for an entry that checks but
     is not a put or del record.
     """
-    index = IndexLog(directory, sync=False)
-    with open(index.path, "rb") as f:
+    with open(Path(directory) / INDEX_NAME, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        records, end = [], 0
-        for offset, payload in framing.scan(f, 0):
-            records.append(index._decode(offset, payload))
-            end = offset + framing.HEADER_SIZE + len(payload)
+        records, end = read_records(f, directory)
     return records, end, size
+
+
+def read_records(f, directory: Path, stop: int | None = None) -> tuple[list[dict], int]:
+    """``(records, end)`` of the index open as ``f``: every record up to the first entry that
+    does not check (or up to byte ``stop``: an open bucket's index as of one moment, whose
+    later appends are not read), and the offset just past the last whole one.
+    CorruptDataError for an entry that checks but is not a put or del record."""
+    index = IndexLog(directory, sync=False)
+    records, end = [], 0
+    for offset, payload in framing.scan(f, 0, stop):
+        records.append(index._decode(offset, payload))
+        end = offset + framing.HEADER_SIZE + len(payload)
+    return records, end
 
 
 def file_digest(path: Path) -> tuple[int, str]:

@@ -121,11 +121,13 @@ from .framing import HEADER, HEADER_SIZE
 from .oserrors import FULL_ERRNOS, fsync_directory, pwrite_all, storage_error
 from .segment_format import SEGMENT_HEADER_SIZE, segment_header, segment_name
 from .segment_reads import SegmentReads
+from .segment_check import SegmentCheck
 from .segment_recovery import SegmentRecovery
 from .segment_state import SegmentState
 # Where callers (stores, tools, tests) import them from, as before the split:
 from .segment_format import SEGMENT_MAGIC, SLOT_SIZE, STATE_FILE  # noqa: F401
-from .segment_recovery import closed_cleanly, verify  # noqa: F401
+from .segment_check import verify  # noqa: F401
+from .segment_recovery import closed_cleanly  # noqa: F401
 
 log = logging.getLogger("hoarddb.segment")
 
@@ -140,7 +142,7 @@ PREALLOCATE_MIN = 16 * 1024
 _OPEN_FDS = 4
 
 
-class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
+class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
     """SegmentLog is one bucket's log of entries in segment files, with a durable head pointer.
 
     ``directory`` exists; ``suffix`` names the segment files (``fifo`` or ``lifo``);
@@ -152,11 +154,12 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
     repairs what a crash left (torn tail, unfinished cut, consumed segments not yet
     unlinked). Every method is safe to call from several threads.
 
-    Its methods are in four files, each what a reader needs at once: this one (files,
+    Its methods are in five files, each what a reader needs at once: this one (files,
     appends and takes), :class:`~.segment_recovery.SegmentRecovery` (opening),
-    :class:`~.segment_state.SegmentState` (the state file, flush, close) and
-    :class:`~.segment_reads.SegmentReads` (reads); mixins, since all of them work on the
-    log's own fields under its one lock.
+    :class:`~.segment_state.SegmentState` (the state file, flush, close),
+    :class:`~.segment_reads.SegmentReads` (reads) and :class:`~.segment_check.SegmentCheck`
+    (the check while it serves); mixins, since all of them work on the log's own fields
+    under its one lock.
     """
 
     def __init__(self, directory: Path, suffix: str, segment_size: int, sync: bool = True,
@@ -197,6 +200,7 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
         self._tagged_from: int | None = None
         self._identity_durable = False
         self._slot_damaged: int | None = None  # a state slot that did not check on open (for messages)
+        self._rewrites = 0  # lifo pops, which cut or rewrite entries in place (an online check asks: segment_check)
         # The state said the log was closed cleanly (see close): nothing was being written
         # when it was last closed, so nothing a crash leaves can be on disk, and every
         # irregularity the opener finds is damage. The first change after the open records
@@ -215,6 +219,7 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
     # -- opening: SegmentRecovery (segment_recovery.py) ---------------------------------------
     # -- the state file, flush and close: SegmentState (segment_state.py) -----------------------
     # -- reading entries: SegmentReads (segment_reads.py) ---------------------------------------
+    # -- the check while it serves: SegmentCheck (segment_check.py) ----------------------------
 
     def _path(self, number: int) -> Path:
         return self.directory / segment_name(number, self.suffix)
@@ -513,6 +518,7 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads):
             out = self._read_tail(n)
             if not out:
                 return []
+            self._rewrites += 1  # before any byte changes (segment_check.SegmentCheck.check_open)
             self._reopen_for_writes()
             remaining = len(out)
             doomed: list[int] = []

@@ -5,8 +5,9 @@ methods run once, when the log opens, and set the log's own fields (segments, si
 counts, head, identity), so they are the log's methods, kept here so that a reader of
 the log's appends and takes need not hold them (and a reader of the repairs need not
 hold those). The formats they read are drawn in :mod:`hoarddb.storage.segment_format`
-and :mod:`hoarddb.storage.segment`; :func:`verify` and :func:`closed_cleanly` are the
-opener's checks without its repairs, for ``hoarddb check``.
+and :mod:`hoarddb.storage.segment`; :func:`closed_cleanly` says, reading only, whether
+the opener has anything to repair (``hoarddb check``, whose walk of the files without the
+repairs is :mod:`hoarddb.storage.segment_check`).
 
 Damage that no crash explains is refused, never returned or cut away: an entry failing
 its checksum while being read raises CorruptDataError naming the file and the byte; so
@@ -43,7 +44,6 @@ from array import array
 from pathlib import Path
 
 from ..errors import CorruptDataError
-from ..values.codec import decode
 from . import framing, segment_format
 from .framing import HEADER, HEADER_SIZE
 from .oserrors import fsync_directory, pwrite_all
@@ -425,7 +425,7 @@ def _zeros_from(path: Path, start: int, end: int) -> bool:
     return True
 
 
-# -- checking a closed log, reading only (hoarddb check) ------------------------------------
+# -- reading the state only (hoarddb check) ------------------------------------
 
 
 def _read_state(directory: Path) -> tuple[bytes | None, list[dict | None]]:
@@ -444,96 +444,3 @@ def closed_cleanly(directory: Path) -> bool:
     _raw, slots = _read_state(directory)
     valid = [s for s in slots if s is not None]
     return bool(valid) and isinstance(max(valid, key=lambda s: s["seq"]).get("closed"), dict)
-
-
-def verify(directory: Path, suffix: str) -> list[tuple[str, str]]:
-    """What is wrong with the closed log in ``directory``, as ``(file name, what)`` pairs; reads only.
-
-    Every entry from the head on is read and must pass its crc and decode as BSON; the
-    state must have a valid slot, and the files what the clean close counted (the
-    opener's own checks after a clean close, without its repairs: nothing is written).
-    """
-    directory = Path(directory)
-    problems: list[tuple[str, str]] = []
-    pattern = re.compile(r"seg_(\d+)\." + re.escape(suffix) + r"$")
-    numbers = sorted(int(m.group(1)) for name in os.listdir(directory) if (m := pattern.match(name)))
-    raw, slots = _read_state(directory)
-    valid = [s for s in slots if s is not None]
-    if raw is None:
-        if numbers:
-            problems.append((STATE_FILE, "is missing, so where the queue's head is is unknown"))
-        return problems
-    if not valid:
-        if numbers:
-            problems.append((STATE_FILE, "has no slot that checks, so where the queue's head is is unknown"))
-        return problems
-    state = max(valid, key=lambda s: s["seq"])
-    closed = state.get("closed") if isinstance(state.get("closed"), dict) else None
-    if len(raw) < 2 * SLOT_SIZE:
-        problems.append((STATE_FILE, f"is {len(raw)} bytes, not {2 * SLOT_SIZE}: the file was cut short"))
-    for i, s in enumerate(slots):
-        if s is None and closed is not None:
-            problems.append((STATE_FILE, f"slot {i} does not check; slot {1 - i} holds the whole state of the last "
-                                         "clean close, which the next open uses and writes into it again"))
-        elif s is None and raw[i * SLOT_SIZE:(i + 1) * SLOT_SIZE].strip(b"\0"):
-            problems.append((STATE_FILE, f"slot {i} does not check (its other slot, the state in use, does)"))
-    queue, tagged_from = state.get("queue"), state.get("tagged_from")
-    if not (isinstance(queue, int) and isinstance(tagged_from, int)):
-        queue = tagged_from = None  # written before identities: no segment carries one
-    head_seg, head_off = int(state["head_segment"]), int(state["head_offset"])
-    cut_seg, cut_above = int(state.get("cut_segment", 0)), int(state.get("cut_above", 0))
-    for n in numbers:
-        if cut_seg < n <= cut_above:
-            problems.append((segment_name(n, suffix), "a finished pop had removed this segment file, and it is "
-                                                      "there again (a file restored or copied into the bucket)"))
-    live = [n for n in numbers if n >= head_seg and not cut_seg < n <= cut_above]
-    if live and live[0] != head_seg:
-        problems.append((segment_name(head_seg, suffix), f"is missing: it holds the head of the queue, and "
-                                                         f"{len(live)} later segment file(s) are there"))
-        head_off = 0
-    if suffix == "fifo" and live and live != list(range(live[0], live[-1] + 1)):
-        missing = next(n for n in range(live[0], live[-1] + 1) if n not in live)
-        problems.append((segment_name(missing, suffix), f"is missing between {segment_name(live[0], suffix)} "
-                                                        f"and {segment_name(live[-1], suffix)}"))
-    entries = total = 0
-    for i, n in enumerate(live):
-        last = i == len(live) - 1
-        path = directory / segment_name(n, suffix)
-        size = os.path.getsize(path)
-        base, wrong, _crash = check_identity(path, n, queue, tagged_from)
-        if wrong is not None:
-            problems.append((path.name, wrong))
-            continue
-        start = max(head_off, base) if n == head_seg else base
-        if start > size:
-            problems.append((path.name, f"the queue's head is at byte {start}, past the file's end ({size} bytes)"))
-            continue
-        if size <= base and not last:
-            problems.append((path.name, "is empty, and it is not the last segment"))
-        end = start
-        with open(path, "rb", buffering=_WALK_CHUNK) as f:
-            for off, payload in framing.scan(f, start, whole_batches=last):
-                try:
-                    decode(payload)
-                except Exception as exc:  # a crc that checks over bytes that are not BSON
-                    problems.append((path.name, f"the entry at byte {off} is not a BSON document ({exc})"))
-                entries += 1
-                end = off + HEADER_SIZE + len(payload)
-        total += end
-        if end < size and not (last and _zeros_from(path, end, size)):
-            problems.append((path.name, f"the entry at byte {end} fails its checksum ({size - end} bytes from "
-                                        "there on do not check)"))
-    closed = state.get("closed")
-    if isinstance(closed, dict):
-        found = {"entries": entries, "segments": len(live), "last": live[-1] if live else 0,
-                 "bytes": total}
-        last = closed.get("last")
-        if isinstance(last, int) and last and last not in live and last > (live[-1] if live else 0):
-            problems.append((segment_name(last, suffix), "is missing: the clean close counted it as the last "
-                                                         "segment"))
-        if any(closed.get(k) != v for k, v in found.items()):
-            said = ", ".join(f"{k} {closed.get(k)}" for k in found)
-            now = ", ".join(f"{k} {v}" for k, v in found.items())
-            problems.append((STATE_FILE, f"the clean close counted {said} in the segment files, which now hold "
-                                         f"{now}: a segment file is missing, cut short, or was replaced"))
-    return problems

@@ -157,6 +157,14 @@ class Store(ABC):
         """
         raise NotImplementedError(f"{cls.__name__} has no check")
 
+    def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
+        """:meth:`check` on the open bucket, while it serves (the ``check`` operation): the same
+        problems, found over one moment of the bucket while writes go on, each type taking that
+        moment its own way (a read transaction, a queue's state under its lock, a blob index's
+        length). Writes nothing; holds writers back no longer than it takes to note the moment.
+        A write made after it is not read, and what a write removes meanwhile is not reported."""
+        raise NotImplementedError(f"{type(self).__name__} has no check while it serves")
+
     def damaged(self, exc: BaseException) -> CorruptDataError:
         """The error for damaged bytes that reading this store met (``exc``, one of :data:`DAMAGE`)."""
         if isinstance(exc, DAMAGE_ERRORS):

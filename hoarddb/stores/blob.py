@@ -143,7 +143,7 @@ class BlobStore(BlobReads, Store):
         self._index = IndexLog(self.directory, options.sync)
         self._closed = False
         self._clean = False  # _index.closed was there (see storage/blobfiles.py) and nothing was written since
-        self._putting = 0  # puts between their first file and their index record (a close then marks nothing)
+        self._putting: set[str] = set()  # ids of puts between their first file and their index record
         try:
             self._open()
         except BaseException as exc:
@@ -162,55 +162,68 @@ class BlobStore(BlobReads, Store):
         blob file. Every blob's bytes are read."""
         directory = Path(directory)
         problems = Problems()
-        fix_file = "restore the file from a backup, or delete the blob"
-        files = {p.name for p in directory.iterdir() if _ID_TEXT.fullmatch(p.name) and p.is_file()}
+        names = sorted(p.name for p in directory.iterdir())
         try:
             records, end, size = blobfiles.read_index(directory)
         except FileNotFoundError:
+            files = [n for n in names if _ID_TEXT.fullmatch(n) and (directory / n).is_file()]
             if files:
                 problems.append(Problem(INDEX_NAME, f"is missing, and {len(files)} blob files are there"))
             return problems
         except CorruptDataError as exc:
             problems.append(Problem(INDEX_NAME, exc.message))
             return problems
-        if end < size:
-            problems.append(Problem(INDEX_NAME, f"the entry at byte {end} fails its checksum ({size - end} bytes from "
-                                                "there on do not check): the records from there on are lost"))
         mark = blobfiles.read_closed_mark(directory)
-        if mark is not None and (mark["records"], mark["end"]) != (len(records), end):
-            problems.append(Problem(INDEX_NAME, f"held {mark['records']} records ({mark['end']} bytes) when the bucket "
-                                                f"was closed cleanly, and holds {len(records)} ({end} bytes): it was "
-                                                "cut short, replaced or written to since"))
-        live: dict[str, dict] = {}
-        for record in records:
-            if record["op"] == "put":
-                live[record["_id_"]] = record
-            else:
-                live.pop(record["_id_"], None)
-        for name in sorted(files - live.keys()):
-            problems.append(Problem(name, "the index does not name this blob file",
-                                    "restore _index.bson from a backup, or delete the file"))
-        for blob_id in sorted(i for i in live if not _ID_TEXT.fullmatch(i)):
-            problems.append(Problem(repr(blob_id), f"the index names a blob whose id {blob_id!r} is not a DbID (a "
-                                                   "lowercase UUID, nothing around it): no put accepts it",
-                                    "dump the bucket, delete that blob from the dump, and restore it"))
-        own = {INDEX_NAME, blobfiles.CLOSED_NAME}
-        for path in sorted(directory.iterdir()):
-            if path.name not in own and not _ID_TEXT.fullmatch(path.name) and not path.name.startswith(TEMP_PREFIX):
-                problems.append(Problem(repr(path.name), "this file's name is not a blob's id (a lowercase UUID, "
-                                                         "nothing around it): no blob of the bucket is read from it",
-                                        "move it out of the bucket's folder"))
-        for blob_id in sorted(live):
-            record = live[blob_id]
-            if blob_id not in files:
-                problems.append(Problem(blob_id, f"the file of blob {blob_id} (name {record.get('name')!r}, "
-                                                 f"{record.get('size')} bytes) is missing", fix_file))
-                continue
-            found_size, sha256 = blobfiles.file_digest(directory / blob_id)
-            if sha256 != record.get("sha256") or found_size != record.get("size"):
-                problems.append(Problem(blob_id, f"blob {blob_id} is corrupt: its file has {found_size} bytes of "
-                                                 f"sha256 {sha256}, recorded at put {record.get('size')} bytes of "
-                                                 f"{record.get('sha256')}", fix_file))
+        for problem, _about in _check_blobs(directory, records, end, size, mark, names):
+            problems.append(problem)
+        return problems
+
+    def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
+        """:meth:`check` on the open bucket, while it serves: the same checks over one moment
+        of the bucket, its index as it was then and the blobs it named then, while puts and
+        deletes go on. The moment is taken under the store's lock (the index file opened, its
+        length and the live blobs noted); the rest is read without it: a blob file never
+        changes once in place, appends to the index land past the length noted, and a
+        compaction puts a new index in place, leaving the file opened whole. What the reads
+        find of one blob is reported only if, asked under the lock again at the end, the
+        bucket still holds that blob as it was (a blob deleted meanwhile is skipped) or, for
+        a file the index does not name, no put is placing it and it is still there."""
+        problems = Problems()
+        with self._lock:
+            self._check_open()
+            try:
+                f = open(self._index.path, "rb")
+            except FileNotFoundError:
+                f = None
+            end, serving = self._index.end, dict(self._records)
+            mark = blobfiles.read_closed_mark(self.directory) if self._clean else None
+        if f is None:
+            problems.append(Problem(INDEX_NAME, f"is missing, and the bucket holds {len(serving)} blobs"))
+            return problems
+        try:
+            with f:
+                records, found = blobfiles.read_records(f, self.directory, end)
+        except CorruptDataError as exc:
+            problems.append(Problem(INDEX_NAME, exc.message))
+            return problems
+        live = _replay(records)
+        if found == end and live.keys() != serving.keys():
+            gone, extra = sorted(serving.keys() - live.keys()), sorted(live.keys() - serving.keys())
+            problems.append(Problem(INDEX_NAME, f"does not record the blobs the bucket serves: {len(gone)} it serves "
+                                                f"are not in it{' (such as ' + gone[0] + ')' if gone else ''}, and "
+                                                f"{len(extra)} in it are not served"
+                                                f"{' (such as ' + extra[0] + ')' if extra else ''}"))
+        names = sorted(p.name for p in self.directory.iterdir())
+        found_now = list(_check_blobs(self.directory, records, found, end, mark, names))
+        with self._lock:
+            for problem, about in found_now:
+                if about is None:
+                    problems.append(problem)
+                elif about in serving:  # a blob of that moment: reported if the bucket still holds it as it was
+                    if self._records.get(about) is serving[about]:
+                        problems.append(problem)
+                elif about not in self._records and about not in self._putting and (self.directory / about).exists():
+                    problems.append(problem)  # a file no blob has, and no put is placing
         return problems
 
     # -- opening -------------------------------------------------------------------------
@@ -333,12 +346,12 @@ class BlobStore(BlobReads, Store):
         with self._lock:
             self._check_open()
             self._reopen_for_writes()
-            self._putting += 1
+            self._putting.add(blob_id)  # (a close meanwhile marks nothing; an online check skips its file)
         try:
             return self._put_files(data, name, type, blob_id, created, sha256_expected)
         finally:
             with self._lock:
-                self._putting -= 1
+                self._putting.discard(blob_id)
 
     def _put_files(self, data, name, type, blob_id: str, created, sha256_expected: str | None) -> str:
         try:
@@ -739,6 +752,66 @@ class BlobField(BlobReads):
 
     def _got(self, record: dict, data: bytes) -> dict:
         return {**record, "data": data}
+
+
+def _replay(records: list[dict]) -> dict[str, dict]:
+    """The live blobs an index's records give, in order: a put adds its id, a del removes it."""
+    live: dict[str, dict] = {}
+    for record in records:
+        if record["op"] == "put":
+            live[record["_id_"]] = record
+        else:
+            live.pop(record["_id_"], None)
+    return live
+
+
+def _check_blobs(directory: Path, records: list[dict], end: int, size: int, mark: dict | None,
+                 names: list[str]) -> Iterator[tuple[Problem, str | None]]:
+    """What a check of a blob bucket finds (:meth:`BlobStore.check`), as ``(problem, about)``:
+    ``about`` the blob id (or file name) a problem is about, None for one of the index.
+
+    ``records`` are the index's whole records, which end at byte ``end`` of a file that should
+    be whole up to ``size``; ``mark`` the clean close's counts (or None); ``names`` the names
+    in the bucket's folder. Every blob the records leave live is read and hashed.
+    """
+    fix_file = "restore the file from a backup, or delete the blob"
+    files = {n for n in names if _ID_TEXT.fullmatch(n) and (directory / n).is_file()}
+    if end < size:
+        yield Problem(INDEX_NAME, f"the entry at byte {end} fails its checksum ({size - end} bytes from there on do "
+                                  "not check): the records from there on are lost"), None
+    if mark is not None and (mark["records"], mark["end"]) != (len(records), end):
+        yield Problem(INDEX_NAME, f"held {mark['records']} records ({mark['end']} bytes) when the bucket was closed "
+                                  f"cleanly, and holds {len(records)} ({end} bytes): it was cut short, replaced or "
+                                  "written to since"), None
+    live = _replay(records)
+    for name in sorted(files - live.keys()):
+        yield Problem(name, "the index does not name this blob file",
+                      "restore _index.bson from a backup, or delete the file"), name
+    for blob_id in sorted(i for i in live if not _ID_TEXT.fullmatch(i)):
+        yield Problem(repr(blob_id), f"the index names a blob whose id {blob_id!r} is not a DbID (a lowercase UUID, "
+                                     "nothing around it): no put accepts it",
+                      "dump the bucket, delete that blob from the dump, and restore it"), None
+    own = {INDEX_NAME, blobfiles.CLOSED_NAME}
+    for name in names:
+        if name not in own and not _ID_TEXT.fullmatch(name) and not name.startswith(TEMP_PREFIX):
+            yield Problem(repr(name), "this file's name is not a blob's id (a lowercase UUID, nothing around it): no "
+                                      "blob of the bucket is read from it", "move it out of the bucket's folder"), None
+    for blob_id in sorted(live):
+        record = live[blob_id]
+        missing = Problem(blob_id, f"the file of blob {blob_id} (name {record.get('name')!r}, {record.get('size')} "
+                                   "bytes) is missing", fix_file)
+        if blob_id not in files:
+            yield missing, blob_id
+            continue
+        try:
+            found_size, sha256 = blobfiles.file_digest(directory / blob_id)
+        except FileNotFoundError:  # deleted since the folder was listed
+            yield missing, blob_id
+            continue
+        if sha256 != record.get("sha256") or found_size != record.get("size"):
+            yield Problem(blob_id, f"blob {blob_id} is corrupt: its file has {found_size} bytes of sha256 {sha256}, "
+                                   f"recorded at put {record.get('size')} bytes of {record.get('sha256')}",
+                          fix_file), blob_id
 
 
 def _put_arguments(data: Any, name: Any, type: Any) -> tuple[Any, str | None, str | None]:

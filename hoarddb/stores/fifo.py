@@ -185,6 +185,16 @@ class SegmentStore(QueueVerbs, Store):
             problems.append(Problem(name, what))
         return problems
 
+    def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
+        """:meth:`check` on the open bucket, while it serves: the same walk over one moment of
+        the log (its state and where its segments' entries end, taken under its lock), read
+        while pushes and pops go on (:mod:`hoarddb.storage.segment_check`): what is pushed
+        after that moment is not read, and a segment popped meanwhile is not reported."""
+        problems = Problems()
+        for name, what in self.log.check_open():
+            problems.append(Problem(name, what))
+        return problems
+
     # -- what only a bucket has -------------------------------------------------------------
 
     def push_each(self, docs: list) -> list:
@@ -334,35 +344,57 @@ class FifoStore(ClaimVerbs, SegmentStore):
         path = Path(directory) / CLAIMS_DIR
         if not path.exists():
             return problems
-        file = f"{CLAIMS_DIR}/data.mdb"
         try:
             with read_only(path) as txn:
-                check_namespaces(txn, CLAIM + ELEMENT + b"M", file, problems)
-                raw = txn.get(TAKEN)
-                taken = int.from_bytes(raw, "big") if raw else 0
-                for key, raw in scan(txn, CLAIM):
-                    position = int.from_bytes(key[1:], "big")
-                    if len(key) != 9 or len(raw) != claims.HEADER.size:
-                        problems.append(Problem(file, f"the claim record {bytes(key)[:40]!r} is not one"))
-                    elif txn.get(ELEMENT + key[1:]) is None:
-                        problems.append(Problem(file, f"the claim of element {position} has no element", REBUILD))
-                    elif position >= taken:
-                        problems.append(Problem(file, f"element {position} is claimed, and the queue's head has not "
-                                                      f"passed it (Mtaken {taken})", REBUILD))
-                for key, raw in scan(txn, ELEMENT):
-                    try:
-                        decode(raw)
-                    except DECODE_ERRORS as exc:
-                        problems.append(Problem(file, f"claimed element {int.from_bytes(key[1:], 'big')} does not "
-                                                      f"decode ({exc})"))
-                    if txn.get(CLAIM + key[1:]) is None:
-                        problems.append(Problem(file, f"element {int.from_bytes(key[1:], 'big')} was taken by a "
-                                                      "claim that is not there", REBUILD))
+                cls._check_claims(txn, problems)
         except (CorruptDataError, StorageError) as exc:
-            problems.append(Problem(file, exc.message))
+            problems.append(Problem(CLAIMS_FILE, exc.message))
         except DAMAGE_ERRORS as exc:
-            problems.append(Problem(file, f"LMDB found its pages are not what it wrote ({exc})"))
+            problems.append(Problem(CLAIMS_FILE, f"LMDB found its pages are not what it wrote ({exc})"))
         return problems
+
+    def check_open(self, declaration: Mapping[str, Any]) -> list[Problem]:
+        """:meth:`check` on the open bucket, while it serves: the log's (:meth:`SegmentStore.check_open`),
+        then the claim table's, in one read transaction of the claim environment."""
+        from ..storage.kv import DAMAGE_ERRORS
+
+        problems = super().check_open(declaration)
+        kv = self._claims_kv
+        if kv is None:
+            return problems
+        try:
+            with kv.read() as txn:
+                self._check_claims(txn, problems)
+        except DAMAGE_ERRORS as exc:
+            problems.append(Problem(CLAIMS_FILE, f"LMDB found its pages are not what it wrote ({exc})"))
+        return problems
+
+    @classmethod
+    def _check_claims(cls, txn, problems: list[Problem]) -> None:
+        """Every claim record whole and beside its element, every element decoding and claimed,
+        none at a position the head has not passed (``Mtaken``): one read transaction's."""
+        file = CLAIMS_FILE
+        check_namespaces(txn, CLAIM + ELEMENT + b"M", file, problems)
+        raw = txn.get(TAKEN)
+        taken = int.from_bytes(raw, "big") if raw else 0
+        for key, raw in scan(txn, CLAIM):
+            position = int.from_bytes(key[1:], "big")
+            if len(key) != 9 or len(raw) != claims.HEADER.size:
+                problems.append(Problem(file, f"the claim record {bytes(key)[:40]!r} is not one"))
+            elif txn.get(ELEMENT + key[1:]) is None:
+                problems.append(Problem(file, f"the claim of element {position} has no element", REBUILD))
+            elif position >= taken:
+                problems.append(Problem(file, f"element {position} is claimed, and the queue's head has not "
+                                              f"passed it (Mtaken {taken})", REBUILD))
+        for key, raw in scan(txn, ELEMENT):
+            try:
+                decode(raw)
+            except DECODE_ERRORS as exc:
+                problems.append(Problem(file, f"claimed element {int.from_bytes(key[1:], 'big')} does not "
+                                              f"decode ({exc})"))
+            if txn.get(CLAIM + key[1:]) is None:
+                problems.append(Problem(file, f"element {int.from_bytes(key[1:], 'big')} was taken by a "
+                                              "claim that is not there", REBUILD))
 
     def _take(self, n: int) -> list[bytes]:
         return self.log.take_head(n)
@@ -565,6 +597,7 @@ class FifoStore(ClaimVerbs, SegmentStore):
 
 #: The claim environment's folder in a fifo bucket, its keys, and its first map size (it grows).
 CLAIMS_DIR = "claims"
+CLAIMS_FILE = f"{CLAIMS_DIR}/data.mdb"
 ELEMENT = b"E"
 TAKEN = b"Mtaken"
 CLAIMS_MAP_SIZE = 64 * 1024 * 1024

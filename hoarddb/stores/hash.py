@@ -627,10 +627,16 @@ class HashStore(KVStore):
         reading = self._reading(filter, limit, sort, skip, projection, "search")
         if not isinstance(explain, bool):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
-        p = plan(filter, self.indexes.indexes)
+        p = plan(filter, self.indexes.indexes, sort)
         with self.kv.read() as txn:
-            raws, counted = self._planned(txn, filter, p)
-            out = reading.collect(raws)
+            if p.ordered(txn):
+                counted = {"keys": 0, "docs": 0}
+                ties = reading.order if p.order.ties else None
+                out = reading.collect_sorted(self._in_order(txn, p, reading.matcher, ties, counted))
+                reading.examined = counted["docs"]
+            else:
+                raws, counted = self._planned(txn, filter, p)
+                out = reading.collect(raws)
         extras = {"index_used": p.index_used}
         if explain:
             extras["explain"] = {
@@ -638,8 +644,41 @@ class HashStore(KVStore):
                 "keys_examined": counted["keys"], "docs_examined": reading.examined, "returned": len(out),
             }
             if sort is not None:
-                extras["explain"]["sort"] = "in memory"
+                extras["explain"]["sort"] = "index" if p.order is not None else "memory"
+                if p.order is None:
+                    extras["explain"]["sort_in_memory"] = p.unsorted
         return Reply(out, **extras)
+
+    def _in_order(self, txn, p, matcher, ties, counted: dict):
+        """The documents ``matcher`` matches, in the order of the sort ``p`` serves, read in
+        the order of its index (planner.Plan.walk): lazily, so a limit stops the read. The rest
+        of the sort, if any, is ``ties`` (a pipeline sorting in memory, within its limits), run
+        over each run of documents equal on the sort's first key as it is read. Counts index
+        entries and documents read in ``counted["keys"]`` and ``counted["docs"]``."""
+        matched = self._matched_in_order(txn, p, matcher, counted)
+        if ties is None:
+            return (doc for doc in matched if doc is not _RUN)
+        return _sorted_runs(matched, ties)
+
+    def _matched_in_order(self, txn, p, matcher, counted: dict):
+        """The documents ``matcher`` matches in ``p``'s index order, and ``_RUN`` where a run begins."""
+        doc_ns = self.DOC
+        field = p.sorted_field
+        multikey: set = set()  # documents read whose sorted field holds an array: an entry per element
+        for first, dk in p.walk(txn, counted):
+            if first:
+                yield _RUN
+            if dk in multikey:  # met again at a later element: it sorted at the first
+                continue
+            raw = txn.get(doc_ns + dk)
+            if raw is None:
+                continue
+            counted["docs"] += 1
+            doc = decode(raw)
+            if isinstance(doc.get(field), (list, tuple)):
+                multikey.add(dk)
+            if matcher(doc):
+                yield doc
 
     def _planned(self, txn, filter: Mapping, p) -> tuple:
         """``(raw documents that may match, {keys: index entries read})`` as plan ``p`` reads them, in key order."""
@@ -736,26 +775,38 @@ class HashStore(KVStore):
         compiled = compile_pipeline(pipeline, limits=Limits(self.options.stage_memory_bytes,
                                                             self.options.stage_max_documents), lookup=lookup)
         first = compiled.leading_match
+        lead_sort = compiled.leading_sort
         room = self.options.max_answer_bytes
         out: list = []
         taken = 0
+        sorted_by_index = False
         with self.kv.read() as txn:
-            if first is not None:
-                p = plan(first, self.indexes.indexes)
+            examined = [0]
+            if first is not None or lead_sort is not None:
+                p = plan(first or {}, self.indexes.indexes, lead_sort)
                 if p.index is not None and p.index.state != "ready":
-                    p = plan(first, [])
-                raws, counted = self._planned(txn, first, p)
+                    p = plan(first or {}, [], lead_sort)
                 index_used = p.index_used
+            if lead_sort is not None and p.ordered(txn):
+                # the documents come in the $sort's order from the index: the stage is left out
+                sorted_by_index = True
+                counted = {"keys": 0, "docs": 0}
+                ties = compile_pipeline([{"$sort": lead_sort}], limits=Limits(
+                    self.options.stage_memory_bytes, self.options.stage_max_documents)) if p.order.ties else None
+                source = self._in_order(txn, p, compile_filter(first or {}), ties, counted)
+                examined = None
+            elif first is not None:
+                raws, counted = self._planned(txn, first, p)
             else:
                 raws, counted = (raw for _key, raw in self._candidates(txn, {})), {"keys": 0}
                 index_used = FULL_SCAN
-            examined = [0]
-
-            def docs():
-                for raw in raws:
-                    examined[0] += 1
-                    yield decode(raw)
-            for doc in compiled.run(docs()):
+            if examined is not None:
+                def docs():
+                    for raw in raws:
+                        examined[0] += 1
+                        yield decode(raw)
+                source = docs()
+            for doc in compiled.run(source, sorted=sorted_by_index):
                 out.append(doc)
                 if room is not None:
                     taken += len(encode_document(doc, "a document of the aggregation"))
@@ -764,7 +815,12 @@ class HashStore(KVStore):
         extras = {"index_used": index_used}
         if explain:
             extras["explain"] = {"index_used": index_used, "keys_examined": counted["keys"],
-                                 "docs_examined": examined[0], "returned": len(out)}
+                                 "docs_examined": counted["docs"] if examined is None else examined[0],
+                                 "returned": len(out)}
+            if lead_sort is not None:
+                extras["explain"]["sort"] = "index" if sorted_by_index else "memory"
+                if not sorted_by_index:
+                    extras["explain"]["sort_in_memory"] = p.unsorted
         return Reply(out, **extras)
 
     def count(self, filter: Mapping | None = None) -> int:
@@ -1028,6 +1084,11 @@ class _Reading:
         matched = self._matched(raws)
         if self.order is not None:
             matched = self.order.run(matched)
+        return self.collect_sorted(matched)
+
+    def collect_sorted(self, matched) -> list:
+        """The answer from matching documents already in order: skip, limit, project."""
+        out: list = []
         taken = 0
         for doc in itertools.islice(matched, self.skip, None if self.limit is None else self.skip + self.limit):
             if self.shape is not None:
@@ -1045,6 +1106,27 @@ class _Reading:
             doc = decode(raw)
             if self.matcher(doc):
                 yield doc
+
+
+#: Where a run of documents equal on a sort's first key begins (HashStore._matched_in_order).
+_RUN = object()
+
+
+def _sorted_runs(items, ties):
+    """The documents of ``items`` with each run (between two ``_RUN``) put through ``ties``, a
+    pipeline that sorts it; a run is read only when the one before it is done."""
+    items = iter(items)
+    ended = False
+
+    def one_run():
+        nonlocal ended
+        for item in items:
+            if item is _RUN:
+                return
+            yield item
+        ended = True
+    while not ended:
+        yield from ties.run(one_run())
 
 
 def _is_leaf_array(doc, parts, value) -> bool:

@@ -5,7 +5,9 @@ key) with indexes over them (:mod:`hoarddb.stores.hash`, :mod:`hoarddb.stores.bt
 a hash or btree *store field* is a plain map, ``put(key, doc)`` storing a document under a
 key that is not one of its fields. Both field types are this one map over a keyspace
 (:mod:`hoarddb.stores.keyspace`), each element under ``encode_key(key)``, so its keys
-sort as values do (a hash field lists in key order too).
+sort as values do (a hash field lists in key order too). An element may own stores of its
+own (``Friends hashStore { Messages fifoStore }``): its keyspace deletes them with it, and
+``get`` names them beside the element's own fields.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from ..errors import BadValueError
 from ..values.codec import decode
 from ..values.keys import decode_key, encode_key
-from .base import check_limit, encode_document
+from .base import Reply, check_limit, encode_document
 from .keyspace import Keys, Keyspace
 
 #: The longest key of an element, with its keyspace's prefix (LMDB's limit is 511 bytes).
@@ -45,15 +47,31 @@ class KeyedField:
         return self.space.write(fn)
 
     def get(self, key: Any) -> Any:
-        """The document under ``key``, or None."""
+        """The document under ``key``, or None; its own fields, never its stores (when its
+        elements own stores, the answer names them beside it: ``store_fields``)."""
         ek = self._key(key)
-        raw = self.space.read(lambda keys: keys.get(ek))
-        return decode(raw) if raw is not None else None
+        if not self.space.owns_stores():
+            raw = self.space.read(lambda keys: keys.get(ek))
+            return decode(raw) if raw is not None else None
+
+        def fn(keys: Keys):
+            raw = keys.get(ek)
+            return None if raw is None else Reply(decode(raw), store_fields=self.space.element_stores(keys, ek))
+
+        return self.space.read(fn)
 
     def delete(self, key: Any) -> dict:
-        """Delete the document under ``key``: ``{deleted: 1}``, or 0 when there was none."""
+        """Delete the document under ``key`` and the stores it owns, in one transaction:
+        ``{deleted: 1}``, or 0 when there was none."""
         ek = self._key(key)
-        return self.space.write(lambda keys: {"deleted": int(keys.delete(ek))})
+
+        def fn(keys: Keys) -> dict:
+            if keys.get(ek) is None:
+                return {"deleted": 0}
+            self.space.drop_element(keys, ek, key)
+            return {"deleted": int(keys.delete(ek))}
+
+        return self.space.write(fn)
 
     def list(self, after: Any = None, limit: int = 100) -> list:
         """Up to ``limit`` ``{key, doc}`` in key order, after the key ``after``."""

@@ -15,8 +15,8 @@ A Keyspace says nothing of what the prefix is: a store field's is its document's
 field number (:mod:`hoarddb.stores.fields`), and a store one level deeper (the store of
 an element of a hash field) is the same store class over a longer prefix. A view sees
 every key under its prefix, so a deeper level's keys must not fall under a scan of its
-parent's elements: they need a prefix of their own (another leading namespace byte),
-not the parent's prefix extended. What a write must check besides (that the document
+parent's elements: they have a prefix of their own (a leading namespace byte and a level
+byte, see :mod:`hoarddb.stores.fields`), not the parent's prefix extended. What a write must check besides (that the document
 exists, the L2 limits) is the Keyspace's own business, in :meth:`Keyspace.write`.
 
 :class:`KeyLog` is a queue's storage over a keyspace, with the methods of SegmentLog that
@@ -118,6 +118,20 @@ class Keyspace:
     def write(self, fn: Callable[[Keys], Any]) -> Any:
         """``fn(keys)`` in one write transaction, all of it or nothing; its result."""
         raise NotImplementedError
+
+    # A keyed store whose elements own stores of their own (a deeper level, see
+    # hoarddb.stores.fields) asks its keyspace about them; a keyspace without them says none.
+
+    def owns_stores(self) -> bool:
+        """Whether this store's elements own stores."""
+        return False
+
+    def drop_element(self, keys: Keys, ek: bytes, key: Any) -> None:
+        """Delete the stores element ``ek`` owns, in ``keys``' transaction (before the element goes)."""
+
+    def element_stores(self, keys: Keys, ek: bytes) -> list[dict]:
+        """``[{name, type, length}]`` of the stores element ``ek`` owns."""
+        return []
 
 
 class KeyLog:

@@ -10,11 +10,17 @@ In a dump, a bucket that declares store fields has a folder beside its ``.bson``
                                blob               {owner: <document key>,
                                                    element: {_id_, name, type, size, sha256, created}}
       <Field>.blobs/<id>     a blob field's bytes
+      <Field>.<Sub>.bson     a store of the elements of a hash or btree field (L3, and deeper:
+                             <Field>.<Sub>.<Deeper>.bson), its records with the keys of the
+                             elements between the document and the store:
+                               {owner: <document key>, path: [<element key>, ...], ...}
+      <Field>.<Sub>.blobs/   the bytes of such a blob store
 
 The owner is the document's key: a hash document's ``_id_``, a btree entry's sort key
 (entries with equal sort keys share their stores, so they are dumped once). Restore
 loads the documents first — a store field exists only once its document does — then
-pushes each owner's elements in order (a heap's priorities are in its elements, and
+each store, a field before the stores of its elements (so that the element exists
+before its stores are written: the order of the metadata's ``fields``), pushes each owner's elements in order (a heap's priorities are in its elements, and
 ties keep their order), puts each keyed element, and loads each blob under its own id
 (the blob field's ``load`` verb), so documents that name a blob still find it.
 """
@@ -27,7 +33,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import HoardError
+from ..errors import BadValueError, HoardError
 from ..values.codec import encode
 from ..values.keys import encode_key
 from .batches import BATCH_BYTES, blob_data, shrinking
@@ -59,35 +65,48 @@ class FieldDumper:
         self.folder = folder  # the ``.part`` folder; renamed by the caller when done
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        self.fields = [(f["name"], f["type"]) for f in decl.get("store_fields") or []]
-        self._files = {name: open(folder / f"{name}.bson", "wb") for name, _ in self.fields}
-        self._digests = {name: hashlib.sha256() for name, _ in self.fields}
+        # every store of the tree, a field before its elements' stores: (dotted name, type, declaration)
+        self.fields = list(_tree(decl.get("store_fields") or []))
+        self._files = {name: open(folder / f"{name}.bson", "wb") for name, _, _ in self.fields}
+        self._digests = {name: hashlib.sha256() for name, _, _ in self.fields}
         self._bytes = dict.fromkeys(self._files, 0)
         self._counts = dict.fromkeys(self._files, 0)
-        self._blob_sums: dict[str, dict[str, str]] = {name: {} for name, t in self.fields if t == "blob"}
+        self._blob_sums: dict[str, dict[str, str]] = {name: {} for name, t, _ in self.fields if t == "blob"}
         self._last_owner: bytes | None = None
         self.elements = 0
         #: Elements not dumped (a blob whose bytes fail their SHA-256): (where, reason, codeName).
         self.refused: list[tuple[str, str, str]] = []
 
     def add(self, doc: dict) -> None:
-        """Dump the store fields of the document ``doc`` (once per owner key)."""
+        """Dump the stores of the document ``doc`` (once per owner key), at every level."""
         owner = owner_key(self.decl, doc)
         marker = encode_key(owner)
         if marker == self._last_owner:
             return  # a btree entry with the same sort key shares these stores
         self._last_owner = marker
-        for name, ftype in self.fields:
-            store = self.bucket[owner][name]
-            for record in _elements(store, ftype, owner):
-                if ftype == "blob":
-                    try:
-                        self._dump_blob(store, name, record["element"])
-                    except HoardError as exc:  # left out, reported; the other elements are still dumped
-                        self.refused.append((f"{self.folder.name}/{name}.blobs/{record['element']['_id_']}",
-                                             exc.message, exc.codeName))
-                        continue
-                self._write(name, record)
+        for f in self.decl.get("store_fields") or []:
+            self._dump_store(self.bucket[owner][f["name"]], f, f["name"], owner, [])
+
+    def _dump_store(self, store, f: dict, name: str, owner: Any, path: list) -> None:
+        """Dump one store (``name``: its dotted field name), then the stores of its elements."""
+        ftype = f["type"]
+        keys = []
+        for record in _elements(store, ftype, owner):
+            if path:
+                record = {"owner": owner, "path": path, **{k: v for k, v in record.items() if k != "owner"}}
+            if ftype == "blob":
+                try:
+                    self._dump_blob(store, name, record["element"])
+                except HoardError as exc:  # left out, reported; the other elements are still dumped
+                    self.refused.append((f"{self.folder.name}/{name}.blobs/{record['element']['_id_']}",
+                                         exc.message, exc.codeName))
+                    continue
+            elif f.get("store_fields"):
+                keys.append(record["key"])
+            self._write(name, record)
+        for key in keys:
+            for sub in f["store_fields"]:
+                self._dump_store(store[key][sub["name"]], sub, f"{name}.{sub['name']}", owner, path + [key])
 
     def _write(self, name: str, record: dict) -> None:
         data = encode(record)
@@ -115,7 +134,7 @@ class FieldDumper:
     def finish(self) -> dict:
         """Close the files; the ``store_field_contents`` entry of the bucket's metadata."""
         out = {}
-        for name, ftype in self.fields:
+        for name, ftype, _ in self.fields:
             fh = self._files[name]
             fh.flush()
             os.fsync(fh.fileno())
@@ -131,6 +150,27 @@ class FieldDumper:
         for fh in self._files.values():
             fh.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _tree(store_fields, above: str = ""):
+    """``(dotted name, type, declaration)`` of every store of a declaration's tree, each field before the
+    stores of its elements: ``Friends``, ``Friends.Messages``, ``Friends.Photos``, ``Log``."""
+    for f in store_fields:
+        name = f"{above}.{f['name']}" if above else f["name"]
+        yield name, f["type"], f
+        yield from _tree(f.get("store_fields") or [], name)
+
+
+def _store_of(bucket, owner: Any, name: str, path: list):
+    """The store a dump record names: field ``name`` (dotted below L2) of document ``owner``, through the
+    element keys of ``path``."""
+    names = name.split(".")
+    store = bucket[owner][names[0]]
+    if len(path) != len(names) - 1:
+        raise BadValueError(f"a record of store {name} needs a path of {len(names) - 1} element key(s), got {path!r:.80}")
+    for key, sub in zip(path, names[1:]):
+        store = store[key][sub]
+    return store
 
 
 def _elements(store, ftype: str, owner: Any):
@@ -197,14 +237,14 @@ def restore_fields(bucket, folder: Path, contents: dict, rep: BucketReport) -> N
         blob_dir = folder / ((entry.get("blobs") or {}).get("folder") or f"{name}.blobs")
         loaded = 0
         group: list = []
-        group_owner: Any = None
+        group_store: Any = None
         group_marker: bytes | None = None
         group_bytes = 0
 
         def flush() -> None:
             nonlocal group, loaded, group_bytes
             if group:
-                bucket[group_owner][name].batch_push([r.doc["element"] for r in group])
+                group_store.batch_push([r.doc["element"] for r in group])
                 loaded += len(group)
                 group, group_bytes = [], 0
 
@@ -214,15 +254,15 @@ def restore_fields(bucket, folder: Path, contents: dict, rep: BucketReport) -> N
                 for record in read_bson(f):
                     if record.error is not None:
                         raise _Refused(record, record.error, record.code)
-                    owner = record.doc["owner"]
-                    store = bucket[owner][name]
+                    owner, path = record.doc["owner"], record.doc.get("path") or []
+                    store = _store_of(bucket, owner, name, path)
                     if ftype in ("fifo", "lifo", "heap"):
-                        marker = encode_key(owner)
+                        marker = encode_key(owner) + b"".join(encode_key(k) for k in path)
                         # one owner's elements per write, at most PAGE of them and BATCH_BYTES of BSON
                         if marker != group_marker or len(group) >= PAGE or \
                                 (group and group_bytes + record.size > BATCH_BYTES):
                             flush()
-                            group_owner, group_marker = owner, marker
+                            group_store, group_marker = store, marker
                         group.append(record)
                         group_bytes += record.size
                         continue

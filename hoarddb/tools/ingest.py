@@ -435,9 +435,9 @@ def _load_file(client, s: Source, rep: BucketReport, on_error: str, batch_size: 
         if keyed and (keys["_id"] or keys["_id_"]):
             how = []
             if keys["_id_"]:
-                how.append(f"{keys['_id_']:,} by their _id_")
+                how.append(f"{keys['_id_']:,} documents keyed by their _id_")
             if keys["_id"]:
-                how.append(f"{keys['_id']:,} by their _id (copied into _id_; _id is kept)")
-            rep.notes.append("documents keyed " + " and ".join(how))
+                how.append(f"{keys['_id']:,} documents keyed by their _id (copied into _id_; _id is kept)")
+            rep.notes.append(" and ".join(how))
         if progress is not None:
             progress(rep)

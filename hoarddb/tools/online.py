@@ -5,13 +5,19 @@
     ...     report = check_online(client)                 # or db="app", bucket="Users"
     ...     print("\\n".join(report.lines()), report.summary())
 
-The server runs the ``check`` operation (admin only): each bucket kept in LMDB (hash,
-btree, heap) is walked as ``hoarddb check DIR`` walks it — every document, index entry,
-count and store-field element — in one read transaction, so the walk sees one moment of
-the bucket and writes go on meanwhile. Queues (fifo, lifo) and blob buckets keep files
-that change under a read; they are listed as not checked, for ``hoarddb check DIR`` with
-the server stopped. What only the offline check reads: the catalog's files, folders that
-no declaration names, and a crash's leftovers (a running server repaired those at start).
+The server runs the ``check`` operation (admin only) in its pool of readers, never on its
+event loop: each bucket is checked as ``hoarddb check DIR`` checks it, over one moment of
+the bucket, while writes go on. A bucket kept in LMDB (hash, btree, heap) is walked in one
+read transaction (every document, index entry, count and store-field element). A queue
+(fifo, lifo) is checked as its log stood when the check took its state under the log's
+lock (segments, head, where each segment's entries end): every entry up to there passes
+its crc and decodes, entries pushed later are not read, and a segment popped meanwhile
+is not reported (hoarddb/storage/segment_check.py); a fifo's claim table in one read
+transaction. A blob bucket's index is read as it was when the check began, and each blob
+it named then is hashed against its recorded SHA-256: a blob deleted meanwhile, or one
+being put, is not reported (``BlobStore.check_open``). What only the offline check reads:
+the catalog's files, folders that no declaration names, and a crash's leftovers (a
+running server repaired those at start).
 
 The server runs the ``backup`` operation (admin only) by copying its open data directory
 into a new folder on its own machine: the catalog, then each bucket as one moment of that
@@ -38,7 +44,8 @@ TODO = ("stop the server and run hoarddb check on its data directory for the who
 @dataclass
 class OnlineCheckReport:
     """OnlineCheckReport is what the server's ``check`` found: ``problems`` (empty when sound), the
-    buckets ``checked`` and those ``unchecked`` (types walked only offline), and the time taken."""
+    buckets ``checked`` and those ``unchecked`` (a server that cannot check a bucket's type
+    while it serves says so; every type of this version can be), and the time taken."""
 
     address: str
     checked: list[dict] = field(default_factory=list)
@@ -53,8 +60,8 @@ class OnlineCheckReport:
     def lines(self) -> list[str]:
         """One line per problem, then one per bucket not checked."""
         return [p.line() for p in self.problems] + [
-            f"{u['db']}.{u['bucket']}: not checked online (a {u['type']} bucket's files change under a read); "
-            "hoarddb check DIR checks it with the server stopped" for u in self.unchecked]
+            f"{u['db']}.{u['bucket']}: not checked online (the server cannot check a {u['type']} bucket while it "
+            "serves); hoarddb check DIR checks it with the server stopped" for u in self.unchecked]
 
     def summary(self) -> str:
         found = "no problems" if self.ok else f"{len(self.problems)} problem(s)"

@@ -79,15 +79,23 @@ Stage = Callable[[Iterator], Iterator]
 class Pipeline:
     """A validated pipeline: :meth:`run` it over documents, as many times as wanted."""
 
-    def __init__(self, stages: list[Stage], leading_match: Mapping | None):
+    def __init__(self, stages: list[Stage], leading_match: Mapping | None, leading_sort: Mapping | None = None):
         self._stages = stages
         #: The filter of a first ``$match``, which a bucket may serve from an index (then
         #: it is still applied: the stage stays in the pipeline).
         self.leading_match = leading_match
+        #: The specification of a ``$sort`` first or right after the first ``$match``, which a
+        #: bucket may serve from an index's order (then it runs :meth:`run` with ``sorted=True``).
+        self.leading_sort = leading_sort
+        self._sort_at = 1 if leading_match is not None else 0
 
-    def run(self, docs: Iterable) -> Iterator[dict]:
+    def run(self, docs: Iterable, sorted: bool = False) -> Iterator[dict]:
+        """The pipeline's output over ``docs``; ``sorted``: they come in ``leading_sort``'s
+        order already, and that stage is left out."""
         it: Iterator = iter(docs)
-        for stage in self._stages:
+        for i, stage in enumerate(self._stages):
+            if sorted and i == self._sort_at:
+                continue
             it = stage(it)
         return it
 
@@ -124,7 +132,9 @@ def compile_pipeline(pipeline, *, limits: Limits = DEFAULT_LIMITS,
         else:
             stages.append(_BUILDERS[name](arg, limits, where))
     leading = specs[0][1] if specs and specs[0][0] == "$match" else None
-    return Pipeline(stages, leading)
+    at = 1 if leading is not None else 0
+    sort = specs[at][1] if len(specs) > at and specs[at][0] == "$sort" else None
+    return Pipeline(stages, leading, sort)
 
 
 def run_pipeline(docs: Iterable, pipeline, *, limits: Limits = DEFAULT_LIMITS, lookup=None) -> Iterator[dict]:
@@ -411,12 +421,18 @@ def _group_stage(arg, limits: Limits, where) -> Stage:
     def group(it):
         groups: dict = {}
         held_bytes = 0
+        texts: dict = {}  # a string key's encoding, made once (strings are most keys)
         for doc in it:
             ctx = {"ROOT": doc, "CURRENT": doc}
             key = key_ev(ctx)
             if key is MISSING:
                 key = None
-            k = encode_key(key)
+            if type(key) is str:
+                k = texts.get(key)
+                if k is None:
+                    k = texts[key] = encode_key(key)
+            else:
+                k = encode_key(key)
             state = groups.get(k)
             if state is None:
                 state = groups[k] = [key] + [_start(op) for _name, op, _ev in accs]
@@ -435,6 +451,10 @@ def _group_stage(arg, limits: Limits, where) -> Stage:
     return group
 
 
+_INT32 = 1 << 31
+_INT63 = 1 << 63
+
+
 def _start(op):
     if op == "$sum":
         return [0, 0]  # total, kind (int)
@@ -451,12 +471,22 @@ def _accumulate(op, state, i, value) -> int:
     """Add ``value`` to accumulator ``i`` of a group; how many bytes it now holds more."""
     acc = state[i]
     if op == "$sum" or op == "$avg":
-        if is_number(value):
+        # the common cases first: a double, or a small int into an int total, exactly as below
+        t = type(value)
+        if t is float and acc[-1] <= 2 and type(acc[0]) in (int, float):
+            acc[0] = float(acc[0]) + value
+            acc[-1] = 2
+        elif t is int and acc[-1] == 0 and type(acc[0]) is int and -_INT32 <= value < _INT32 \
+                and -_INT63 <= acc[0] + value < _INT63:
+            acc[0] += value
+        elif is_number(value):
             kind = max(acc[-1], number_kind(value))
             acc[0] = arith(kind, lambda a, b: a + b, acc[0], value)
             acc[-1] = max(kind, 2) if isinstance(acc[0], float) else kind  # a long past int64 became a double
-            if op == "$avg":
-                acc[1] += 1
+        else:
+            return 0
+        if op == "$avg":
+            acc[1] += 1
         return 0
     if op == "$first":
         if not acc[1]:

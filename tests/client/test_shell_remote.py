@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import hoarddb
 from hoarddb.testing import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,8 +116,9 @@ def test_first_use_shows_the_fingerprint_asks_once_remembers_it_then_asks_the_pa
         child.expect_exact(f"remembered 127.0.0.1:{secure.port}")
         child.expect_exact("password for admin")
         child.send("admin-pw\r")
-        child.expect_exact(f"connected to 127.0.0.1:{secure.port} (hoardDB ")  # the banner: where, version,
-        child.expect_exact("TLS) as user admin; no database yet")                  # the user and the database
+        # the banner: where, the server's version, the user and the database
+        child.expect_exact(f"connected to 127.0.0.1:{secure.port} (hoardDB {hoarddb.__version__}, TLS) as user "
+                           "admin; no database yet")
         child.expect("hoarddb>")
         child.send("exit\r")
         child.expect(pexpect.EOF)

@@ -260,6 +260,31 @@ def test_a_document_s_store_fields_live_and_run_in_its_partition(cluster):
         assert field.length() == 3 and [e["Amount"] for e in field.pop(3)] == [1, 2, 3]
 
 
+def test_a_document_s_whole_tree_lives_in_its_partition(cluster):
+    """The stores of a document's elements (L3) route by the document's key: its owner holds them all."""
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Member", type="hash", partitions=6, store_fields=[
+        {"name": "Friends", "type": "hash", "store_fields": [{"name": "Messages", "type": "fifo"}]}])
+    for i in range(9):
+        clients[i % 3]["app"].Member.insert({"_id_": f"m{i}"})
+        clients[(i + 1) % 3]["app"].Member[f"m{i}"].Friends.put("bob", {"Since": i})
+        for n in range(3):
+            clients[(i + n) % 3]["app"].Member[f"m{i}"].Friends["bob"].Messages.push({"n": n})
+    for i in range(9):
+        messages = clients[(i + 2) % 3]["app"].Member[f"m{i}"].Friends["bob"].Messages
+        assert [m["n"] for m in messages.list()] == [0, 1, 2]
+        holders = []
+        for node, client in zip(nodes, clients):  # asked as a node asks: run there, or refused as not its own
+            try:
+                answer = client.execute({"op": "length", "db": "app", "bucket": "Member", "key": f"m{i}",
+                                         "field": "Friends", "path": [{"key": "bob", "field": "Messages"}],
+                                         "_node": "test"})
+            except PartitionUnavailableError:
+                continue
+            holders.append((node, answer["result"]))
+        assert len(holders) == 1 and holders[0][1] == 3
+
+
 def test_each_node_exports_its_cluster_metrics(cluster):
     import urllib.request
 

@@ -1,5 +1,6 @@
 """The places every contract test runs in: each executor (embedded, blocking client, asyncio
-client) times each where (a bucket, a store field), on one engine and one server for the session.
+client) times each where (a bucket, a store field, a store field one level deeper), on one engine
+and one server for the session.
 
 A test takes ``place`` (the fields are a hash bucket's documents', and once, embedded,
 a btree bucket's entries') and makes the stores it needs (``place.make("fifo")``), each in a
@@ -84,7 +85,7 @@ def _place(request, executor: str, where: str, owner_type: str = "hash") -> Plac
 
 #: Every executor times every where, and (embedded) the store field of a btree bucket's entry,
 #: whose stores hang from its sort key.
-PLACES = [(e, w) for e in EXECUTORS for w in WHERES] + [("embedded", "field", "btree")]
+PLACES = [(e, w) for e in EXECUTORS for w in WHERES] + [("embedded", "field", "btree"), ("embedded", "nested", "btree")]
 
 
 @pytest.fixture(params=PLACES, ids=lambda p: "-".join(p) if len(p) == 2 else f"{p[0]}-{p[2]}-{p[1]}")
@@ -94,7 +95,8 @@ def place(request):
     made.drop()
 
 
-@pytest.fixture(params=[p for p in PLACES if p[1] == "field"], ids=lambda p: f"{p[0]}-{p[2] if len(p) > 2 else 'hash'}")
+@pytest.fixture(params=[p for p in PLACES if p[1] != "bucket"],
+                ids=lambda p: f"{p[0]}-{p[1]}-{p[2] if len(p) > 2 else 'hash'}")
 def field_place(request) -> Place:
     """The store fields of ``place`` alone, for what only a field has (its document, its limits)."""
     made = _place(request, *request.param)

@@ -1,4 +1,5 @@
-"""Where a store under contract lives: a bucket of its own or a document's store field, reached
+"""Where a store under contract lives: a bucket of its own (L1), a document's store field (L2) or
+a store of an element of a document's hash store field (L3: ``Owner["d1"].F["e1"].S``), reached
 embedded, over the blocking client or over the asyncio client.
 
 A :class:`Place` makes a fresh store of a type (``place.make("fifo")``) and hands back a
@@ -34,8 +35,11 @@ _names = itertools.count(1)
 
 #: The three ways a program reaches hoardDB.
 EXECUTORS = ("embedded", "blocking", "aio")
-#: Where a store lives: a bucket, or a store field of a document of a hash (or btree) bucket.
-WHERES = ("bucket", "field")
+#: Where a store lives: a bucket (depth 1), a store field of a document of a hash (or btree)
+#: bucket (depth 2), or a store field of an element of such a document's hash store field (depth 3).
+WHERES = ("bucket", "field", "nested")
+#: The depth (L1, L2, L3) of each where.
+DEPTHS = {"bucket": 1, "field": 2, "nested": 3}
 
 
 class Store:
@@ -52,7 +56,46 @@ class Store:
 
     @property
     def is_field(self) -> bool:
-        return self.where == "field"
+        """A store field at any depth (L2 or L3): it has the store-field verbs."""
+        return self.where in ("field", "nested")
+
+    @property
+    def depth(self) -> int:
+        return DEPTHS[self.where]
+
+    # -- what owns a field: a document (L2), or an element of the document's F (L3) --------
+
+    @property
+    def holder(self):
+        """The store the owner of this field is an element of (None for a document: its bucket)."""
+        return self.owner["d1"].F if self.where == "nested" else None
+
+    def of(self, name: Any):
+        """This field of another owner, ``name`` (a document, or an element of d1's F)."""
+        return self.holder[name].S if self.where == "nested" else self.owner[name].S
+
+    def add_owner(self, name: Any) -> None:
+        """Make owner ``name`` (a document, or an element of d1's F)."""
+        if self.where == "nested":
+            self.holder.put(name, {"Name": "an element"})
+        else:
+            self.owner.insert({"_id_": name})
+
+    def delete_owner(self, name: Any = "d1") -> dict:
+        """Delete the owner of this field (the document, or the element e1): its answer."""
+        if self.where == "nested":
+            return self.holder.delete("e1" if name == "d1" else name)
+        return self.owner.delete(name)
+
+    def recreate_owner(self) -> None:
+        self.add_owner("e1" if self.where == "nested" else "d1")
+
+    #: The words a refusal of a field of a missing owner says.
+    @property
+    def missing_owner_words(self) -> tuple:
+        if self.where == "nested":
+            return ("nobody", "does not exist", "Put it first")
+        return ("nobody", "Insert the document first")
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -115,9 +158,15 @@ class Place:
         if self.where == "bucket":
             api = db.create_bucket("S", type=type_, **options)
             return Store(api, type_, "bucket", db, self.data / db.name / "S")
-        owner = db.create_bucket("Owner", type=self.owner_type, store_fields=[{"name": "S", "type": type_}])
+        if self.where == "field":
+            owner = db.create_bucket("Owner", type=self.owner_type, store_fields=[{"name": "S", "type": type_}])
+            owner.insert({"_id_": "d1", "Name": "the owner"})
+            return Store(owner["d1"].S, type_, "field", db, self.data / db.name / "Owner" / "fields", owner=owner)
+        owner = db.create_bucket("Owner", type=self.owner_type, store_fields=[
+            {"name": "F", "type": "hash", "store_fields": [{"name": "S", "type": type_}]}])
         owner.insert({"_id_": "d1", "Name": "the owner"})
-        return Store(owner["d1"].S, type_, "field", db, self.data / db.name / "Owner" / "fields", owner=owner)
+        owner["d1"].F.put("e1", {"Name": "an element"})
+        return Store(owner["d1"].F["e1"].S, type_, "nested", db, self.data / db.name / "Owner" / "fields", owner=owner)
 
 
 # -- the asyncio client, driven from another thread ------------------------------------------
@@ -151,7 +200,7 @@ class Blocking:
     def _wrap(self, value):
         module = type(value).__module__
         if module.startswith("hoarddb.") and type(value).__name__ in ("Client", "Database", "Bucket", "Document",
-                                                                     "StoreField"):
+                                                                     "StoreField", "Element"):
             return Blocking(value, self._loop)
         if hasattr(value, "__anext__"):
             return self._iterate(value)

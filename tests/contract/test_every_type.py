@@ -1,6 +1,7 @@
-"""What every store type keeps, as a bucket and as a store field: an empty start, and the verbs it
-does not have refused (VERB_NOT_SUPPORTED) with nothing written; then what only store fields have:
-the document first, the cascade on delete, and the L2 limits.
+"""What every store type keeps, as a bucket (L1), a store field (L2) and a store field of an
+element of a store field (L3): an empty start, and the verbs it does not have refused
+(VERB_NOT_SUPPORTED) with nothing written; then what only store fields have: the document (or
+element) first, the cascade on delete, the L2 limits at every level, and a refused L4.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def test_a_field_of_a_missing_document_is_not_found_and_a_dropped_bucket_is_gone
         assert s.database.drop_bucket("S") == {"dropped": "S"}
         refused("BUCKET_NOT_FOUND", lambda: s.length(), "S")
         return
-    ghost = s.owner["nobody"].S
+    ghost = s.of("nobody")
     verbs = {"fifo": [lambda: ghost.push({"n": 1}), ghost.pop, ghost.peek],
              "lifo": [lambda: ghost.push({"n": 1}), ghost.pop, ghost.peek],
              "heap": [lambda: ghost.push({"priority": 1}), ghost.pop, ghost.peek],
@@ -112,9 +113,10 @@ def test_a_field_of_a_missing_document_is_not_found_and_a_dropped_bucket_is_gone
              "btree": [lambda: ghost.put("k", {}), lambda: ghost.get("k"), lambda: ghost.delete("k")],
              "blob": [lambda: ghost.put(b"x"), lambda: ghost.info(DBID), lambda: ghost.get(DBID)]}[type_]
     for call in verbs + [ghost.length, ghost.list]:
-        refused("NOT_FOUND", call, "nobody", "Insert the document first")
-    refused("BAD_VALUE", lambda: s.owner["d1"].Nope.length(), "Nope", "S (" + type_ + ")")
-    assert s.owner.get("nobody") is None
+        refused("NOT_FOUND", call, *s.missing_owner_words)
+    nope = s.holder["e1"].Nope if s.where == "nested" else s.owner["d1"].Nope
+    refused("BAD_VALUE", lambda: nope.length(), "Nope", "S (" + type_ + ")")
+    assert (s.holder or s.owner).get("nobody") is None
 
 
 @pytest.mark.parametrize("type_", TYPES)
@@ -123,10 +125,10 @@ def test_deleting_the_document_deletes_its_store(field_place, type_):
     fill(s, 3)
     files = sorted(p.name for p in s.files.iterdir()) if type_ == "blob" else []
     assert len(files) == (3 if type_ == "blob" else 0)
-    assert s.owner.delete("d1") == {"deleted": 1}
+    assert s.delete_owner() == {"deleted": 1}
     refused("NOT_FOUND", s.length, "does not exist")
-    s.owner.insert({"_id_": "d1"})
-    assert s.length() == 0 and s.list() == []  # a new document starts with empty stores
+    s.recreate_owner()
+    assert s.length() == 0 and s.list() == []  # a new document (element) starts with empty stores
     if type_ == "blob":
         assert not any((s.files / name).exists() for name in files)
 
@@ -134,8 +136,8 @@ def test_deleting_the_document_deletes_its_store(field_place, type_):
 @pytest.mark.parametrize("type_", TYPES)
 def test_one_documents_store_is_not_anothers(field_place, type_):
     s = field_place.make(type_)
-    s.owner.insert({"_id_": "d2"})
-    other = s.owner["d2"].S
+    s.add_owner("d2")
+    other = s.of("d2")
     fill(s, 2)
     assert other.length() == 0 and other.list() == []
     assert s.length() == 2
@@ -170,3 +172,70 @@ def test_the_l2_hard_limit_refuses_a_field_write_past_it_and_a_bucket_has_none(t
         assert field.length() == 3
         write(bucket, 3)
         assert bucket.length() == 4
+
+
+@pytest.mark.parametrize("type_", TYPES)
+def test_deleting_the_document_deletes_every_level_of_its_tree(field_place, type_):
+    """Deleting the top document takes its L2 stores and the L3 stores of their elements with it."""
+    s = field_place.make(type_)
+    fill(s, 2)
+    files = sorted(p.name for p in s.files.iterdir()) if type_ == "blob" else []
+    assert s.owner.delete("d1") == {"deleted": 1}
+    s.owner.insert({"_id_": "d1", "Name": "again"})
+    if s.where == "nested":
+        refused("NOT_FOUND", s.length, "e1", "does not exist", "Put it first")
+        s.recreate_owner()
+    assert s.length() == 0 and s.list() == []
+    if type_ == "blob":
+        assert not any((s.files / name).exists() for name in files)
+
+
+@pytest.mark.parametrize("type_", TYPES)
+def test_an_element_answers_its_own_fields_and_names_its_stores(field_place, type_):
+    s = field_place.make(type_)
+    fill(s, 2)
+    if s.where != "nested":
+        assert s.owner.get("d1")["Name"] == "the owner"
+        return
+    assert s.holder.get("e1") == {"Name": "an element"}  # its own fields, never its stores
+    listed = s.holder.list()
+    assert listed == [{"key": "e1", "doc": {"Name": "an element"}}]
+
+
+@pytest.mark.parametrize("type_", TYPES)
+def test_a_store_past_the_maximum_depth_is_refused_with_the_advice(field_place, type_):
+    """L1 to L3 by default: a fourth level is refused, saying to keep shallow and use an L1 bucket."""
+    db = field_place.database()
+    leaf = [{"name": "S", "type": type_}]
+    refused("BAD_VALUE", lambda: db.create_bucket("Deep", type="hash", store_fields=[
+        {"name": "A", "type": "hash", "store_fields": [{"name": "B", "type": "btree", "store_fields": leaf}]}]),
+        "Deep.A.B.S", "L4", "L3", "L1 bucket", "shallow")
+    refused("BAD_VALUE", lambda: db.create_bucket("Flat", type="hash", store_fields=[
+        {"name": "A", "type": "fifo", "store_fields": leaf}]), "Flat.A", "hash or btree")
+    db.create_bucket("Three", type="hash", store_fields=[{"name": "A", "type": "btree", "store_fields": leaf}])
+    assert db.buckets() == ["Three"]  # nothing of a refused declaration was written
+
+
+@pytest.mark.parametrize("type_", TYPES)
+def test_the_hard_limit_names_a_deeper_store_by_its_dotted_address(tmp_path, type_):
+    with hoarddb.open(tmp_path / "data", sync=False, bucket_limits={"l2_soft_limit": 2, "l2_hard_limit": 3}) as c:
+        owner = c["app"].create_bucket("User", type="hash", store_fields=[
+            {"name": "Friends", "type": "hash", "store_fields": [{"name": "Messages", "type": type_}]}])
+        owner.insert({"_id_": "jane"})
+        owner["jane"].Friends.put("bob", {})
+        owner["jane"].Friends.put("eve", {})
+        field, other = owner["jane"].Friends["bob"].Messages, owner["jane"].Friends["eve"].Messages
+
+        def write(store, i):
+            if type_ in ("fifo", "lifo", "heap"):
+                return store.push({"priority": i})
+            return store.put(b"x") if type_ == "blob" else store.put(f"k{i}", {})
+
+        for i in range(3):
+            write(field, i)
+        error = refused("L2_HARD_LIMIT", lambda: write(field, 3),
+                        'bucket "User.jane.Friends.bob.Messages" exceeded hard limit (3 entries)', "split into multiple L1")
+        assert error.store == "User.jane.Friends.bob.Messages"
+        assert field.length() == 3
+        write(other, 0)  # each element's store has its own count
+        assert other.length() == 1

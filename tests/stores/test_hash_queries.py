@@ -63,7 +63,7 @@ def test_find_sorts_skips_limits_and_projects(tickets):
     assert ids(tickets.search({"Category": "repairs"}, sort={"Cost": -1}, limit=2)) == ["t9", "t6"]
     answer = tickets.search({"Category": "repairs"}, sort={"Cost": -1}, projection={"Cost": 1}, explain=True)
     assert answer == [{"_id_": f"t{i}", "Cost": i * 10} for i in (9, 6, 3, 0)]
-    assert answer.index_used == "Category_1" and answer.explain["sort"] == "in memory"
+    assert answer.index_used == "Category_1" and answer.explain["sort"] == "memory"
 
 
 def test_find_refusals(tickets):
