@@ -260,8 +260,13 @@ class HashStore(KVStore):
         if not self.timestamps:
             return doc, data
         now = timerange.now_date()
-        created = old.get(timerange.CREATED, now) if old is not None else now
-        return timerange.stamped(doc, data, created, now)
+        created = updated = now
+        if old is not None:
+            clean, kept = timerange.without_kept(old)
+            created = kept.get(timerange.CREATED, now)
+            if encode_document(clean) == data:  # the same document again: not a change
+                updated = kept.get(timerange.UPDATED, now)
+        return timerange.stamped(doc, data, created, updated)
 
     def _prepare_kept(self, doc: Any, position: int | None = None, need_id: bool = False):
         """:meth:`_prepare`, refusing a document that carries the timestamps hoardDB keeps."""

@@ -150,6 +150,7 @@ def test_counts_and_top_per_window(posts):
     posts.batch_insert([{"_id_": i, "At": at(base + 60 * i), "Tag": t} for i, t in enumerate(tags)])
     w = posts.window("hourly", byStart=at(base), top=2)
     assert w["count"] == 7 and w["field"] == "Tag"
+    assert posts.stats()["indexes"][0]["summary"] == "hourly (timeRange At range 3600s step 900s ttl 86400s, ranked)"
     assert w["top"] == [{"value": "a", "count": 3}, {"value": "b", "count": 2}]
     assert posts.window("hourly", byStart=at(base), counts=True)["counts"] == [
         {"value": "a", "count": 3}, {"value": "b", "count": 2}, {"value": "c", "count": 1}, {"value": "d", "count": 1}]
@@ -312,8 +313,11 @@ def test_timestamps_are_kept_by_the_engine_and_refused_from_a_client(client):
     b.update({"_id_": "p"}, {"$set": {"Text": "hello"}})
     after = b.get("p")
     assert after["$createdAt"] == doc["$createdAt"] < after["$updatedAt"]
+    b.put({"_id_": "p", "Text": "hello"})  # the same document: not a change
+    assert b.get("p") == after
+    time.sleep(0.01)
     b.put({"_id_": "p", "Text": "again"})
-    assert b.get("p")["$createdAt"] == doc["$createdAt"]
+    assert b.get("p")["$createdAt"] == doc["$createdAt"] and b.get("p")["$updatedAt"] > after["$updatedAt"]
     for write in (lambda: b.insert({"_id_": "q", "$createdAt": before}),
                   lambda: b.put({"_id_": "p", "$updatedAt": before}),
                   lambda: b.batch_insert([{"_id_": "r"}, {"_id_": "s", "$createdAt": before}])):
