@@ -13,6 +13,7 @@ import hoarddb
 import hoarddb.aio
 from hoarddb.errors import BadValueError, DuplicateKeyError, UnknownOptionError
 from hoarddb.hql.parser import parse_statement
+from hoarddb.hql.printer import format_answer
 from hoarddb.indexes import timerange
 from hoarddb.testing import ServerThread
 from hoarddb.tools import dump, restore
@@ -370,6 +371,9 @@ def test_hql_reads_a_window(client):
     assert answer["result"]["top"] == [{"value": "py", "count": 2}, {"value": "go", "count": 1}]
     st = parse_statement('db.Post.window("hourlyByHashtag", {oldest: true}).counts()')
     assert client.execute({**st.request, "db": "app"})["result"]["count"] == 3
+    st = parse_statement("describe bucket Post")
+    shown = format_answer(st.request["op"], client.execute({**st.request, "db": "app"}))
+    assert "Indexes:  hourlyByHashtag (timeRange $createdAt range 3600s step 900s ttl 86400s, ranked)" in shown
 
 
 def test_the_window_verb_over_the_wire_blocking_and_asyncio(tmp_path):
