@@ -45,7 +45,7 @@ from bson.raw_bson import RawBSONDocument
 
 from ..errors import BadValueError, DuplicateKeyError
 from ..values.codec import decode, raw_to_front, raw_with
-from ..values.keys import decode_key, key_end
+from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
 
 #: The timestamps hoardDB keeps itself when a bucket declares ``timestamps: true``.
@@ -255,7 +255,7 @@ def check_immutable(fields: list, old: dict | None, new: Any, ident: Any) -> Non
     if old is None:
         return
     for f in fields:
-        if f in old and (f not in new or new[f] != old[f] or type(new[f]) is not type(old[f])):
+        if f in old and (f not in new or encode_key(new[f]) != encode_key(old[f])):  # as values: 30 == 30.0
             raise BadValueError(f"field {f!r} of document {literal(ident)} is immutable on this bucket "
                                 f"(immutable: [{f!r}]) and holds {literal(old[f])}; a write cannot change or "
                                 "remove it (delete the document and insert it again)")
