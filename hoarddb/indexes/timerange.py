@@ -59,6 +59,8 @@ MAX_OVERLAP = 24
 MAX_PHASE = 31_536_000
 #: Our upper bound of ttl: the longest calendar year, 366 days (docs/dev/time-range-indexes.md).
 MAX_TTL = 31_622_400
+#: The longest window, 100 years of seconds: window starts stay far inside 64-bit milliseconds.
+MAX_RANGE = 3_155_760_000
 #: The most keys of expired windows one write removes.
 EXPIRY_BUDGET = 256
 #: The index format of a time-range index (hoarddb.indexes.declaration lists them).
@@ -128,6 +130,8 @@ def check(tr: Any, fields: list, unique: bool, ranked: bool, where: str) -> dict
                             f"[{on!r}, ...]); its fields begin with {fields[0]!r}")
     range_ = _seconds(tr, "range", where, 1)
     step = _seconds(tr, "step", where, 1)
+    if range_ > MAX_RANGE:
+        raise BadValueError(f"{where}: timeRange's range is at most {MAX_RANGE} seconds (100 years), got {range_}")
     if range_ % step:
         raise BadValueError(f"{where}: timeRange's range ({range_}) is an exact multiple of step ({step}), "
                             f"such as {range_ // step * step or step} or {(range_ // step + 1) * step}")

@@ -57,6 +57,7 @@ REFUSED = [
     ({"timeRange": {"on": "At", "range": 1.5, "step": 1}}, "whole number of seconds"),
     ({"timeRange": {"on": "At", "range": True, "step": 1}}, "whole number of seconds"),
     ({"timeRange": {"on": "At", "range": 3600, "step": 700}}, "exact multiple of step"),
+    ({"timeRange": {"on": "At", "range": 10**12, "step": 10**12}}, "at most 3155760000 seconds"),
     ({"timeRange": {"on": "At", "range": 3600, "step": 60}}, "at most 24"),
     ({"timeRange": {"on": "At", "range": 3600, "step": 900, "phase": 900}}, "phase is less than step"),
     ({"timeRange": {"on": "At", "range": 3600, "step": 900, "phase": -1}}, "phase is at least 0"),
