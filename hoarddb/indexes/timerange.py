@@ -70,6 +70,8 @@ _BIAS = 1 << 63
 _TOP = (1 << 64) - 1
 ENTRY, COUNT, VALUE, RANK = b"W", b"C", b"V", b"R"
 _NONE: frozenset = frozenset()
+#: The dates BSON and Python share (years 1 to 9999) in milliseconds: byStart's bounds.
+_FIRST_MS, _LIMIT_MS = -62_135_596_800_000, 253_402_300_799_999
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _MS = datetime.timedelta(milliseconds=1)
 
@@ -518,11 +520,14 @@ class TimeRangeIndex:
             return self.phase + ((now - self.phase - self.range) // self.step + 1) * self.step
         start = to_ms(byStart)
         if start is None:
-            if type(byStart) is int:
+            if type(byStart) is int and _FIRST_MS <= byStart <= _LIMIT_MS:
                 start = byStart
             else:
                 raise BadValueError(f"byStart is the date a window starts (or its milliseconds since 1970), "
                                     f"got {byStart!r:.60}")
+        if not _FIRST_MS + self.step <= start <= _LIMIT_MS - self.range - self.step:
+            raise BadValueError(f"byStart is a date from year 1 to a window's length before year 10000 (a step inside); "
+                                f"got {byStart!r:.60}")
         if (start - self.phase) % self.step:
             below = self.phase + (start - self.phase) // self.step * self.step
             raise BadValueError(

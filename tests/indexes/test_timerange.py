@@ -203,6 +203,7 @@ def test_a_window_not_yet_started_is_empty(posts):
 @pytest.mark.parametrize("select, message", [
     ({}, "got none"), ({"newest": True, "oldest": True}, "got newest, oldest"),
     ({"byStart": "yesterday"}, "byStart is the date"), ({"newest": 1}, "newest is true"),
+    ({"byStart": 2**62}, "byStart is the date"), ({"byStart": 253402300740000}, "before year 10000"),
 ])
 def test_a_query_selects_exactly_one_window(posts, select, message):
     with pytest.raises(BadValueError, match=message):
