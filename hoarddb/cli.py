@@ -28,6 +28,8 @@
         does: hoarddb/client/known_hosts.py)
     hoarddb cluster up --data DIR [--nodes N] [--port P] | down --data DIR | status --cluster etcd://H:P
         a cluster on this machine (etcd and one node per core), its stop, and any cluster's nodes and partitions
+    hoarddb cluster add-node NODE | remove-node NODE --cluster etcd://H:P [--wait S]
+        move partitions to a node that joined, or off a node to be stopped, while serving
     hoarddb help [COMMAND...], hoarddb, hoarddb --help
         the list of commands (each with its first sentence whole), or one command's help
 
@@ -569,6 +571,56 @@ def cluster_status(cluster_url, json_mode):
         click.echo(f"hoarddb cluster status: {e.message}", err=True)
         sys.exit(1)
     click.echo(json.dumps(st, indent=2) if json_mode else local.format_status(st))
+
+
+def _change_nodes(name, cluster_url, node, wait, json_mode, add):
+    import json
+    import os
+
+    from .cluster import local
+
+    url = cluster_url or os.environ.get("HOARDDB_CLUSTER")
+    if not url:
+        click.echo(f"hoarddb cluster {name}: give --cluster etcd://HOST:PORT (or set HOARDDB_CLUSTER)", err=True)
+        sys.exit(2)
+    try:
+        planned = local.change_nodes(url, add=node if add else None, remove=None if add else node)
+    except HoardError as e:
+        click.echo(f"hoarddb cluster {name}: {e.message}", err=True)
+        sys.exit(1)
+    if json_mode:
+        click.echo(json.dumps(planned, indent=2))
+    else:
+        click.echo(f"node {node} {'added' if add else 'removed'}: {len(planned['moves'])} partition(s) to move"
+                   + ("" if wait else f"; follow them with: hoarddb cluster status --cluster {url}"))
+    if wait and planned["moves"] and not local.wait_moves(url, wait):
+        click.echo(f"hoarddb cluster {name}: the moves did not end within {wait} s; they go on "
+                   "(hoarddb cluster status)", err=True)
+        sys.exit(1)
+
+
+@cluster.command("add-node")
+@click.argument("node")
+@click.option("--cluster", "cluster_url", metavar="etcd://HOST:PORT[,...]", default=None,
+              help="The cluster's etcd members (default: HOARDDB_CLUSTER).")
+@click.option("--wait", type=float, default=0, metavar="SECONDS", help="Wait up to this long for the moves to end.")
+@click.option("--json", "json_mode", is_flag=True, help="The moves planned, as JSON.")
+def cluster_add_node(node, cluster_url, wait, json_mode):
+    """Give NODE (started with --cluster and --node-id NODE) its share of every spread bucket: the moves are recorded
+    in etcd and the nodes run them while serving."""
+    _change_nodes("add-node", cluster_url, node, wait, json_mode, add=True)
+
+
+@cluster.command("remove-node")
+@click.argument("node")
+@click.option("--cluster", "cluster_url", metavar="etcd://HOST:PORT[,...]", default=None,
+              help="The cluster's etcd members (default: HOARDDB_CLUSTER).")
+@click.option("--wait", type=float, default=0, metavar="SECONDS", help="Wait up to this long for the moves to end.")
+@click.option("--json", "json_mode", is_flag=True, help="The moves planned, as JSON.")
+def cluster_remove_node(node, cluster_url, wait, json_mode):
+    """Move NODE's partitions to the other nodes while serving; NODE (up until they are moved) then holds none and
+    may be stopped."""
+    _change_nodes("remove-node", cluster_url, node, wait, json_mode, add=False)
 
 
 @main.command("check")

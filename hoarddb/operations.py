@@ -265,7 +265,8 @@ class Operation:
     #: its keys put back in order), "least" / "greatest" (the entry of least / greatest key),
     #: "turns" (a partitioned queue's pop, peek: the owners asked in turn), "turns_claimed"
     #: (claim: the same, each claimId named by its node), "by_claim" (ack, release, extend: each
-    #: claimId sent to its node). Empty: a spread bucket refuses it (not built yet).
+    #: claimId sent to its node), "windows" (one window of a time-range index: counts added up,
+    #: ranked again). Empty: a spread bucket refuses it (not built yet).
     gather: str = ""
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
@@ -397,6 +398,18 @@ for _op in [
     Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
               summary="The different values of a field (an array's elements one by one) in the matching documents.",
               answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
+    # time-range indexes: one window's counts and ranking (hoarddb/indexes/timerange.py, docs/user/indexes.md)
+    Operation("window", _types("hash"), (Param("index", "str"),),
+              (Param("newest", "any", False, "true: the window that started last"),
+               Param("oldest", "any", False, "true: the oldest window still open (the last full range)"),
+               Param("byStart", "any", False, "the date a window starts"),
+               Param("top", "int", False, "how many values of the next field to rank by count"),
+               Param("counts", "any", False, "true: the count of every value of the next field")),
+              summary="One window of a time-range index: its document count, and the top values of the next "
+                      "field or each value's count, read from counts the index keeps.",
+              answer="{index, start, end, count} (and field with top or counts)",
+              example='db.Post.window("hourlyByHashtag", {newest: true}).top(10)', cost=SCAN,
+              chains=(("counts", "window", {"counts": True}),), gather="windows"),
     Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False), _BATCH),
               cursor="stream",
               summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",

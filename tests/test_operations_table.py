@@ -43,6 +43,9 @@ LEFT: dict[str, set[str]] = {
     "hoarddb/tools/ingest.py": {"batch_insert", "batch_push", "batch_put", "insert", "push", "put"},
     # the offline check opens a bucket a crash left unclean by a request on it: length, the cheapest
     "hoarddb/tools/check.py": {"length"},
+    # a partition's move, as requests of the old owner on its own local bucket: its documents read
+    # (list pages, find by keys) and written on the new owner (batch_put, delete); the mover's choice
+    "hoarddb/cluster/moves.py": {"batch_put", "delete", "find", "list"},
 }
 
 #: What holds an operation's name, in a comparison or membership test: ``op``, ``self.verb``,

@@ -61,6 +61,7 @@ var operations = map[string]operation{
 	"update":          {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"hash"}},
 	"update_user":     {scope: "server", write: true, retry: false, streams: false, upload: "", types: []string{}},
 	"whoami":          {scope: "server", write: false, retry: true, streams: false, upload: "", types: []string{}},
+	"window":          {scope: "bucket", write: false, retry: true, streams: false, upload: "", types: []string{"hash"}},
 }
 
 // fieldVerbs are the verbs of a document's store field, with the store types that serve each.

@@ -4,5 +4,6 @@
                    module that imports the etcd client)
     partitions.py  a key's partition, and the balanced assignment of partitions to nodes
     node.py        a server as a node: what runs here, forwarding, scatter-gather
+    moves.py       add-node / remove-node, and moving partitions while serving
     local.py       `hoarddb cluster up/down/status`: a cluster on one machine, and its state
 """

@@ -3,13 +3,16 @@
 The one module that imports the etcd client (``etcd3aio``, pinned in pyproject.toml).
 Every key lives under a prefix (``/hoarddb/`` by default), drawn in docs/dev/cluster.md::
 
-    nodes/<node>                     {advertise, started}           the node's lease
+    nodes/<node>                     {advertise, started, lease}    the node's lease
     catalog/databases/<db>           {}                             (no lease)
     catalog/buckets/<db>/<bucket>    {declaration, partitions}      (no lease)
     users/<user>                     {name, credentials, roles}     (no lease)
     assign/<db>/<bucket>             {owners: [node per partition], version}
     epoch/<db>/<bucket>/<p>          the partition's epoch, an integer as text
     owner/<db>/<bucket>/<p>          {node, epoch}                  the owner's lease
+    moves/<db>/<bucket>/<p>          {from, to, state, ...}         (no lease; hoarddb/cluster/moves.py)
+    cleanup/<node>/<db>/<bucket>     [partitions handed over, their copy not yet deleted]
+    drained/<node>                   {since}                        taken out of the maps
 
 Values are JSON. A node holds one lease, granted at :meth:`Coordinator.start`, kept alive
 by its own task, attached to its ``nodes/`` key and to every ``owner/`` key it holds: when
@@ -118,7 +121,8 @@ class Coordinator:
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
         kv = self.client.kv
         me = self.key("nodes", self.node_id)
-        record = _json({**(info or {}), "advertise": self.advertise, "started": time.time()})
+        record = _json({**(info or {}), "advertise": self.advertise, "started": time.time(),
+                        "lease": self.lease_id})  # (a move's hand-over puts the new owner's key under it)
         deadline = time.monotonic() + self.ttl + 2
         while True:
             answer = await self._txn([kv.txn_compare_create_revision(me, 0)],
@@ -383,6 +387,106 @@ class Coordinator:
         """The epoch at which this node holds a partition, if it holds it and its lease is fresh."""
         epoch = self.held.get((db, bucket, p))
         return epoch if epoch is not None and self.lease_fresh() else None
+
+    # -- moves (hoarddb/cluster/moves.py): the plan, a move's progress, the hand-over, what is left to delete
+
+    async def assignments(self) -> dict[tuple[str, str], dict]:
+        """Every bucket's assignment: ``{(db, bucket): {owners, version}}`` (one range)."""
+        prefix = self.key("assign", "")
+        out = {}
+        for kv in await self._range(prefix):
+            db, _, bucket = kv.key.decode()[len(prefix):].partition("/")
+            out[(db, bucket)] = json.loads(kv.value)
+        return out
+
+    async def moves(self) -> dict[tuple[str, str, int], dict]:
+        """The moves planned and under way: ``{(db, bucket, p): {from, to, state, ...}}``."""
+        prefix = self.key("moves", "")
+        out = {}
+        for kv in await self._range(prefix):
+            db, bucket, p = kv.key.decode()[len(prefix):].rsplit("/", 2)
+            out[(db, bucket, int(p))] = json.loads(kv.value)
+        return out
+
+    async def plan_moves(self, planned: dict[tuple[str, str, int], dict], drained: dict[str, bool]) -> bool:
+        """Record moves (none of them recorded yet) and the drained marks, in one transaction; False if a
+        move of one of these partitions was recorded meanwhile."""
+        kv = self.client.kv
+        compare = [kv.txn_compare_create_revision(self.key("moves", *k), 0) for k in planned]
+        ops = [kv.txn_op_put(self.key("moves", *k), _json(v)) for k, v in planned.items()]
+        for node, on in drained.items():
+            ops.append(kv.txn_op_put(self.key("drained", node), _json({"since": time.time()})) if on
+                       else kv.txn_op_delete(self.key("drained", node)))
+        return (await self._txn(compare, ops)).succeeded
+
+    async def drained(self) -> set[str]:
+        """The nodes taken out of the maps by ``cluster remove-node`` (given no partition until added again)."""
+        prefix = self.key("drained", "")
+        return {kv.key.decode()[len(prefix):] for kv in await self._range(prefix)}
+
+    async def note_move(self, db: str, bucket: str, p: int, record: dict) -> None:
+        """A move's progress (only while the move is still recorded: a finished one is not brought back)."""
+        kv = self.client.kv
+        key = self.key("moves", db, bucket, p)
+        await self._txn([kv.txn_compare_version(key, 0, result=etcd3aio.kv.Compare.GREATER)],
+                        [kv.txn_op_put(key, _json(record))])
+
+    async def hand_over(self, db: str, bucket: str, parts: dict[int, int], to: str) -> tuple[list[str], int] | None:
+        """Give partitions this node holds (``{p: epoch}``) to node ``to``, in one transaction; the new
+        assignment and its version, or None when something changed (``to`` gone, the map or an owner key).
+
+        Compares: each ``owner/<p>`` is this node's at its epoch, ``to`` is live (its record, which
+        names its lease, as read), ``assign/`` at the version read. Then each partition's epoch is
+        raised, its owner key names ``to`` under ``to``'s lease, the assignment names ``to``, the
+        moves are deleted, and ``cleanup/<this node>/<db>/<bucket>`` lists the partitions whose
+        documents this node must now delete."""
+        kv = self.client.kv
+        node_key, assign_key = self.key("nodes", to), self.key("assign", db, bucket)
+        found = await self._range(node_key, exact=True)
+        assigned = await self._range(assign_key, exact=True)
+        if not found or not assigned:
+            return None
+        record, assignment = json.loads(found[0].value), json.loads(assigned[0].value)
+        if record.get("lease") is None:
+            return None
+        owners = list(assignment["owners"])
+        compare = [kv.txn_compare_value(node_key, found[0].value), kv.txn_compare_value(assign_key, assigned[0].value)]
+        ops = []
+        for p, epoch in sorted(parts.items()):
+            owner_key = self.key("owner", db, bucket, p)
+            compare.append(kv.txn_compare_value(owner_key, _json({"node": self.node_id, "epoch": epoch})))
+            ops += [kv.txn_op_put(self.key("epoch", db, bucket, p), str(epoch + 1)),
+                    kv.txn_op_put(owner_key, _json({"node": to, "epoch": epoch + 1}), lease=record["lease"]),
+                    kv.txn_op_delete(self.key("moves", db, bucket, p))]
+            owners[p] = to
+        version = assignment.get("version", 1) + 1
+        cleanup_key = self.key("cleanup", self.node_id, db, bucket)
+        left = await self._get(cleanup_key) or []
+        ops += [kv.txn_op_put(assign_key, _json({"owners": owners, "version": version})),
+                kv.txn_op_put(cleanup_key, _json(sorted(set(left) | set(parts))))]
+        if not (await self._txn(compare, ops)).succeeded:
+            return None
+        for p in parts:
+            self.held.pop((db, bucket, p), None)
+        return owners, version
+
+    async def cleanups(self) -> dict[tuple[str, str], list[int]]:
+        """The partitions whose documents this node still has to delete, having handed them over."""
+        prefix = self.key("cleanup", self.node_id, "")
+        out = {}
+        for kv in await self._range(prefix):
+            db, _, bucket = kv.key.decode()[len(prefix):].partition("/")
+            out[(db, bucket)] = json.loads(kv.value)
+        return out
+
+    async def cleaned(self, db: str, bucket: str, parts: list[int]) -> None:
+        """Partitions whose documents this node deleted: out of its ``cleanup/`` key."""
+        key = self.key("cleanup", self.node_id, db, bucket)
+        left = sorted(set(await self._get(key) or []) - set(parts))
+        if left:
+            await self._put(key, _json(left))
+        else:
+            await self._call(self.client.kv.delete(key, timeout=5))
 
     # -- etcd calls, with etcd's failures said as ours
 

@@ -163,9 +163,13 @@ async def _status(endpoints: list[str]) -> dict:
                     entry["held"] += 1
             buckets[f"{db}.{bucket}"] = {"partitions": decl["partitions"], "nodes": per_node,
                                          "unavailable": sorted(p for p, node in enumerate(owners) if node not in nodes)}
-        return {"nodes": {n: {"advertise": info.get("advertise"), "up_since": info.get("started")}
+        moves = [{"bucket": f"{db}.{bucket}", "partition": p, **m}
+                 for (db, bucket, p), m in sorted((await coord.moves()).items())]
+        drained = sorted(await coord.drained())
+        return {"nodes": {n: {"advertise": info.get("advertise"), "up_since": info.get("started"),
+                              "removed": n in drained}
                           for n, info in sorted(nodes.items())},
-                "buckets": buckets, "moves": []}
+                "buckets": buckets, "moves": moves, "removed": drained}
     finally:
         await coord.close()
 
@@ -183,5 +187,53 @@ def format_status(st: dict) -> str:
         if b["unavailable"]:
             line += f"  UNAVAILABLE: {len(b['unavailable'])} (their node is down)"
         lines.append(line)
-    lines.append("moves: none (moving partitions is not built yet)")
+    moves = st.get("moves") or []
+    if not moves:
+        lines.append("moves: none")
+    else:
+        lines.append(f"moves: {len(moves)} partition(s)")
+        groups: dict = {}
+        for m in moves:
+            groups.setdefault((m["bucket"], m["from"], m["to"], m.get("state", "planned")), []).append(m)
+        for (bucket, src, dst, state), ms in groups.items():
+            docs = sum(m.get("docs", 0) for m in ms[:1])
+            size = sum(m.get("bytes", 0) for m in ms[:1])
+            lines.append(f"  {bucket:<30} {len(ms):>4} partition(s) {src} -> {dst}: {state}"
+                         + (f", {docs} documents / {size} bytes sent" if docs else ""))
+    if st.get("removed"):
+        lines.append(f"removed (given no partitions): {', '.join(st['removed'])}")
     return "\n".join(lines)
+
+
+def change_nodes(cluster: str, add: str | None = None, remove: str | None = None) -> dict:
+    """``hoarddb cluster add-node`` / ``remove-node``: the moves that give node ``add`` its share of every
+    spread bucket, or take node ``remove``'s partitions to the others, recorded in etcd (the nodes run them)."""
+    from .moves import plan
+
+    async def _plan() -> dict:
+        coord = Coordinator(parse_cluster_url(cluster), "admin", "")
+        await coord.connect()
+        try:
+            return await plan(coord, add=add, remove=remove)
+        finally:
+            await coord.close()
+
+    return asyncio.run(_plan())
+
+
+def wait_moves(cluster: str, timeout: float) -> bool:
+    """Wait until no move is recorded (True), or ``timeout`` seconds (False)."""
+    async def _wait() -> bool:
+        coord = Coordinator(parse_cluster_url(cluster), "admin", "")
+        await coord.connect()
+        try:
+            deadline = time.monotonic() + timeout
+            while await coord.moves():
+                if time.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(0.2)
+            return True
+        finally:
+            await coord.close()
+
+    return asyncio.run(_wait())

@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 from .. import operations
-from ..declaration import SPREADABLE, DEFAULT_MAX_DEPTH, declare_bucket
+from ..declaration import SPREADABLE, declare_bucket
 from ..errors import (
     BucketExistsError,
     ConnectionError_,
@@ -45,6 +45,7 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from .coord import Coordinator, OwnedElsewhere
+from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
 
 log = logging.getLogger("hoarddb.cluster")
@@ -59,7 +60,7 @@ _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and
 #: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
 CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
-_DOCUMENTS, _SUM, _COUNTS, _SPLIT = "documents", "sum", "counts", "split"
+_DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS = "documents", "sum", "counts", "split", "windows"
 #: The catalog operations, found by what they change (the table's ``change`` and ``scope``).
 _CREATE_BUCKET = next(n for n, o in operations.ADMIN.items() if o.change == "create" and o.scope == operations.BUCKET)
 _DROPS = {o.scope: n for n, o in operations.ADMIN.items() if o.change == "drop"}
@@ -79,6 +80,8 @@ class ClusterNode:
         self._peers: dict[str, Any] = {}
         self._refresher: asyncio.Task | None = None
         self.forwarded = 0
+        #: moves of partitions from and to this node (hoarddb/cluster/moves.py)
+        self.mover = Mover(self)
         #: where the next pop or claim of each partitioned queue starts: {(db, bucket): turn}
         self._turns: dict[tuple[str, str], int] = {}
         #: the cluster's users, kept in this node's users file (hoarddb/cluster/users.py)
@@ -96,6 +99,7 @@ class ClusterNode:
         self.nodes = await self.coord.nodes()
         await self._start_catalog()
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
+        await self.mover.start()
 
     async def _start_users(self) -> None:
         """The cluster's users: in etcd, mirrored into this node's users file and watched (hoarddb/cluster/users.py)."""
@@ -113,6 +117,7 @@ class ClusterNode:
         await self.catalog.start()
 
     async def stop(self) -> None:
+        await self.mover.stop()
         if self.catalog is not None:
             await self.catalog.stop()
         if self.users is not None:
@@ -139,6 +144,8 @@ class ClusterNode:
 
     def takes(self, doc: dict) -> bool:
         """Whether the request needs the cluster (:meth:`run`); False: run it here as a single server."""
+        if MOVE_FIELD in doc and NODE_FIELD in doc:
+            return True  # a move's copy, from the partition's old owner (Mover.receive)
         op = operations.OPERATIONS.get(doc.get("op"))
         if op is None:
             return False  # the engine refuses it, naming the operations
@@ -150,8 +157,10 @@ class ClusterNode:
         if place is None:
             return True  # not known here yet: etcd says
         p = self._partition(place, doc, op)
-        if p is None:
-            return NODE_FIELD not in doc  # sent by a node: this node's part of a scatter
+        if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
+            return NODE_FIELD not in doc or self.mover.takes_part(doc)
+        if self.mover.note(doc["db"], doc["bucket"], p, op, doc):
+            return True  # fenced: it waits for the hand-over (_one)
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
 
     async def run(self, doc: dict, upload=None) -> dict:
@@ -173,6 +182,8 @@ class ClusterNode:
             return e.to_answer()
 
     async def _run(self, doc: dict) -> dict:
+        if MOVE_FIELD in doc and NODE_FIELD in doc:
+            return await self.mover.receive(doc)
         op = operations.OPERATIONS[doc["op"]]
         if op.catalog:
             return await (self._apply_catalog(op, doc) if NODE_FIELD in doc else self._catalog(op, doc))
@@ -190,14 +201,38 @@ class ClusterNode:
                 # this node's part of a gather; or what the engine refuses wherever it runs (a verb the
                 # type lacks, a document or key that names no document): refused here as on one server
                 await self._claim_assigned(db, bucket)
+                if NODE_FIELD in doc:
+                    return await self.mover.part(op, doc, place)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
             return await self._gather(op, doc, place)
         return await self._one(doc, place, p)
 
     async def _one(self, doc: dict, place: dict, p: int) -> dict:
-        """A request for partition ``p``: run here if it is this node's, else sent to its owner."""
+        """A request for partition ``p``: run here if it is this node's, else sent to its owner (again,
+        after reading the map, when the owner answers that the partition moved)."""
+        for _attempt in range(4):
+            answer = await self._one_try(doc, place, p)
+            if answer.get("codeName") != "PARTITION_UNAVAILABLE" or not (answer.get("details") or {}).get("moved") \
+                    or NODE_FIELD in doc:
+                return answer
+            await self.refresh_placement(doc["db"], doc["bucket"])
+            place = self.placements.get((doc["db"], doc["bucket"]), place)
+        return answer
+
+    async def refresh_placement(self, db: str, bucket: str) -> None:
+        """A bucket's owners as etcd has them now (after a move: hoarddb/cluster/moves.py)."""
+        place = self.placements.get((db, bucket))
+        assignment = await self.coord.assignment(db, bucket)
+        if place is not None and assignment is not None:
+            place["owners"], place["version"] = assignment["owners"], assignment.get("version", 1)
+
+    async def _one_try(self, doc: dict, place: dict, p: int) -> dict:
         db, bucket = doc["db"], doc["bucket"]
+        await self.mover.wait_fence(db, bucket, p)
         owner = place["owners"][p]
+        if owner != self.node_id and NODE_FIELD in doc:  # our map may be older than the sender's
+            await self.refresh_placement(db, bucket)
+            owner = place["owners"][p]
         if owner == self.node_id:
             if self.coord.holds(db, bucket, p) is None:
                 try:
@@ -206,11 +241,15 @@ class ClusterNode:
                     raise PartitionUnavailableError(
                         f"partition {p} of {db}.{bucket} is assigned to node {self.node_id} but node {e.node} "
                         "still holds it; try again in a moment", node=e.node) from None
+                await self.mover.wait_fence(db, bucket, p)
+                if place["owners"][p] != self.node_id:
+                    return await self._one_try(doc, place, p)
             local = {k: v for k, v in doc.items() if k != NODE_FIELD}
+            self.mover.note(db, bucket, p, operations.OPERATIONS[doc["op"]], doc)  # (its write submitted now)
             return await self.server.run_here(local)
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
-                                            f"{self.node_id}; send it there", node=owner)
+                                            f"{self.node_id}; send it there", node=owner, moved=True)
         op = operations.OPERATIONS[doc["op"]]
         if (op.streams or doc.get("upload")) and place["type"] in op.types:
             where = (self.nodes.get(owner) or {}).get("advertise", "its address")
@@ -282,14 +321,13 @@ class ClusterNode:
             if isinstance(raw, dict) and raw.get("type", "hash") == SPREADABLE[0] \
                     and "placement" not in raw and "partitions" not in raw:
                 raw["partitions"] = DEFAULT_PARTITIONS  # a hash bucket is spread unless declared whole
-            engine = self.server.engine
-            depth = engine.options.max_nesting_depth if engine is not None else DEFAULT_MAX_DEPTH
-            declare_bucket(bucket, raw, depth)  # every refusal, before etcd hears of it
+            declare_bucket(bucket, raw)  # every refusal, before etcd hears of it
             if not isinstance(bucket, str):
                 return await self.server.run_here(doc)
             partitions = raw.get("partitions", 1)
             self.nodes = await self.coord.nodes()  # as they are now: a node that just joined gets its share
-            owners = balance(partitions, list(self.nodes) or [self.node_id])
+            drained = await self.coord.drained()  # (nodes taken out by cluster remove-node get none)
+            owners = balance(partitions, [n for n in self.nodes if n not in drained] or [self.node_id])
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
@@ -408,6 +446,8 @@ class ClusterNode:
             return await self._split(op, doc, place)
         if op.gather == _SPLIT:
             return await self._split(op, doc, place)
+        if op.gather == _WINDOWS:
+            return await self._windows(doc, place)
         if not op.gather:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
@@ -427,8 +467,7 @@ class ClusterNode:
             if isinstance(limit, int) and isinstance(skip, int):
                 part["limit"] = limit + skip
             doc = {**doc, "args": part}
-        owners = sorted(set(place["owners"]))
-        answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
+        owners, answers = await self._each_owner(op, doc, place)
         for answer in answers:
             if answer.get("ok") != 1:
                 return answer
@@ -677,9 +716,80 @@ class ClusterNode:
                 return error.to_answer()
         return answer
 
-    async def _here_or_there(self, node: str, doc: dict) -> dict:
+    async def _each_owner(self, op: operations.Operation, doc: dict, place: dict) -> tuple[list[str], list[dict]]:
+        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``);
+        a part refused because its partitions moved is sent again to their owners by the map read anew.
+        The nodes and their answers (a node that answered twice, its answers merged by the caller)."""
+        db, bucket = doc["db"], doc["bucket"]
+        todo = list(range(place["partitions"]))
+        names: list[str] = []
+        answers: list[dict] = []
+        for attempt in range(4):
+            groups: dict[str, list[int]] = {}
+            for p in todo:
+                groups.setdefault(place["owners"][p], []).append(p)
+            nodes = sorted(groups)
+            got = await asyncio.gather(*(self._here_or_there(n, {**doc, PARTS_FIELD: groups[n]}, op, place)
+                                         for n in nodes))
+            todo = []
+            for n, a in zip(nodes, got):
+                if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") \
+                        and attempt < 3:
+                    todo += groups[n]
+                else:
+                    names.append(n)
+                    answers.append(a)
+            if not todo:
+                break
+            await self.refresh_placement(db, bucket)
+            place = self.placements.get((db, bucket), place)
+        return names, answers
+
+    async def _windows(self, doc: dict, place: dict) -> dict:
+        """One window of a time-range index over a spread bucket: each node answers for its own
+        partitions with every value's count (a top K from each would miss a value that is K+1st
+        everywhere yet first overall), and the counts are added up and ranked here. Every node
+        reads the same window: newest and oldest are resolved by each node's clock, so when the
+        nodes disagree (a step boundary passed between them) they are asked again for the start
+        the first one chose."""
+        args = dict(doc.get("args") or {})
+        part = args if args.get("top") is None else {**{k: v for k, v in args.items() if k != "top"}, "counts": True}
+        owners = sorted(set(place["owners"]))
+        answers = await asyncio.gather(*(self._here_or_there(n, {**doc, "args": part}) for n in owners))
+        for answer in answers:
+            if answer.get("ok") != 1:
+                return answer
+        starts = {a["result"]["start"] for a in answers}
+        if len(starts) > 1:
+            first = answers[0]["result"]["start"]
+            part = {k: v for k, v in part.items() if k not in ("newest", "oldest")} | {"byStart": first}
+            answers = await asyncio.gather(*(self._here_or_there(n, {**doc, "args": part}) for n in owners))
+            for answer in answers:
+                if answer.get("ok") != 1:
+                    return answer
+        result = {k: v for k, v in answers[0]["result"].items() if k != "counts"}
+        result["count"] = sum(a["result"]["count"] for a in answers)
+        merged: dict[bytes, list] = {}
+        for a in answers:
+            for c in a["result"].get("counts") or []:
+                slot = merged.setdefault(encode_key(c["value"]), [c["value"], 0])
+                slot[1] += c["count"]
+        every = [{"value": v, "count": n} for _k, (v, n) in sorted(merged.items())]
+        if args.get("top") is not None:
+            result["top"] = sorted(every, key=lambda c: -c["count"])[:args["top"]]  # stable: ties by value
+        if args.get("counts"):
+            result["counts"] = every
+        return {"ok": 1, "result": result}
+
+    async def _here_or_there(self, node: str, doc: dict, op: operations.Operation | None = None,
+                             place: dict | None = None) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
+            if op is not None and PARTS_FIELD in doc:
+                try:
+                    return await self.mover.part(op, {**doc, NODE_FIELD: self.node_id}, place)
+                except HoardError as e:
+                    return e.to_answer()
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
         return await self._forward(node, doc)
 
@@ -692,14 +802,7 @@ class ClusterNode:
             return await self.server.run_here(doc)  # the engine refuses it, saying what it takes
         docs = [d if not isinstance(d, dict) or "_id_" in d or not op.makes_key or place["type"] == "btree"
                 else {"_id_": uuid7(), **d} for d in docs]  # (a btree entry sorts by its own first field)
-        groups: dict[str, list[int]] = {}
-        for i, d in enumerate(docs):
-            key = route_value(d, place)
-            owner = place["owners"][partition_of(key, place["partitions"])] if key is not _NONE else self.node_id
-            groups.setdefault(owner, []).append(i)
-        names = sorted(groups)
-        answers = await asyncio.gather(*(self._here_or_there(
-            n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]}}) for n in names))
+        names, answers, groups = await self._split_parts(op, doc, args, docs, place)
         if all(a.get("ok") == 1 for a in answers):
             if all(type(a.get("result")) is int for a in answers):  # a batch_push: how many, added up
                 return {"ok": 1, "result": sum(a["result"] for a in answers)}
@@ -724,6 +827,52 @@ class ClusterNode:
                                      f"{first.get('message')}"),
                 "details": {**(first.get("details") or {}), "written": written, "refused": refused}}
 
+    async def _split_parts(self, op, doc: dict, args: dict, docs: list, place: dict):
+        """A batch cut by owner, each part sent with its partitions (``_parts``); a part refused because its
+        partitions moved is cut again by the map read anew. ``(names, answers, {name: positions})``, a
+        node that answered twice under names of its own (``n1``, ``n1#1``)."""
+        db, bucket = doc["db"], doc["bucket"]
+        todo = list(range(len(docs)))
+        names: list[str] = []
+        answers: list[dict] = []
+        positions: dict[str, list[int]] = {}
+        for attempt in range(4):
+            groups: dict[str, list[int]] = {}
+            parts: dict[str, set[int]] = {}
+            for i in todo:
+                d = docs[i]
+                key = route_value(d, place)
+                if key is _NONE:
+                    owner, p = self.node_id, None
+                else:
+                    p = partition_of(key, place["partitions"])
+                    owner = place["owners"][p]
+                groups.setdefault(owner, []).append(i)
+                if p is not None:
+                    parts.setdefault(owner, set()).add(p)
+            nodes = sorted(groups)
+            cut = place["type"] == "hash"  # (moves carry hash buckets only: other parts run whole on their node)
+            got = await asyncio.gather(*(self._here_or_there(
+                n, {**doc, "args": {**args, "docs": [docs[i] for i in groups[n]]},
+                    **({PARTS_FIELD: sorted(parts.get(n, ()))} if cut else {})}, op if cut else None, place)
+                for n in nodes))
+            todo = []
+            for n, a in zip(nodes, got):
+                if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") \
+                        and attempt < 3:
+                    todo += groups[n]
+                    continue
+                name = n if n not in positions else f"{n}#{attempt}"
+                names.append(name)
+                answers.append(a)
+                positions[name] = groups[n]
+            if not todo:
+                break
+            todo.sort()
+            await self.refresh_placement(db, bucket)
+            place = self.placements.get((db, bucket), place)
+        return names, answers, positions
+
     # -- metrics
 
     def exposition(self) -> bytes:
@@ -733,6 +882,10 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_moves_total                  partitions this node handed over to another
+            hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
+            hoarddb_cluster_moved_bytes_total            their bytes (BSON)
+            hoarddb_cluster_moving_partitions            partitions it is moving away now
         """
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -750,6 +903,7 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield from node.mover.metrics()
 
         registry = CollectorRegistry()
         registry.register(_Collector())
@@ -763,7 +917,8 @@ class ClusterNode:
         for db, bucket, _p in self.coord.held:
             held[f"{db}.{bucket}"] = held.get(f"{db}.{bucket}", 0) + 1
         return {"node": self.node_id, "nodes": sorted(self.nodes), "held": held, "lease_fresh": self.coord.lease_fresh(),
-                "forwarded": self.forwarded, "etcd_round_trip_ms": round(self.coord.round_trip_ms, 3)}
+                "forwarded": self.forwarded, "etcd_round_trip_ms": round(self.coord.round_trip_ms, 3),
+                "moves": self.mover.status()}
 
 
 _NONE = object()

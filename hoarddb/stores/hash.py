@@ -30,6 +30,7 @@ from ..ids import uuid7
 from ..indexes.declaration import format_for
 from ..indexes.maintenance import LMDB_MAX_KEY, PREFIX, IndexSet
 from ..indexes.planner import FULL_SCAN, Shapes, not_ready, plan
+from ..indexes import timerange
 from bson.raw_bson import RawBSONDocument
 
 from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
@@ -60,7 +61,10 @@ class HashStore(KVStore):
     """HashStore keeps whole documents by their ``_id_``; an insert never overwrites."""
 
     type_name = "hash"
-    bucket_options: dict[str, str] = {}
+    bucket_options: dict[str, str] = {
+        "timestamps": "true: hoardDB keeps $createdAt and $updatedAt in each document (readable, never written by a client)",
+        "immutable": "fields a write cannot change once a document holds them, such as [\"PublishedAt\"]",
+    }
     NAMESPACES = KVStore.NAMESPACES + PREFIX + FIELD_NAMESPACES
 
     @classmethod
@@ -68,7 +72,8 @@ class HashStore(KVStore):
         """Every document decodes and sits under its own ``_id_``; the count is theirs; every
         entry of each ready or conflicted index (unique, compound, TTL; a conflicted one's
         claims too) points to a document that holds its values, and every document has all
-        of its entries, no two holding one unique value; the store fields check
+        of its entries, no two holding one unique value; each time-range index's keys in its
+        live windows are those its documents make (entries, counts, rankings); the store fields check
         (:func:`~hoarddb.stores.fields.check_fields`). An index being built, or declared by a
         newer hoardDB, is not checked: the next open writes it again, or this one cannot read it."""
         super().check_kv(txn, declaration, directory, problems)
@@ -77,6 +82,13 @@ class HashStore(KVStore):
         count = _check_documents(txn, indexes, checked, problems)
         cls.check_count(txn, count, problems)
         _check_entries(txn, indexes, checked, problems)
+        if indexes.timeranges:
+            now = timerange.now_ms()
+            for tr in indexes.timeranges:
+                if tr.state == "ready":
+                    docs = _decoded(txn, cls.DOC)
+                    for what in tr.check(txn, docs, now, indexes.bucket):
+                        problems.append(Problem(HashStore.KV_FILE, what, REBUILD))
         check_fields(txn, declaration, directory, lambda dk: txn.get(cls.DOC + dk) is not None, problems)
 
     def __init__(self, directory, declaration, options):
@@ -85,6 +97,16 @@ class HashStore(KVStore):
         self.indexes = IndexSet(declaration.get("indexes") or [], self.name)
         self.shapes = Shapes(self.indexes.indexes)
         self.fields = FieldStores(self, declaration, options)
+        bucket_options = declaration.get("options") or {}
+        #: Whether the bucket keeps $createdAt and $updatedAt (hoarddb.indexes.timerange), and
+        #: the fields it declares immutable: a write then takes the slower path (_kept).
+        self.timestamps: bool = bool(bucket_options.get("timestamps"))
+        self.immutable: list = list(bucket_options.get("immutable") or [])
+        self.keeps: bool = self.timestamps or bool(self.immutable)
+
+    @classmethod
+    def validate_options(cls, bucket_options):
+        return timerange.check_options(bucket_options)
 
     # -- store fields ------------------------------------------------------------------
 
@@ -168,7 +190,7 @@ class HashStore(KVStore):
     def insert(self, doc: Mapping) -> Any:
         """Insert one document; return its ``_id_``. An ``_id_`` or unique value in use is refused (DUPLICATE_KEY)."""
         self.indexes.check_writable()
-        dk, ident, doc, data = self._prepare(doc)
+        dk, ident, doc, data = self._prepare_kept(doc)
         self._write(lambda txn: (None, self._write_one(txn, dk, ident, doc, data, False)))
         return ident
 
@@ -179,7 +201,7 @@ class HashStore(KVStore):
     def put(self, doc: Mapping) -> Any:
         """Store a whole document under its ``_id_``, replacing the one there; return the ``_id_``."""
         self.indexes.check_writable()
-        dk, ident, doc, data = self._prepare(doc, need_id=True)
+        dk, ident, doc, data = self._prepare_kept(doc, need_id=True)
         self._write(lambda txn: (None, self._write_one(txn, dk, ident, doc, data, True)))
         return ident
 
@@ -190,7 +212,7 @@ class HashStore(KVStore):
     def _write_many(self, docs: list, replace: bool) -> list:
         """batch_insert (``replace`` False) or batch_put: every document in one write."""
         self.indexes.check_writable()
-        prepared = [self._prepare(doc, i, need_id=replace) for i, doc in enumerate(docs)]
+        prepared = [self._prepare_kept(doc, i, need_id=replace) for i, doc in enumerate(docs)]
 
         def fn(txn):
             added = 0
@@ -212,7 +234,9 @@ class HashStore(KVStore):
         insert (``replace`` False) refuses an ``_id_`` in use, a put replaces that document.
         1 if the document is new, else 0."""
         key = self.DOC + dk
-        indexed = self.indexes.indexes
+        if self.keeps:
+            doc, data = self._kept(txn, key, ident, doc, data, replace)
+        indexed = self.indexes.writes
         if not replace:
             if not txn.put(key, data, overwrite=False):
                 raise self._duplicate(ident)
@@ -227,6 +251,35 @@ class HashStore(KVStore):
             txn.put(key, data)
         return 0 if existed else 1
 
+    def _kept(self, txn, key: bytes, ident: Any, doc: Any, data: bytes, replace: bool) -> tuple[Any, bytes]:
+        """A document about to be written, with its timestamps kept (timestamps: true) and its
+        immutable fields checked against the document it replaces."""
+        raw = txn.get(key) if replace else None
+        old = decode(raw) if raw is not None else None
+        if self.immutable:
+            timerange.check_immutable(self.immutable, old, doc, ident)
+        if not self.timestamps:
+            return doc, data
+        now = timerange.now_date()
+        created = updated = now
+        if old is not None:
+            clean, kept = timerange.without_kept(old)
+            created = kept.get(timerange.CREATED, now)
+            if encode_document(clean) == data:  # the same document again: not a change
+                updated = kept.get(timerange.UPDATED, now)
+        return timerange.stamped(doc, data, created, updated)
+
+    def _prepare_kept(self, doc: Any, position: int | None = None, need_id: bool = False):
+        """:meth:`_prepare`, refusing a document that carries the timestamps hoardDB keeps."""
+        if self.timestamps and isinstance(doc, Mapping):
+            try:
+                timerange.refuse_kept(doc)
+            except HoardError as exc:
+                if position is None:
+                    raise
+                raise type(exc)(f"document at position {position} of the batch: {exc.message}") from None
+        return self._prepare(doc, position, need_id)
+
     def load(self, docs: list) -> dict:
         """Restore documents as a dump holds them: each is put (replacing one with its ``_id_``).
 
@@ -235,7 +288,16 @@ class HashStore(KVStore):
         (naming both), as indexes.md says of a restore. ``{loaded, conflicts}``.
         """
         self.indexes.check_writable()
+        if self.timestamps:  # a dump's documents carry their timestamps: kept as they are
+            split = [timerange.without_kept(doc) if isinstance(doc, Mapping) else (doc, {}) for doc in docs]
+            docs = [clean for clean, _times in split]
+            kept = [times for _clean, times in split]
         prepared = [self._prepare(doc, i) for i, doc in enumerate(docs)]
+        if self.timestamps:
+            now = timerange.now_date()
+            prepared = [(dk, ident, *timerange.stamped(doc, data, times.get(timerange.CREATED, now),
+                                                       times.get(timerange.UPDATED, now)))
+                        for (dk, ident, doc, data), times in zip(prepared, kept)]
         conflicts: dict = {}
 
         def fn(txn):
@@ -296,9 +358,33 @@ class HashStore(KVStore):
 
     def _rewrite(self, txn, key: bytes, raw, doc: dict, new: dict) -> bool:
         """Write ``new`` over ``doc`` (under ``key``, stored as ``raw``) with its index entries; whether it changed."""
+        if self.keeps:
+            return self._rewrite_kept(txn, key, raw, doc, new)
         data = encode_document(new, f"document {literal(doc.get('_id_'))} after the update")
         if data == raw:
             return False
+        self.indexes.apply(txn, key[1:], doc, new)
+        txn.put(key, data)
+        return True
+
+    def _rewrite_kept(self, txn, key: bytes, raw, doc: dict, new: dict) -> bool:
+        """:meth:`_rewrite` on a bucket that keeps timestamps or immutable fields: an update
+        that changes nothing keeps ``$updatedAt``; one that does sets it to now."""
+        ident = doc.get("_id_")
+        if self.immutable:
+            timerange.check_immutable(self.immutable, doc, new, ident)
+        what = f"document {literal(ident)} after the update"
+        if not self.timestamps:
+            data = encode_document(new, what)
+            if data == raw:
+                return False
+        else:
+            new, _ = timerange.without_kept(new)
+            data = encode_document(new, what)
+            if data == encode_document(timerange.without_kept(doc)[0], what):
+                return False
+            now = timerange.now_date()
+            new, data = timerange.stamped(new, data, doc.get(timerange.CREATED, now), now)
         self.indexes.apply(txn, key[1:], doc, new)
         txn.put(key, data)
         return True
@@ -358,6 +444,8 @@ class HashStore(KVStore):
                 return doc, -1
             changed = compiled.apply(doc, query=filter)
             self._rewrite(txn, key, raw, doc, changed)
+            if new and self.timestamps:  # as stored, with the timestamps kept
+                return decode(txn.get(key)), 0
             return (decode(encode_document(changed)) if new else doc), 0
 
         result = self._write(fn)
@@ -684,6 +772,30 @@ class HashStore(KVStore):
         # in key order, as find answers
         return (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None), counted
 
+    def window(self, index: str, newest: Any = None, oldest: Any = None, byStart: Any = None,  # noqa: N803
+               top: int | None = None, counts: Any = None) -> dict:
+        """One window of a time-range index, read from its counts without reading a document:
+        ``{index, start, end, count}``, with ``field`` and ``top`` (the ``top`` values of the
+        field after the timestamp with the most documents) or ``counts`` (every value's) when
+        asked. The window is ``newest``, ``oldest`` (the oldest still open) or ``byStart``
+        (hoarddb.indexes.timerange)."""
+        found = next((tr for tr in self.indexes.timeranges if tr.name == index), None)
+        if found is None:
+            names = [tr.name for tr in self.indexes.timeranges]
+            if any(ix.name == index for ix in self.indexes.indexes):
+                raise BadValueError(f"index {index!r} of bucket {self.name!r} is not a time-range index; "
+                                    f"window reads {', '.join(map(repr, names)) if names else 'none here'}")
+            raise BadValueError(f"bucket {self.name!r} has no time-range index {index!r}; it has "
+                                f"{', '.join(map(repr, names)) if names else 'none'}")
+        if found.state != "ready":
+            raise BadValueError(
+                f"index {index!r} was declared by a newer version of hoardDB and cannot be read here")
+        if counts not in (None, True, False):
+            raise BadValueError(f"counts is true (every value's count) or false, got {counts!r}")
+        start = found.select(timerange.now_ms(), newest, oldest, byStart)
+        with self.kv.read() as txn:
+            return found.read(txn, start, top, bool(counts))
+
     def distinct(self, field: str, filter: Mapping | None = None) -> list:
         """The distinct values of ``field`` (a dotted path) in the documents matching ``filter``, in
         MongoDB's order of values. An array contributes its elements (and an array inside it
@@ -888,7 +1000,7 @@ class HashStore(KVStore):
         if persist is not None and any(ix.decl.get("state", "ready") != "building" for ix in todo):
             for ix in todo:
                 ix.decl = dict(ix.decl, state="building")
-            persist([ix.decl for ix in self.indexes.indexes])
+            persist([ix.decl for ix in self.indexes.all])
         for ix in todo:
             log.warning("bucket %s: rebuilding index %s from the documents", self.name, ix.name)
             ix.progress = (0, self._count)
@@ -926,18 +1038,18 @@ class HashStore(KVStore):
                         ix.decl, ix.state, ix.frontier = decl, decl["state"], None
                         break
             log.warning("bucket %s: index %s is %s (%d documents)", self.name, ix.name, ix.state, ix.progress[0])
-        return [ix.decl for ix in self.indexes.indexes]
+        return [ix.decl for ix in self.indexes.all]
 
     def declarations(self) -> list[dict]:
         """The index declarations as they should be persisted (a load may have conflicted one)."""
-        return [ix.decl for ix in self.indexes.indexes]
+        return [ix.decl for ix in self.indexes.all]
 
     def index_states(self) -> list[dict]:
         """Each index's declaration with its state as this version sees it (and, while it is
         building, ``progress``: ``{documents, of}``)."""
         return [dict(ix.decl, state=ix.state, **({"progress": {"documents": ix.progress[0], "of": ix.progress[1]}}
                                                  if ix.state == "building" else {}))
-                for ix in self.indexes.indexes]
+                for ix in self.indexes.all]
 
     # -- TTL -----------------------------------------------------------------------------
 
@@ -1187,6 +1299,15 @@ def _scan(txn, prefix: bytes):
         yield key, raw
 
 
+def _decoded(txn, prefix: bytes):
+    """``(encoded _id_, document)`` of every document that decodes (the others are reported apart)."""
+    for key, raw in _scan(txn, prefix):
+        try:
+            yield bytes(key[len(prefix):]), decode(raw)
+        except DECODE_ERRORS:
+            continue
+
+
 def _docs_after(txn, prefix: bytes, after: bytes, n: int) -> list[tuple[bytes, dict]]:
     """``(encoded _id_, document)`` of the first ``n`` documents whose key is above ``after``."""
     cursor = txn.cursor()
@@ -1254,7 +1375,7 @@ def _check_documents(txn, indexes: IndexSet, checked: list, problems: list) -> i
 
 def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> None:
     """Every index entry (and claim) points to a document that has it; entries of no declared index are stray."""
-    by_id = {ix.id: ix for ix in indexes.indexes}
+    by_id = {ix.id: ix for ix in indexes.all}
     stray: dict[int, int] = {}
     for key, value in _scan(txn, PREFIX):
         ix = by_id.get(key[1]) if len(key) > 1 else None

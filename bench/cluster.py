@@ -1,0 +1,330 @@
+"""One hoardDB node against two (one per core), 16 client processes, alternating in one run; PostgreSQL beside them; the cost of a forward.
+
+    python bench/cluster.py                     # 2 rounds of 4 s per workload and configuration
+    python bench/cluster.py --seconds 6 --rounds 3 --no-postgres
+
+Two clusters run side by side for the whole run, each with its own etcd member: "1 node"
+(n1) and "2 nodes" (n1, n2), every node a ``hoarddb server --cluster`` process. Each has a
+spread hash bucket ``bench.Docs`` (64 partitions, a plain index on CompanyID) preloaded
+with 20,000 documents of ~1 KB (bench/peers_work.user_doc). Each round runs, on one
+configuration then the other, for ``--seconds`` each:
+
+- ``insert``: durable inserts of new ~1 KB documents, one per request;
+- ``get``:    gets by key of preloaded documents;
+- ``search``: a scatter-gather search by the indexed CompanyID (10 documents each);
+- ``push`` / ``pop``: a partitioned fifo (``partitions`` with ``group``) — run only when the
+  server accepts such a bucket (see PARTITIONED_FIFO); otherwise said skipped;
+
+and PostgreSQL (16 clients, one insert per transaction, a throwaway cluster as in
+bench/peers.py) once per round. Each of the 16 client processes connects with a URL listing
+every node, starting at a different one (half of them enter through each node). Beside
+every figure: the nodes' CPU (seconds of CPU per second: cores used), CPU per operation of
+the nodes and of the clients, and how busy the machine was (/proc/stat).
+
+Then, on the 2-node cluster, **the cost of a forward**: one client sends gets one at a time
+to n1, alternating keys n1 owns and keys n2 owns (latency p50/p99 of each: what a forward
+adds), and 16 clients send all their gets (then inserts) to n1 for keys n2 owns, then for
+keys n1 owns: n1's CPU per operation is what entering and forwarding costs, n2's what
+running a forwarded request costs. docs/benchmarks.md records a run and projects 3, 10 and
+100 nodes from these figures. Linux only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+from peers_procs import HoardServer, PostgresServer  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+CPUS = os.cpu_count() or 1
+PARTITIONS = 64
+PRELOAD = 20_000
+COMPANIES = 2_000
+#: The partitioned fifo's declaration: the workloads push and pop run when the server accepts it.
+PARTITIONED_FIFO = {"type": "fifo", "partitions": 8, "group": "g"}
+
+_SETUP = f"import sys, time, json, random; sys.path[:0] = [{str(HERE.parent)!r}, {str(HERE)!r}]\n" + """
+from peers_work import user_doc, company, small_doc
+url, kind, seconds, index = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+extra = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+rng = random.Random(index)
+"""
+HOARD = _SETUP + """import hoarddb
+from hoarddb.cluster.partitions import partition_of
+client = hoarddb.connect(url)
+db = client["bench"]
+docs, queue = db.Docs, db.Jobs
+parts = set(extra["parts"]) if "parts" in extra else None
+def fresh():
+    i = extra.get("base", 0) + index * 10_000_000
+    while True:
+        i += 1
+        if parts is None or partition_of(f"u{i:09d}", %d) in parts:
+            yield user_doc(i, %d)
+new = fresh()
+keys = extra.get("keys")
+def one():
+    if kind == "insert":
+        docs.insert(next(new))
+    elif kind == "get":
+        docs.get(rng.choice(keys) if keys else f"u{rng.randrange(%d):09d}")
+    elif kind == "search":
+        docs.search({"CompanyID": company(rng.randrange(%d))})
+    elif kind == "push":
+        queue.push({**small_doc(index), "g": f"g{index}"})
+    elif kind == "pop":
+        queue.pop()
+""" % (PARTITIONS, COMPANIES, PRELOAD, COMPANIES)
+POSTGRES = _SETUP + """import psycopg
+from psycopg.types.json import Jsonb
+cursor = psycopg.connect(url, autocommit=True).cursor()
+new = (user_doc(i, %d) for i in range(index * 10_000_000 + extra.get("base", 0), 1 << 62))
+def one():
+    d = next(new)
+    cursor.execute("INSERT INTO docs (id, doc) VALUES (%%s, %%s)", (d["_id_"], Jsonb(d)))
+""" % COMPANIES
+_RUN = """
+one()
+print("ready", flush=True)
+sys.stdin.readline()
+lat = []
+started = time.process_time()
+t0 = time.perf_counter()
+end = t0 + seconds
+count = 0
+while True:
+    a = time.perf_counter()
+    if a >= end:
+        break
+    one()
+    lat.append(time.perf_counter() - a)
+    count += 1
+print(json.dumps({"ops": count, "cpu": time.process_time() - started, "lat": lat if extra.get("lat") else []}))
+"""
+
+
+def machine_busy() -> float:
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / TICKS  # all but idle and iowait
+
+
+def process_cpu(pid: int, children: bool = False) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if children else 0)) / TICKS
+
+
+def tree_cpu(root: int) -> float:
+    total = process_cpu(root, children=True)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(root):
+                    total += process_cpu(int(entry.name))
+            except OSError:
+                pass
+    return total
+
+
+class Cluster:
+    """An etcd member and ``count`` nodes, each a ``hoarddb server --cluster`` process."""
+
+    def __init__(self, tmp: Path, name: str, count: int):
+        from hoarddb.cluster.etcd import EtcdProcess
+
+        self.name = name
+        self.etcd = EtcdProcess(tmp / name / "etcd").start()
+        self.nodes: list[HoardServer] = []
+        try:
+            for i in range(1, count + 1):
+                self.nodes.append(HoardServer(tmp / name / f"n{i}", tmp / name / f"n{i}.log",
+                                              ("--cluster", self.etcd.url, "--node-id", f"n{i}")))
+        except BaseException:
+            self.stop()
+            raise
+
+    def url(self, first: int = 0, only: int | None = None) -> str:
+        ports = [n.port for n in self.nodes]
+        if only is not None:
+            ports = [ports[only]]
+        else:
+            ports = ports[first % len(ports):] + ports[:first % len(ports)]
+        return "hoarddb://" + ",".join(f"127.0.0.1:{p}" for p in ports) + "/?insecure=true&timeout=60"
+
+    def cpu(self) -> list[float]:
+        return [process_cpu(n.pid) for n in self.nodes]
+
+    def owners(self) -> list[str]:
+        from hoarddb.cluster.coord import Coordinator
+
+        async def read():
+            coord = Coordinator([self.etcd.endpoint], "bench", "")
+            await coord.connect()
+            try:
+                return (await coord.assignment("bench", "Docs"))["owners"]
+            finally:
+                await coord.close()
+
+        return asyncio.run(read())
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+        self.etcd.stop()
+
+
+def clients(script: str, urls: list[str], kind: str, seconds: float, extra: dict | None = None) -> list:
+    return [subprocess.Popen([sys.executable, "-c", script + _RUN, url, kind, str(seconds), str(k),
+                              json.dumps(extra or {})],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, url in enumerate(urls)]
+
+
+def measure(procs: list, server_cpu) -> dict:
+    """Start the waiting clients together; the operations, CPU and latencies of the run."""
+    for p in procs:  # each made one operation before saying ready: imports and connections done
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a client failed: {p.communicate()}")
+    cpu0, machine0, started = server_cpu(), machine_busy(), time.perf_counter()
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = [json.loads(p.communicate()[0]) for p in procs]
+    seconds = time.perf_counter() - started
+    cpu1 = server_cpu()
+    ops = sum(o["ops"] for o in outs)
+    server = [b - a for a, b in zip(cpu0, cpu1)] if isinstance(cpu0, list) else [cpu1 - cpu0]
+    return {"ops": ops, "rate": ops / seconds, "seconds": seconds, "server_cpu": server,
+            "clients_cpu": sum(o["cpu"] for o in outs), "machine": (machine_busy() - machine0) / seconds / CPUS,
+            "lat": sorted(x for o in outs for x in o["lat"])}
+
+
+def line(label: str, m: dict) -> str:
+    ops = max(1, m["ops"])
+    cores = sum(m["server_cpu"]) / m["seconds"]
+    per_node = "+".join(f"{c / m['seconds']:.2f}" for c in m["server_cpu"])
+    return (f"{label:<26} {m['rate']:8,.0f} ops/s   server {cores:4.2f} CPU ({per_node}) "
+            f"{sum(m['server_cpu']) / ops * 1e6:5.0f} µs/op   clients {m['clients_cpu'] / ops * 1e6:5.0f} µs/op   "
+            f"machine {m['machine'] * 100:3.0f}% busy")
+
+
+def percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def setup(c: Cluster) -> bool:
+    """The bucket, preloaded; whether the partitioned fifo is accepted."""
+    import hoarddb
+    from peers_work import user_doc
+
+    with hoarddb.connect(c.url()) as client:
+        db = client["bench"]
+        db.create_bucket("Docs", type="hash", partitions=PARTITIONS, indices=["CompanyID"])
+        for start in range(0, PRELOAD, 1000):
+            db.Docs.batch_insert([user_doc(i, COMPANIES) for i in range(start, start + 1000)])
+        try:
+            db.create_bucket("Jobs", **PARTITIONED_FIFO)
+            return True
+        except hoarddb.HoardError as e:
+            print(f"  ({c.name}: partitioned fifo not accepted here, push and pop skipped: {e.message})")
+            return False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=4.0, help="seconds per measurement (default 4)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of every workload on each side (default 2)")
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--no-postgres", action="store_true")
+    args = ap.parse_args()
+    import hoarddb  # noqa: F401  (fails early without the package)
+
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}, "
+          f"{CPUS} CPUs; python {platform.python_version()}; {args.clients} client processes, {args.seconds} s each; "
+          f"load average before: {os.getloadavg()[0]:.2f}")
+    tmp = Path(tempfile.mkdtemp(prefix="hoarddb-bench-cluster-"))
+    one = two = pg = None
+    results: dict = {}
+    try:
+        one, two = Cluster(tmp, "one", 1), Cluster(tmp, "two", 2)
+        fifo = {c.name: setup(c) for c in (one, two)}
+        if not args.no_postgres:
+            pg = PostgresServer()
+            import psycopg
+
+            with psycopg.connect(pg.dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE docs (id text PRIMARY KEY, doc jsonb NOT NULL)")
+                conn.execute("CREATE INDEX docs_company ON docs ((doc->>'CompanyID'))")
+            postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
+        kinds = ["insert", "get", "search", "push", "pop"]
+        for r in range(args.rounds):
+            for kind in kinds:
+                for c in (one, two):
+                    if kind in ("push", "pop") and not fifo[c.name]:
+                        continue
+                    urls = [c.url(first=k) for k in range(args.clients)]
+                    m = measure(clients(HOARD, urls, kind, args.seconds, {"base": (r + 1) * 1_000_000}), c.cpu)
+                    results.setdefault((kind, c.name), []).append(m)
+                    print(line(f"{kind} {len(c.nodes)} node(s)", m), flush=True)
+            if pg is not None:
+                m = measure(clients(POSTGRES, [pg.dsn] * args.clients, "insert", args.seconds,
+                                    {"base": (r + 1) * 1_000_000}), lambda: tree_cpu(postmaster))
+                results.setdefault(("insert", "postgres"), []).append(m)
+                print(line("insert PostgreSQL", m), flush=True)
+        print()
+        for (kind, name), ms in sorted(results.items()):
+            print(f"median {kind:<7} {name:<9} {statistics.median(m['rate'] for m in ms):8,.0f} ops/s")
+        forward(two, args)
+    finally:
+        for thing in (one, two, pg):
+            if thing is not None:
+                thing.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def forward(c: Cluster, args) -> None:
+    """What a forward costs on the 2-node cluster: latency added, and CPU on the entry node and the owner."""
+    owners = c.owners()
+    mine = [p for p, o in enumerate(owners) if o == "n1"]
+    theirs = [p for p, o in enumerate(owners) if o == "n2"]
+    from hoarddb.cluster.partitions import partition_of
+
+    keys = {"n1": [], "n2": []}
+    for i in range(PRELOAD):
+        key = f"u{i:09d}"
+        keys[owners[partition_of(key, PARTITIONS)]].append(key)
+    print("\nforwarding, on the 2-node cluster (every client connected to n1 only):")
+    lat = {}
+    for owner in ("n1", "n2", "n1", "n2"):  # one client, one get at a time
+        m = measure(clients(HOARD, [c.url(only=0)], "get", args.seconds / 2,
+                            {"keys": keys[owner][:5000], "lat": True}), c.cpu)
+        lat.setdefault(owner, []).extend(m["lat"])
+    for owner in ("n1", "n2"):
+        v = sorted(lat[owner])
+        print(f"  one client, get of a key {'n1 owns (run on n1)' if owner == 'n1' else 'n2 owns (forwarded)':<24}"
+              f" p50 {percentile(v, 0.5) * 1e6:6.0f} µs   p99 {percentile(v, 0.99) * 1e6:6.0f} µs")
+    print(f"  a forward adds          p50 {(percentile(sorted(lat['n2']), .5) - percentile(sorted(lat['n1']), .5)) * 1e6:6.0f} µs"
+          f"   p99 {(percentile(sorted(lat['n2']), .99) - percentile(sorted(lat['n1']), .99)) * 1e6:6.0f} µs")
+    urls = [c.url(only=0)] * args.clients
+    for kind in ("get", "insert"):
+        for owner, parts in (("n1", mine), ("n2", theirs)):
+            extra = {"keys": keys[owner][:5000]} if kind == "get" else {"parts": parts, "base": 9_000_000}
+            m = measure(clients(HOARD, urls, kind, args.seconds, extra), c.cpu)
+            n1, n2 = (x / max(1, m["ops"]) * 1e6 for x in m["server_cpu"])
+            print(line(f"{kind} via n1, {owner}'s keys", m) + f"   n1 {n1:4.0f} µs/op, n2 {n2:4.0f} µs/op")
+
+
+if __name__ == "__main__":
+    main()
