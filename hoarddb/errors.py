@@ -220,10 +220,14 @@ class HoardConnectionError(HoardError):
 ConnectionError_ = HoardConnectionError
 
 
-class TimeoutError_(HoardError):
-    """TimeoutError_ is a server that did not answer in time; the connection is closed, the operation's outcome unknown."""
+class HoardTimeoutError(HoardError):
+    """HoardTimeoutError is a server that did not answer in time; the connection is closed, the operation's outcome unknown."""
 
     code, codeName = 30, "TIMEOUT"
+
+
+#: The name HoardTimeoutError had first (as HoardConnectionError, named so as not to read as a builtin); kept so that code which catches it goes on working.
+TimeoutError_ = HoardTimeoutError
 
 
 class ProtocolError(HoardError):

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any, AsyncIterator, Callable
 
 from .. import api, operations
-from ..errors import ClosedError, ConnectionError_, CursorNotFoundError, HoardError, ProtocolError, TimeoutError_
+from ..errors import ClosedError, ConnectionError_, CursorNotFoundError, HoardError, ProtocolError, HoardTimeoutError
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
@@ -175,7 +175,7 @@ class _Protocol(asyncio.Protocol):
 
     async def next(self, request_id, last: bool = True) -> dict:
         """The next message for ``request_id`` (``last``: its answer, after which the request is
-        finished); TimeoutError_ (the connection failed) when the server sent nothing for
+        finished); HoardTimeoutError (the connection failed) when the server sent nothing for
         ``timeout`` seconds meanwhile."""
         core = self.core
         timeout = self.options.timeout
@@ -193,7 +193,7 @@ class _Protocol(asyncio.Protocol):
                     continue
                 silent = self.loop.time() - max(started, self.last_heard)
                 if silent >= timeout:
-                    self._fail(TimeoutError_(f"the server at {self.options.address} sent nothing for "
+                    self._fail(HoardTimeoutError(f"the server at {self.options.address} sent nothing for "
                                              f"{timeout:g} s while an answer was due (timeout); the connection "
                                              "is closed"))
                     continue
@@ -225,7 +225,7 @@ class _Protocol(asyncio.Protocol):
             try:
                 await asyncio.wait_for(self._can_write.wait(), self.options.timeout)
             except asyncio.TimeoutError:
-                self._fail(TimeoutError_(f"the server at {self.options.address} took none of our upload for "
+                self._fail(HoardTimeoutError(f"the server at {self.options.address} took none of our upload for "
                                          f"{self.options.timeout:g} s (timeout); the connection is closed"))
         if self.closed:
             raise self.error or ConnectionError_("the connection is closed")
@@ -285,7 +285,7 @@ class AsyncExecutor:
     async def _open(self) -> _Protocol:
         try:
             return await self._open_connection()
-        except (ConnectionError_, TimeoutError_) as e:
+        except (ConnectionError_, HoardTimeoutError) as e:
             raise nothing_sent(e) from None
         finally:
             self._opening = None
@@ -296,7 +296,7 @@ class AsyncExecutor:
         for o in others:
             try:
                 return await self._open_one(o)
-            except (ConnectionError_, TimeoutError_):
+            except (ConnectionError_, HoardTimeoutError):
                 pass  # the next one
         return await self._open_one(last)
 
@@ -312,7 +312,7 @@ class AsyncExecutor:
                 protocol, o.host, o.port, ssl=context, server_hostname=o.host if context else None),
                 o.connect_timeout)
         except asyncio.TimeoutError:
-            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
+            raise HoardTimeoutError(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
                                 outcome_unknown=False) from None
         except ConnectionRefusedError as exc:
             raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
@@ -328,7 +328,7 @@ class AsyncExecutor:
             await asyncio.wait_for(asyncio.shield(proto.ready), o.connect_timeout)
         except asyncio.TimeoutError:
             transport.abort()
-            raise TimeoutError_(f"no handshake answer from {o.address} within {o.connect_timeout:g} s; is it a "
+            raise HoardTimeoutError(f"no handshake answer from {o.address} within {o.connect_timeout:g} s; is it a "
                                 "hoardDB server?", outcome_unknown=False) from None
         except BaseException:
             transport.abort()
@@ -348,7 +348,7 @@ class AsyncExecutor:
         fresh = self._proto is None or self._proto.closed
         try:
             return await self._execute(request)
-        except (ConnectionError_, TimeoutError_) as e:
+        except (ConnectionError_, HoardTimeoutError) as e:
             if not may_resend(e, fresh, request.get("op")):
                 raise
         return await self._execute(request)
@@ -375,7 +375,7 @@ class AsyncExecutor:
                         chunks = self._chunks(proto, request_id, answer, stream)
                         await chunks.__anext__()  # into its try: dropped unread, it still finishes (see _chunks)
                         return {"ok": 1, "result": chunks}
-        except (ConnectionError_, TimeoutError_, ClosedError) as e:
+        except (ConnectionError_, HoardTimeoutError, ClosedError) as e:
             if isinstance(e, ClosedError) and not self._closed:
                 raise
             raise unanswered(e, op, not retryable(op), closed=self._closed) from None
@@ -411,7 +411,7 @@ class AsyncExecutor:
                     raise stream_closed()
                 try:
                     message = await proto.next(request_id, False)
-                except (ConnectionError_, TimeoutError_, ClosedError) as e:
+                except (ConnectionError_, HoardTimeoutError, ClosedError) as e:
                     if self._closed:
                         raise stream_closed() from None
                     raise unanswered(e, "stream", False) from None

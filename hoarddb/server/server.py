@@ -36,7 +36,7 @@ from ..version import __version__
 from ..engine import Engine
 from ..operations import CLOSE_CURSOR, METRICS, MORE, check_request
 from ..errors import (BadValueError, ConnectionError_, CursorNotFoundError, DocumentTooLargeError, HoardError,
-                      InternalError, InvalidArgumentError, LimitExceededError, StorageError, TimeoutError_,
+                      InternalError, InvalidArgumentError, LimitExceededError, StorageError, HoardTimeoutError,
                       UnauthorizedError)
 from ..options import Options
 from ..values.codec import encode_checked
@@ -485,7 +485,7 @@ class Server:
                 if not conn.ready:
                     if self.config.handshake_timeout and now - conn.opened > self.config.handshake_timeout:
                         self.metrics.rejected.labels("handshake_timeout").inc()
-                        conn.abort_with(TimeoutError_(
+                        conn.abort_with(HoardTimeoutError(
                             f"no hello and login within {self.config.handshake_timeout:g} s; closing"))
                 elif not idle_timeout:
                     continue
@@ -497,7 +497,7 @@ class Server:
                     self._close_slow_message(conn, now)
                 elif now - conn.last_activity > idle_timeout:
                     self.metrics.rejected.labels("idle_timeout").inc()
-                    conn.abort_with(TimeoutError_(
+                    conn.abort_with(HoardTimeoutError(
                         f"idle for {idle_timeout:g} s (idle_timeout); closing. Reconnect to go on"))
             conn = None  # else the last one swept stays alive in this frame, closed or not, until another comes
 
@@ -507,7 +507,7 @@ class Server:
         self.metrics.rejected.labels("send_timeout").inc()
         log.warning("closing %s: it has read none of its answers for %.1f s (idle_timeout %g s)",
                     conn.peer, now - conn.write_paused_at, self.config.idle_timeout)
-        conn.abort_with(TimeoutError_(
+        conn.abort_with(HoardTimeoutError(
             f"this connection read none of its answers for {self.config.idle_timeout:g} s (idle_timeout); "
             "closing. Read the answers of what you send, and reconnect to go on"))
 
@@ -518,7 +518,7 @@ class Server:
         self.metrics.rejected.labels("message_timeout").inc()
         log.warning("closing %s: a message has been arriving for %.1f s, %s received (idle_timeout %g s)",
                     conn.peer, now - conn.message_started, of, self.config.idle_timeout)
-        conn.abort_with(TimeoutError_(
+        conn.abort_with(HoardTimeoutError(
             f"a message did not arrive whole within {self.config.idle_timeout:g} s of its first byte "
             f"({of} received; idle_timeout); closing. Reconnect to go on"))
 
