@@ -242,13 +242,7 @@ class ClusterNode:
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
                                             f"{self.node_id}; send it there", node=owner, moved=True)
-        op = operations.OPERATIONS[doc["op"]]
-        if (op.streams or doc.get("upload")) and place["type"] in op.types:
-            where = (self.nodes.get(owner) or {}).get("advertise", "its address")
-            raise VerbNotSupportedError(
-                f"{op.name}: a blob's bytes are not passed between nodes yet; {db}.{bucket} is on node {owner}: "
-                f"connect to it ({where}) for this", node=owner)
-        return await self._forward(owner, doc)
+        return await self._forward(owner, doc)  # (a stream's answer: the owner's chunks, relayed as they come)
 
     # -- the map
 
@@ -634,13 +628,15 @@ class ClusterNode:
                     if place["owners"][p] == self.node_id:
                         await self._claim_assigned(db, bucket)
                         return await self._write_here(_with_upload(op, doc, upload))
-                    return self._bytes_elsewhere(op, db, bucket, place["owners"][p])
+                    return await self._relay_upload(place["owners"][p], doc, upload, db, bucket, p)
         if place is None:
             return await self._run(doc)  # no such bucket: said as one server says it
         p = self._partition(place, doc, op)
-        owner = place["owners"][p] if p is not None else None
+        if p is None:  # (a store field's put naming no document: refused here as on one server)
+            return await self._write_here(_with_upload(op, {k: v for k, v in doc.items() if k != NODE_FIELD}, upload))
+        owner = place["owners"][p]
         if owner != self.node_id:
-            return self._bytes_elsewhere(op, db, bucket, owner or "another node")
+            return await self._relay_upload(owner, doc, upload, db, bucket, p)
         if self.coord.holds(db, bucket, p) is None:
             try:
                 await self.coord.claim(db, bucket, p)
@@ -650,11 +646,68 @@ class ClusterNode:
                                                 node=e.node) from None
         return await self._write_here(_with_upload(op, {k: v for k, v in doc.items() if k != NODE_FIELD}, upload))
 
-    def _bytes_elsewhere(self, op: operations.Operation, db: str, bucket: str, owner: str) -> dict:
-        where = (self.nodes.get(owner) or {}).get("advertise", "its address")
-        return VerbNotSupportedError(
-            f"{op.name}: a blob's bytes are not passed between nodes yet; this part of {db}.{bucket} is on node "
-            f"{owner}: connect to it ({where}) for this", node=owner).to_answer()
+    async def _relay_upload(self, node: str, request: dict, upload, db: str, bucket: str, p: int) -> dict:
+        """A write whose bytes arrive in chunks (``upload``, the client's), for partition ``p`` owned by ``node``:
+        sent there as an upload of its own over the kept connection, each chunk passed on as it arrives.
+
+        Bounded: the client's chunks wait in ``upload`` (a few, then its connection stops being read) until the
+        link to the owner has room for them, so a blob of any size holds a few MiB here. A request sent by
+        another node is not relayed again: the partition moved, and the sender is told so."""
+        if NODE_FIELD in request:
+            raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {node}, not "
+                                            f"{self.node_id}; send it there", node=node, moved=True)
+        from ..chunks import CHUNK_SIZE  # noqa: PLC0415
+
+        peer, address = await self._link_to(node)
+        self.forwarded += 1
+        sent = {k: v for k, v in request.items() if k not in ("id", "upload")}
+        sent[NODE_FIELD] = self.node_id
+        sent["upload"] = True
+        loop = asyncio.get_running_loop()
+        rid = None
+        try:
+            proto = await peer.connect()
+            rid = proto.open(sent)
+            while True:
+                if proto.has_message(rid):  # answered before the end (refused): the rest is not sent
+                    proto.abort_upload(rid)
+                    break
+                try:
+                    data = await loop.run_in_executor(None, upload.read, CHUNK_SIZE)
+                except HoardError:  # the client's upload failed (aborted, closed, silent): so does the relay
+                    proto.abort_upload(rid)
+                    raise
+                if not data:
+                    await proto.write(proto.core.chunk(rid, b"", end=True))
+                    break
+                await proto.write(proto.core.chunk(rid, data))
+            answer = await proto.next(rid)
+        except (ConnectionError_, TimeoutError_) as e:
+            if rid is not None:
+                raise PartitionUnavailableError(
+                    f"node {node} did not answer ({e.message}); the write may or may not have been applied: "
+                    "read it back before trying again", node=node, outcome_unknown=True) from None
+            raise PartitionUnavailableError(f"node {node} cannot be reached at {address}: {e.message}",
+                                            node=node) from None
+        finally:
+            if rid is not None:
+                proto.finish(rid)
+        answer.pop("id", None)
+        return answer
+
+    async def _link_to(self, node: str):
+        """The kept connection to ``node`` and its address (PartitionUnavailableError when it is not in the cluster)."""
+        info = self.nodes.get(node)
+        if info is None:  # joined since the last refresh, or gone: etcd says which
+            self.nodes = await self.coord.nodes()
+            info = self.nodes.get(node)
+        if info is None:
+            raise PartitionUnavailableError(f"node {node} is not in the cluster now (down, or its lease ran out); "
+                                            "its partitions answer again once it is back", node=node)
+        peer = self._peers.get(node)
+        if peer is None:
+            peer = self._peers[node] = self._link(info)
+        return peer, info.get("advertise")
 
     async def _blob_put(self, doc: dict, place: dict, upload) -> dict:
         """A put on a spread blob bucket: the blob's id is made here, in a partition this node owns when it owns
@@ -685,7 +738,7 @@ class ClusterNode:
             await self._claim_assigned(db, bucket)
             answer = await (self._write_here(request) if upload is not None else self.server.run_here(request))
         elif upload is not None:
-            return self._bytes_elsewhere(_BLOB_PUT, db, bucket, owner)
+            answer = await self._relay_upload(owner, request, upload, db, bucket, partition_of(blob_id, partitions))
         else:
             answer = await self._forward(owner, request)
         return {"ok": 1, "result": blob_id} if answer.get("ok") == 1 else answer
