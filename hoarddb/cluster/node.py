@@ -30,6 +30,7 @@ from typing import Any
 from .. import operations
 from ..declaration import SPREADABLE, declare_bucket
 from ..errors import (
+    BadValueError,
     BucketExistsError,
     ConnectionError_,
     HoardError,
@@ -432,6 +433,8 @@ class ClusterNode:
             return await self._split(op, doc, place)
         if op.gather == _SPLIT:
             return await self._split(op, doc, place)
+        if op.name in _GATHERED_WHOLE and place["type"] in op.types:
+            return await _GATHERED_WHOLE[op.name](self, op, doc, place)
         if not op.gather:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
@@ -759,6 +762,143 @@ class ClusterNode:
                 return error.to_answer()
         return answer
 
+    # -- export, distinct and aggregate over a spread bucket (the table gives them no gather: the node asked merges)
+
+    async def _each_part(self, doc: dict, place: dict) -> list[tuple[set[int], dict]]:
+        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``), as
+        :meth:`_each_owner` does; each answer with the partitions it stands for, so that the caller keeps of it
+        only what they hold (a node may hold documents of other partitions while they move)."""
+        db, bucket = doc["db"], doc["bucket"]
+        op = operations.OPERATIONS[doc["op"]]
+        todo = list(range(place["partitions"]))
+        out: list[tuple[set[int], dict]] = []
+        for attempt in range(4):
+            groups: dict[str, list[int]] = {}
+            for p in todo:
+                groups.setdefault(place["owners"][p], []).append(p)
+            nodes = sorted(groups)
+            got = await asyncio.gather(*(self._here_or_there(n, {**doc, PARTS_FIELD: groups[n]}, op, place)
+                                         for n in nodes))
+            todo = []
+            for n, a in zip(nodes, got):
+                if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") \
+                        and attempt < 3:
+                    todo += groups[n]
+                else:
+                    out.append((set(groups[n]), a))
+            if not todo:
+                break
+            await self.refresh_placement(db, bucket)
+            place = self.placements.get((db, bucket), place)
+        return out
+
+    async def _gather_export(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """export over a spread hash or blob bucket: one page in key order across the owners, as one node gives it.
+
+        Each owner sends its first ``limit`` entries after the cursor (of the partitions asked of it); the page is
+        the first ``limit`` of them all, none past the last key of an owner whose page was full (what lies beyond
+        it there was not sent). A page cut short so is completed by asking again from there. ``next`` is the
+        page's last key (a hash bucket's encoded key, a blob's id) when the page is full, else None."""
+        args = dict(doc.get("args") or {})
+        limit = args.get("limit", _default_of(place["type"], op.name, "limit"))
+        if place["type"] == "hash":
+            key = lambda d: encode_key(d["_id_"])  # noqa: E731 (the cursor a hash bucket's export gives)
+        else:
+            key = lambda d: d["_id_"]  # noqa: E731 (a blob's id, lower case)
+        cursor = args.get("cursor")
+        page: list = []
+        while True:
+            answers = await self._each_part({**doc, "args": {**args, "cursor": cursor}}, place)
+            bad = next((a for _parts, a in answers if a.get("ok") != 1), None)
+            if bad is not None:
+                return bad
+            bound = None
+            found: list = []
+            for parts, a in answers:
+                docs = a["result"]["docs"]
+                if len(docs) >= limit:
+                    last = key(docs[-1])
+                    bound = last if bound is None or last < bound else bound
+                found += [d for d in docs if partition_of(route_value(d, place), place["partitions"]) in parts]
+            if bound is not None:
+                found = [d for d in found if key(d) <= bound]
+            found.sort(key=key)
+            page += found[:limit - len(page)]
+            if len(page) >= limit:
+                return {"ok": 1, "result": {"docs": page, "next": key(page[-1])}}
+            if bound is None:
+                return {"ok": 1, "result": {"docs": page, "next": None}}
+            cursor = bound
+
+    async def _matching(self, doc: dict, place: dict, filter_: Any) -> dict:
+        """The documents of a spread hash bucket that match ``filter_``, in key order, gathered from every owner by a
+        search (each served by the index that fits best there; the answer names them as a search does)."""
+        return await self._gather(operations.OPERATIONS["search"],
+                                  {"op": "search", "db": doc["db"], "bucket": doc["bucket"],
+                                   "args": {"filter": filter_ if filter_ is not None else {}}}, place)
+
+    async def _gather_distinct(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """distinct over a spread hash bucket: the matching documents gathered here, and their values taken as one
+        node takes them (an array's elements one by one), deduplicated, in the order of values."""
+        from ..stores.hash import _is_leaf_array  # noqa: PLC0415
+        from ..values.paths import MISSING, resolve, split_path  # noqa: PLC0415
+
+        args = doc.get("args") or {}
+        field = args.get("field") if isinstance(args, dict) else None
+        if not isinstance(field, str) or set(args) - {"field", "filter"}:
+            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
+        parts = split_path(field, what="distinct field")
+        answer = await self._matching(doc, place, args.get("filter"))
+        if answer.get("ok") != 1:
+            return answer
+        seen: dict = {}
+        for d in answer["result"]:
+            for value in resolve(d, parts):
+                if value is MISSING or isinstance(value, (list, tuple)) and _is_leaf_array(d, parts, value):
+                    continue
+                seen.setdefault(encode_key(value), value)
+        return {"ok": 1, "result": [seen[k] for k in sorted(seen)]}
+
+    async def _gather_aggregate(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """aggregate over a spread hash bucket: the documents a leading ``$match`` keeps (every document without one)
+        gathered here in key order, and the whole pipeline run over them here, within the same stage limits as on
+        one node; a ``$lookup``'s bucket is read once, whole, wherever it is."""
+        from ..values.pipeline import Limits, compile_pipeline  # noqa: PLC0415
+
+        args = doc.get("args") or {}
+        pipeline = args.get("pipeline") if isinstance(args, dict) else None
+        explain = args.get("explain", False) if isinstance(args, dict) else False
+        if not isinstance(pipeline, list) or not isinstance(explain, bool) or set(args) - {"pipeline", "explain"}:
+            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
+        joined: dict[str, list] = {}
+        for name in _lookups(pipeline):
+            if not isinstance(name, str) or name in joined:
+                continue
+            joined_place = await self._placement(doc["db"], name)
+            if joined_place is not None and joined_place["type"] != "hash":
+                raise BadValueError(f"$lookup joins hash buckets; {name!r} is a {joined_place['type']} bucket")
+            got = await self._run({"op": "find", "db": doc["db"], "bucket": name, "args": {}})
+            if got.get("ok") != 1:
+                return got
+            joined[name] = got["result"]
+
+        def lookup(name):
+            if name not in joined:
+                raise VerbNotSupportedError(f"aggregate over a spread bucket: $lookup from {name!r} is not read here")
+            return joined[name]
+        options = self.server.engine.options
+        compiled = compile_pipeline(pipeline, limits=Limits(options.stage_memory_bytes, options.stage_max_documents),
+                                    lookup=lookup)
+        answer = await self._matching(doc, place, compiled.leading_match)
+        if answer.get("ok") != 1:
+            return answer
+        docs = answer["result"]
+        out = await asyncio.get_running_loop().run_in_executor(None, lambda: list(compiled.run(docs)))
+        extras = {k: answer[k] for k in ("index_used", "index_used_by_node") if k in answer}
+        if explain:
+            extras["explain"] = {**extras, "gathered": len(docs), "returned": len(out)}
+        return {"ok": 1, "result": out, **extras}
+
     async def _each_owner(self, op: operations.Operation, doc: dict, place: dict) -> tuple[list[str], list[dict]]:
         """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``);
         a part refused because its partitions moved is sent again to their owners by the map read anew.
@@ -929,6 +1069,24 @@ class ClusterNode:
 
 
 _NONE = object()
+
+#: What runs over a spread bucket by merging here what each owner sends (ClusterNode._gather's refusals otherwise).
+_GATHERED_WHOLE = {"export": ClusterNode._gather_export, "distinct": ClusterNode._gather_distinct,
+                   "aggregate": ClusterNode._gather_aggregate}
+
+
+def _lookups(value: Any) -> list:
+    """The buckets every ``$lookup`` of a pipeline reads (nested ones, in ``$facet``, included)."""
+    found: list = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "$lookup" and isinstance(v, dict) and "from" in v:
+                found.append(v["from"])
+            found += _lookups(v)
+    elif isinstance(value, list):
+        for v in value:
+            found += _lookups(v)
+    return found
 
 
 def _default_of(store_type: str, verb: str, param: str) -> Any:
