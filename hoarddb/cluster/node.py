@@ -677,9 +677,9 @@ class ClusterNode:
                     break
                 try:
                     data = await loop.run_in_executor(None, upload.read, CHUNK_SIZE)
-                except HoardError:  # the client's upload failed (aborted, closed, silent): so does the relay
+                except HoardError as e:  # the client's upload failed (aborted, closed, silent): so does the relay
                     proto.abort_upload(rid)
-                    raise
+                    return e.to_answer()  # (the client's error, not the link's: the owner stored nothing)
                 if not data:
                     await proto.write(proto.core.chunk(rid, b"", end=True))
                     break

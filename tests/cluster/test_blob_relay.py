@@ -119,3 +119,33 @@ def test_a_relayed_upload_the_owner_refuses_stores_nothing(cluster):
     assert other["app"].Refusing.length() == 1
     assert other["app"].Refusing.put(io.BytesIO(BIG), name="after.bin")  # the link goes on serving
     assert other["app"].Refusing.length() == 2
+
+
+class Failing(io.RawIOBase):
+    """A file whose read fails after ``good`` bytes: the client aborts its upload there."""
+
+    def __init__(self, good):
+        self.left = good
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        if self.left <= 0:
+            raise OSError("the disk went away")
+        n = min(n if n > 0 else self.left, self.left)
+        self.left -= n
+        return b"y" * n
+
+
+def test_an_upload_the_client_aborts_midway_stores_nothing_on_the_owner(cluster):
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Aborted", type="blob", placement="whole")
+    marker = clients[0]["app"].Aborted.put(b"x")
+    owner = holder(nodes, "Aborted", marker)
+    i = next(i for i, n in enumerate(nodes) if n is not owner)
+    with pytest.raises(OSError):
+        clients[i]["app"].Aborted.put(Failing(3 * 1024 * 1024 + 5), name="half.bin")
+    for c in clients:
+        assert c["app"].Aborted.length() == 1
+    assert b"".join(clients[i]["app"].Aborted.stream(clients[i]["app"].Aborted.put(io.BytesIO(BIG)))) == BIG
