@@ -157,6 +157,8 @@ class ClusterNode:
         place = self.placements.get((doc.get("db"), doc.get("bucket")))
         if place is None:
             return True  # not known here yet: etcd says
+        if self._joins_elsewhere(op, doc, place):
+            return True  # run here over what every node holds (_gather_aggregate)
         p = self._partition(place, doc, op)
         if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
             return NODE_FIELD not in doc or self.mover.takes_part(doc)
@@ -184,6 +186,8 @@ class ClusterNode:
         place = await self._placement(db, bucket)
         if place is None:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
+        if self._joins_elsewhere(op, doc, place):
+            return await self._gather_aggregate(op, doc, place)
         if place["type"] == "blob" and place["partitions"] > 1 and op is _BLOB_PUT and "field" not in doc \
                 and NODE_FIELD not in doc:
             return await self._blob_put(doc, place, None)
@@ -831,11 +835,22 @@ class ClusterNode:
             cursor = bound
 
     async def _matching(self, doc: dict, place: dict, filter_: Any) -> dict:
-        """The documents of a spread hash bucket that match ``filter_``, in key order, gathered from every owner by a
-        search (each served by the index that fits best there; the answer names them as a search does)."""
-        return await self._gather(operations.OPERATIONS["search"],
-                                  {"op": "search", "db": doc["db"], "bucket": doc["bucket"],
-                                   "args": {"filter": filter_ if filter_ is not None else {}}}, place)
+        """The documents of a hash bucket that match ``filter_``, in key order: a search through the cluster (on a
+        spread bucket, of every owner, each served by the index that fits best there; the answer names them)."""
+        return await self._run({"op": "search", "db": doc["db"], "bucket": doc["bucket"],
+                                "args": {"filter": filter_ if filter_ is not None else {}}})
+
+    def _joins_elsewhere(self, op: operations.Operation, doc: dict, place: dict) -> bool:
+        """Whether an aggregate on a whole bucket joins (``$lookup``) a bucket its owner does not hold whole: the
+        owner's engine would read only its own part of that one, so the node asked runs it (_gather_aggregate)."""
+        if not op.joins or NODE_FIELD in doc or place["partitions"] != 1 or place["type"] not in op.types:
+            return False
+        args = doc.get("args")
+        for name in _lookups(args.get("pipeline") if isinstance(args, dict) else None):
+            joined = self.placements.get((doc.get("db"), name)) if isinstance(name, str) else None
+            if joined is not None and (joined["partitions"] != 1 or joined["owners"][0] != place["owners"][0]):
+                return True
+        return False
 
     async def _gather_distinct(self, op: operations.Operation, doc: dict, place: dict) -> dict:
         """distinct over a spread hash bucket: the matching documents gathered here, and their values taken as one
@@ -860,9 +875,10 @@ class ClusterNode:
         return {"ok": 1, "result": [seen[k] for k in sorted(seen)]}
 
     async def _gather_aggregate(self, op: operations.Operation, doc: dict, place: dict) -> dict:
-        """aggregate over a spread hash bucket: the documents a leading ``$match`` keeps (every document without one)
-        gathered here in key order, and the whole pipeline run over them here, within the same stage limits as on
-        one node; a ``$lookup``'s bucket is read once, whole, wherever it is."""
+        """aggregate over a spread hash bucket (or a whole one whose ``$lookup`` reads a bucket spread or owned by
+        another node): the documents a leading ``$match`` keeps (every document without one) gathered here in key
+        order, and the whole pipeline run over them here, within the same stage limits as on one node; a
+        ``$lookup``'s bucket is read once, whole, wherever it is."""
         from ..values.pipeline import Limits, compile_pipeline  # noqa: PLC0415
 
         args = doc.get("args") or {}

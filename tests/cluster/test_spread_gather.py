@@ -109,6 +109,7 @@ def test_a_lookup_reads_the_joined_bucket_from_every_partition(cluster):
     expected = [{"_id_": f"o{i:04}", "n": i, "Who": [{"Name": f"customer {i % 11}"}]} for i in range(30)]
     for c in clients:
         assert c["app"].Spread.aggregate(pipeline) == expected
+        assert c["app"].Whole.aggregate(pipeline) == expected  # a whole bucket joining a spread one: all of it
 
 
 def test_aggregate_refuses_as_one_node_does(cluster):
