@@ -139,3 +139,51 @@ def test_export_of_a_spread_blob_bucket_pages_in_id_order(cluster):
                 break
             cursor = page["next"]
         assert got == ids
+
+
+def test_copies_of_a_partition_arriving_on_another_node_are_not_counted_twice(cluster):
+    """A move copies a partition's documents to its new owner before the hand-over: meanwhile that node holds
+    documents of a partition it does not own, and a merge must take each document from its owner alone."""
+    from hoarddb.cluster.partitions import partition_of
+    from hoarddb.errors import PartitionUnavailableError
+
+    nodes, clients = cluster
+    db = clients[0]["app"]
+    db.create_bucket("Moving", type="hash", partitions=6)
+    docs = [{"_id_": f"m{i:03}", "n": i, "Kind": f"k{i % 4}"} for i in range(60)]
+    db.Moving.batch_insert(docs)
+    key = docs[0]["_id_"]
+    owner = None
+    for n in nodes:
+        with hoarddb.connect(n.url()) as c:
+            try:
+                c.execute({"op": "get", "db": "app", "bucket": "Moving", "args": {"key": key}, "_node": "test"})
+                owner = n
+            except PartitionUnavailableError:
+                pass
+    other = next(n for n in nodes if n is not owner)
+    p = partition_of(key, 6)
+    copies = [d for d in docs if partition_of(d["_id_"], 6) == p]
+    before = local_count(other, "app", "Moving")
+    with hoarddb.connect(other.url()) as c:  # what a move of partition p to `other` sends first
+        c.execute({"op": "batch_put", "db": "app", "bucket": "Moving", "_node": "test",
+                   "_move": {"kind": "put", "parts": [p]}, "args": {"docs": copies}})
+    assert local_count(other, "app", "Moving") == before + len(copies) > before  # held twice now
+    try:
+        for c in clients:
+            got, cursor = [], None
+            while True:
+                page = c.execute({"op": "export", "db": "app", "bucket": "Moving",
+                                  "args": {"cursor": cursor, "limit": 7}})["result"]
+                got += page["docs"]
+                if page["next"] is None:
+                    break
+                cursor = page["next"]
+            assert got == docs
+            assert c["app"].Moving.distinct("n") == list(range(60))
+            assert c["app"].Moving.aggregate([{"$group": {"_id": "$Kind", "n": {"$sum": 1}}},
+                                              {"$sort": {"_id": 1}}]) == [{"_id": f"k{k}", "n": 15} for k in range(4)]
+    finally:
+        with hoarddb.connect(other.url()) as c:  # the move given up: its copies purged
+            c.execute({"op": "batch_put", "db": "app", "bucket": "Moving", "_node": "test",
+                       "_move": {"kind": "purge", "parts": [p]}, "args": {"docs": []}})
