@@ -14,12 +14,13 @@ gives a coroutine that awaits the answer, so there the same methods are awaited.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from . import operations
-from .operations import (CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE, LIST_BUCKETS,
-                         LIST_DATABASES, METRICS, STATS, SWEEP_TTL)
-from .errors import UnknownVerbError
+from .operations import (CLOSE_CURSOR, CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, DROP_BUCKET, DROP_DATABASE,
+                         LIST_BUCKETS, LIST_DATABASES, METRICS, MORE, STATS, SWEEP_TTL)
+from .errors import CursorNotFoundError, UnknownVerbError
 
 
 def _result(answer: dict) -> Any:
@@ -54,6 +55,10 @@ class BaseClient:
 
     def _result(self, request: dict) -> Any:
         return self._run(request, _result)
+
+    def _cursor(self, op: operations.Operation, db: str, bucket: str, bound: dict) -> Any:
+        """The cursor of a read (:class:`Cursor`); its first batch is asked for now."""
+        return Cursor(self, op, db, bucket, bound)
 
     def __getitem__(self, name: str) -> "Database":
         return Database(self, name)
@@ -162,6 +167,8 @@ class Bucket:
 
     def _call_bound(self, op: operations.Operation, bound: dict) -> Any:
         client = self._database._client
+        if op.cursor:  # find, search, range, list, aggregate: read through a cursor, a batch at a time
+            return client._cursor(op, self._database.name, self.name, bound)
         if client._call is not None:  # in process: the engine takes the bound arguments as they are
             answer = client._call(op, self._database.name, self.name, bound)
             if "index_used" in answer:
@@ -318,6 +325,165 @@ class Found(list):
         _list_init(self, docs)
         self.index_used = index_used
         self.explain = explain
+
+
+class Cursor:
+    """Cursor is the answer of find, search, range, list and aggregate: its documents, read a batch at a time.
+
+    ``for doc in bucket.find(f)`` reads the documents as it goes: the first batch came with
+    the answer (``batch_size`` documents, 101 by default), each later one is asked for when
+    the one before is used up (up to ``batch_size``, or about 1 MiB when it was not given), so a
+    result of any size never sits whole in memory. Iterating is one pass, as a file's is.
+
+    Used as a list — ``len(c)``, ``c[0]``, ``c == [...]``, ``bool(c)``, ``x in c`` — it reads
+    every document left into a list first (:meth:`to_list`), and from then on is that list.
+    ``index_used`` (and ``explain``) say how the read was served. A cursor read to its end is
+    closed on the server by itself; :meth:`close` (or ``with``) closes one left unfinished,
+    else the server closes it after ``cursor_timeout`` (10 minutes), or with its connection.
+    """
+
+    def __init__(self, client: "BaseClient", op: operations.Operation, db: str, bucket: str, bound: dict):
+        self._client = client
+        self._size = bound.get("batch_size")  # as given: later batches too
+        self._bounded = op.cursor == "batches"  # list: its limit bounds it (max_peek), read whole
+        if self._size is None:
+            bound = {**bound, "batch_size": first_batch(op, bound)}
+        if client._call is not None:  # in process: the engine takes the bound arguments as they are
+            answer = client._call(op, db, bucket, bound)
+        else:
+            answer = client._run({"op": op.name, "db": db, "bucket": bucket, "args": bound})
+        self._started(answer)
+
+    def _started(self, answer: dict) -> None:
+        self.index_used = answer.get("index_used")
+        self.explain = answer.get("explain")
+        self._batch = iter(answer.get("result") or [])
+        self.id = answer.get("cursor")  # None once the server holds nothing more
+        self._list: list | None = None
+        #: How many documents were handed out so far.
+        self.read = 0
+        if self.id is None or self._bounded:  # the whole result came in the first batch, or a list's at most
+            self.to_list()                      # max_peek documents: it is a list in every way
+        elif getattr(self._client._executor, "cursors", None) is not None:
+            # in process: a cursor dropped unfinished is closed then (a server's waits for its timeout)
+            weakref.finalize(self, self._client._executor.cursors.close, self.id)
+
+    def _more(self) -> dict:
+        request = {"op": MORE.name, "cursor": self.id}
+        if self._size is not None:
+            request["batch_size"] = self._size
+        return self._client._run(request)
+
+    def __iter__(self):
+        if self._list is not None:
+            return iter(self._list)
+        if self.read and not self.id and not _peekable(self):
+            raise CursorNotFoundError(
+                f"this cursor was read to its end ({self.read} documents): a cursor is read once. Keep the "
+                "documents with to_list() (or list(...)) to go over them again, or run the read again")
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            doc = next(self._batch, _DONE)
+            if doc is not _DONE:
+                if self._list is None:  # (those of the list were counted as it was read)
+                    self.read += 1
+                return doc
+            if not self.id:
+                raise StopIteration
+            answer = self._more()
+            self._batch = iter(answer.get("result") or [])
+            self.id = answer.get("cursor")
+
+    def next_batch(self) -> list:
+        """The documents left of the batch at hand, or the next batch (an empty list at the end)."""
+        rest = list(self._batch)
+        if not rest and self.id:
+            answer = self._more()
+            rest, self.id = list(answer.get("result") or []), answer.get("cursor")
+        self._batch = iter(())
+        self.read += len(rest)
+        return rest
+
+    @property
+    def alive(self) -> bool:
+        """Whether documents may be left to read."""
+        return self._list is None and (self.id is not None or _peekable(self))
+
+    def to_list(self) -> list:
+        """Every document left, as a list (the cursor is then that list)."""
+        if self._list is None:
+            docs = []
+            for batch in iter(self.next_batch, []):  # (not list(self): that would ask len() first)
+                docs.extend(batch)
+            self._list = Found(docs, self.index_used, self.explain) if self.index_used is not None else docs
+            # an iteration of this very cursor under way (list(cursor) asks len() once it has its
+            # iterator) goes on over the documents read
+            self._batch = iter(docs)
+        return self._list
+
+    def close(self) -> None:
+        """Close the cursor on the server before its end (nothing to do once it is read to its end)."""
+        cursor_id, self.id = self.id, None
+        self._batch = iter(())
+        if cursor_id:
+            self._client._run({"op": CLOSE_CURSOR.name, "cursor": cursor_id})
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # the list it reads into when used as one
+    def __len__(self) -> int:
+        return len(self.to_list())
+
+    def __getitem__(self, i):
+        return self.to_list()[i]
+
+    def __eq__(self, other) -> bool:
+        return self.to_list() == (other.to_list() if isinstance(other, Cursor) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        return bool(self.to_list())
+
+    def __contains__(self, doc) -> bool:
+        return doc in self.to_list()
+
+    def __repr__(self) -> str:
+        if self._list is None and not self.id:  # every document left is at hand: shown as the list it is
+            rest = list(self._batch)
+            self._batch = iter(rest)
+            return repr(rest)
+        if self._list is not None:
+            return repr(self._list)
+        return f"<hoarddb Cursor {self.id}: {self.read} read, more on the server>"
+
+
+_FIRST_BATCH = 101
+#: What list answers when its limit is left out (the stores' default).
+_LIST_LIMIT = 100
+
+
+def first_batch(op: operations.Operation, args: dict) -> int:
+    """The batch_size a client asks for when it was not given: 101 documents (MongoDB's), or for
+    list, whose limit bounds it, all of it in one batch, as before cursors."""
+    if op.cursor != "batches":
+        return _FIRST_BATCH
+    limit = args.get("limit")
+    return limit if type(limit) is int and limit > 0 else _LIST_LIMIT
+_DONE = object()
+
+
+def _peekable(cursor: Cursor) -> bool:
+    """Whether the batch at hand still holds documents (it is put back as it was)."""
+    rest = list(cursor._batch)
+    cursor._batch = iter(rest)
+    return bool(rest)
 
 
 class _UnknownVerb(UnknownVerbError, AttributeError):

@@ -65,7 +65,7 @@ def declare_bucket(name: str, raw: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> t
                             f"`{f['name']}: {f['type'] or '...'}` (with a colon)")
     store_fields = _check_store_fields(raw.get("store_fields") or [], type_name, name, 2, max_depth)
     indexes, index_warnings = declare_indexes(
-        type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]]
+        type_name, raw.get("indices"), [f["name"] for f in fields if "unique" in f["keywords"]], options
     )
     warnings.extend(index_warnings)
     stores = {f["name"]: f["type"] for f in store_fields}

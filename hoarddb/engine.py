@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from . import catalog_operations, lifecycle, operations
 from .catalog import Catalog, check_name
+from .cursors import Cursors, check_batch_size
 from .catalog_operations import bucket_of, db_of
 from .declaration import store_type_at
 from .indexes.maintenance import Index
@@ -112,6 +113,9 @@ class Engine:
         self._pid = os.getpid()  # the process that opened it: the only one that may use it
         self._forked = False  # True in a child forked after the open (see lifecycle._disown_after_fork)
         self.metrics = Metrics()
+        #: The open cursors (hoarddb/cursors.py): the rest of reads asked with batch_size.
+        self.cursors = Cursors(self.options.cursor_timeout, self.options.max_cursors, self.metrics,
+                               self.options.max_answer_bytes)
         self.sweeper = Sweeper(lifecycle.weak_ttl_stores(self), self.metrics,
                                self.options.ttl_sweep_seconds, self.options.ttl_sweep_budget_seconds)
         # Nothing the engine owns refers back to it (the sweeper's thread holds it weakly,
@@ -211,6 +215,8 @@ class Engine:
                 f"{decl['type']} bucket {bucket!r} has no verb {op.name!r}; "
                 f"a {decl['type']} bucket's verbs: {', '.join(operations.verbs_for(decl['type']))}"
             )
+        if op.cursor and args.get("batch_size") is not None:
+            return self._open_cursor(op, db, bucket, store, args)
         try:
             if op.single is not None:
                 result = getattr(store, op.name)(args[op.single])
@@ -244,6 +250,38 @@ class Engine:
         if type(result) is Reply:
             return {"ok": 1, "result": result.result, **result.extras}
         return {"ok": 1, "result": result}
+
+    def _open_cursor(self, op: operations.Operation, db: str, bucket: str, store: Store, args: dict) -> dict:
+        """A read asked with ``batch_size``: its first batch, and a cursor when more remain
+        (hoarddb/cursors.py). The stores that can read as they go (``STREAMED``) are asked
+        for an iterator; the others' answer (a list's, at most max_peek) is handed out in batches."""
+        size = check_batch_size(args["batch_size"])
+        positional = [args.get(p.name) for p in op.params]
+        while positional and positional[-1] is None and not op.params[len(positional) - 1].required:
+            positional.pop()
+        keywords = {p.name: args[p.name] for p in op.options if args.get(p.name) is not None and p.name != "batch_size"}
+        streamed = op.cursor == "stream" and not keywords.get("explain")
+        if streamed:
+            keywords["stream"] = True
+        if op.joins:
+            keywords["buckets"] = functools.partial(self._documents_of, db)
+
+        def failed(exc: Exception) -> None:
+            if isinstance(exc, RecursionError):
+                raise BadValueError(TOO_DEEP) from None
+            self._check_still_open(db, bucket, store, exc)
+
+        try:
+            result = getattr(store, op.name)(*positional, **keywords)
+        except Exception as exc:
+            failed(exc)
+            raise
+        extras = {}
+        if type(result) is Reply:
+            result, extras = result.result, result.extras
+        source = result if streamed else iter(result if isinstance(result, list) else [])
+        answer = self.cursors.open(f"{op.name} on {db}.{bucket}", source, size, failed)
+        return {"ok": 1, **answer, **extras}
 
     def _check_still_open(self, db: str, bucket: str, store: Store, exc: Exception) -> None:
         """After ``store`` raised ``exc``: if another thread closed the database or dropped the
@@ -662,6 +700,7 @@ class Engine:
             self._closed = True
         self._finalizer.detach()  # closed on purpose: no warning, nothing to do when it is freed
         lifecycle.OPEN.discard(self)
+        self.cursors.close_all()
         self._parts.close()
 
     def _closed_error(self, during: bool = False) -> ClosedError:
@@ -682,5 +721,17 @@ class Engine:
 #: The operations the engine runs itself (the table's ``runs=ENGINE``: catalog, metrics,
 #: TTL, check, backup), each the function of ``(engine, request)`` of the same name in
 #: :mod:`hoarddb.catalog_operations`: the engine refers to them without their referring back to it.
+def _more(engine: Engine, request: dict) -> dict:
+    """The next batch of one of the engine's cursors (hoarddb/cursors.py)."""
+    return {"ok": 1, **engine.cursors.more(request.get("cursor"), request.get("batch_size"))}
+
+
+def _close_cursor(engine: Engine, request: dict) -> dict:
+    return {"ok": 1, "result": {"closed": engine.cursors.close(request.get("cursor"))}}
+
+
+#: The cursors' own operations, which the engine answers from its open cursors.
+CURSOR_HANDLERS = {operations.MORE.name: _more, operations.CLOSE_CURSOR.name: _close_cursor}
 HANDLERS: dict[str, Callable[[Engine, dict], Any]] = {
-    name: getattr(catalog_operations, name) for name in sorted(operations.names(runs=operations.ENGINE))}
+    name: CURSOR_HANDLERS.get(name) or getattr(catalog_operations, name)
+    for name in sorted(operations.names(runs=operations.ENGINE))}

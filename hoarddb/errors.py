@@ -220,10 +220,14 @@ class HoardConnectionError(HoardError):
 ConnectionError_ = HoardConnectionError
 
 
-class TimeoutError_(HoardError):
-    """TimeoutError_ is a server that did not answer in time; the connection is closed, the operation's outcome unknown."""
+class HoardTimeoutError(HoardError):
+    """HoardTimeoutError is a server that did not answer in time; the connection is closed, the operation's outcome unknown."""
 
     code, codeName = 30, "TIMEOUT"
+
+
+#: The name HoardTimeoutError had first (as HoardConnectionError, named so as not to read as a builtin); kept so that code which catches it goes on working.
+TimeoutError_ = HoardTimeoutError
 
 
 class ProtocolError(HoardError):
@@ -254,6 +258,12 @@ class ClusterUnavailableError(HoardError):
     """ClusterUnavailableError is a request a cluster node cannot run because etcd, which holds the cluster's map and catalog, does not answer."""
 
     code, codeName = 35, "CLUSTER_UNAVAILABLE"
+
+
+class CursorNotFoundError(HoardError):
+    """CursorNotFoundError is a ``more`` (or ``close_cursor``) of a cursor that is not open: read to its end, closed, timed out when idle, opened on another connection, or freed with its connection or database."""
+
+    code, codeName = 36, "CURSOR_NOT_FOUND"
 
 
 #: Every error class by its code: the wire and the shell map answers back through it.

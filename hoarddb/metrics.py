@@ -32,6 +32,10 @@ class Metrics:
             "hoarddb_ttl_backlog_estimate", "Expired documents the last sweep left for the next one",
             registry=self.registry)
         self.indexes = Gauge("hoarddb_indexes", "Indexes by state", ["state"], registry=self.registry)
+        self.cursors_open = Gauge("hoarddb_cursors_open", "Cursors open (find, search, range, list, aggregate "
+                                  "answers with more to read)", registry=self.registry)
+        self.cursors_timed_out = Counter("hoarddb_cursors_timed_out_total", "Cursors closed after sitting idle "
+                                         "for cursor_timeout", registry=self.registry)
         for outcome in ("expired", "skipped"):
             self.ttl_documents.labels(outcome)
 

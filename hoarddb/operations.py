@@ -265,10 +265,16 @@ class Operation:
     #: its keys put back in order), "least" / "greatest" (the entry of least / greatest key),
     #: "turns" (a partitioned queue's pop, peek: the owners asked in turn), "turns_claimed"
     #: (claim: the same, each claimId named by its node), "by_claim" (ack, release, extend: each
-    #: claimId sent to its node). Empty: a spread bucket refuses it (not built yet).
+    #: claimId sent to its node), "windows" (one window of a time-range index: counts added up,
+    #: ranked again). Empty: a spread bucket refuses it (not built yet).
     gather: str = ""
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
+    #: Whether its answer may come through a cursor (hoarddb/cursors.py): given ``batch_size``,
+    #: the answer holds the first batch and, when more remain, a ``cursor`` id that ``more`` reads
+    #: on. "stream": the store method, given ``stream=True``, answers an iterator that reads as
+    #: it goes; "batches": its answer (a list, bounded by its limit) is handed out in batches.
+    cursor: str = ""
     # Derived once from the above by __post_init__, for binding on the hot path:
     #: the names of params, in order
     param_names: tuple = dataclasses.field(init=False, repr=False, compare=False)
@@ -315,6 +321,10 @@ _CURSOR_CHAINS: tuple[tuple[str, str, dict[str, Any]], ...] = (("count", "count"
 _READ_OPTIONS = (_LIMIT, Param("sort", "doc", False, "fields and directions, such as {Date: -1}"),
                  Param("skip", "int", False, "how many matches to pass over"),
                  Param("projection", "doc", False, "the fields to keep ({name: 1}) or drop ({notes: 0})"))
+#: A cursor's batch: given, the answer is the first batch and a cursor id when more remain.
+_BATCH = Param("batch_size", "int", False, "answer through a cursor: at most this many documents in the first "
+               "batch, the rest with more (see hoarddb/cursors.py)")
+_FIND_OPTIONS = _READ_OPTIONS + (_BATCH,)
 _ONE = Param("limit", "int", False, "how many elements (one when left out)", default=1)
 _AFTER = Param("after", "any", False, "continue after this position (queues: how many to skip; keyed stores: a key)")
 
@@ -347,7 +357,7 @@ for _op in [
               summary="How many elements the bucket holds (fifo, heap: how many are ready, not claimed).",
               answer="an integer (a heap, and a fifo once claimed from, add the answer fields ready and claimed)",
               example="db.Comments.length()"),
-    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT), gather="documents",
+    Operation("list", _types(*STORE_TYPES), (), (_AFTER, _LIMIT, _BATCH), gather="documents", cursor="batches",
               summary="Read in storage order without removing (queues oldest first; keyed stores in key order).",
               answer="a list", example="db.Comments.list({after: 100, limit: 50})", cost=SHORT),
     Operation("insert", _types("hash", "btree"), (Param("doc", "doc"),), write=True, key_param="doc", makes_key=True,
@@ -372,23 +382,36 @@ for _op in [
     Operation("exists", _types("hash", "btree"), (Param("key", "any"),), key_param="key",
               summary="Whether a document (hash) or an entry (btree) with this key exists, without reading it.",
               answer="true or false", example='db.User.exists("jane_doe")'),
-    Operation("find", _types("hash"), (Param("filter", "filter", False),), _READ_OPTIONS,
+    Operation("find", _types("hash"), (Param("filter", "filter", False),), _FIND_OPTIONS,
               summary="The documents matching the filter (a full scan), sorted, skipped, limited and projected as asked.",
               answer="a list", example='db.User.find({Email: "jane@example.com"}).sort({Date: -1}).limit(10)',
-              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents"),
+              cost=SCAN, chains=_CURSOR_CHAINS, key_param="filter", gather="documents", cursor="stream"),
     Operation("search", _types("hash"), (Param("filter", "filter", False),),
-              _READ_OPTIONS + (Param("explain", "any", False),),
+              _FIND_OPTIONS + (Param("explain", "any", False),),
               summary="Like find, served by an index when one fits; the answer names it in index_used.",
               answer="a list (index_used, and explain when asked)",
               example='db.Orders.search({CustomerID: "c1"})', cost=INDEXED, chains=_CURSOR_CHAINS,
-              key_param="filter", gather="documents"),
+              key_param="filter", gather="documents", cursor="stream"),
     Operation("count", _types("hash"), (Param("filter", "filter", False),),
               summary="How many documents match the filter.", answer="an integer",
               example="db.User.count()", cost=SCAN, key_param="filter", gather="sum"),
     Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
               summary="The different values of a field (an array's elements one by one) in the matching documents.",
               answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
-    Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False),),
+    # time-range indexes: one window's counts and ranking (hoarddb/indexes/timerange.py, docs/user/indexes.md)
+    Operation("window", _types("hash"), (Param("index", "str"),),
+              (Param("newest", "any", False, "true: the window that started last"),
+               Param("oldest", "any", False, "true: the oldest window still open (the last full range)"),
+               Param("byStart", "any", False, "the date a window starts"),
+               Param("top", "int", False, "how many values of the next field to rank by count"),
+               Param("counts", "any", False, "true: the count of every value of the next field")),
+              summary="One window of a time-range index: its document count, and the top values of the next "
+                      "field or each value's count, read from counts the index keeps.",
+              answer="{index, start, end, count} (and field with top or counts)",
+              example='db.Post.window("hourlyByHashtag", {newest: true}).top(10)', cost=SCAN,
+              chains=(("counts", "window", {"counts": True}),), gather="windows"),
+    Operation("aggregate", _types("hash"), (Param("pipeline", "list"),), (Param("explain", "any", False), _BATCH),
+              cursor="stream",
               summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
               answer="a list (index_used names what served a leading $match)",
               example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True),
@@ -415,8 +438,8 @@ for _op in [
     Operation("delete", _types("hash", "btree", "blob"), (Param("target", "any"),), write=True, key_param="target", gather="counts",
               summary="hash: delete matching documents; btree: entries with this key; blob: this blob.",
               answer="{deleted}", example='db.User.delete({_id_: "jane_doe"})', cost=FILTERED_WRITE),
-    Operation("range", _types("btree"), (Param("bounds", "filter", False),), (_LIMIT, Param("reverse", "any", False)),
-              gather="documents",
+    Operation("range", _types("btree"), (Param("bounds", "filter", False),),
+              (_LIMIT, Param("reverse", "any", False), _BATCH), gather="documents", cursor="stream",
               summary="Entries whose key lies within the bounds, in key order.", answer="a list",
               example="db.Leaderboard.range({Score: {$gte: 90}})", cost=SCAN),
     Operation("first", _types("btree"), gather="least", summary="The entry with the lowest key, or null.",
@@ -557,6 +580,15 @@ for _op in [
     Operation("backup", scope=SERVER, cost=SCAN, retry=False, logged=True,
               fields=(Param("path", "str", True, "a directory"),),
               summary="Copy the data directory, consistent, to path while serving.", answer="a document"),
+    # cursors (hoarddb/cursors.py): the engine keeps them; a server lets a connection use only its own
+    Operation("more", scope=SERVER, cost=SCAN, role="any", retry=False,  # sent twice, it would skip a batch
+              fields=(Param("cursor", "any", True, "the cursor id an answer gave"),
+                      Param("batch_size", "any", False, "at most this many documents (default: about 1 MiB of them)")),
+              summary="The next batch of a cursor (a find, search, range, list or aggregate asked with batch_size).",
+              answer="{result: a list, cursor: the id while more remain}"),
+    Operation("close_cursor", scope=SERVER, cost=POINT, role="any",
+              fields=(Param("cursor", "any", True, "a cursor id, or a list of them"),),
+              summary="Close cursors before their end, freeing what they hold.", answer="{closed}"),
     Operation("slowlog", scope=SERVER, runs=SERVER,
               fields=(Param("limit", "int", False, "at most this many entries"),
                       Param("reset", "any", False, "true: forget the entries after reading them")),
@@ -570,7 +602,7 @@ for _op in [
 #: named as it is, upper-cased (tests/test_operations_table.py holds them to it).
 (CREATE_DATABASE, DROP_DATABASE, LIST_DATABASES, CREATE_BUCKET, DROP_BUCKET, ALTER_BUCKET, LIST_BUCKETS,
  DESCRIBE_BUCKET, STATS, METRICS, SWEEP_TTL, WHOAMI, LIST_USERS, CREATE_USER, UPDATE_USER, DROP_USER, SET_ROLES,
- CHECK, BACKUP, SLOWLOG) = ADMIN.values()
+ CHECK, BACKUP, MORE, CLOSE_CURSOR, SLOWLOG) = ADMIN.values()
 
 #: Every operation by name (and alias): bucket verbs, catalog and server operations. A
 #: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.

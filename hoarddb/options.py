@@ -67,6 +67,13 @@ class Options:
     stage_memory_bytes: int = 100 * MiB
     #: The most groups one ``$group``, or documents one ``$sort``, may hold (None: no count).
     stage_max_documents: int | None = None
+    #: Seconds a cursor (the rest of a find, search, range, list or aggregate answer, read
+    #: with ``more``) may sit unread before it is closed and what it holds freed (0: never).
+    #: Longer keeps a slow reader's place; shorter frees abandoned cursors sooner.
+    cursor_timeout: float = 600.0
+    #: The most cursors open at once; one more is refused with LIMIT_EXCEEDED. Each holds
+    #: at most a chunk of read documents (256 KiB) and, when it sorts, its sorted result.
+    max_cursors: int = 1000
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":

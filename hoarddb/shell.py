@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import operations
-from .operations import CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, LIST_BUCKETS, LIST_DATABASES
-from .errors import BucketNotFoundError, HoardError, InternalError, UnknownVerbError
+from .operations import CLOSE_CURSOR, CREATE_BUCKET, CREATE_DATABASE, DESCRIBE_BUCKET, LIST_BUCKETS, LIST_DATABASES, MORE
+from .errors import BadValueError, BucketNotFoundError, HoardError, InternalError, UnknownVerbError
 from .hql import literals, printer
 from .hql.parser import Statement, is_complete, next_keywords, statements, unknown_verb
 
@@ -187,6 +187,7 @@ class Shell:
         self._notes: list[str] = []
         self._buckets: list[str] | None = None
         self._types: dict[str, dict] = {}
+        self._cursor: dict | None = None  # the last read's cursor while it has more to show (`it`)
 
     def prompt(self) -> str:
         return f"{self.db or 'hoarddb'}> "
@@ -203,12 +204,20 @@ class Shell:
             self.exited = True
             return "exit", {"ok": 1, "result": None}
         request = stmt.to_request(self.db)
+        self.close_cursor()  # a new statement: the read before it is not continued (as mongosh)
+        paged = self._paged(request)
         try:
             answer = self.client.execute(request)
+            if paged and self.json_mode:  # one JSON line holds the whole result: read every batch
+                answer = self._drained(answer)
         except BucketNotFoundError as e:
             raise self._bucket_meant(in_hql(e, request), request) from None
         except HoardError as e:
             raise in_hql(e, request) from None
+        if answer.get("cursor"):  # more to show: `it` shows the next page
+            shown = len(answer.get("result") or [])
+            self._cursor = {"id": answer["cursor"], "shown": shown, "page": request["args"]["batch_size"] or PAGE}
+            self._notes.append(f'-- {shown} shown; type "it" for more')
         if request["op"] in operations.names(catalog=True):
             self.forget_buckets()
         if request["op"] == CREATE_DATABASE.name and self.db is None:
@@ -217,6 +226,63 @@ class Shell:
             self.db = request["db"]
             self._notes.append(f"switched to database {self.db}")
         return request["op"], printer.settle(answer)
+
+    # -- paging (a read's cursor, as mongosh pages one)
+
+    def _paged(self, request: dict) -> bool:
+        """Whether ``request`` is a read answered through a cursor; if so it asks for a page
+        (PAGE documents) unless it names its own batch_size."""
+        op = operations.VERBS.get(request.get("op"))
+        if op is None or not op.cursor or "field" in request or "key" in request:
+            return False
+        args = request.setdefault("args", {})
+        if args.get("batch_size") is None:
+            args["batch_size"] = PAGE
+        return True
+
+    def _drained(self, answer: dict) -> dict:
+        """``answer`` with every batch of its cursor in its result."""
+        docs = list(answer.get("result") or [])
+        cursor_id = answer.get("cursor")
+        while cursor_id:
+            more = self.client.execute({"op": MORE.name, "cursor": cursor_id})
+            docs.extend(more.get("result") or [])
+            cursor_id = more.get("cursor")
+        return {k: v for k, v in answer.items() if k != "cursor"} | {"result": docs}
+
+    def more(self) -> bool:
+        """``it``: show the next page of the last read that had more; True when it could."""
+        if self._cursor is None:
+            self.report(BadValueError('no cursor: nothing more to show ("it" goes on with the last find, search, '
+                                      "range, list or aggregate that had more)"))
+            return False
+        cursor = self._cursor
+        try:
+            answer = self.client.execute({"op": MORE.name, "cursor": cursor["id"], "batch_size": cursor["page"]})
+        except HoardError as e:
+            self._cursor = None
+            self.report(e)
+            return False
+        docs = answer.get("result") or []
+        first = cursor["shown"] + 1
+        cursor["shown"] += len(docs)
+        if answer.get("cursor"):
+            cursor["id"] = answer["cursor"]
+            self._notes.append(f'-- {cursor["shown"]} shown ({first} to {cursor["shown"]} now); type "it" for more')
+        else:
+            self._cursor = None
+            self._notes.append(f"-- {cursor['shown']} shown in all ({first} to {cursor['shown']} now); no more")
+        self.show("it", {"ok": 1, "result": docs})
+        return True
+
+    def close_cursor(self) -> None:
+        """Close the cursor of the last read, if it had more (the server frees it now, not at its timeout)."""
+        cursor, self._cursor = self._cursor, None
+        if cursor is not None:
+            try:
+                self.client.execute({"op": CLOSE_CURSOR.name, "cursor": cursor["id"]})
+            except HoardError:
+                pass  # closed already (timed out): nothing held
 
     def _use(self, name: str) -> dict:
         self.db = name
@@ -313,13 +379,20 @@ class Shell:
         ``exit``. True when every statement that ran succeeded.
         """
         ok = True
-        for stmt in statements(text):
-            if not self.run_statement(stmt, source=text if show_source else None):
-                ok = False
-                if not continue_on_error:
-                    break
-            if self.exited:
-                break
+        for part in _pages_apart(text):
+            if part is None:  # `it` on a line of its own
+                if not self.more():
+                    ok = False
+                    if not continue_on_error:
+                        break
+                continue
+            for stmt in statements(part):
+                if not self.run_statement(stmt, source=part if show_source else None):
+                    ok = False
+                    if not continue_on_error:
+                        return ok
+                if self.exited:
+                    return ok
         return ok
 
     # -- printing
@@ -515,7 +588,7 @@ def interactive(shell: Shell, *, history: Path | None = None, input=None, output
         if buffer.complete_state and buffer.complete_state.current_completion:
             buffer.apply_completion(buffer.complete_state.current_completion)
             return
-        if is_complete(buffer.text):
+        if is_complete(buffer.text) or _IT.fullmatch(buffer.text.strip()):
             buffer.validate_and_handle()
         else:
             buffer.insert_text("\n")
@@ -572,6 +645,23 @@ def is_terminal_session(stdin=None, stdout=None, stderr=None) -> bool:
     """Whether the shell should prompt: standard input is a terminal, and so is stdout or stderr to draw on."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     return stdin is not None and _isatty(stdin) and (_isatty(stdout) or _isatty(stderr))
+
+
+#: Documents the shell shows of a read at a time; ``it`` shows the next ones (mongosh's 20).
+PAGE = 20
+_IT = re.compile(r"^[ \t]*it[ \t]*;?[ \t]*$", re.MULTILINE)
+
+
+def _pages_apart(text: str):
+    """The HQL of ``text`` between its lines that are ``it`` alone (None for each of those)."""
+    at = 0
+    for m in _IT.finditer(text):
+        if text[at:m.start()].strip():
+            yield text[at:m.start()]
+        yield None
+        at = m.end()
+    if text[at:].strip() or at == 0:
+        yield text[at:]
 
 
 # ---- a whole run ----------------------------------------------------------------------------

@@ -132,10 +132,11 @@ def test_console_entry_point_as_a_child_process(tmp_path):
 
 def _drawn(text: str) -> str:
     """A pattern of ``text`` as a terminal may draw it: at once, or in pieces with escape codes between them
-    (the typed part first, then what completion added, when they reach the prompt in two reads)."""
+    (the typed part first, then what completion added, when they reach the prompt in two reads). A space
+    already on the screen may be redrawn as a move of the cursor one column right (``ESC [ C``)."""
     import re
 
-    return r"(?:\x1b\[[0-9;?]*[A-Za-z])*".join(re.escape(ch) for ch in text)
+    return r"(?:\x1b\[[0-9;?]*[A-Za-z])*".join(r"(?: |\x1b\[C)" if ch == " " else re.escape(ch) for ch in text)
 
 
 def test_interactive_session_in_a_pseudo_terminal(tmp_path):

@@ -331,6 +331,9 @@ type FindOptions struct {
 	Limit      int
 	Projection interface{}
 	Explain    bool
+	// BatchSize is FindCursor's and SearchCursor's documents per batch (0: 101 first, then
+	// about 1 MiB of them); Find and Search read their whole answer at once.
+	BatchSize int
 }
 
 func (o FindOptions) args(args bson.D) bson.D {
@@ -406,9 +409,44 @@ func (b *Bucket) Distinct(ctx context.Context, field string, filter interface{},
 	return b.decode(ctx, "distinct", bson.D{{Key: "field", Value: field}, {Key: "filter", Value: filterOrAll(filter)}}, v)
 }
 
+// WindowOptions select one window of a time-range index (exactly one of Newest, Oldest
+// and ByStart) and what to read of it: Top ranks that many values of the field after the
+// timestamp by their counts, Counts gives every value's count.
+type WindowOptions struct {
+	Newest  bool
+	Oldest  bool
+	ByStart time.Time
+	Top     int
+	Counts  bool
+}
+
+// Window decodes one window of a time-range index into v, read from the counts the index
+// keeps: {index, start, end, count}, with field and top or counts when asked.
+func (b *Bucket) Window(ctx context.Context, index string, opts WindowOptions, v interface{}) error {
+	args := bson.D{{Key: "index", Value: index}}
+	if opts.Newest {
+		args = append(args, bson.E{Key: "newest", Value: true})
+	}
+	if opts.Oldest {
+		args = append(args, bson.E{Key: "oldest", Value: true})
+	}
+	if !opts.ByStart.IsZero() {
+		args = append(args, bson.E{Key: "byStart", Value: opts.ByStart})
+	}
+	if opts.Top > 0 {
+		args = append(args, bson.E{Key: "top", Value: opts.Top})
+	}
+	if opts.Counts {
+		args = append(args, bson.E{Key: "counts", Value: true})
+	}
+	return b.decode(ctx, "window", args, v)
+}
+
 // AggregateOptions: Explain asks how a leading $match was served (Found.Explain).
 type AggregateOptions struct {
 	Explain bool
+	// BatchSize is AggregateCursor's documents per batch (0: 101 first, then about 1 MiB of them).
+	BatchSize int
 }
 
 // Aggregate runs an aggregation pipeline (a bson.A or a []bson.D of stages: $match,

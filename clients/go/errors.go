@@ -155,6 +155,8 @@ var (
 	// A cluster's partition whose owner does not answer, or no etcd to ask (docs/user/cluster.md).
 	ErrPartitionUnavailable = &Error{Code: 34, CodeName: "PARTITION_UNAVAILABLE"}
 	ErrClusterUnavailable   = &Error{Code: 35, CodeName: "CLUSTER_UNAVAILABLE"}
+	// A cursor that is not open: read to its end, closed, timed out, or another connection's.
+	ErrCursorNotFound = &Error{Code: 36, CodeName: "CURSOR_NOT_FOUND"}
 )
 
 // sentinels are the Err values by code (a test holds them to codeNames, and codeNames to the server's).
@@ -163,4 +165,5 @@ var sentinels = []*Error{ErrInternal, ErrBadValue, ErrUnknownOption, ErrInvalidN
 	ErrUnknownVerb, ErrLimitExceeded, ErrNotADocument, ErrDocumentTooLarge, ErrDuplicateKey, ErrNotFound,
 	ErrDataDirLocked, ErrCorruptData, ErrClosed, ErrSyntax, ErrMissingKey, ErrInvalidArgument, ErrStorage,
 	ErrIndexNotReady, ErrL2HardLimit, ErrTooManyElements, ErrAuthFailed, ErrUnauthorized, ErrConnection,
-	ErrTimeout, ErrProtocol, ErrClaimExpired, ErrRegexTimeout, ErrPartitionUnavailable, ErrClusterUnavailable}
+	ErrTimeout, ErrProtocol, ErrClaimExpired, ErrRegexTimeout, ErrPartitionUnavailable, ErrClusterUnavailable,
+	ErrCursorNotFound}

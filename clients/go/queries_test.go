@@ -229,3 +229,33 @@ func TestFindAndModify(t *testing.T) {
 		t.Fatal("a refused find_and_modify removed its document")
 	}
 }
+
+func TestWindow(t *testing.T) {
+	c := admin(t)
+	index := bson.D{{Key: "name", Value: "hourly"}, {Key: "fields", Value: bson.A{"At", "Tag"}}, {Key: "ranked", Value: true},
+		{Key: "timeRange", Value: bson.D{{Key: "on", Value: "At"}, {Key: "range", Value: 3600}, {Key: "step", Value: 900}}}}
+	b := fresh(t, c, bson.D{{Key: "type", Value: "hash"}, {Key: "indices", Value: bson.A{index}}})
+	hour := time.Date(2024, 5, 2, 10, 0, 0, 0, time.UTC)
+	_, err := b.BatchInsert(ctx(t), []bson.M{{"At": hour, "Tag": "go"}, {"At": hour.Add(time.Minute), "Tag": "py"},
+		{"At": hour.Add(2 * time.Minute), "Tag": "go"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type count struct {
+		Value string `bson:"value"`
+		Count int    `bson:"count"`
+	}
+	var w struct {
+		Start time.Time `bson:"start"`
+		Count int       `bson:"count"`
+		Field string    `bson:"field"`
+		Top   []count   `bson:"top"`
+	}
+	if err := b.Window(ctx(t), "hourly", WindowOptions{ByStart: hour, Top: 1}, &w); err != nil {
+		t.Fatal(err)
+	}
+	if !w.Start.Equal(hour) || w.Count != 3 || w.Field != "Tag" || !reflect.DeepEqual(w.Top, []count{{"go", 2}}) {
+		t.Fatalf("the window's count and top: %+v", w)
+	}
+	refused(t, "two windows", b.Window(ctx(t), "hourly", WindowOptions{Newest: true, Oldest: true}, &w), ErrBadValue)
+}

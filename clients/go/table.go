@@ -17,6 +17,7 @@ var operations = map[string]operation{
 	"batch_put":       {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"hash"}},
 	"check":           {scope: "server", write: false, retry: false, streams: false, upload: "", types: []string{}},
 	"claim":           {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"fifo", "heap"}},
+	"close_cursor":    {scope: "server", write: false, retry: true, streams: false, upload: "", types: []string{}},
 	"count":           {scope: "bucket", write: false, retry: true, streams: false, upload: "", types: []string{"hash"}},
 	"create_bucket":   {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{}},
 	"create_database": {scope: "database", write: true, retry: false, streams: false, upload: "", types: []string{}},
@@ -44,6 +45,7 @@ var operations = map[string]operation{
 	"list_users":      {scope: "server", write: false, retry: true, streams: false, upload: "", types: []string{}},
 	"load":            {scope: "bucket", write: true, retry: false, streams: false, upload: "docs", types: []string{"blob", "btree", "fifo", "hash", "heap", "lifo"}},
 	"metrics":         {scope: "server", write: false, retry: true, streams: false, upload: "", types: []string{}},
+	"more":            {scope: "server", write: false, retry: false, streams: false, upload: "", types: []string{}},
 	"peek":            {scope: "bucket", write: false, retry: true, streams: false, upload: "", types: []string{"fifo", "heap", "lifo"}},
 	"pop":             {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"fifo", "heap", "lifo"}},
 	"push":            {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"fifo", "heap", "lifo"}},
@@ -59,6 +61,7 @@ var operations = map[string]operation{
 	"update":          {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"hash"}},
 	"update_user":     {scope: "server", write: true, retry: false, streams: false, upload: "", types: []string{}},
 	"whoami":          {scope: "server", write: false, retry: true, streams: false, upload: "", types: []string{}},
+	"window":          {scope: "bucket", write: false, retry: true, streams: false, upload: "", types: []string{"hash"}},
 }
 
 // fieldVerbs are the verbs of a document's store field, with the store types that serve each.
@@ -114,4 +117,5 @@ var codeNames = map[int]string{
 	33: "REGEX_TIMEOUT",
 	34: "PARTITION_UNAVAILABLE",
 	35: "CLUSTER_UNAVAILABLE",
+	36: "CURSOR_NOT_FOUND",
 }

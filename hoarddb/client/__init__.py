@@ -24,7 +24,7 @@ def connect(url: str | None = None, **options) -> Client:
 
     Keyword options override the URL: ``host``, ``port``, ``user``, ``password``,
     ``tls_ca``, ``tls_fingerprint``, ``insecure``, ``timeout``, ``connect_timeout``,
-    ``busy_poll`` (see :class:`ConnectOptions`). Raises HoardConnectionError, TimeoutError_ or
+    ``busy_poll`` (see :class:`ConnectOptions`). Raises HoardConnectionError, HoardTimeoutError or
     AuthFailedError at once when the server cannot be reached or refuses the login.
     """
     return Client(RemoteExecutor(ConnectOptions.from_url(url, **options)))

@@ -35,14 +35,15 @@ import socket
 from collections.abc import Mapping
 from typing import Any, AsyncIterator, Callable
 
-from .. import api
-from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_
+from .. import api, operations
+from ..errors import ClosedError, ConnectionError_, CursorNotFoundError, HoardError, ProtocolError, HoardTimeoutError
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
 from .options import ConnectOptions
 
-__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "Element", "AsyncExecutor"]
+__all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "Element", "AsyncExecutor",
+           "AsyncCursor"]
 
 
 class _Protocol(asyncio.Protocol):
@@ -174,7 +175,7 @@ class _Protocol(asyncio.Protocol):
 
     async def next(self, request_id, last: bool = True) -> dict:
         """The next message for ``request_id`` (``last``: its answer, after which the request is
-        finished); TimeoutError_ (the connection failed) when the server sent nothing for
+        finished); HoardTimeoutError (the connection failed) when the server sent nothing for
         ``timeout`` seconds meanwhile."""
         core = self.core
         timeout = self.options.timeout
@@ -192,7 +193,7 @@ class _Protocol(asyncio.Protocol):
                     continue
                 silent = self.loop.time() - max(started, self.last_heard)
                 if silent >= timeout:
-                    self._fail(TimeoutError_(f"the server at {self.options.address} sent nothing for "
+                    self._fail(HoardTimeoutError(f"the server at {self.options.address} sent nothing for "
                                              f"{timeout:g} s while an answer was due (timeout); the connection "
                                              "is closed"))
                     continue
@@ -224,7 +225,7 @@ class _Protocol(asyncio.Protocol):
             try:
                 await asyncio.wait_for(self._can_write.wait(), self.options.timeout)
             except asyncio.TimeoutError:
-                self._fail(TimeoutError_(f"the server at {self.options.address} took none of our upload for "
+                self._fail(HoardTimeoutError(f"the server at {self.options.address} took none of our upload for "
                                          f"{self.options.timeout:g} s (timeout); the connection is closed"))
         if self.closed:
             raise self.error or ConnectionError_("the connection is closed")
@@ -284,7 +285,7 @@ class AsyncExecutor:
     async def _open(self) -> _Protocol:
         try:
             return await self._open_connection()
-        except (ConnectionError_, TimeoutError_) as e:
+        except (ConnectionError_, HoardTimeoutError) as e:
             raise nothing_sent(e) from None
         finally:
             self._opening = None
@@ -295,7 +296,7 @@ class AsyncExecutor:
         for o in others:
             try:
                 return await self._open_one(o)
-            except (ConnectionError_, TimeoutError_):
+            except (ConnectionError_, HoardTimeoutError):
                 pass  # the next one
         return await self._open_one(last)
 
@@ -311,7 +312,7 @@ class AsyncExecutor:
                 protocol, o.host, o.port, ssl=context, server_hostname=o.host if context else None),
                 o.connect_timeout)
         except asyncio.TimeoutError:
-            raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
+            raise HoardTimeoutError(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
                                 outcome_unknown=False) from None
         except ConnectionRefusedError as exc:
             raise ConnectionError_(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
@@ -327,7 +328,7 @@ class AsyncExecutor:
             await asyncio.wait_for(asyncio.shield(proto.ready), o.connect_timeout)
         except asyncio.TimeoutError:
             transport.abort()
-            raise TimeoutError_(f"no handshake answer from {o.address} within {o.connect_timeout:g} s; is it a "
+            raise HoardTimeoutError(f"no handshake answer from {o.address} within {o.connect_timeout:g} s; is it a "
                                 "hoardDB server?", outcome_unknown=False) from None
         except BaseException:
             transport.abort()
@@ -347,7 +348,7 @@ class AsyncExecutor:
         fresh = self._proto is None or self._proto.closed
         try:
             return await self._execute(request)
-        except (ConnectionError_, TimeoutError_) as e:
+        except (ConnectionError_, HoardTimeoutError) as e:
             if not may_resend(e, fresh, request.get("op")):
                 raise
         return await self._execute(request)
@@ -374,7 +375,7 @@ class AsyncExecutor:
                         chunks = self._chunks(proto, request_id, answer, stream)
                         await chunks.__anext__()  # into its try: dropped unread, it still finishes (see _chunks)
                         return {"ok": 1, "result": chunks}
-        except (ConnectionError_, TimeoutError_, ClosedError) as e:
+        except (ConnectionError_, HoardTimeoutError, ClosedError) as e:
             if isinstance(e, ClosedError) and not self._closed:
                 raise
             raise unanswered(e, op, not retryable(op), closed=self._closed) from None
@@ -410,7 +411,7 @@ class AsyncExecutor:
                     raise stream_closed()
                 try:
                     message = await proto.next(request_id, False)
-                except (ConnectionError_, TimeoutError_, ClosedError) as e:
+                except (ConnectionError_, HoardTimeoutError, ClosedError) as e:
                     if self._closed:
                         raise stream_closed() from None
                     raise unanswered(e, "stream", False) from None
@@ -444,10 +445,106 @@ class Client(api.BaseClient):
         answer = await self._executor.execute(request)
         return answer if shape is None else shape(answer)
 
+    def _cursor(self, op, db: str, bucket: str, bound: dict) -> "AsyncCursor":
+        return AsyncCursor(self, {"op": op.name, "db": db, "bucket": bucket, "args": bound})
+
     async def close(self) -> None:
         await self._executor.close()
 
     async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class AsyncCursor:
+    """AsyncCursor is the answer of find, search, range, list and aggregate on the asyncio client.
+
+    ``async for doc in bucket.find(f)`` reads the documents as it goes, a batch at a time
+    (``batch_size``, 101 first by default; later batches up to ``batch_size`` or about 1 MiB), so a
+    result of any size never sits whole in memory. ``await bucket.find(f)`` reads them all
+    into a list (with ``index_used``), as before cursors; so does ``await cursor.to_list()``.
+    Nothing is sent until it is awaited or iterated. ``await cursor.close()`` (or ``async
+    with``) closes one left unfinished; the server closes it by itself at its end, after
+    ``cursor_timeout`` unread, or with the connection.
+    """
+
+    def __init__(self, client: Client, request: dict):
+        self._client = client
+        self._request = request
+        self._size = request["args"].get("batch_size")
+        if self._size is None:
+            request["args"] = {**request["args"],
+                               "batch_size": api.first_batch(operations.VERBS[request["op"]], request["args"])}
+        self._started = False
+        self._batch: list = []
+        self._at = 0
+        self.id: int | None = None
+        self.index_used: str | None = None
+        self.explain: dict | None = None
+        #: How many documents were handed out so far.
+        self.read = 0
+
+    async def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            answer = await self._client._run(self._request)
+            self.index_used, self.explain = answer.get("index_used"), answer.get("explain")
+            self._batch, self._at, self.id = list(answer.get("result") or []), 0, answer.get("cursor")
+
+    async def next_batch(self) -> list:
+        """The documents left of the batch at hand, or the next batch (an empty list at the end)."""
+        await self._start()
+        rest = self._batch[self._at:]
+        if not rest and self.id:
+            request = {"op": operations.MORE.name, "cursor": self.id}
+            if self._size is not None:
+                request["batch_size"] = self._size
+            answer = await self._client._run(request)
+            rest, self.id = list(answer.get("result") or []), answer.get("cursor")
+        self._batch, self._at = [], 0
+        self.read += len(rest)
+        return rest
+
+    def __aiter__(self) -> "AsyncCursor":
+        if self.read and not self.id and self._at >= len(self._batch):
+            raise CursorNotFoundError(
+                f"this cursor was read to its end ({self.read} documents): a cursor is read once. Keep the "
+                "documents with await cursor.to_list() to go over them again, or run the read again")
+        return self
+
+    async def __anext__(self) -> Any:
+        await self._start()
+        while self._at >= len(self._batch):
+            if not self.id:
+                raise StopAsyncIteration
+            batch = await self.next_batch()
+            self.read -= len(batch)
+            self._batch, self._at = batch, 0
+        doc = self._batch[self._at]
+        self._at += 1
+        self.read += 1
+        return doc
+
+    async def to_list(self) -> list:
+        """Every document left, as a list (``index_used`` on it, for a find or search)."""
+        docs: list = []
+        while batch := await self.next_batch():
+            docs.extend(batch)
+        return api.Found(docs, self.index_used, self.explain) if self.index_used is not None else docs
+
+    def __await__(self):
+        return self.to_list().__await__()
+
+    async def close(self) -> None:
+        """Close the cursor on the server before its end (nothing to do once it is read to its end)."""
+        cursor_id, self.id = self.id, None
+        self._batch, self._at, self._started = [], 0, True
+        if cursor_id:
+            await self._client._run({"op": operations.CLOSE_CURSOR.name, "cursor": cursor_id})
+
+    async def __aenter__(self) -> "AsyncCursor":
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -8,17 +8,17 @@ blocking adapter over :mod:`hoarddb.client.core` (ids, encoding, answers filed b
 errors, the retry rule, streams and uploads): it owns the socket, the waiting, the
 timeouts and the taking of turns between threads. Errors come back as the same classes
 (``error_from_answer``); a lost connection is ConnectionError_, a late answer
-TimeoutError_, and the next call reconnects.
+HoardTimeoutError, and the next call reconnects.
 
 What a call does when the connection fails:
 
     found dead before sending (the server restarted,   a new connection carries the request:
     or closed it idle; its goodbye is read first)       nothing was sent on the old one
     lost after sending a read                          sent once more on a new connection
-    lost after sending a write                         ConnectionError_ / TimeoutError_ with
+    lost after sending a write                         ConnectionError_ / HoardTimeoutError with
                                                        ``outcome_unknown = True``: never resent
     the client closed by another thread meanwhile      ClosedError (``outcome_unknown`` as above)
-    queued behind another thread's call that timed     TimeoutError_, ``outcome_unknown = False``:
+    queued behind another thread's call that timed     HoardTimeoutError, ``outcome_unknown = False``:
     out, or waiting its turn ``timeout`` seconds       never sent (every caller hears within about
     while nothing moved on the connection              one timeout of the server falling silent)
 
@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Iterator
 
 from .. import busypoll
-from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, TimeoutError_, error_from_answer
+from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, HoardTimeoutError, error_from_answer
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend, not_hoarddb,
                    nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
 from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
@@ -50,12 +50,12 @@ _RECV = 256 * 1024
 
 
 def dial(o: ConnectOptions, refused: type[ConnectionError_] = ConnectionError_) -> socket.socket:
-    """A TCP connection to ``o``'s address; TimeoutError_ past ``connect_timeout``, ``refused``
+    """A TCP connection to ``o``'s address; HoardTimeoutError past ``connect_timeout``, ``refused``
     (the connection error, or a kind of it) when nothing there takes it."""
     try:
         return socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
     except socket.timeout:
-        raise TimeoutError_(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
+        raise HoardTimeoutError(f"no answer from {o.address} within {o.connect_timeout:g} s (connect_timeout)",
                             outcome_unknown=False) from None
     except OSError as exc:
         raise refused(f"cannot connect to {o.address}: {exc.strerror or exc}; is the server running, "
@@ -109,7 +109,7 @@ class Connection:
         for o in others:
             try:
                 return self._open_one(o)
-            except (ConnectionError_, TimeoutError_):
+            except (ConnectionError_, HoardTimeoutError):
                 pass  # the next one
         return self._open_one(last)
 
@@ -123,7 +123,7 @@ class Connection:
             tls = context.wrap_socket(sock, server_hostname=o.host)
         except socket.timeout:
             sock.close()
-            raise TimeoutError_(f"TLS handshake with {o.address} took over {o.connect_timeout:g} s; "
+            raise HoardTimeoutError(f"TLS handshake with {o.address} took over {o.connect_timeout:g} s; "
                                 "is it a hoardDB server?", outcome_unknown=False) from None
         except (ssl.SSLError, OSError) as exc:
             sock.close()
@@ -142,7 +142,7 @@ class Connection:
             try:
                 data = self.sock.recv(_RECV)
             except socket.timeout:
-                raise TimeoutError_(f"no handshake answer from {self.options.address} within "
+                raise HoardTimeoutError(f"no handshake answer from {self.options.address} within "
                                     f"{self.options.connect_timeout:g} s; is it a hoardDB server?",
                                     outcome_unknown=False) from None
             except (ssl.SSLError, OSError) as exc:
@@ -171,7 +171,7 @@ class Connection:
             self.sock.sendall(data)
         except socket.timeout:
             self._time_out()
-            raise TimeoutError_(f"the server at {self.options.address} took none of our request for "
+            raise HoardTimeoutError(f"the server at {self.options.address} took none of our request for "
                                 f"{self.options.timeout:g} s (timeout); the connection is closed") from None
         except (ssl.SSLError, OSError) as exc:
             raise self._lost(exc) from None
@@ -277,7 +277,7 @@ class Connection:
             data = self.sock.recv(_RECV)
         except socket.timeout:
             self._time_out()
-            raise TimeoutError_(f"the server at {self.options.address} sent nothing for {self.options.timeout:g} s "
+            raise HoardTimeoutError(f"the server at {self.options.address} sent nothing for {self.options.timeout:g} s "
                                 "while an answer was due (timeout); the connection is closed") from None
         except (ssl.SSLError, OSError) as exc:
             raise self._lost(exc) from None
@@ -358,8 +358,8 @@ class RemoteExecutor:
         if conn is None or not conn.alive():  # closed by the server while idle: nothing of ours was in it
             try:
                 conn = self._conn = Connection(self.options)
-            except (ConnectionError_, TimeoutError_) as e:
-                if isinstance(e, TimeoutError_):
+            except (ConnectionError_, HoardTimeoutError) as e:
+                if isinstance(e, HoardTimeoutError):
                     self._timed_out = time.monotonic()
                 raise nothing_sent(e) from None
         return conn
@@ -367,7 +367,7 @@ class RemoteExecutor:
     def _take_turn(self, what: str) -> None:
         """Take the connection for one call (``what``, for errors), after the calls of other threads
         ahead of it; :meth:`_end_turn` gives it back. Waiting for its turn is waiting for the server
-        too, so it counts toward the call's timeout: the call fails with TimeoutError_, unsent
+        too, so it counts toward the call's timeout: the call fails with HoardTimeoutError, unsent
         (``outcome_unknown = False``), when a call ahead of it timed out meanwhile (the server fell
         silent: without this, each call queued would send on a new connection and wait a whole
         timeout of its own, one after another), or when nothing moved on the connection for
@@ -378,7 +378,7 @@ class RemoteExecutor:
             self._wait_for_turn(queued, what)
         if self._timed_out > queued:
             self._lock.release()
-            raise TimeoutError_(f"another call on this client got no answer from the server at "
+            raise HoardTimeoutError(f"another call on this client got no answer from the server at "
                                 f"{self.options.address} in time (timeout) while this {what} waited for its "
                                 "turn behind it; it was not sent; the next call reconnects", outcome_unknown=False)
 
@@ -403,7 +403,7 @@ class RemoteExecutor:
             else:
                 wait = timeout - (time.monotonic() - max(queued, conn.moved))
                 if wait <= 0:
-                    raise TimeoutError_(f"this {what} waited {timeout:g} s for its turn behind another call on this "
+                    raise HoardTimeoutError(f"this {what} waited {timeout:g} s for its turn behind another call on this "
                                         f"client while nothing moved on the connection to {self.options.address} "
                                         "(timeout); it was not sent", outcome_unknown=False)
             if self._lock.acquire(timeout=wait):
@@ -425,7 +425,7 @@ class RemoteExecutor:
             fresh = not conn.used
             try:
                 return self._execute(conn, request)
-            except (ConnectionError_, TimeoutError_) as e:
+            except (ConnectionError_, HoardTimeoutError) as e:
                 if not may_resend(e, fresh, request["op"]):
                     raise
             return self._execute(self._connection(), request)  # a read on a connection that died: once more
@@ -454,7 +454,7 @@ class RemoteExecutor:
                         chunks = self._chunks(conn, request_id, answer, stream)
                         next(chunks)  # into its try: dropped unread, it still finishes the stream (see _chunks)
                         return {"ok": 1, "result": chunks}
-        except (ConnectionError_, TimeoutError_) as e:
+        except (ConnectionError_, HoardTimeoutError) as e:
             raise self._unanswered(e, op, not retryable(op)) from None
         return result(answer)
 
@@ -503,7 +503,7 @@ class RemoteExecutor:
                         raise stream_closed()
                     try:
                         message = conn.receive(request_id, False)
-                    except (ConnectionError_, TimeoutError_) as e:
+                    except (ConnectionError_, HoardTimeoutError) as e:
                         self._note_timeout(conn)
                         raise self._unanswered(e, "stream", False) from None
         finally:
@@ -526,7 +526,7 @@ class RemoteExecutor:
                     answer = next_message(request_id, True) or receive(request_id)
                     del answer["id"]
                     out.append(answer if answer.get("ok") == 1 else error_from_answer(answer))
-            except (ConnectionError_, TimeoutError_) as e:
+            except (ConnectionError_, HoardTimeoutError) as e:
                 write = any(not isinstance(r, Mapping) or not retryable(r.get("op")) for r in requests[len(out):])
                 error = self._unanswered(e, f"pipeline (from its {ordinal(len(out) + 1)} request on)", write)
                 error.answers = out  # those that came: what became of the requests before the loss

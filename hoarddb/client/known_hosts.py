@@ -18,7 +18,7 @@ import ssl
 import tempfile
 from pathlib import Path
 
-from ..errors import HoardConnectionError, TimeoutError_
+from ..errors import HoardConnectionError, HoardTimeoutError
 from ..wire.fingerprint import normalize
 from .connection import dial
 from .options import ConnectOptions
@@ -101,7 +101,7 @@ def server_certificate(options: ConnectOptions, *, verify: bool = True) -> bytes
             der = tls.getpeercert(binary_form=True)
     except socket.timeout:
         sock.close()
-        raise TimeoutError_(f"TLS handshake with {o.address} took over {o.connect_timeout:g} s; "
+        raise HoardTimeoutError(f"TLS handshake with {o.address} took over {o.connect_timeout:g} s; "
                             "is it a hoardDB server?", outcome_unknown=False) from None
     except (ssl.SSLError, OSError) as exc:
         sock.close()

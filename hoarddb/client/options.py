@@ -68,7 +68,7 @@ class ConnectOptions:
     #: Plaintext, no authentication: only against a server started with --insecure.
     insecure: bool = False
     #: Seconds the server may stay silent while an answer (or the next chunk of a stream, or
-    #: room for an upload's next chunk) is due, before the call gives up with TimeoutError_
+    #: room for an upload's next chunk) is due, before the call gives up with HoardTimeoutError
     #: and the connection is closed. A long answer that keeps coming never times out; a
     #: stalled server or network does. Raise it for requests that run longer on the server
     #: (a count over millions of documents). None (only by building ConnectOptions yourself)

@@ -61,7 +61,7 @@ _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and
 #: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
 CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
-_DOCUMENTS, _SUM, _COUNTS, _SPLIT = "documents", "sum", "counts", "split"
+_DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS = "documents", "sum", "counts", "split", "windows"
 #: The catalog operations, found by what they change (the table's ``change`` and ``scope``).
 _CREATE_BUCKET = next(n for n, o in operations.ADMIN.items() if o.change == "create" and o.scope == operations.BUCKET)
 _DROPS = {o.scope: n for n, o in operations.ADMIN.items() if o.change == "drop"}
@@ -168,7 +168,15 @@ class ClusterNode:
 
     async def run(self, doc: dict, upload=None) -> dict:
         """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered
-        (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes)."""
+        (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes).
+
+        A read asked with ``batch_size`` is answered whole here, without a cursor (its
+        parts' answers are merged as lists): cursors are served by a single server, or a
+        node for a bucket whose partition it holds itself (docs/dev/cursors.md)."""
+        args = doc.get("args")
+        if type(args) is dict and args.get("batch_size") is not None and getattr(
+                operations.OPERATIONS.get(doc.get("op")), "cursor", False):
+            doc = {**doc, "args": {k: v for k, v in args.items() if k != "batch_size"}}
         try:
             if upload is not None:
                 return await self._run_upload(doc, upload)
@@ -437,6 +445,8 @@ class ClusterNode:
             return await self._split(op, doc, place)
         if op.gather == _SPLIT:
             return await self._split(op, doc, place)
+        if op.gather == _WINDOWS:
+            return await self._windows(doc, place)
         if op.name in _GATHERED_WHOLE and place["type"] in op.types:
             return await _GATHERED_WHOLE[op.name](self, op, doc, place)
         if not op.gather:
@@ -943,6 +953,42 @@ class ClusterNode:
             await self.refresh_placement(db, bucket)
             place = self.placements.get((db, bucket), place)
         return names, answers
+
+    async def _windows(self, doc: dict, place: dict) -> dict:
+        """One window of a time-range index over a spread bucket: each node answers for its own
+        partitions with every value's count (a top K from each would miss a value that is K+1st
+        everywhere yet first overall), and the counts are added up and ranked here. Every node
+        reads the same window: newest and oldest are resolved by each node's clock, so when the
+        nodes disagree (a step boundary passed between them) they are asked again for the start
+        the first one chose."""
+        args = dict(doc.get("args") or {})
+        part = args if args.get("top") is None else {**{k: v for k, v in args.items() if k != "top"}, "counts": True}
+        owners = sorted(set(place["owners"]))
+        answers = await asyncio.gather(*(self._here_or_there(n, {**doc, "args": part}) for n in owners))
+        for answer in answers:
+            if answer.get("ok") != 1:
+                return answer
+        starts = {a["result"]["start"] for a in answers}
+        if len(starts) > 1:
+            first = answers[0]["result"]["start"]
+            part = {k: v for k, v in part.items() if k not in ("newest", "oldest")} | {"byStart": first}
+            answers = await asyncio.gather(*(self._here_or_there(n, {**doc, "args": part}) for n in owners))
+            for answer in answers:
+                if answer.get("ok") != 1:
+                    return answer
+        result = {k: v for k, v in answers[0]["result"].items() if k != "counts"}
+        result["count"] = sum(a["result"]["count"] for a in answers)
+        merged: dict[bytes, list] = {}
+        for a in answers:
+            for c in a["result"].get("counts") or []:
+                slot = merged.setdefault(encode_key(c["value"]), [c["value"], 0])
+                slot[1] += c["count"]
+        every = [{"value": v, "count": n} for _k, (v, n) in sorted(merged.items())]
+        if args.get("top") is not None:
+            result["top"] = sorted(every, key=lambda c: -c["count"])[:args["top"]]  # stable: ties by value
+        if args.get("counts"):
+            result["counts"] = every
+        return {"ok": 1, "result": result}
 
     async def _here_or_there(self, node: str, doc: dict, op: operations.Operation | None = None,
                              place: dict | None = None) -> dict:

@@ -73,6 +73,8 @@ def settle(answer: dict) -> dict:
 def _index(ix: Any) -> str:
     if not isinstance(ix, Mapping):
         return str(ix)
+    if ix.get("timeRange") is not None and isinstance(ix.get("summary"), str):
+        return ix["summary"]  # its grid and ttl, as the index's own module words them
     name = ix.get("name") or "_".join(f"{f}_1" for f in ix.get("fields") or [])
     notes = []
     if ix.get("unique"):

@@ -18,6 +18,8 @@ creation. ``format`` is the version of the index format that wrote the entries
        (``sparse``, ``partialFilterExpression``) or their order (``desc``); a hoardDB
        that knows only 3 would write every document's entries in ascending order, so it
        must see this index as ``unreadable`` (FORMAT_EXTENDED)
+    5  a time-range index (``timeRange``): entries, counts and rankings per window, drawn in
+       hoarddb.indexes.timerange; an older hoardDB sees it as ``unreadable``
 
 An index whose format is older than the one this version writes for its declaration
 (:func:`format_for`) is rebuilt when its bucket opens (state
@@ -38,6 +40,7 @@ from bson.regex import Regex
 from ..errors import BadValueError, UnknownOptionError
 from ..values.filter import compile_filter
 from ..values.literal import literal
+from . import timerange
 
 #: The index format this version writes for a plain index (the list above).
 FORMAT = 3
@@ -49,12 +52,12 @@ NEWEST_FORMAT = FORMAT_EXTENDED
 MAX_INDEXES = 64
 
 ACCEPTED_KEYS = ("field", "fields", "name", "unique", "expire_after_seconds", "type", "desc", "sparse",
-                 "partialFilterExpression")
+                 "partialFilterExpression", "timeRange", "ranked")
 #: What a partialFilterExpression may hold (MongoDB's subset), as the refusal of anything else names it.
 PARTIAL_ACCEPTED = ("equality ({field: value} or {field: {$eq: value}})", "$exists: true", "$gt", "$gte", "$lt",
                     "$lte", "$type", "$and at the top level")
 #: Keys a declaration holds only when they are given (describe, dump and restore carry them over).
-OPTIONAL_KEYS = ("sparse", "partialFilterExpression", "desc")
+OPTIONAL_KEYS = ("sparse", "partialFilterExpression", "desc", "timeRange", "ranked")
 PARTIAL_OPERATORS = ("$eq", "$exists", "$gt", "$gte", "$lt", "$lte", "$type")
 STATES = ("ready", "building", "conflicted", "unreadable")
 #: The longest expire_after_seconds (2**31 - 1 seconds, about 68 years, as MongoDB allows):
@@ -68,8 +71,12 @@ def index_name(fields: list[str], desc: list[str] | tuple = ()) -> str:
     return "_".join(f"{f}_-1" if f in desc else f"{f}_1" for f in fields)
 
 
-def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[list[dict], list[str]]:
+def declare(type_name: str, indices: Any, unique_fields: list[str],
+            bucket_options: dict | None = None) -> tuple[list[dict], list[str]]:
     """Checked index declarations from ``indices`` and the fields marked ``unique``, and warnings.
+
+    ``bucket_options`` are the bucket's (``timestamps``, ``immutable``), which time-range
+    indexes depend on (hoarddb.indexes.timerange.check_bucket).
 
     Field-line indexes come first (in field order), then ``indices`` in order; that order
     is "declared first" for the planner's tie-break.
@@ -97,7 +104,7 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
     for i, spec in enumerate(specs):
         name = spec["name"] or index_name(spec["fields"], spec["extra"].get("desc", ()))
         for other in out:
-            if other["fields"] == spec["fields"]:
+            if other["fields"] == spec["fields"] and timerange.grid_of(other) == timerange.grid_of(spec["extra"]):
                 raise BadValueError(
                     f"two indexes are on the same fields ({', '.join(spec['fields'])}): {other['name']!r} and {name!r}; "
                     "declare one (a unique index serves searches too)"
@@ -110,6 +117,7 @@ def declare(type_name: str, indices: Any, unique_fields: list[str]) -> tuple[lis
         }
         decl["format"] = format_for(decl)
         out.append(decl)
+    timerange.check_bucket(out, bucket_options or {})
     return out, warnings
 
 
@@ -129,8 +137,10 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
     fields = [entry["field"]] if "field" in entry else entry["fields"]
     if not isinstance(fields, list) or not fields:
         raise BadValueError(f"{where}: fields is a non-empty list of field names")
-    for f in fields:
-        _check_field(f, where)
+    time_range = entry.get("timeRange")
+    for i, f in enumerate(fields):
+        if not (i == 0 and time_range is not None and f in timerange.KEPT):  # a kept timestamp heads a time-range index
+            _check_field(f, where)
     if len(set(fields)) != len(fields):
         twice = next(f for f in fields if fields.count(f) > 1)
         raise BadValueError(f"{where} names the field {twice!r} twice")
@@ -171,6 +181,21 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
         extra["sparse"] = True
     if desc:
         extra["desc"] = desc
+    ranked = entry.get("ranked", False)
+    if not isinstance(ranked, bool):
+        raise BadValueError(f"{where}: ranked is true or false, got {ranked!r}")
+    if ranked and time_range is None:
+        raise BadValueError(f"{where}: ranked keeps counts and a ranking per window of a time-range index; "
+                            "it needs timeRange")
+    if time_range is not None:
+        for key, what in (("expire_after_seconds", "timeRange's ttl expires a window's entries"),
+                          ("desc", "windows are kept in time order"), ("sparse", "a document without a date is "
+                           "in no window already"), ("partialFilterExpression", "not built yet")):
+            if entry.get(key) not in (None, False):
+                raise BadValueError(f"{where}: a time-range index does not take {key} ({what})")
+        extra["timeRange"] = timerange.check(time_range, fields, unique, ranked, where)
+        if ranked:
+            extra["ranked"] = True
     if "partialFilterExpression" in entry:
         if sparse:
             raise BadValueError(
@@ -184,6 +209,8 @@ def _entry(entry: Any, position: int, warnings: list[str]) -> dict:
 
 def format_for(decl: dict) -> int:
     """The index format this version writes for a declaration (see the module's docstring)."""
+    if decl.get("timeRange") is not None:
+        return timerange.FORMAT
     return FORMAT_EXTENDED if any(decl.get(k) for k in OPTIONAL_KEYS) else FORMAT
 
 
@@ -274,6 +301,8 @@ def describe(index: dict) -> str:
         notes.append("desc " + ", ".join(index["desc"]))
     if "partialFilterExpression" in index:
         notes.append(f"partial {literal(index['partialFilterExpression'])}")
+    if index.get("timeRange") is not None:
+        notes.append(timerange.describe(index))
     if index.get("state", "ready") != "ready":
         notes.append(index["state"])
     return index["name"] + (f" ({', '.join(notes)})" if notes else "")

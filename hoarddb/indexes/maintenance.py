@@ -49,7 +49,8 @@ from ..errors import BadValueError, DuplicateKeyError, IndexNotReadyError
 from ..values.keys import decode_key, encode_key, key_end
 from ..values.literal import literal
 from ..values.filter import compile_filter
-from .declaration import NEWEST_FORMAT, format_for
+from .declaration import FORMAT as FORMAT_PLAIN, NEWEST_FORMAT, format_for
+from .timerange import TimeRangeIndex, now_ms
 
 PREFIX = b"I"
 MAX_ENTRY_KEY = 500  # LMDB keys are at most 511 bytes
@@ -244,7 +245,14 @@ class IndexSet:
 
     def __init__(self, declarations: Iterable[dict], bucket: str):
         self.bucket = bucket
-        self.indexes = [Index(d) for d in declarations]
+        declarations = list(declarations)
+        self.indexes = [Index(d) for d in declarations if "timeRange" not in d]
+        #: The time-range indexes (hoarddb.indexes.timerange), kept apart: searches never read them.
+        self.timeranges = [TimeRangeIndex(d, _rest(d)) for d in declarations if "timeRange" in d]
+        #: Every index, in declaration order (what the catalog persists).
+        self.all = sorted(self.indexes + self.timeranges, key=lambda ix: ix.id) if self.timeranges else self.indexes
+        #: Whether a write has index entries to keep (plain or time-range).
+        self.writes = bool(self.indexes or self.timeranges)
         #: The indexes writes keep: all but unreadable ones (a state set only when an index is
         #: read from its declaration, never changed after).
         self.maintained = [ix for ix in self.indexes if ix.maintained]
@@ -254,7 +262,7 @@ class IndexSet:
 
     def check_writable(self) -> None:
         """Refuse every write while a unique index is unreadable (declared by a newer hoardDB)."""
-        for ix in self.indexes:
+        for ix in self.all:
             if ix.unique and ix.state == "unreadable":
                 raise IndexNotReadyError(
                     f"bucket {self.bucket!r} refuses writes: its unique index {ix.name!r} was declared by a newer "
@@ -274,6 +282,11 @@ class IndexSet:
         Raises DuplicateKeyError, with the spec's message, when ``new`` would take a unique
         value another document holds; the caller's transaction is then aborted whole.
         """
+        if self.timeranges:
+            now = now_ms()
+            for tr in self.timeranges:
+                if tr.maintained:
+                    tr.apply(txn, doc_key, old, new, now, self.bucket, where, conflicts)
         if new is None:
             self.remove(txn, doc_key, old)
             return
@@ -408,3 +421,12 @@ class IndexSet:
                         continue
                 txn.put(key, value)
         return conflict
+
+
+def _rest(decl: dict) -> Index | None:
+    """The plain index over a time-range index's fields after the timestamp, whose entries'
+    encodings the time-range index reuses (None for a single-field one)."""
+    if len(decl["fields"]) < 2:
+        return None
+    return Index({"id": decl["id"], "name": decl["name"], "fields": decl["fields"][1:],
+                  "unique": bool(decl.get("unique")), "format": FORMAT_PLAIN})

@@ -100,6 +100,14 @@ class ServerConfig:
     slow_ms: float = 100.0
     #: Entries the slow log keeps, newest first; older ones are forgotten.
     slowlog_length: int = 128
+    #: Seconds a cursor (the rest of a read asked with batch_size, read with ``more``) may
+    #: sit unread before it is closed (0: until its connection closes). MongoDB's is 10 minutes.
+    cursor_timeout: float = 600.0
+    #: Cursors open at once, all connections together, and on one connection: one more is
+    #: refused with LIMIT_EXCEEDED. Each holds at most a 256 KiB chunk of documents (and a
+    #: sorted result while it sorts in memory); none holds an LMDB reader between batches.
+    max_cursors: int = 1000
+    max_cursors_per_connection: int = 100
     #: The event loop: ``uvloop`` (libuv, in C), ``asyncio`` (the standard library's), or
     #: ``auto``: uvloop where it is installed (a dependency everywhere but Windows).
     #: uvloop spends less CPU per request; with many connections the server does a third
@@ -143,7 +151,7 @@ class ServerConfig:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise BadValueError("give both --tls-cert and --tls-key, or neither (a self-signed pair is made)")
         for name in ("max_connections", "max_pipeline", "write_buffer", "read_threads", "write_threads",
-                     "slowlog_length"):
+                     "slowlog_length", "max_cursors", "max_cursors_per_connection"):
             if getattr(self, name) < 1:
                 raise BadValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.receive_budget < MAX_MESSAGE_SIZE:
@@ -153,7 +161,7 @@ class ServerConfig:
             if getattr(self, name) < 0:
                 raise BadValueError(f"{name} must be 0 (no limit) or more, got {getattr(self, name)}")
         for name in ("idle_timeout", "handshake_timeout", "auth_failure_delay", "shutdown_timeout", "regex_timeout",
-                     "auth_lockout", "slow_ms"):
+                     "auth_lockout", "slow_ms", "cursor_timeout"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 unit = "milliseconds" if name == "slow_ms" else "seconds"

@@ -33,7 +33,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from .. import operations
-from ..errors import ConnectionError_, HoardError, ProtocolError, TimeoutError_
+from ..errors import ConnectionError_, HoardError, ProtocolError, HoardTimeoutError
 from ..wire.messages import error_answer
 from ..wire.protocol import Chunk, Close, LoggedIn, LoginFailed, Request, Send, ServerProtocol, State
 
@@ -103,7 +103,7 @@ class UploadReader:
     def read(self, n: int = -1) -> bytes:
         with self._cv:
             if not self._cv.wait_for(lambda: self._chunks or self._ended or self._error, self._timeout):
-                raise TimeoutError_(f"a blob upload received no data for {self._timeout:g} s; nothing was stored")
+                raise HoardTimeoutError(f"a blob upload received no data for {self._timeout:g} s; nothing was stored")
             if self._error is not None:
                 # A fresh error each time: raising the one kept would tie its traceback, whose
                 # frames hold this reader (and through it the connection), to the reader, a
@@ -138,6 +138,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.queue: deque[tuple[Request, int]] = deque()  # with its arrival, perf_counter_ns
         self.uploads: dict[Any, UploadReader] = {}
+        #: The ids of the cursors this connection opened (only it may read them; closed with it).
+        self.cursors: set = set()
         self.discarding: set = set()
         self.busy = 0  # requests queued, running, or waiting for their fsync
         self.closed = False

@@ -34,9 +34,10 @@ from typing import Any
 from .. import operations
 from ..version import __version__
 from ..engine import Engine
-from ..operations import METRICS, check_request
-from ..errors import (BadValueError, ConnectionError_, DocumentTooLargeError, HoardError, InternalError,
-                      InvalidArgumentError, StorageError, TimeoutError_, UnauthorizedError)
+from ..operations import CLOSE_CURSOR, METRICS, MORE, check_request
+from ..errors import (BadValueError, ConnectionError_, CursorNotFoundError, DocumentTooLargeError, HoardError,
+                      InternalError, InvalidArgumentError, LimitExceededError, StorageError, HoardTimeoutError,
+                      UnauthorizedError)
 from ..options import Options
 from ..values.codec import encode_checked
 from ..values.filter import DEFAULT_REGEX_TIMEOUT, filter_has_regex, regex_time_limit
@@ -65,6 +66,16 @@ SERVER_OPS = operations.names(runs=operations.SERVER)
 STREAMS = operations.names(streams=True)
 #: Operations whose answer lists only the databases a user holds a role on.
 NARROWED = operations.names(narrowed=True)
+
+
+#: The cursors' operations: a connection may name only the cursors it opened.
+CURSOR_OPS = frozenset({MORE.name, CLOSE_CURSOR.name})
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def is_write(op: str) -> bool:
@@ -168,7 +179,8 @@ class Server:
         group = self.config.group_commit and hasattr(Engine, "sync")
         try:
             self.engine = await self.loop.run_in_executor(self._writes, lambda: Engine(
-                data, Options(sync=not group, max_answer_bytes=MAX_MESSAGE_SIZE)))  # no read past one message
+                data, Options(sync=not group, max_answer_bytes=MAX_MESSAGE_SIZE,  # no read past one message
+                              cursor_timeout=self.config.cursor_timeout, max_cursors=self.config.max_cursors)))
         except OSError as exc:  # not a listening problem: say which (run() reports OSErrors as those)
             raise StorageError(f"cannot open the data directory {data}: {exc}") from None
         try:
@@ -408,6 +420,9 @@ class Server:
         return BusyPoll([sock.fileno(), *(s.fileno() for s in self._listener.sockets)], self._busy_poll)
 
     def connection_closed(self, conn: Connection) -> None:
+        if conn.cursors and self.engine is not None:  # its cursors go with it
+            self.engine.cursors.close(list(conn.cursors))
+            conn.cursors.clear()
         if conn in self.connections:
             self.connections.discard(conn)
             self.metrics.connections.set(len(self.connections))
@@ -459,6 +474,8 @@ class Server:
             await asyncio.sleep(interval)
             now = self.loop.time()
             idle_timeout = self.config.idle_timeout
+            if self.engine is not None:
+                self.engine.cursors.expire()  # idle cursors close even when no request comes
             for conn in list(self.handshaking):  # the TLS layer ends each handshake within its timeout;
                 if now - conn.opened > (self.config.handshake_timeout or 60) + 5:  # this is a backstop
                     self.handshaking.discard(conn)
@@ -468,7 +485,7 @@ class Server:
                 if not conn.ready:
                     if self.config.handshake_timeout and now - conn.opened > self.config.handshake_timeout:
                         self.metrics.rejected.labels("handshake_timeout").inc()
-                        conn.abort_with(TimeoutError_(
+                        conn.abort_with(HoardTimeoutError(
                             f"no hello and login within {self.config.handshake_timeout:g} s; closing"))
                 elif not idle_timeout:
                     continue
@@ -480,7 +497,7 @@ class Server:
                     self._close_slow_message(conn, now)
                 elif now - conn.last_activity > idle_timeout:
                     self.metrics.rejected.labels("idle_timeout").inc()
-                    conn.abort_with(TimeoutError_(
+                    conn.abort_with(HoardTimeoutError(
                         f"idle for {idle_timeout:g} s (idle_timeout); closing. Reconnect to go on"))
             conn = None  # else the last one swept stays alive in this frame, closed or not, until another comes
 
@@ -490,7 +507,7 @@ class Server:
         self.metrics.rejected.labels("send_timeout").inc()
         log.warning("closing %s: it has read none of its answers for %.1f s (idle_timeout %g s)",
                     conn.peer, now - conn.write_paused_at, self.config.idle_timeout)
-        conn.abort_with(TimeoutError_(
+        conn.abort_with(HoardTimeoutError(
             f"this connection read none of its answers for {self.config.idle_timeout:g} s (idle_timeout); "
             "closing. Read the answers of what you send, and reconnect to go on"))
 
@@ -501,7 +518,7 @@ class Server:
         self.metrics.rejected.labels("message_timeout").inc()
         log.warning("closing %s: a message has been arriving for %.1f s, %s received (idle_timeout %g s)",
                     conn.peer, now - conn.message_started, of, self.config.idle_timeout)
-        conn.abort_with(TimeoutError_(
+        conn.abort_with(HoardTimeoutError(
             f"a message did not arrive whole within {self.config.idle_timeout:g} s of its first byte "
             f"({of} received; idle_timeout); closing. Reconnect to go on"))
 
@@ -546,6 +563,8 @@ class Server:
             principal = conn.core.principal
             if not principal.admin and not self._authorized(principal, request):
                 how = "inline"  # answered at once with its refusal
+            elif op in CURSOR_OPS and not self._own_cursors(conn, request):
+                how = "inline"  # another connection's cursor, or none: refused in its turn
             elif self.cluster is not None and "_node" in doc and not principal.admin:
                 request.refusal = UnauthorizedError("the request field _node is for the nodes of a cluster (they log "
                                                     "in with the admin role); leave it out")
@@ -570,6 +589,39 @@ class Server:
         if how == "write" or not conn.unexecuted:
             request.how = how
         return how
+
+    def _own_cursors(self, conn: Connection, request: Request) -> bool:
+        """Whether every cursor a more or close_cursor names was opened on this connection; if
+        not, CURSOR_NOT_FOUND is kept on the request (another's cursor is as good as none)."""
+        named = request.doc.get("cursor")
+        if request.doc.get("op") != MORE.name:  # close_cursor closes those of its ids that are this connection's
+            ids = named if isinstance(named, list) else [named]
+            request.doc["cursor"] = [i for i in ids if _hashable(i) and i in conn.cursors]
+            conn.cursors.difference_update(request.doc["cursor"])
+            return True
+        for cursor_id in [named]:
+            try:
+                mine = cursor_id in conn.cursors
+            except TypeError:  # an unhashable id
+                mine = False
+            if not mine and not (isinstance(cursor_id, int) and not isinstance(cursor_id, bool)):
+                request.refusal = BadValueError(f"a cursor id is the integer an answer's 'cursor' gave, "
+                                                f"got {cursor_id!r:.40}")
+                return False
+            if not mine:
+                request.refusal = CursorNotFoundError(
+                    f"cursor {cursor_id} is not open on this connection: it was read to its end, closed, left "
+                    f"unread longer than cursor_timeout ({self.config.cursor_timeout:g} s), or opened on another "
+                    "connection; run the read again", cursor=cursor_id)
+                return False
+        return True
+
+    def _room_for_cursor(self, conn: Connection) -> bool:
+        """Whether this connection may hold one more cursor (max_cursors_per_connection), once the
+        ones that timed out are forgotten."""
+        if len(conn.cursors) >= self.config.max_cursors_per_connection:
+            conn.cursors &= set(self.engine.cursors.ids())
+        return len(conn.cursors) < self.config.max_cursors_per_connection
 
     def _refuse_revoked(self, conn: Connection, request: Request) -> str:
         """A request of a connection whose user was removed, or whose password changed: refused;
@@ -782,7 +834,20 @@ class Server:
 
     def _visible(self, conn: Connection, doc: dict, answer: dict) -> dict:
         """An answer the table marks ``narrowed`` (list_databases) shows a user only the
-        databases they hold a role on."""
+        databases they hold a role on. A cursor an answer opens is the connection's (only it
+        may read on, and it closes with it); one read to its end is no longer."""
+        if "cursor" in answer:
+            if doc.get("op") != MORE.name and not self._room_for_cursor(conn):
+                self.engine.cursors.close(answer["cursor"])  # a read with more left than its first batch: refused
+                return LimitExceededError(
+                    f"this connection has {len(conn.cursors)} cursors open, the most one connection may have "
+                    "(max_cursors_per_connection); read them to their end or close them (close_cursor), or ask "
+                    "for fewer documents (limit) or bigger batches (batch_size)").to_answer()
+            conn.cursors.add(answer["cursor"])
+            if conn.closed:  # closed while this ran: connection_closed has freed the others
+                self.engine.cursors.close(answer["cursor"])
+        elif doc.get("op") == MORE.name:
+            conn.cursors.discard(doc.get("cursor"))
         if doc.get("op") in NARROWED and not auth.is_admin(conn.core.principal):
             answer = {**answer, "result": auth.visible_databases(conn.core.principal, answer.get("result") or [])}
         return answer

@@ -24,6 +24,7 @@ from ..values.filter import compile_filter
 from ..values.keys import encode_key
 from ..values.literal import literal
 from ..values.order import NUMBER, is_nan, type_rank
+from . import resumable
 from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document, scan
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
@@ -302,7 +303,8 @@ class BTreeStore(KVStore):
                     break
         return out
 
-    def range(self, bounds: Mapping | None = None, limit: int | None = None, reverse: Any = False) -> list[dict]:
+    def range(self, bounds: Mapping | None = None, limit: int | None = None, reverse: Any = False,
+              stream: bool = False) -> list[dict]:
         """Entries whose sort key lies within ``bounds``, in key order (``reverse`` for descending).
 
         ``bounds`` is ``{Field: {$gte: a, $lt: b}}`` naming the key field, or the bare
@@ -324,6 +326,8 @@ class BTreeStore(KVStore):
             prefix = ops.get("$prefix")
             rest = {k: v for k, v in ops.items() if k != "$prefix"}
             check = compile_filter({"k": rest}) if rest else None
+        if stream:  # a cursor's: read in chunks as it goes (stores/resumable.py), no answer limit
+            return self._ranged(resumable.walk(self.kv, lower, upper, reverse), field, prefix, check, limit)
         out, others = [], []
         room, taken = self.options.max_answer_bytes, 0  # (a server's message limit)
         with self.kv.read() as txn:
@@ -350,6 +354,28 @@ class BTreeStore(KVStore):
         if others and not out:
             raise self._not_keyed_by(field, others, "range")
         return out
+
+    def _ranged(self, entries, field, prefix, check, limit):
+        """range's entries one by one (a cursor's), as range checks them."""
+        others, n = [], 0
+        for _key, raw in entries:
+            doc = decode(raw)
+            if not self._sorts_by(doc, field):
+                if len(others) < 8:
+                    others.append(doc)
+                continue
+            if check is not None or prefix is not None:
+                value = self.sort_key(doc)
+                if check is not None and not check({"k": value}):
+                    continue
+                if prefix is not None and not (isinstance(value, str) and value.startswith(prefix)):
+                    continue
+            yield doc
+            n += 1
+            if limit is not None and n >= limit:
+                return
+        if others and not n:
+            raise self._not_keyed_by(field, others, "range")
 
     def _bounds(self, bounds: Mapping) -> tuple[str | None, dict]:
         """``(the key field the bounds name, or None for bare bounds, {operator: value})``."""

@@ -30,6 +30,7 @@ from ..ids import uuid7
 from ..indexes.declaration import format_for
 from ..indexes.maintenance import LMDB_MAX_KEY, PREFIX, IndexSet
 from ..indexes.planner import FULL_SCAN, Shapes, not_ready, plan
+from ..indexes import timerange
 from bson.raw_bson import RawBSONDocument
 
 from ..values.codec import DECODE_ERRORS, decode, raw_get, raw_with
@@ -41,6 +42,7 @@ from ..values.pipeline import Limits, compile_pipeline
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from ..values.update import compile_update, upsert_document
+from . import resumable
 from .base import REBUILD, KVStore, Problem, Reply, answer_too_large, check_limit, encode_document
 from .fields import NAMESPACES as FIELD_NAMESPACES
 from .fields import FieldStores, check_fields
@@ -59,7 +61,10 @@ class HashStore(KVStore):
     """HashStore keeps whole documents by their ``_id_``; an insert never overwrites."""
 
     type_name = "hash"
-    bucket_options: dict[str, str] = {}
+    bucket_options: dict[str, str] = {
+        "timestamps": "true: hoardDB keeps $createdAt and $updatedAt in each document (readable, never written by a client)",
+        "immutable": "fields a write cannot change once a document holds them, such as [\"PublishedAt\"]",
+    }
     NAMESPACES = KVStore.NAMESPACES + PREFIX + FIELD_NAMESPACES
 
     @classmethod
@@ -67,7 +72,8 @@ class HashStore(KVStore):
         """Every document decodes and sits under its own ``_id_``; the count is theirs; every
         entry of each ready or conflicted index (unique, compound, TTL; a conflicted one's
         claims too) points to a document that holds its values, and every document has all
-        of its entries, no two holding one unique value; the store fields check
+        of its entries, no two holding one unique value; each time-range index's keys in its
+        live windows are those its documents make (entries, counts, rankings); the store fields check
         (:func:`~hoarddb.stores.fields.check_fields`). An index being built, or declared by a
         newer hoardDB, is not checked: the next open writes it again, or this one cannot read it."""
         super().check_kv(txn, declaration, directory, problems)
@@ -76,6 +82,13 @@ class HashStore(KVStore):
         count = _check_documents(txn, indexes, checked, problems)
         cls.check_count(txn, count, problems)
         _check_entries(txn, indexes, checked, problems)
+        if indexes.timeranges:
+            now = timerange.now_ms()
+            for tr in indexes.timeranges:
+                if tr.state == "ready":
+                    docs = _decoded(txn, cls.DOC)
+                    for what in tr.check(txn, docs, now, indexes.bucket):
+                        problems.append(Problem(HashStore.KV_FILE, what, REBUILD))
         check_fields(txn, declaration, directory, lambda dk: txn.get(cls.DOC + dk) is not None, problems)
 
     def __init__(self, directory, declaration, options):
@@ -84,6 +97,16 @@ class HashStore(KVStore):
         self.indexes = IndexSet(declaration.get("indexes") or [], self.name)
         self.shapes = Shapes(self.indexes.indexes)
         self.fields = FieldStores(self, declaration, options)
+        bucket_options = declaration.get("options") or {}
+        #: Whether the bucket keeps $createdAt and $updatedAt (hoarddb.indexes.timerange), and
+        #: the fields it declares immutable: a write then takes the slower path (_kept).
+        self.timestamps: bool = bool(bucket_options.get("timestamps"))
+        self.immutable: list = list(bucket_options.get("immutable") or [])
+        self.keeps: bool = self.timestamps or bool(self.immutable)
+
+    @classmethod
+    def validate_options(cls, bucket_options):
+        return timerange.check_options(bucket_options)
 
     # -- store fields ------------------------------------------------------------------
 
@@ -167,7 +190,7 @@ class HashStore(KVStore):
     def insert(self, doc: Mapping) -> Any:
         """Insert one document; return its ``_id_``. An ``_id_`` or unique value in use is refused (DUPLICATE_KEY)."""
         self.indexes.check_writable()
-        dk, ident, doc, data = self._prepare(doc)
+        dk, ident, doc, data = self._prepare_kept(doc)
         self._write(lambda txn: (None, self._write_one(txn, dk, ident, doc, data, False)))
         return ident
 
@@ -178,7 +201,7 @@ class HashStore(KVStore):
     def put(self, doc: Mapping) -> Any:
         """Store a whole document under its ``_id_``, replacing the one there; return the ``_id_``."""
         self.indexes.check_writable()
-        dk, ident, doc, data = self._prepare(doc, need_id=True)
+        dk, ident, doc, data = self._prepare_kept(doc, need_id=True)
         self._write(lambda txn: (None, self._write_one(txn, dk, ident, doc, data, True)))
         return ident
 
@@ -189,7 +212,7 @@ class HashStore(KVStore):
     def _write_many(self, docs: list, replace: bool) -> list:
         """batch_insert (``replace`` False) or batch_put: every document in one write."""
         self.indexes.check_writable()
-        prepared = [self._prepare(doc, i, need_id=replace) for i, doc in enumerate(docs)]
+        prepared = [self._prepare_kept(doc, i, need_id=replace) for i, doc in enumerate(docs)]
 
         def fn(txn):
             added = 0
@@ -211,7 +234,9 @@ class HashStore(KVStore):
         insert (``replace`` False) refuses an ``_id_`` in use, a put replaces that document.
         1 if the document is new, else 0."""
         key = self.DOC + dk
-        indexed = self.indexes.indexes
+        if self.keeps:
+            doc, data = self._kept(txn, key, ident, doc, data, replace)
+        indexed = self.indexes.writes
         if not replace:
             if not txn.put(key, data, overwrite=False):
                 raise self._duplicate(ident)
@@ -226,6 +251,35 @@ class HashStore(KVStore):
             txn.put(key, data)
         return 0 if existed else 1
 
+    def _kept(self, txn, key: bytes, ident: Any, doc: Any, data: bytes, replace: bool) -> tuple[Any, bytes]:
+        """A document about to be written, with its timestamps kept (timestamps: true) and its
+        immutable fields checked against the document it replaces."""
+        raw = txn.get(key) if replace else None
+        old = decode(raw) if raw is not None else None
+        if self.immutable:
+            timerange.check_immutable(self.immutable, old, doc, ident)
+        if not self.timestamps:
+            return doc, data
+        now = timerange.now_date()
+        created = updated = now
+        if old is not None:
+            clean, kept = timerange.without_kept(old)
+            created = kept.get(timerange.CREATED, now)
+            if encode_document(clean) == data:  # the same document again: not a change
+                updated = kept.get(timerange.UPDATED, now)
+        return timerange.stamped(doc, data, created, updated)
+
+    def _prepare_kept(self, doc: Any, position: int | None = None, need_id: bool = False):
+        """:meth:`_prepare`, refusing a document that carries the timestamps hoardDB keeps."""
+        if self.timestamps and isinstance(doc, Mapping):
+            try:
+                timerange.refuse_kept(doc)
+            except HoardError as exc:
+                if position is None:
+                    raise
+                raise type(exc)(f"document at position {position} of the batch: {exc.message}") from None
+        return self._prepare(doc, position, need_id)
+
     def load(self, docs: list) -> dict:
         """Restore documents as a dump holds them: each is put (replacing one with its ``_id_``).
 
@@ -234,7 +288,16 @@ class HashStore(KVStore):
         (naming both), as indexes.md says of a restore. ``{loaded, conflicts}``.
         """
         self.indexes.check_writable()
+        if self.timestamps:  # a dump's documents carry their timestamps: kept as they are
+            split = [timerange.without_kept(doc) if isinstance(doc, Mapping) else (doc, {}) for doc in docs]
+            docs = [clean for clean, _times in split]
+            kept = [times for _clean, times in split]
         prepared = [self._prepare(doc, i) for i, doc in enumerate(docs)]
+        if self.timestamps:
+            now = timerange.now_date()
+            prepared = [(dk, ident, *timerange.stamped(doc, data, times.get(timerange.CREATED, now),
+                                                       times.get(timerange.UPDATED, now)))
+                        for (dk, ident, doc, data), times in zip(prepared, kept)]
         conflicts: dict = {}
 
         def fn(txn):
@@ -295,9 +358,33 @@ class HashStore(KVStore):
 
     def _rewrite(self, txn, key: bytes, raw, doc: dict, new: dict) -> bool:
         """Write ``new`` over ``doc`` (under ``key``, stored as ``raw``) with its index entries; whether it changed."""
+        if self.keeps:
+            return self._rewrite_kept(txn, key, raw, doc, new)
         data = encode_document(new, f"document {literal(doc.get('_id_'))} after the update")
         if data == raw:
             return False
+        self.indexes.apply(txn, key[1:], doc, new)
+        txn.put(key, data)
+        return True
+
+    def _rewrite_kept(self, txn, key: bytes, raw, doc: dict, new: dict) -> bool:
+        """:meth:`_rewrite` on a bucket that keeps timestamps or immutable fields: an update
+        that changes nothing keeps ``$updatedAt``; one that does sets it to now."""
+        ident = doc.get("_id_")
+        if self.immutable:
+            timerange.check_immutable(self.immutable, doc, new, ident)
+        what = f"document {literal(ident)} after the update"
+        if not self.timestamps:
+            data = encode_document(new, what)
+            if data == raw:
+                return False
+        else:
+            new, _ = timerange.without_kept(new)
+            data = encode_document(new, what)
+            if data == encode_document(timerange.without_kept(doc)[0], what):
+                return False
+            now = timerange.now_date()
+            new, data = timerange.stamped(new, data, doc.get(timerange.CREATED, now), now)
         self.indexes.apply(txn, key[1:], doc, new)
         txn.put(key, data)
         return True
@@ -357,6 +444,8 @@ class HashStore(KVStore):
                 return doc, -1
             changed = compiled.apply(doc, query=filter)
             self._rewrite(txn, key, raw, doc, changed)
+            if new and self.timestamps:  # as stored, with the timestamps kept
+                return decode(txn.get(key)), 0
             return (decode(encode_document(changed)) if new else doc), 0
 
         result = self._write(fn)
@@ -418,17 +507,20 @@ class HashStore(KVStore):
             return txn.get(self.DOC + self._doc_key(key)) is not None
 
     def find(self, filter: Mapping | None = None, limit: int | None = None, sort: Any = None, skip: int = 0,
-             projection: Mapping | None = None) -> Reply:
+             projection: Mapping | None = None, stream: bool = False) -> Reply:
         """The documents matching the filter, in key order (or ``sort``'s); a full scan unless the filter pins ``_id_``.
 
         ``sort`` orders by several keys in MongoDB's order of types (``{Date: -1}``);
         ``skip`` passes over that many matches first, ``limit`` returns at most that many,
         ``projection`` keeps (``{name: 1}``) or drops (``{notes: 0}``) fields, ``_id_``
         kept unless excluded. A sort holds the matches in memory (only ``skip + limit``
-        of them with a limit), refused past ``stage_memory_bytes``.
+        of them with a limit), refused past ``stage_memory_bytes``. With ``stream``, the
+        result is an iterator that reads as it goes (a cursor's; see stores/resumable.py).
         """
         filter = filter or {}
         reading = self._reading(filter, limit, sort, skip, projection, "find")
+        if stream:
+            return Reply(reading.stream(raw for _key, raw in self._candidates(None, filter)), index_used=FULL_SCAN)
         with self.kv.read() as txn:
             out = reading.collect(raw for _key, raw in self._candidates(txn, filter))
         return Reply(out, index_used=FULL_SCAN)
@@ -463,7 +555,7 @@ class HashStore(KVStore):
         return True
 
     def search(self, filter: Mapping | None = None, limit: int | None = None, explain: Any = False, sort: Any = None,
-               skip: int = 0, projection: Mapping | None = None) -> Reply:
+               skip: int = 0, projection: Mapping | None = None, stream: bool = False) -> Reply:
         """Like find, through the index that fits the filter best (see hoarddb.indexes.planner).
 
         The result is the documents find returns, in the same (key) order; the answer
@@ -471,11 +563,12 @@ class HashStore(KVStore):
         were considered, why each lost, and how many keys and documents were examined.
         """
         filter = filter or {}
+        stream = stream and not explain  # (an explain answers whole: it counts what it read)
         if sort is not None or skip or projection is not None:
-            return self._search(filter, limit, explain, sort, skip, projection)
+            return self._search(filter, limit, explain, sort, skip, projection, stream)
         shape = self.shapes.of(filter)
         if shape is None or shape.index is None:
-            return self._search(filter, limit, explain)
+            return self._search(filter, limit, explain, stream=stream)
         # A flat filter of plain values on an index: planned once for its field names
         # (planner.Shapes); its values make the key prefix, and an exact shape's entries
         # prove the match (no second check of the document).
@@ -491,6 +584,11 @@ class HashStore(KVStore):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
         if ix.state != "ready":
             raise not_ready(ix)
+        if stream:  # a cursor's: the entries read now, the documents in chunks as it goes
+            docs = (decode(raw) for raw in resumable.fetch(self.kv, self.DOC, self._shape_keys(shape, prefix)))
+            if matcher is not None:
+                docs = (doc for doc in docs if matcher(doc))
+            return Reply(itertools.islice(docs, limit) if limit is not None else docs, index_used=ix.name)
         out: list = []
         if shape.whole:  # unique, every field given: one entry at most, read by its key
             txn = self.kv.read()
@@ -538,13 +636,41 @@ class HashStore(KVStore):
             })
         return Reply(out, index_used=ix.name)
 
+    def _shape_keys(self, shape, prefix: bytes) -> list:
+        """The document keys of the index entries under ``prefix`` (search's flat-filter path), in
+        key order, read in one transaction (a cursor's: the documents are fetched as it goes)."""
+        ix = shape.index
+        with self.kv.read() as txn:
+            if shape.whole:
+                dk = txn.get(prefix)
+                return [] if dk is None else [dk]
+            cursor = txn.cursor()
+            if not cursor.set_range(prefix):
+                return []
+            if shape.in_order:
+                n = len(prefix)
+                keys = []
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(prefix):
+                        break
+                    keys.append(key[n:])
+                return keys
+            found = set()
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                found.add(ix.doc_key_of(key, value))
+            return sorted(found)
+
     def _search(self, filter: Mapping, limit: int | None, explain: Any, sort: Any = None, skip: int = 0,
-                projection: Mapping | None = None) -> Reply:
+                projection: Mapping | None = None, stream: bool = False) -> Reply:
         """search for any filter: compiled and planned for this call, every document checked."""
         reading = self._reading(filter, limit, sort, skip, projection, "search")
         if not isinstance(explain, bool):
             raise BadValueError(f"search's explain is true or false, got {explain!r}")
         p = plan(filter, self.indexes.indexes, sort)
+        if stream:  # a cursor's: the index's entries are read now, the documents as the cursor goes
+            return self._streamed(filter, sort, p, reading)
         with self.kv.read() as txn:
             if p.ordered(txn):
                 counted = {"keys": 0, "docs": 0}
@@ -577,6 +703,40 @@ class HashStore(KVStore):
             return (doc for doc in matched if doc is not _RUN)
         return _sorted_runs(matched, ties)
 
+    def _streamed(self, filter: Mapping, sort: Any, p, reading: "_Reading") -> Reply:
+        """search's answer for a cursor: the plan's index entries read now in one transaction (in
+        the sort's order when the index serves it), the documents fetched in chunks as it goes."""
+        walked = self._walked(p) if sort is not None else None
+        if walked is None:
+            if sort is not None:  # sorted in memory: through the filter's own best index
+                p = plan(filter, self.indexes.indexes)
+            return Reply(reading.stream(self._planned(None, filter, p)[0]), index_used=p.index_used)
+        docs = self._fetched_in_order(walked, p.sorted_field, reading.matcher, reading.order if p.order.ties else None)
+        return Reply(reading.stream_sorted(docs), index_used=p.index_used)
+
+    def _walked(self, p) -> list | None:
+        """The plan's ``(first of its run, document key)`` in its sort's order, read whole in one
+        transaction (a cursor's), or None when the index order is not the sort's."""
+        with self.kv.read() as txn:
+            return list(p.walk(txn, {"keys": 0, "docs": 0})) if p.ordered(txn) else None
+
+    def _fetched_in_order(self, walked: list, field: str, matcher, ties):
+        """_in_order for a cursor: the documents of ``walked`` (_walked) that ``matcher`` matches,
+        read in chunks as they are asked for, each run put through ``ties`` when given."""
+        def matched():  # _matched_in_order's, the documents read in chunks
+            multikey: set = set()
+            for first, dk, raw in resumable.fetch_walked(self.kv, self.DOC, walked):
+                if first:
+                    yield _RUN
+                if dk in multikey or raw is None:
+                    continue
+                doc = decode(raw)
+                if isinstance(doc.get(field), (list, tuple)):
+                    multikey.add(dk)
+                if matcher(doc):
+                    yield doc
+        return _sorted_runs(matched(), ties) if ties is not None else (d for d in matched() if d is not _RUN)
+
     def _matched_in_order(self, txn, p, matcher, counted: dict):
         """The documents ``matcher`` matches in ``p``'s index order, and ``_RUN`` where a run begins."""
         doc_ns = self.DOC
@@ -604,9 +764,37 @@ class HashStore(KVStore):
             return (raw for _key, raw in self._candidates(txn, filter)), counted
         # the key ranges of the plan: its equality prefixes (several when the filter pins arrays,
         # planner.lookups), or a range of the next field within them
+        if txn is None:  # a cursor's: the entries in one read, the documents in chunks as it goes
+            with self.kv.read() as entries:
+                doc_keys, counted["keys"] = p.read(entries)
+            return resumable.fetch(self.kv, self.DOC, sorted(doc_keys)), counted
         doc_keys, counted["keys"] = p.read(txn)
         # in key order, as find answers
         return (raw for raw in (txn.get(self.DOC + dk) for dk in sorted(doc_keys)) if raw is not None), counted
+
+    def window(self, index: str, newest: Any = None, oldest: Any = None, byStart: Any = None,  # noqa: N803
+               top: int | None = None, counts: Any = None) -> dict:
+        """One window of a time-range index, read from its counts without reading a document:
+        ``{index, start, end, count}``, with ``field`` and ``top`` (the ``top`` values of the
+        field after the timestamp with the most documents) or ``counts`` (every value's) when
+        asked. The window is ``newest``, ``oldest`` (the oldest still open) or ``byStart``
+        (hoarddb.indexes.timerange)."""
+        found = next((tr for tr in self.indexes.timeranges if tr.name == index), None)
+        if found is None:
+            names = [tr.name for tr in self.indexes.timeranges]
+            if any(ix.name == index for ix in self.indexes.indexes):
+                raise BadValueError(f"index {index!r} of bucket {self.name!r} is not a time-range index; "
+                                    f"window reads {', '.join(map(repr, names)) if names else 'none here'}")
+            raise BadValueError(f"bucket {self.name!r} has no time-range index {index!r}; it has "
+                                f"{', '.join(map(repr, names)) if names else 'none'}")
+        if found.state != "ready":
+            raise BadValueError(
+                f"index {index!r} was declared by a newer version of hoardDB and cannot be read here")
+        if counts not in (None, True, False):
+            raise BadValueError(f"counts is true (every value's count) or false, got {counts!r}")
+        start = found.select(timerange.now_ms(), newest, oldest, byStart)
+        with self.kv.read() as txn:
+            return found.read(txn, start, top, bool(counts))
 
     def distinct(self, field: str, filter: Mapping | None = None) -> list:
         """The distinct values of ``field`` (a dotted path) in the documents matching ``filter``, in
@@ -648,7 +836,7 @@ class HashStore(KVStore):
                 out.append(decode(raw))
         return out
 
-    def aggregate(self, pipeline: list, explain: Any = False, buckets: Any = None) -> Reply:
+    def aggregate(self, pipeline: list, explain: Any = False, buckets: Any = None, stream: bool = False) -> Reply:
         """The documents ``pipeline`` makes of the bucket's documents (MongoDB's stages; see
         hoarddb.values.pipeline). A leading ``$match`` is served by an index where one fits
         (``index_used`` says which), and by the ``_id_`` it pins; ``$group`` and ``$sort``
@@ -669,6 +857,24 @@ class HashStore(KVStore):
                                                             self.options.stage_max_documents), lookup=lookup)
         first = compiled.leading_match
         lead_sort = compiled.leading_sort
+        if stream and not explain and lead_sort is not None:  # a cursor's, with a $sort an index may serve
+            p = plan(first or {}, self.indexes.indexes, lead_sort)
+            if p.index is not None and p.index.state != "ready":
+                p = plan(first or {}, [], lead_sort)
+            walked = self._walked(p)
+            if walked is not None:  # the documents come in the $sort's order: the stage is left out
+                ties = compile_pipeline([{"$sort": lead_sort}], limits=Limits(
+                    self.options.stage_memory_bytes, self.options.stage_max_documents)) if p.order.ties else None
+                docs = self._fetched_in_order(walked, p.sorted_field, compile_filter(first or {}), ties)
+                return Reply(compiled.run(docs, sorted=True), index_used=p.index_used)
+        if stream and not explain:  # a cursor's: the documents are read, and the stages run, as it goes
+            p = plan(first, self.indexes.indexes) if first is not None else None
+            if p is not None and p.index is not None and p.index.state != "ready":
+                p = plan(first, [])
+            raws = self._planned(None, first, p)[0] if p is not None else (
+                raw for _key, raw in self._candidates(None, {}))
+            return Reply(compiled.run(decode(raw) for raw in raws),
+                         index_used=p.index_used if p is not None else FULL_SCAN)
         room = self.options.max_answer_bytes
         out: list = []
         taken = 0
@@ -744,13 +950,18 @@ class HashStore(KVStore):
         return out
 
     def _candidates(self, txn, filter: Mapping):
-        """``(key, bson)`` pairs that may match: the one document a plain ``_id_`` pins, else all."""
+        """``(key, bson)`` pairs that may match: the one document a plain ``_id_`` pins, else all.
+        With ``txn`` None (a cursor's read), read in chunks of fresh transactions (stores/resumable.py)."""
         ident = filter.get("_id_", _MISSING) if isinstance(filter, Mapping) else _MISSING
         if ident is not _MISSING and ident is not None and not isinstance(ident, (list, Mapping, Regex)):
             key = self.DOC + self._doc_key(ident)
-            raw = txn.get(key)
+            if txn is None:
+                with self.kv.read() as one:
+                    raw = one.get(key)
+            else:
+                raw = txn.get(key)
             return [(key, raw)] if raw is not None else []
-        return _scan(txn, self.DOC)
+        return _scan(txn, self.DOC) if txn is not None else resumable.scan(self.kv, self.DOC)
 
     # -- index life cycle ----------------------------------------------------------
 
@@ -789,7 +1000,7 @@ class HashStore(KVStore):
         if persist is not None and any(ix.decl.get("state", "ready") != "building" for ix in todo):
             for ix in todo:
                 ix.decl = dict(ix.decl, state="building")
-            persist([ix.decl for ix in self.indexes.indexes])
+            persist([ix.decl for ix in self.indexes.all])
         for ix in todo:
             log.warning("bucket %s: rebuilding index %s from the documents", self.name, ix.name)
             ix.progress = (0, self._count)
@@ -827,18 +1038,18 @@ class HashStore(KVStore):
                         ix.decl, ix.state, ix.frontier = decl, decl["state"], None
                         break
             log.warning("bucket %s: index %s is %s (%d documents)", self.name, ix.name, ix.state, ix.progress[0])
-        return [ix.decl for ix in self.indexes.indexes]
+        return [ix.decl for ix in self.indexes.all]
 
     def declarations(self) -> list[dict]:
         """The index declarations as they should be persisted (a load may have conflicted one)."""
-        return [ix.decl for ix in self.indexes.indexes]
+        return [ix.decl for ix in self.indexes.all]
 
     def index_states(self) -> list[dict]:
         """Each index's declaration with its state as this version sees it (and, while it is
         building, ``progress``: ``{documents, of}``)."""
         return [dict(ix.decl, state=ix.state, **({"progress": {"documents": ix.progress[0], "of": ix.progress[1]}}
                                                  if ix.state == "building" else {}))
-                for ix in self.indexes.indexes]
+                for ix in self.indexes.all]
 
     # -- TTL -----------------------------------------------------------------------------
 
@@ -969,6 +1180,16 @@ class _Reading:
             self.order = compile_pipeline(stages, limits=Limits(options.stage_memory_bytes, options.stage_max_documents))
         self.examined = 0
 
+    def stream(self, raws):
+        """The documents of the answer one by one, as ``raws`` are read (a cursor's: no answer limit)."""
+        matched = self._matched(raws)
+        if self.order is not None:
+            matched = self.order.run(matched)
+        stop = None if self.limit is None else self.skip + self.limit
+        shape = self.shape
+        for doc in itertools.islice(matched, self.skip, stop):
+            yield doc if shape is None else shape(doc)
+
     def collect(self, raws) -> list:
         out: list = []
         if self.order is None and self.shape is None and not self.skip:
@@ -978,6 +1199,12 @@ class _Reading:
         if self.order is not None:
             matched = self.order.run(matched)
         return self.collect_sorted(matched)
+
+    def stream_sorted(self, matched):
+        """collect_sorted one document at a time (a cursor's: no answer limit)."""
+        shape = self.shape
+        for doc in itertools.islice(matched, self.skip, None if self.limit is None else self.skip + self.limit):
+            yield doc if shape is None else shape(doc)
 
     def collect_sorted(self, matched) -> list:
         """The answer from matching documents already in order: skip, limit, project."""
@@ -1072,6 +1299,15 @@ def _scan(txn, prefix: bytes):
         yield key, raw
 
 
+def _decoded(txn, prefix: bytes):
+    """``(encoded _id_, document)`` of every document that decodes (the others are reported apart)."""
+    for key, raw in _scan(txn, prefix):
+        try:
+            yield bytes(key[len(prefix):]), decode(raw)
+        except DECODE_ERRORS:
+            continue
+
+
 def _docs_after(txn, prefix: bytes, after: bytes, n: int) -> list[tuple[bytes, dict]]:
     """``(encoded _id_, document)`` of the first ``n`` documents whose key is above ``after``."""
     cursor = txn.cursor()
@@ -1139,7 +1375,7 @@ def _check_documents(txn, indexes: IndexSet, checked: list, problems: list) -> i
 
 def _check_entries(txn, indexes: IndexSet, checked: list, problems: list) -> None:
     """Every index entry (and claim) points to a document that has it; entries of no declared index are stray."""
-    by_id = {ix.id: ix for ix in indexes.indexes}
+    by_id = {ix.id: ix for ix in indexes.all}
     stray: dict[int, int] = {}
     for key, value in _scan(txn, PREFIX):
         ix = by_id.get(key[1]) if len(key) > 1 else None

@@ -217,9 +217,11 @@ def dump(db, out, buckets, json_mode, **conn):
 @click.option("--drop", is_flag=True, help="Drop a bucket of the same name first (else one that exists refuses).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
               help="Entries per write.")
+@click.option("--max-nesting-depth", type=click.IntRange(1, 64), default=3, show_default=True,
+              help="The deepest store fields the dump may nest: the target's max_nesting_depth, when raised.")
 @_json_option
 @_client_options
-def restore(path, db, buckets, drop, batch_size, json_mode, **conn):
+def restore(path, db, buckets, drop, batch_size, max_nesting_depth, json_mode, **conn):
     """Declare each bucket of a dump and load it: PATH is a dump's top folder OUT (every database in it) or OUT/DB."""
     from .restore import restore as run_restore
 
@@ -227,7 +229,7 @@ def restore(path, db, buckets, drop, batch_size, json_mode, **conn):
         started = time.perf_counter()
         with _open(conn) as client, _Progress() as progress:
             report = run_restore(client, path, db=db, buckets=list(buckets) or None, drop=drop,
-                                 batch_size=batch_size, progress=progress)
+                                 batch_size=batch_size, progress=progress, max_nesting_depth=max_nesting_depth)
         _print_report(report, json_mode)
         if not json_mode:
             click.echo(f"({time.perf_counter() - started:.1f} s)")

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from bson import json_util
 
 from ..catalog import check_name
-from ..declaration import declare_bucket
+from ..declaration import DEFAULT_MAX_DEPTH, declare_bucket
 from ..errors import (BadValueError, BucketExistsError, CorruptDataError, DatabaseNotFoundError, HoardError,
                       InvalidArgumentError, NotFoundError, VerbNotSupportedError)
 from ..indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
@@ -207,7 +207,8 @@ def _indices(metadata: dict, where: str) -> list:
 
 def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: list[str] | None = None,
             drop: bool = False, batch_size: int = BATCH_SIZE,
-            progress: Callable[[BucketReport], None] | None = None) -> Report:
+            progress: Callable[[BucketReport], None] | None = None,
+            max_nesting_depth: int = DEFAULT_MAX_DEPTH) -> Report:
     """Restore the dump folder ``path`` into database ``db``; a :class:`~hoarddb.tools.report.Report`.
 
     ``path`` is the folder of one database (``OUT/app``), or a dump's top folder
@@ -219,6 +220,8 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
     :param drop: drop a bucket of the same name first; without it, one that exists refuses the restore.
     :param batch_size: entries per ``load`` write.
     :param progress: called with the current bucket's report after each write.
+    :param max_nesting_depth: the deepest store fields the dump's declarations may nest, as the
+        target's ``max_nesting_depth`` allows (the check before anything is written uses it).
 
     A damaged dump, a declaration this hoardDB refuses, or a bucket that exists without
     ``drop`` raises before anything is written — of any database, for a top folder: all
@@ -230,7 +233,7 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
     folder = Path(path)
     databases = dump_databases(folder)
     if databases is None:
-        plans = [_plan(client, folder, db or folder.name, buckets, drop)]
+        plans = [_plan(client, folder, db or folder.name, buckets, drop, max_depth=max_nesting_depth)]
     else:
         if db is not None or buckets:
             option = "--db" if db is not None else "--bucket"
@@ -239,7 +242,8 @@ def restore(client, path: str | os.PathLike, *, db: str | None = None, buckets: 
                 f"({', '.join(d.name for d in databases)}), each restored into the database of its name; "
                 f"{option} applies to one database: give its folder, such as {databases[0]}")
         # every database checked before anything is written
-        plans = [_plan(client, sub, sub.name, None, drop, in_top=True) for sub in databases]
+        plans = [_plan(client, sub, sub.name, None, drop, in_top=True, max_depth=max_nesting_depth)
+                 for sub in databases]
     report = Report("restore")
     for i, plan in enumerate(plans):
         if not _restore_database(client, plan, report, batch_size, progress):
@@ -284,7 +288,8 @@ class _Plan:
     drop: bool
 
 
-def _plan(client, folder: Path, db: str, buckets: list[str] | None, drop: bool, in_top: bool = False) -> _Plan:
+def _plan(client, folder: Path, db: str, buckets: list[str] | None, drop: bool, in_top: bool = False,
+          max_depth: int = DEFAULT_MAX_DEPTH) -> _Plan:
     """Check one database's dump folder (steps 1 and 2 of the module's list); raises, writing nothing.
     ``in_top``: the folder is in a dump's top folder, where an empty one is a database without buckets."""
     check_name(db, "database")
@@ -292,7 +297,7 @@ def _plan(client, folder: Path, db: str, buckets: list[str] | None, drop: bool, 
         dumped = []  # a database that had no buckets: dump left its folder empty
     else:
         dumped = read_dump(folder, buckets)
-    declarations = check_declarations(dumped, folder)
+    declarations = check_declarations(dumped, folder, max_depth)
     try:
         existing = set(client[db].buckets())
     except DatabaseNotFoundError:
@@ -372,7 +377,8 @@ def _what_was_written(report: Report, done: list[BucketReport], rest: list[Dumpe
     report.notes.append("\n".join(lines))
 
 
-def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None) -> list[dict]:
+def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None,
+                       max_depth: int = DEFAULT_MAX_DEPTH) -> list[dict]:
     """The ``create_bucket`` options of each dumped bucket, each checked as the engine checks it.
 
     Raises CorruptDataError listing every bucket whose declaration would be refused (and
@@ -398,7 +404,7 @@ def check_declarations(dumped: list[DumpedBucket], folder: Path | None = None) -
         seen[b.name] = where
         try:
             check_name(b.name, "bucket")
-            declare_bucket(b.name, {"type": b.type, **options})  # as create_bucket checks it, writing nothing
+            declare_bucket(b.name, {"type": b.type, **options}, max_depth)  # as create_bucket checks it, writing nothing
         except HoardError as exc:
             problems.append(f"{where}: this hoardDB refuses the declaration of bucket {b.name!r} "
                             f"({exc.codeName}: {exc.message}); correct it in the metadata file (or leave the "

@@ -4,7 +4,7 @@ lost, a stalled network, a connection cut mid-message, a client closed or interr
 The rules under test (docs/user/clients.md, "Was my write applied?"):
 - a request that found its connection dead before it was sent goes on a new connection;
 - a read whose answer was lost is sent once more; a write never is: it raises
-  ConnectionError_ or TimeoutError_ with ``outcome_unknown = True``, saying so;
+  ConnectionError_ or HoardTimeoutError with ``outcome_unknown = True``, saying so;
 - nothing waits forever: every call has a timeout, and ``close()`` fails the calls in
   flight with ClosedError at once;
 - each call gets its own answer, and the client is usable after any of it.
@@ -26,7 +26,7 @@ import pytest
 import hoarddb
 import hoarddb.aio
 from hoarddb.client import ConnectOptions
-from hoarddb.errors import ClosedError, ConnectionError_, HoardError, TimeoutError_
+from hoarddb.errors import ClosedError, ConnectionError_, HoardError, HoardTimeoutError
 from hoarddb.testing import FaultProxy, ServerProcess, ServerThread
 
 from .scripted_server import ScriptedServer, answer, goodbye
@@ -270,7 +270,7 @@ def test_threads_sharing_a_client_through_cuts_get_their_own_answers_and_never_h
                     wrong.append((t, got))
                 verb = "push"
                 client["adv"].Q.push({"t": t})
-            except (ConnectionError_, TimeoutError_) as e:
+            except (ConnectionError_, HoardTimeoutError) as e:
                 errors.append((verb, e))
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
@@ -464,7 +464,7 @@ def test_threads_queued_behind_a_timed_out_call_fail_with_it():
             thread.join(10)
         took = time.monotonic() - started
         assert took < 1.5, f"the four calls took {took:.2f} s: each waited a timeout of its own"
-        assert len(failures) == 4 and all(isinstance(e, TimeoutError_) and e.code == 30 for e in failures)
+        assert len(failures) == 4 and all(isinstance(e, HoardTimeoutError) and e.code == 30 for e in failures)
         sent = [e for e in failures if e.outcome_unknown]
         assert len(sent) == len(pushes) == 1  # the one that went out; the others never did
         assert_outcome_unknown(sent[0], "push")
@@ -507,7 +507,7 @@ def test_a_call_waiting_for_its_turn_counts_that_wait_in_its_timeout():
         error = _raised(client.execute, {"op": "length", "db": "a", "bucket": "Q"})
         took = time.monotonic() - started
         assert took < 1.2, f"the queued call took {took:.2f} s"
-        assert isinstance(error, TimeoutError_) and error.outcome_unknown is False
+        assert isinstance(error, HoardTimeoutError) and error.outcome_unknown is False
         assert "waited 0.5 s for its turn" in error.message and "it was not sent" in error.message
         uploader.join(10)
         assert "length" not in requests
@@ -524,7 +524,7 @@ def test_an_aio_upload_to_a_stalled_server_times_out_and_can_be_cancelled(server
         await client["adv"].B.length()
         proxy.stall()
         try:
-            with pytest.raises(TimeoutError_, match="took none of our upload") as e:
+            with pytest.raises(HoardTimeoutError, match="took none of our upload") as e:
                 await client["adv"].B.put(data)
             assert_outcome_unknown(e.value, "put")
         finally:

@@ -106,7 +106,7 @@ def test_timeout_and_reconnect(server):
             client = await hoarddb.aio.connect(url)
             await client.databases()
             proxy.stall()
-            with pytest.raises(errors.TimeoutError_):
+            with pytest.raises(errors.HoardTimeoutError):
                 await client.databases()
             proxy.resume()
             assert isinstance(await client.databases(), list)

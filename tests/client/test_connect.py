@@ -9,7 +9,7 @@ import pytest
 
 import hoarddb
 from hoarddb.client import ConnectOptions
-from hoarddb.errors import BadValueError, ConnectionError_, TimeoutError_, UnknownOptionError
+from hoarddb.errors import BadValueError, ConnectionError_, HoardTimeoutError, UnknownOptionError
 
 
 def test_url_and_overrides(monkeypatch):
@@ -46,7 +46,7 @@ def test_nothing_listening():
 def test_a_server_that_never_answers():
     listener = socket.create_server(("127.0.0.1", 0))
     try:
-        with pytest.raises(TimeoutError_, match="hoardDB server"):
+        with pytest.raises(HoardTimeoutError, match="hoardDB server"):
             hoarddb.connect(port=listener.getsockname()[1], insecure=True, connect_timeout=0.5)
     finally:
         listener.close()

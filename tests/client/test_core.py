@@ -14,7 +14,7 @@ from hoarddb import operations
 from hoarddb.client.core import (ClientCore, Stream, check_request, may_resend, result, retryable, stream_of,
                                  unanswered, upload_source)
 from hoarddb.errors import (BadValueError, ClosedError, ConnectionError_, DuplicateKeyError, InvalidArgumentError,
-                            NotFoundError, ProtocolError, TimeoutError_)
+                            NotFoundError, ProtocolError, HoardTimeoutError)
 from hoarddb.wire.framing import decode_frame, encode_message, split_frames
 from hoarddb.wire.messages import CHUNK_SIZE, INLINE_BLOB_MAX
 from hoarddb.wire.protocol import Send, ServerProtocol
@@ -115,7 +115,7 @@ def test_result_maps_an_error_answer_to_its_class_and_code():
 
 
 def test_the_retry_rule():
-    lost, silent = ConnectionError_("lost"), TimeoutError_("silent")
+    lost, silent = ConnectionError_("lost"), HoardTimeoutError("silent")
     assert may_resend(lost, False, "get")
     assert not may_resend(lost, True, "get")  # a fresh connection that fails: the server is down
     assert not may_resend(lost, False, "insert")  # a write is never sent twice
@@ -131,7 +131,7 @@ def test_unanswered_says_whether_a_write_may_have_been_applied():
     write = unanswered(ConnectionError_("lost"), "insert", True)
     assert isinstance(write, ConnectionError_) and write.outcome_unknown
     assert "may or may not have been applied" in write.message
-    read = unanswered(TimeoutError_("silent"), "get", False, closed=True)
+    read = unanswered(HoardTimeoutError("silent"), "get", False, closed=True)
     assert isinstance(read, ClosedError) and read.outcome_unknown is False and "changed nothing" in read.message
 
 

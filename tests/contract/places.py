@@ -225,11 +225,17 @@ class Blocking:
             result = value(*args, **kwargs)
             if asyncio.iscoroutine(result):
                 result = self._loop.run(result)
+            elif hasattr(result, "__await__"):  # a read's AsyncCursor: awaited, it is the list of its documents
+                result = self._loop.run(_awaited(result))
             return self._wrap(result)
         return call
 
     def __getitem__(self, key):
         return self._wrap(self._target[key])
+
+
+async def _awaited(awaitable):
+    return await awaitable
 
 
 # -- refusals ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ ARGS = {
     "update": ({"_id_": "x"}, {"$set": {"a": 1}}), "delete": ("x",), "range": ({},), "first": (), "last": (),
     "export": (), "load": ([],), "info": (DBID,), "stream": (DBID,), "claim": (), "ack": ("1.2",),
     "release": ("1.2",), "extend": ("1.2", 5), "distinct": ("a",), "aggregate": ([],),
-    "find_and_modify": ({"_id_": "x"}, {"$set": {"a": 1}}),
+    "find_and_modify": ({"_id_": "x"}, {"$set": {"a": 1}}), "window": ("byHour",),
 }
 FIELD_ARGS = {**ARGS, "put": ("x", {"a": 1})}
 

@@ -575,9 +575,9 @@ def test_chained_cursor_methods(text, request_):
 
 
 @pytest.mark.parametrize("text, says", [
-    ('db.T.get("k").sort({a: 1})', "get() takes no chained methods; find, search do"),
+    ('db.T.get("k").sort({a: 1})', "get() takes no chained methods; find, search, window do"),
     ("db.T.find().next()", "unknown method .next() after find(); accepted: .limit(), .sort(), .skip(), "
-                           ".projection(), .count(), .explain()"),
+                           ".projection(), .batch_size(), .count(), .explain()"),
     ("db.T.find().limit()", ".limit() takes one argument"),
     ("db.T.find().count(5)", ".count() takes no arguments"),
     ('db.T.find().limit("ten")', "limit"),

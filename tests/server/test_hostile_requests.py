@@ -168,8 +168,9 @@ def test_a_long_answer_is_encoded_off_the_event_loop(tmp_path, monkeypatch):
         c["app"].create_bucket("Big", type="hash")
         for i in range(300):  # 300 documents of 60 KB: an answer of 18 MB, over the limit of one message
             c["app"].Big.insert({"_id_": i, "blob": "y" * 60_000})
-        with pytest.raises(DocumentTooLargeError, match="limit of one answer"):  # stopped reading at 16 MiB
-            c["app"].Big.find({})
+        with pytest.raises(DocumentTooLargeError, match="limit of one answer"):  # asked whole: stopped reading at 16 MiB
+            c.execute({"op": "find", "db": "app", "bucket": "Big", "args": {}})
+        assert len(c["app"].Big.find({})) == 300  # through a cursor, a batch at a time
         assert len(c["app"].Big.find({}, limit=200)) == 200
     assert max(on_loop, default=0) < 1_000_000, f"an answer of {max(on_loop)} bytes was encoded on the loop"
 
@@ -212,7 +213,10 @@ def test_a_find_whose_answer_cannot_be_sent_stops_reading_at_the_limit(tmp_path)
         assert len(many.find({})) == 3_000  # embedded: no limit unless asked for
     with hoarddb.open(tmp_path / "data", max_answer_bytes=1_000_000) as client:  # what a server sets (16 MiB)
         many, tree = client["app"].Many, client["app"].Tree
-        for read in (lambda: many.find({}), lambda: many.search({"k": 1}), lambda: tree.range({})):
+
+        def whole(op, bucket, **args):  # asked without batch_size: one answer (the clients read through cursors)
+            return lambda: client.execute({"op": op, "db": "app", "bucket": bucket, "args": args})
+        for read in (whole("find", "Many"), whole("search", "Many", filter={"k": 1}), whole("range", "Tree")):
             tracemalloc.start()
             with pytest.raises(DocumentTooLargeError, match="over the 1000000-byte limit of one answer"):
                 read()
@@ -221,3 +225,5 @@ def test_a_find_whose_answer_cannot_be_sent_stops_reading_at_the_limit(tmp_path)
             assert peak < 4_000_000, f"{peak} bytes held before the refusal"
         assert len(many.find({}, limit=100)) == 100  # under the limit: answered
         assert len(tree.range({}, limit=100)) == 100
+        cursor = many.find({}, batch_size=3_000)  # through a cursor: a batch at a time, whatever the result's size
+        assert len(cursor.next_batch()) < 500 and sum(1 for _ in cursor) > 2_500  # a batch holds at most the limit

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 import hoarddb
-from hoarddb.errors import ConnectionError_, TimeoutError_
+from hoarddb.errors import ConnectionError_, HoardTimeoutError
 from hoarddb.testing import FaultProxy, ServerThread
 from hoarddb.testing.raw import RawConnection
 from hoarddb.values.codec import encode
@@ -189,7 +189,7 @@ def test_client_timeout_and_cut_connection_through_a_proxy(server):
         assert c["fuzz"].Q.length() == 0
         proxy.stall()
         started = time.monotonic()
-        with pytest.raises(TimeoutError_, match="timeout"):
+        with pytest.raises(HoardTimeoutError, match="timeout"):
             c["fuzz"].Q.length()
         assert 0.4 < time.monotonic() - started < 3
         proxy.resume()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from bson import json_util
 
 from hoarddb.tools import dump, restore
@@ -52,3 +53,24 @@ def test_every_level_of_a_tree_round_trips(client, tmp_path):
             assert a.Notes.list() == b.Notes.list()
             assert a.Photos.list() == b.Photos.list()
             assert [b"".join(a.Photos.stream(i["_id_"])) for i in a.Photos.list()] == [f"{u}-{f}".encode() * 100]
+
+
+def test_a_tree_deeper_than_three_levels_restores_into_a_target_that_allows_it(tmp_path):
+    import hoarddb
+    from hoarddb import errors
+    tree = [{"name": "A", "type": "btree", "store_fields": [
+        {"name": "B", "type": "hash", "store_fields": [{"name": "C", "type": "lifo"}]}]}]
+    with hoarddb.open(tmp_path / "src", max_nesting_depth=4) as c:
+        t = c["app"].create_bucket("T", store_fields=tree)
+        t.insert({"_id_": "t1"})
+        t["t1"].A.put(1, {})
+        t["t1"].A[1].B.put("x", {})
+        t["t1"].A[1].B["x"].C.batch_push([{"n": 1}, {"n": 2}])
+        assert dump(c, "app", tmp_path / "out").ok
+    with hoarddb.open(tmp_path / "dst", max_nesting_depth=4) as c:
+        with pytest.raises(errors.CorruptDataError, match="L4, deeper than the maximum of L3"):
+            restore(c, tmp_path / "out" / "app")
+        assert "app" not in c.databases() or c["app"].buckets() == []  # nothing was written
+        report = restore(c, tmp_path / "out" / "app", max_nesting_depth=4)
+        assert report.ok, report.summary()
+        assert c["app"].T["t1"].A[1].B["x"].C.pop(limit=2) == [{"n": 2}, {"n": 1}]
