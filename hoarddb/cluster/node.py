@@ -778,14 +778,14 @@ class ClusterNode:
 
     # -- export, distinct and aggregate over a spread bucket (the table gives them no gather: the node asked merges)
 
-    async def _each_part(self, doc: dict, place: dict) -> list[tuple[set[int], dict]]:
+    async def _each_part(self, doc: dict, place: dict) -> list[tuple[str, set[int], dict]]:
         """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``), as
-        :meth:`_each_owner` does; each answer with the partitions it stands for, so that the caller keeps of it
-        only what they hold (a node may hold documents of other partitions while they move)."""
+        :meth:`_each_owner` does; each answer with its node and the partitions it stands for, so that the caller
+        keeps of it only what they hold (a node may hold documents of other partitions while they move)."""
         db, bucket = doc["db"], doc["bucket"]
         op = operations.OPERATIONS[doc["op"]]
         todo = list(range(place["partitions"]))
-        out: list[tuple[set[int], dict]] = []
+        out: list[tuple[str, set[int], dict]] = []
         for attempt in range(4):
             groups: dict[str, list[int]] = {}
             for p in todo:
@@ -799,7 +799,7 @@ class ClusterNode:
                         and attempt < 3:
                     todo += groups[n]
                 else:
-                    out.append((set(groups[n]), a))
+                    out.append((n, set(groups[n]), a))
             if not todo:
                 break
             await self.refresh_placement(db, bucket)
@@ -823,12 +823,12 @@ class ClusterNode:
         page: list = []
         while True:
             answers = await self._each_part({**doc, "args": {**args, "cursor": cursor}}, place)
-            bad = next((a for _parts, a in answers if a.get("ok") != 1), None)
+            bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
             if bad is not None:
                 return bad
             bound = None
             found: list = []
-            for parts, a in answers:
+            for _n, parts, a in answers:
                 docs = a["result"]["docs"]
                 if len(docs) >= limit:
                     last = key(docs[-1])
@@ -845,10 +845,26 @@ class ClusterNode:
             cursor = bound
 
     async def _matching(self, doc: dict, place: dict, filter_: Any) -> dict:
-        """The documents of a hash bucket that match ``filter_``, in key order: a search through the cluster (on a
-        spread bucket, of every owner, each served by the index that fits best there; the answer names them)."""
-        return await self._run({"op": "search", "db": doc["db"], "bucket": doc["bucket"],
-                                "args": {"filter": filter_ if filter_ is not None else {}}})
+        """The documents of a hash bucket that match ``filter_``, in key order, found by a search (an index serves it
+        where one fits; ``index_used`` names it, and ``index_used_by_node`` each node's on a spread bucket).
+
+        A whole bucket's search runs on its owner. A spread bucket's goes to every owner (``_each_part``), and
+        each answer is cut to the partitions asked of it (a node may hold a move's copies of others)."""
+        search = {"op": "search", "db": doc["db"], "bucket": doc["bucket"],
+                  "args": {"filter": filter_ if filter_ is not None else {}}}
+        if place["partitions"] == 1:
+            return await self._run(search)
+        answers = await self._each_part(search, place)
+        bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        docs = [d for _n, parts, a in answers for d in a["result"]
+                if partition_of(route_value(d, place), place["partitions"]) in parts]
+        docs.sort(key=lambda d: encode_key(d["_id_"]))
+        used: dict = {}
+        for n, _parts, a in answers:
+            used.setdefault(n, a.get("index_used"))
+        return {"ok": 1, "result": docs, "index_used": next(iter(used.values())), "index_used_by_node": used}
 
     def _joins_elsewhere(self, op: operations.Operation, doc: dict, place: dict) -> bool:
         """Whether an aggregate on a whole bucket joins (``$lookup``) a bucket its owner does not hold whole: the

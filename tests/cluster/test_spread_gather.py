@@ -187,3 +187,13 @@ def test_copies_of_a_partition_arriving_on_another_node_are_not_counted_twice(cl
         with hoarddb.connect(other.url()) as c:  # the move given up: its copies purged
             c.execute({"op": "batch_put", "db": "app", "bucket": "Moving", "_node": "test",
                        "_move": {"kind": "purge", "parts": [p]}, "args": {"docs": []}})
+
+
+def test_aggregate_names_the_index_each_node_used_and_explains_what_it_gathered(cluster):
+    _nodes, clients = cluster
+    for c in clients:
+        answer = c.execute({"op": "aggregate", "db": "app", "bucket": "Spread",
+                            "args": {"pipeline": [{"$match": {"n": {"$lt": 40}}}, {"$count": "n"}], "explain": True}})
+        assert answer["result"] == [{"n": 40}]
+        assert sorted(answer["index_used_by_node"]) == ["n1", "n2", "n3"]
+        assert answer["explain"]["gathered"] == 40 and answer["explain"]["returned"] == 1
