@@ -62,6 +62,10 @@ _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and
 CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
 _DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS = "documents", "sum", "counts", "split", "windows"
+#: A hash bucket's read of the documents matching a filter through the index that fits best (search): what
+#: distinct and aggregate gather with (the table's cost "indexed").
+_SEARCH = next(o for o in operations.VERBS.values() if o.cost == operations.INDEXED and "hash" in o.types
+               and o.gather == _DOCUMENTS)
 #: The catalog operations, found by what they change (the table's ``change`` and ``scope``).
 _CREATE_BUCKET = next(n for n, o in operations.ADMIN.items() if o.change == "create" and o.scope == operations.BUCKET)
 _DROPS = {o.scope: n for n, o in operations.ADMIN.items() if o.change == "drop"}
@@ -447,8 +451,8 @@ class ClusterNode:
             return await self._split(op, doc, place)
         if op.gather == _WINDOWS:
             return await self._windows(doc, place)
-        if op.name in _GATHERED_WHOLE and place["type"] in op.types:
-            return await _GATHERED_WHOLE[op.name](self, op, doc, place)
+        if op.gather in _GATHERED_WHOLE and place["type"] in op.types:
+            return await _GATHERED_WHOLE[op.gather](self, op, doc, place)
         if not op.gather:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
@@ -850,7 +854,7 @@ class ClusterNode:
 
         A whole bucket's search runs on its owner. A spread bucket's goes to every owner (``_each_part``), and
         each answer is cut to the partitions asked of it (a node may hold a move's copies of others)."""
-        search = {"op": "search", "db": doc["db"], "bucket": doc["bucket"],
+        search = {"op": _SEARCH.name, "db": doc["db"], "bucket": doc["bucket"],
                   "args": {"filter": filter_ if filter_ is not None else {}}}
         if place["partitions"] == 1:
             return await self._run(search)
@@ -886,7 +890,7 @@ class ClusterNode:
 
         args = doc.get("args") or {}
         field = args.get("field") if isinstance(args, dict) else None
-        if not isinstance(field, str) or set(args) - {"field", "filter"}:
+        if not isinstance(field, str) or any(op.param(k) is None for k in args):
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
         parts = split_path(field, what="distinct field")
         answer = await self._matching(doc, place, args.get("filter"))
@@ -910,7 +914,7 @@ class ClusterNode:
         args = doc.get("args") or {}
         pipeline = args.get("pipeline") if isinstance(args, dict) else None
         explain = args.get("explain", False) if isinstance(args, dict) else False
-        if not isinstance(pipeline, list) or not isinstance(explain, bool) or set(args) - {"pipeline", "explain"}:
+        if not isinstance(pipeline, list) or not isinstance(explain, bool) or any(op.param(k) is None for k in args):
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
         joined: dict[str, list] = {}
         for name in _lookups(pipeline):
@@ -919,7 +923,7 @@ class ClusterNode:
             joined_place = await self._placement(doc["db"], name)
             if joined_place is not None and joined_place["type"] != "hash":
                 raise BadValueError(f"$lookup joins hash buckets; {name!r} is a {joined_place['type']} bucket")
-            got = await self._run({"op": "find", "db": doc["db"], "bucket": name, "args": {}})
+            got = await self._run({"op": _SEARCH.name, "db": doc["db"], "bucket": name, "args": {}})
             if got.get("ok") != 1:
                 return got
             joined[name] = got["result"]
@@ -1148,9 +1152,10 @@ class ClusterNode:
 
 _NONE = object()
 
-#: What runs over a spread bucket by merging here what each owner sends (ClusterNode._gather's refusals otherwise).
-_GATHERED_WHOLE = {"export": ClusterNode._gather_export, "distinct": ClusterNode._gather_distinct,
-                   "aggregate": ClusterNode._gather_aggregate}
+#: The gathers (the table's) that merge here what each owner sends: export's pages, distinct's values, aggregate's
+#: pipeline run over the documents gathered.
+_GATHERED_WHOLE = {"pages": ClusterNode._gather_export, "values": ClusterNode._gather_distinct,
+                   "pipeline": ClusterNode._gather_aggregate}
 
 
 def _lookups(value: Any) -> list:
