@@ -266,7 +266,10 @@ class Operation:
     #: "turns" (a partitioned queue's pop, peek: the owners asked in turn), "turns_claimed"
     #: (claim: the same, each claimId named by its node), "by_claim" (ack, release, extend: each
     #: claimId sent to its node), "windows" (one window of a time-range index: counts added up,
-    #: ranked again). Empty: a spread bucket refuses it (not built yet).
+    #: ranked again), "pages" (export: one page in key order across the owners), "values"
+    #: (distinct: the matching documents gathered, their values taken once), "pipeline"
+    #: (aggregate: the matching documents gathered, the pipeline run over them where the
+    #: request arrived). Empty: a spread bucket refuses it (not built yet).
     gather: str = ""
     #: What a catalog operation does to its scope's object: "create", "drop" or "alter".
     change: str = ""
@@ -397,7 +400,8 @@ for _op in [
               example="db.User.count()", cost=SCAN, key_param="filter", gather="sum"),
     Operation("distinct", _types("hash"), (Param("field", "str"), Param("filter", "filter", False)),
               summary="The different values of a field (an array's elements one by one) in the matching documents.",
-              answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN),
+              answer="a list, in sort order", example='db.Tickets.distinct("Category", {Open: true})', cost=SCAN,
+              gather="values"),
     # time-range indexes: one window's counts and ranking (hoarddb/indexes/timerange.py, docs/user/indexes.md)
     Operation("window", _types("hash"), (Param("index", "str"),),
               (Param("newest", "any", False, "true: the window that started last"),
@@ -414,7 +418,8 @@ for _op in [
               cursor="stream",
               summary="Run an aggregation pipeline ($match, $group, $sort, $project, $unwind, $lookup...) over the bucket.",
               answer="a list (index_used names what served a leading $match)",
-              example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True),
+              example='db.Tickets.aggregate([{$group: {_id: "$Category", n: {$count: {}}}}])', cost=SCAN, joins=True,
+              gather="pipeline"),
     Operation("update", _types("hash"), (Param("filter", "filter"), Param("update", "update")),
               (Param("upsert", "any", False, "insert when nothing matches"),
                Param("multi", "any", False, "false: only the first match (default true: every match)"),
@@ -448,7 +453,7 @@ for _op in [
               answer="a document or null", example="db.Leaderboard.last()"),
     Operation("export", _types(*STORE_TYPES), (), (Param("cursor", "any", False), _LIMIT),
               summary="A page of every entry in storage order, for dumps: {docs, next}; pass next back as cursor.",
-              answer="{docs, next}", example="db.Comments.export({limit: 1000})", cost=SCAN),
+              answer="{docs, next}", example="db.Comments.export({limit: 1000})", cost=SCAN, gather="pages"),
     Operation("load", _types(*STORE_TYPES), (Param("docs", "docs"),), write=True, gather="split",
               summary="Restore entries as a dump holds them (hash: put, and a unique clash leaves the index "
                       "conflicted; blob: {_id_, data, name, type, sha256}).",

@@ -30,6 +30,7 @@ from typing import Any
 from .. import operations
 from ..declaration import SPREADABLE, declare_bucket
 from ..errors import (
+    BadValueError,
     BucketExistsError,
     ConnectionError_,
     HoardError,
@@ -61,6 +62,10 @@ _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and
 CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
 _DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS = "documents", "sum", "counts", "split", "windows"
+#: A hash bucket's read of the documents matching a filter through the index that fits best (search): what
+#: distinct and aggregate gather with (the table's cost "indexed").
+_SEARCH = next(o for o in operations.VERBS.values() if o.cost == operations.INDEXED and "hash" in o.types
+               and o.gather == _DOCUMENTS)
 #: The catalog operations, found by what they change (the table's ``change`` and ``scope``).
 _CREATE_BUCKET = next(n for n, o in operations.ADMIN.items() if o.change == "create" and o.scope == operations.BUCKET)
 _DROPS = {o.scope: n for n, o in operations.ADMIN.items() if o.change == "drop"}
@@ -158,6 +163,8 @@ class ClusterNode:
         place = self.placements.get((doc.get("db"), doc.get("bucket")))
         if place is None:
             return True  # not known here yet: etcd says
+        if self._joins_elsewhere(op, doc, place):
+            return True  # run here over what every node holds (_gather_aggregate)
         p = self._partition(place, doc, op)
         if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
             return NODE_FIELD not in doc or self.mover.takes_part(doc)
@@ -196,6 +203,8 @@ class ClusterNode:
         place = await self._placement(db, bucket)
         if place is None:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
+        if self._joins_elsewhere(op, doc, place):
+            return await self._gather_aggregate(op, doc, place)
         if place["type"] == "blob" and place["partitions"] > 1 and op is _BLOB_PUT and "field" not in doc \
                 and NODE_FIELD not in doc:
             return await self._blob_put(doc, place, None)
@@ -255,13 +264,7 @@ class ClusterNode:
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
                                             f"{self.node_id}; send it there", node=owner, moved=True)
-        op = operations.OPERATIONS[doc["op"]]
-        if (op.streams or doc.get("upload")) and place["type"] in op.types:
-            where = (self.nodes.get(owner) or {}).get("advertise", "its address")
-            raise VerbNotSupportedError(
-                f"{op.name}: a blob's bytes are not passed between nodes yet; {db}.{bucket} is on node {owner}: "
-                f"connect to it ({where}) for this", node=owner)
-        return await self._forward(owner, doc)
+        return await self._forward(owner, doc)  # (a stream's answer: the owner's chunks, relayed as they come)
 
     # -- the map
 
@@ -453,6 +456,8 @@ class ClusterNode:
             return await self._split(op, doc, place)
         if op.gather == _WINDOWS:
             return await self._windows(doc, place)
+        if op.gather in _GATHERED_WHOLE and place["type"] in op.types:
+            return await _GATHERED_WHOLE[op.gather](self, op, doc, place)
         if not op.gather:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
@@ -649,13 +654,15 @@ class ClusterNode:
                     if place["owners"][p] == self.node_id:
                         await self._claim_assigned(db, bucket)
                         return await self._write_here(_with_upload(op, doc, upload))
-                    return self._bytes_elsewhere(op, db, bucket, place["owners"][p])
+                    return await self._relay_upload(place["owners"][p], doc, upload, db, bucket, p)
         if place is None:
             return await self._run(doc)  # no such bucket: said as one server says it
         p = self._partition(place, doc, op)
-        owner = place["owners"][p] if p is not None else None
+        if p is None:  # (a store field's put naming no document: refused here as on one server)
+            return await self._write_here(_with_upload(op, {k: v for k, v in doc.items() if k != NODE_FIELD}, upload))
+        owner = place["owners"][p]
         if owner != self.node_id:
-            return self._bytes_elsewhere(op, db, bucket, owner or "another node")
+            return await self._relay_upload(owner, doc, upload, db, bucket, p)
         if self.coord.holds(db, bucket, p) is None:
             try:
                 await self.coord.claim(db, bucket, p)
@@ -665,11 +672,68 @@ class ClusterNode:
                                                 node=e.node) from None
         return await self._write_here(_with_upload(op, {k: v for k, v in doc.items() if k != NODE_FIELD}, upload))
 
-    def _bytes_elsewhere(self, op: operations.Operation, db: str, bucket: str, owner: str) -> dict:
-        where = (self.nodes.get(owner) or {}).get("advertise", "its address")
-        return VerbNotSupportedError(
-            f"{op.name}: a blob's bytes are not passed between nodes yet; this part of {db}.{bucket} is on node "
-            f"{owner}: connect to it ({where}) for this", node=owner).to_answer()
+    async def _relay_upload(self, node: str, request: dict, upload, db: str, bucket: str, p: int) -> dict:
+        """A write whose bytes arrive in chunks (``upload``, the client's), for partition ``p`` owned by ``node``:
+        sent there as an upload of its own over the kept connection, each chunk passed on as it arrives.
+
+        Bounded: the client's chunks wait in ``upload`` (a few, then its connection stops being read) until the
+        link to the owner has room for them, so a blob of any size holds a few MiB here. A request sent by
+        another node is not relayed again: the partition moved, and the sender is told so."""
+        if NODE_FIELD in request:
+            raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {node}, not "
+                                            f"{self.node_id}; send it there", node=node, moved=True)
+        from ..chunks import CHUNK_SIZE  # noqa: PLC0415
+
+        peer, address = await self._link_to(node)
+        self.forwarded += 1
+        sent = {k: v for k, v in request.items() if k not in ("id", "upload")}
+        sent[NODE_FIELD] = self.node_id
+        sent["upload"] = True
+        loop = asyncio.get_running_loop()
+        rid = None
+        try:
+            proto = await peer.connect()
+            rid = proto.open(sent)
+            while True:
+                if proto.has_message(rid):  # answered before the end (refused): the rest is not sent
+                    proto.abort_upload(rid)
+                    break
+                try:
+                    data = await loop.run_in_executor(None, upload.read, CHUNK_SIZE)
+                except HoardError as e:  # the client's upload failed (aborted, closed, silent): so does the relay
+                    proto.abort_upload(rid)
+                    return e.to_answer()  # (the client's error, not the link's: the owner stored nothing)
+                if not data:
+                    await proto.write(proto.core.chunk(rid, b"", end=True))
+                    break
+                await proto.write(proto.core.chunk(rid, data))
+            answer = await proto.next(rid)
+        except (ConnectionError_, TimeoutError_) as e:
+            if rid is not None:
+                raise PartitionUnavailableError(
+                    f"node {node} did not answer ({e.message}); the write may or may not have been applied: "
+                    "read it back before trying again", node=node, outcome_unknown=True) from None
+            raise PartitionUnavailableError(f"node {node} cannot be reached at {address}: {e.message}",
+                                            node=node) from None
+        finally:
+            if rid is not None:
+                proto.finish(rid)
+        answer.pop("id", None)
+        return answer
+
+    async def _link_to(self, node: str):
+        """The kept connection to ``node`` and its address (PartitionUnavailableError when it is not in the cluster)."""
+        info = self.nodes.get(node)
+        if info is None:  # joined since the last refresh, or gone: etcd says which
+            self.nodes = await self.coord.nodes()
+            info = self.nodes.get(node)
+        if info is None:
+            raise PartitionUnavailableError(f"node {node} is not in the cluster now (down, or its lease ran out); "
+                                            "its partitions answer again once it is back", node=node)
+        peer = self._peers.get(node)
+        if peer is None:
+            peer = self._peers[node] = self._link(info)
+        return peer, info.get("advertise")
 
     async def _blob_put(self, doc: dict, place: dict, upload) -> dict:
         """A put on a spread blob bucket: the blob's id is made here, in a partition this node owns when it owns
@@ -700,7 +764,7 @@ class ClusterNode:
             await self._claim_assigned(db, bucket)
             answer = await (self._write_here(request) if upload is not None else self.server.run_here(request))
         elif upload is not None:
-            return self._bytes_elsewhere(_BLOB_PUT, db, bucket, owner)
+            answer = await self._relay_upload(owner, request, upload, db, bucket, partition_of(blob_id, partitions))
         else:
             answer = await self._forward(owner, request)
         return {"ok": 1, "result": blob_id} if answer.get("ok") == 1 else answer
@@ -720,6 +784,171 @@ class ClusterNode:
             if error is not None:
                 return error.to_answer()
         return answer
+
+    # -- export, distinct and aggregate over a spread bucket (the table gives them no gather: the node asked merges)
+
+    async def _each_part(self, doc: dict, place: dict) -> list[tuple[str, set[int], dict]]:
+        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``), as
+        :meth:`_each_owner` does; each answer with its node and the partitions it stands for, so that the caller
+        keeps of it only what they hold (a node may hold documents of other partitions while they move)."""
+        db, bucket = doc["db"], doc["bucket"]
+        op = operations.OPERATIONS[doc["op"]]
+        todo = list(range(place["partitions"]))
+        out: list[tuple[str, set[int], dict]] = []
+        for attempt in range(4):
+            groups: dict[str, list[int]] = {}
+            for p in todo:
+                groups.setdefault(place["owners"][p], []).append(p)
+            nodes = sorted(groups)
+            got = await asyncio.gather(*(self._here_or_there(n, {**doc, PARTS_FIELD: groups[n]}, op, place)
+                                         for n in nodes))
+            todo = []
+            for n, a in zip(nodes, got):
+                if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") \
+                        and attempt < 3:
+                    todo += groups[n]
+                else:
+                    out.append((n, set(groups[n]), a))
+            if not todo:
+                break
+            await self.refresh_placement(db, bucket)
+            place = self.placements.get((db, bucket), place)
+        return out
+
+    async def _gather_export(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """export over a spread hash or blob bucket: one page in key order across the owners, as one node gives it.
+
+        Each owner sends its first ``limit`` entries after the cursor (of the partitions asked of it); the page is
+        the first ``limit`` of them all, none past the last key of an owner whose page was full (what lies beyond
+        it there was not sent). A page cut short so is completed by asking again from there. ``next`` is the
+        page's last key (a hash bucket's encoded key, a blob's id) when the page is full, else None."""
+        args = dict(doc.get("args") or {})
+        limit = args.get("limit", _default_of(place["type"], op.name, "limit"))
+        if place["type"] == "hash":
+            key = lambda d: encode_key(d["_id_"])  # noqa: E731 (the cursor a hash bucket's export gives)
+        else:
+            key = lambda d: d["_id_"]  # noqa: E731 (a blob's id, lower case)
+        cursor = args.get("cursor")
+        page: list = []
+        while True:
+            answers = await self._each_part({**doc, "args": {**args, "cursor": cursor}}, place)
+            bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
+            if bad is not None:
+                return bad
+            bound = None
+            found: list = []
+            for _n, parts, a in answers:
+                docs = a["result"]["docs"]
+                if len(docs) >= limit:
+                    last = key(docs[-1])
+                    bound = last if bound is None or last < bound else bound
+                found += [d for d in docs if partition_of(route_value(d, place), place["partitions"]) in parts]
+            if bound is not None:
+                found = [d for d in found if key(d) <= bound]
+            found.sort(key=key)
+            page += found[:limit - len(page)]
+            if len(page) >= limit:
+                return {"ok": 1, "result": {"docs": page, "next": key(page[-1])}}
+            if bound is None:
+                return {"ok": 1, "result": {"docs": page, "next": None}}
+            cursor = bound
+
+    async def _matching(self, doc: dict, place: dict, filter_: Any) -> dict:
+        """The documents of a hash bucket that match ``filter_``, in key order, found by a search (an index serves it
+        where one fits; ``index_used`` names it, and ``index_used_by_node`` each node's on a spread bucket).
+
+        A whole bucket's search runs on its owner. A spread bucket's goes to every owner (``_each_part``), and
+        each answer is cut to the partitions asked of it (a node may hold a move's copies of others)."""
+        search = {"op": _SEARCH.name, "db": doc["db"], "bucket": doc["bucket"],
+                  "args": {"filter": filter_ if filter_ is not None else {}}}
+        if place["partitions"] == 1:
+            return await self._run(search)
+        answers = await self._each_part(search, place)
+        bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        docs = [d for _n, parts, a in answers for d in a["result"]
+                if partition_of(route_value(d, place), place["partitions"]) in parts]
+        docs.sort(key=lambda d: encode_key(d["_id_"]))
+        used: dict = {}
+        for n, _parts, a in answers:
+            used.setdefault(n, a.get("index_used"))
+        return {"ok": 1, "result": docs, "index_used": next(iter(used.values())), "index_used_by_node": used}
+
+    def _joins_elsewhere(self, op: operations.Operation, doc: dict, place: dict) -> bool:
+        """Whether an aggregate on a whole bucket joins (``$lookup``) a bucket its owner does not hold whole: the
+        owner's engine would read only its own part of that one, so the node asked runs it (_gather_aggregate)."""
+        if not op.joins or NODE_FIELD in doc or place["partitions"] != 1 or place["type"] not in op.types:
+            return False
+        args = doc.get("args")
+        for name in _lookups(args.get("pipeline") if isinstance(args, dict) else None):
+            joined = self.placements.get((doc.get("db"), name)) if isinstance(name, str) else None
+            if joined is not None and (joined["partitions"] != 1 or joined["owners"][0] != place["owners"][0]):
+                return True
+        return False
+
+    async def _gather_distinct(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """distinct over a spread hash bucket: the matching documents gathered here, and their values taken as one
+        node takes them (an array's elements one by one), deduplicated, in the order of values."""
+        from ..stores.hash import _is_leaf_array  # noqa: PLC0415
+        from ..values.paths import MISSING, resolve, split_path  # noqa: PLC0415
+
+        args = doc.get("args") or {}
+        field = args.get("field") if isinstance(args, dict) else None
+        if not isinstance(field, str) or any(op.param(k) is None for k in args):
+            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
+        parts = split_path(field, what="distinct field")
+        answer = await self._matching(doc, place, args.get("filter"))
+        if answer.get("ok") != 1:
+            return answer
+        seen: dict = {}
+        for d in answer["result"]:
+            for value in resolve(d, parts):
+                if value is MISSING or isinstance(value, (list, tuple)) and _is_leaf_array(d, parts, value):
+                    continue
+                seen.setdefault(encode_key(value), value)
+        return {"ok": 1, "result": [seen[k] for k in sorted(seen)]}
+
+    async def _gather_aggregate(self, op: operations.Operation, doc: dict, place: dict) -> dict:
+        """aggregate over a spread hash bucket (or a whole one whose ``$lookup`` reads a bucket spread or owned by
+        another node): the documents a leading ``$match`` keeps (every document without one) gathered here in key
+        order, and the whole pipeline run over them here, within the same stage limits as on one node; a
+        ``$lookup``'s bucket is read once, whole, wherever it is."""
+        from ..values.pipeline import Limits, compile_pipeline  # noqa: PLC0415
+
+        args = doc.get("args") or {}
+        pipeline = args.get("pipeline") if isinstance(args, dict) else None
+        explain = args.get("explain", False) if isinstance(args, dict) else False
+        if not isinstance(pipeline, list) or not isinstance(explain, bool) or any(op.param(k) is None for k in args):
+            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
+        joined: dict[str, list] = {}
+        for name in _lookups(pipeline):
+            if not isinstance(name, str) or name in joined:
+                continue
+            joined_place = await self._placement(doc["db"], name)
+            if joined_place is not None and joined_place["type"] != "hash":
+                raise BadValueError(f"$lookup joins hash buckets; {name!r} is a {joined_place['type']} bucket")
+            got = await self._run({"op": _SEARCH.name, "db": doc["db"], "bucket": name, "args": {}})
+            if got.get("ok") != 1:
+                return got
+            joined[name] = got["result"]
+
+        def lookup(name):
+            if name not in joined:
+                raise VerbNotSupportedError(f"aggregate over a spread bucket: $lookup from {name!r} is not read here")
+            return joined[name]
+        options = self.server.engine.options
+        compiled = compile_pipeline(pipeline, limits=Limits(options.stage_memory_bytes, options.stage_max_documents),
+                                    lookup=lookup)
+        answer = await self._matching(doc, place, compiled.leading_match)
+        if answer.get("ok") != 1:
+            return answer
+        docs = answer["result"]
+        out = await asyncio.get_running_loop().run_in_executor(None, lambda: list(compiled.run(docs)))
+        extras = {k: answer[k] for k in ("index_used", "index_used_by_node") if k in answer}
+        if explain:
+            extras["explain"] = {**extras, "gathered": len(docs), "returned": len(out)}
+        return {"ok": 1, "result": out, **extras}
 
     async def _each_owner(self, op: operations.Operation, doc: dict, place: dict) -> tuple[list[str], list[dict]]:
         """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``);
@@ -927,6 +1156,25 @@ class ClusterNode:
 
 
 _NONE = object()
+
+#: The gathers (the table's) that merge here what each owner sends: export's pages, distinct's values, aggregate's
+#: pipeline run over the documents gathered.
+_GATHERED_WHOLE = {"pages": ClusterNode._gather_export, "values": ClusterNode._gather_distinct,
+                   "pipeline": ClusterNode._gather_aggregate}
+
+
+def _lookups(value: Any) -> list:
+    """The buckets every ``$lookup`` of a pipeline reads (nested ones, in ``$facet``, included)."""
+    found: list = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "$lookup" and isinstance(v, dict) and "from" in v:
+                found.append(v["from"])
+            found += _lookups(v)
+    elif isinstance(value, list):
+        for v in value:
+            found += _lookups(v)
+    return found
 
 
 def _default_of(store_type: str, verb: str, param: str) -> Any:

@@ -795,7 +795,7 @@ class Server:
             if upload is not None:
                 conn.finish_upload(rid)
         result = answer.get("result")
-        if op in STREAMS and answer.get("ok") == 1 and hasattr(result, "__next__"):
+        if op in STREAMS and answer.get("ok") == 1 and (hasattr(result, "__next__") or hasattr(result, "__anext__")):
             await self._stream(conn, rid, doc, result, arrived)
             return
         if write and self.committer is not None and answer.get("ok") == 1 and request.how != "cluster":
@@ -942,11 +942,16 @@ class Server:
                         extra={"hoarddb": {k: v for k, v in entry.items() if k not in ("id", "time")}})
 
     async def _stream(self, conn: Connection, rid, doc: dict, chunks, arrived: int) -> None:
-        """Send a blob's chunks as they are read, never more than the connection's write buffer ahead."""
+        """Send a blob's chunks as they are read, never more than the connection's write buffer ahead
+        (``chunks``: an iterator read in a thread, or an async one: a stream a cluster node relays)."""
         codename = None
+        relayed = hasattr(chunks, "__anext__")
         try:
             while not conn.closed:
-                chunk = await self.loop.run_in_executor(self._reads, next, chunks, None)
+                if relayed:
+                    chunk = await anext(chunks, None)
+                else:
+                    chunk = await self.loop.run_in_executor(self._reads, next, chunks, None)
                 if chunk is None:
                     conn.send({"id": rid, "ok": 1, "end": True})
                     break
@@ -963,8 +968,9 @@ class Server:
             codename = err.codeName
             conn.send(error_answer(rid, err))
         finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
+            if relayed:
+                await chunks.aclose()
+            elif (close := getattr(chunks, "close", None)) is not None:
                 await self.loop.run_in_executor(self._reads, close)
         self._answered(conn, doc, arrived, codename)
         conn.done()

@@ -41,10 +41,26 @@ def _cluster_node(tmp):
         try:
             for node in nodes:
                 node.start()
+            nodes[1].owner_data = lambda db, bucket: _owner_data(nodes, db, bucket)
             yield nodes[1]
         finally:
             for node in nodes:
                 node.stop()
+
+
+def _owner_data(nodes, db: str, bucket: str):
+    """The data folder of the node that owns a whole bucket of the cluster (its blob files are there): the one
+    node that answers a request marked as a node's for it (the others refuse it, naming the owner)."""
+    from hoarddb.errors import PartitionUnavailableError
+
+    for node in nodes:
+        with hoarddb.connect(node.url()) as client:
+            try:
+                client.execute({"op": "length", "db": db, "bucket": bucket, "_node": "contract"})
+            except PartitionUnavailableError:
+                continue
+            return node.data
+    raise AssertionError(f"no node of the cluster owns {db}.{bucket}")
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +96,7 @@ def _place(request, executor: str, where: str, owner_type: str = "hash") -> Plac
         return Place(executor, where, client, data, owner_type)
     server = request.getfixturevalue("contract_server")
     client = request.getfixturevalue("blocking_client" if executor == "blocking" else "aio_client")
-    return Place(executor, where, client, server.data)
+    return Place(executor, where, client, server.data, owner_data=getattr(server, "owner_data", None))
 
 
 #: Every executor times every where, and (embedded) the store field of a btree bucket's entry,

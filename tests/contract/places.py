@@ -131,11 +131,13 @@ class Store:
 class Place:
     """Place makes stores of one executor and one where, each in a database no other test uses."""
 
-    def __init__(self, executor: str, where: str, client, data: Path, owner_type: str = "hash"):
+    def __init__(self, executor: str, where: str, client, data: Path, owner_type: str = "hash", owner_data=None):
         self.executor = executor
         self.where = where
         self.client = client
         self.data = data
+        #: on a cluster, ``owner_data(db, bucket)``: the data folder of the node owning a whole bucket, else None
+        self.owner_data = owner_data
         self.owner_type = owner_type
         self.made: list[str] = []
 
@@ -157,7 +159,8 @@ class Place:
         db = self.database()
         if self.where == "bucket":
             api = db.create_bucket("S", type=type_, **options)
-            return Store(api, type_, "bucket", db, self.data / db.name / "S")
+            data = self.owner_data(db.name, "S") if self.owner_data is not None and type_ == "blob" else self.data
+            return Store(api, type_, "bucket", db, data / db.name / "S")
         if self.where == "field":
             owner = db.create_bucket("Owner", type=self.owner_type, store_fields=[{"name": "S", "type": type_}])
             owner.insert({"_id_": "d1", "Name": "the owner"})
