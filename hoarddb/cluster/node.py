@@ -759,10 +759,13 @@ class ClusterNode:
         while mine and partition_of(blob_id, partitions) not in mine:
             blob_id = _blob_id(uuid7())
         owner = owners[partition_of(blob_id, partitions)]
+        if upload is not None:  # the bytes travel as the upload's chunks, never inside the request
+            blob = {k: v for k, v in blob.items() if k != "data"}
         request = {"op": _BLOB_LOAD.name, "db": db, "bucket": bucket, "args": {"docs": [{"_id_": blob_id, **blob}]}}
         if owner == self.node_id:
             await self._claim_assigned(db, bucket)
-            answer = await (self._write_here(request) if upload is not None else self.server.run_here(request))
+            answer = await (self._write_here(_with_upload(_BLOB_LOAD, request, upload)) if upload is not None
+                            else self.server.run_here(request))
         elif upload is not None:
             answer = await self._relay_upload(owner, request, upload, db, bucket, partition_of(blob_id, partitions))
         else:
