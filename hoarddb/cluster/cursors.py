@@ -43,21 +43,24 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from .moves import PARTS_FIELD
+from .partitions import partition_of
 
 if TYPE_CHECKING:
     from .node import ClusterNode
 
-#: The reads a cluster cursor serves: a spread hash bucket's documents merged by key (the table's gather).
-STREAMED = frozenset({"find", "search"})
+#: The reads a cluster cursor serves, by bucket type: a spread hash bucket's documents merged by key (or
+#: sort), a spread btree's entries by sort value.
+STREAMED = {"hash": frozenset({"find", "search"}), "btree": frozenset({"range"})}
 _MORE = operations.MORE.name
 _CLOSE = operations.CLOSE_CURSOR.name
 
 
 def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> bool:
     """Whether a read asked with ``batch_size`` is answered by a cluster cursor (else whole, as before):
-    find or search over a spread hash bucket, not pinned to one partition, not an explain."""
+    find or search over a spread hash bucket, range over a spread btree; not pinned to one partition, not an
+    explain."""
     args = doc.get("args")
-    return (op.name in STREAMED and not pinned and place["partitions"] > 1 and place["type"] == "hash"
+    return (op.name in STREAMED.get(place["type"], ()) and not pinned and place["partitions"] > 1
             and place.get("group") is None and isinstance(args, dict) and args.get("batch_size") is not None
             and not args.get("explain"))
 
@@ -65,13 +68,26 @@ def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> b
 class _Part:
     """One owner's part of a cluster cursor: its node, its partitions, its cursor id, the batch it answered last."""
 
-    __slots__ = ("node", "parts", "cursor", "head")
+    __slots__ = ("node", "parts", "place", "cursor", "head")
 
-    def __init__(self, node: str, parts: set[int], answer: dict):
+    def __init__(self, node: str, parts: set[int], place: dict, answer: dict):
         self.node = node
         self.parts = parts
+        self.place = place
         self.cursor = answer.get("cursor")
-        self.head = deque(answer.get("result") or [])
+        self.head: deque = deque()
+        self.take(answer)
+
+    def take(self, answer: dict) -> None:
+        """An owner's batch, kept to the partitions asked of it: a node may hold copies of others while they
+        move to it, which its own cursor reads as it goes."""
+        from .node import _NONE, route_value  # noqa: PLC0415
+
+        parts, place, partitions = self.parts, self.place, self.place["partitions"]
+        for d in answer.get("result") or []:
+            value = route_value(d, place)
+            if value is _NONE or partition_of(value, partitions) in parts:
+                self.head.append(d)
 
 
 class MergedSource:
@@ -93,7 +109,13 @@ class MergedSource:
         self.skip = skip if isinstance(skip, int) and skip > 0 else 0
         self.limit = limit if isinstance(limit, int) and limit > 0 else None
         sort = args.get("sort")
-        if sort is not None:
+        self.reverse = False
+        if place["type"] == "btree":  # (equal sort values share a partition: their owner's order is kept)
+            from .node import _btree_order  # noqa: PLC0415
+
+            self.key = _btree_order(place, bucket)
+            self.reverse = args.get("reverse") is True
+        elif sort is not None:
             by_sort = compile_sort(sort)
             self.key = lambda d: (by_sort(d), encode_key(d["_id_"]))
         else:
@@ -102,7 +124,8 @@ class MergedSource:
 
     def __iter__(self):
         try:
-            merged = heapq.merge(*(self._docs(p) for p in self.parts), key=self.key)
+            merged = heapq.merge(*(self._docs(p) for p in self.parts), key=self.key,
+                                reverse=self.reverse)
             stop = None if self.limit is None else self.skip + self.limit
             for doc in itertools.islice(merged, self.skip, stop):
                 yield doc if self.project is None else self.project(doc)
@@ -119,8 +142,9 @@ class MergedSource:
 
     def _pull(self, part: _Part) -> None:
         """The next batch of ``part``'s owner (on a thread, never the event loop's)."""
+        place = self.node.placements.get((self.db, self.bucket), self.place)  # (kept up by the catalog's watch)
         for p in part.parts:
-            owner = self.place["owners"][p]
+            owner = place["owners"][p]
             if owner != part.node:
                 raise PartitionUnavailableError(
                     f"partition {p} of {self.db}.{self.bucket} moved from node {part.node} to node {owner} while "
@@ -144,7 +168,7 @@ class MergedSource:
                     "cursor_timeout, or the node restarted); run the read again", cursor=self.id)
             raise error_from_answer(answer)
         part.cursor = answer.get("cursor")
-        part.head.extend(answer.get("result") or [])
+        part.take(answer)
 
     def release(self) -> None:
         """Close every owner cursor still open (once; on any thread)."""
@@ -197,7 +221,7 @@ async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, 
     db, bucket = doc["db"], doc["bucket"]
     source = MergedSource(node, loop, db, bucket, node.placements.get((db, bucket), place), [], merged_args)
     answers = await _each_part(node, op, {**doc, "args": part}, place)
-    source.parts = [_Part(n, p, a) for n, p, a in answers if a.get("ok") == 1]
+    source.parts = [_Part(n, p, place, a) for n, p, a in answers if a.get("ok") == 1]
     bad = next((a for _n, _p, a in answers if a.get("ok") != 1), None)
     if bad is not None:
         source.release()

@@ -161,3 +161,24 @@ def test_a_cursor_whose_node_died_answers_partition_unavailable(tmp_path):
         finally:
             for n in nodes:
                 n.stop()
+
+
+def test_a_range_over_a_spread_btree_streams_in_one_server_s_order(cluster):
+    nodes, clients, reference = cluster
+    entries = [{"User": f"u{i}", "Score": (i * 13) % 97, "Pad": PAD} for i in range(2400)]  # ties: many
+    clients[0]["app"].create_bucket("Board", type="btree", key="Score", partitions=8)
+    reference["app"].create_bucket("Board", type="btree", key="Score")
+    for start in range(0, len(entries), 100):
+        clients[1]["app"].Board.batch_insert(entries[start:start + 100])
+        reference["app"].Board.batch_insert(entries[start:start + 100])
+    for args in ({}, {"reverse": True}, {"bounds": {"$gte": 10, "$lt": 60}, "limit": 900}):
+        expected = [e["User"] for e in reference["app"].Board.range(**args)]
+        for c in clients:
+            assert [e["User"] for e in c["app"].Board.range(batch_size=50, **args)] == expected
+    answer = clients[2].execute({"op": "range", "db": "app", "bucket": "Board", "args": {"batch_size": 4}})
+    assert len(answer["result"]) == 4 and answer["cursor"]
+    clients[2].execute({"op": "close_cursor", "cursor": answer["cursor"]})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(cursors_open(n) for n in nodes):
+        time.sleep(0.05)
+    assert [cursors_open(n) for n in nodes] == [0.0, 0.0, 0.0]
