@@ -1,4 +1,4 @@
-"""Cluster cursors: a find or search over a spread hash bucket read a batch at a time, its owners' cursors merged in one node's order.
+"""Cluster cursors: a find, search or range over a spread bucket read a batch at a time, its owners' cursors merged in one node's order.
 
 The node a client asks (the entry node) sends the read to every node owning some of the
 bucket's partitions, each told which (``_parts``, as every gather does), with a
@@ -33,8 +33,9 @@ import asyncio
 import heapq
 import itertools
 import threading
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import operations
 from ..cursors import FIRST_BATCH, check_batch_size
@@ -68,7 +69,7 @@ def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> b
 class _Part:
     """One owner's part of a cluster cursor: its node, its partitions, its cursor id, the batch it answered last."""
 
-    __slots__ = ("node", "parts", "place", "cursor", "head")
+    __slots__ = ("node", "parts", "place", "cursor", "head", "asked")
 
     def __init__(self, node: str, parts: set[int], place: dict, answer: dict):
         self.node = node
@@ -76,6 +77,7 @@ class _Part:
         self.place = place
         self.cursor = answer.get("cursor")
         self.head: deque = deque()
+        self.asked = time.monotonic()  # when its owner last heard of its cursor (its idle clock started)
         self.take(answer)
 
     def take(self, answer: dict) -> None:
@@ -153,6 +155,7 @@ class MergedSource:
         request: dict = {"op": _MORE, "cursor": part.cursor}
         if self.size is not None:
             request["batch_size"] = self.size
+        part.asked = time.monotonic()
         if part.node == self.node.node_id:
             try:
                 answer = self.node.server.engine.execute(request)
@@ -247,12 +250,13 @@ async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, 
 async def more(node: "ClusterNode", doc: dict) -> dict:
     """``more`` of a cluster cursor: run by the engine's cursors on a thread, its source asking owners as it goes."""
     source = node.cursor_sources.get(doc.get("cursor"))
+    engine = node.server.engine
     if source is not None:
         try:
             source.size = check_batch_size(doc.get("batch_size"), "more's batch_size")
         except HoardError as e:
             return e.to_answer()
-    engine = node.server.engine
+        await _keep_alive(node, source, engine.cursors.timeout)
 
     def run() -> dict:
         try:
@@ -260,6 +264,33 @@ async def more(node: "ClusterNode", doc: dict) -> dict:
         except HoardError as e:
             return e.to_answer()
     return await asyncio.get_running_loop().run_in_executor(None, run)
+
+
+async def _keep_alive(node: "ClusterNode", source: MergedSource, timeout: float) -> None:
+    """Ask ``more`` with batch_size 0 of each owner cursor not asked for half a cursor_timeout (this node's; the
+    nodes of a cluster share their settings): a part whose documents all sort after the others' is not read
+    for as long as those are, and must not time out on its owner meanwhile. A batch of 0 hands nothing out;
+    an owner with nothing left ends its cursor, and the part keeps what it holds. Errors wait for the pull."""
+    if not timeout:
+        return
+    now = time.monotonic()
+    stale = [p for p in source.parts if p.cursor is not None and now - p.asked > timeout / 2]
+    if not stale:
+        return
+
+    async def touch(part: _Part) -> None:
+        part.asked = time.monotonic()
+        request = {"op": _MORE, "cursor": part.cursor, "batch_size": 0}
+        if part.node == node.node_id:
+            try:
+                answer = await asyncio.get_running_loop().run_in_executor(None, node.server.engine.execute, request)
+            except HoardError as e:
+                answer = e.to_answer()
+        else:
+            answer = await _ask(node, part.node, request)
+        if answer.get("ok") == 1 and not answer.get("cursor"):
+            part.cursor = None  # read to its end there (nothing was handed out)
+    await asyncio.gather(*(touch(p) for p in stale))
 
 
 async def _each_part(node: "ClusterNode", op: operations.Operation, doc: dict,

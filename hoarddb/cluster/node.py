@@ -161,7 +161,7 @@ class ClusterNode:
             return True
         if op is operations.MORE:  # a cluster cursor's: read off the loop, which carries its owners' batches
             cursor_id = doc.get("cursor")
-            return type(cursor_id) is int and cursor_id in self.cursor_sources
+            return isinstance(cursor_id, int) and not isinstance(cursor_id, bool) and cursor_id in self.cursor_sources
         if op.runs != operations.STORE:
             return False  # the server's and the catalog's reads: every node answers alike
         if doc.get("upload"):

@@ -182,3 +182,30 @@ def test_a_range_over_a_spread_btree_streams_in_one_server_s_order(cluster):
     while time.monotonic() < deadline and any(cursors_open(n) for n in nodes):
         time.sleep(0.05)
     assert [cursors_open(n) for n in nodes] == [0.0, 0.0, 0.0]
+
+
+def test_an_owner_s_part_read_last_is_kept_open_while_the_others_are_read(tmp_path):
+    """A sort that puts one node's documents after every other's: that node's cursor is not pulled while the
+    others are read, and must not time out on its node meanwhile (the entry node keeps it alive)."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = start_nodes(tmp_path, etcd, 2, env={"HOARDDB_CURSOR_TIMEOUT": "1"})
+        try:
+            with hoarddb.connect(nodes[0].url()) as c1:
+                c1["app"].create_bucket("Late", type="hash", partitions=8)
+                c1["app"].Late.batch_insert([{"_id_": i, "Late": 0} for i in range(300)])
+                with hoarddb.connect(nodes[1].url()) as c2:  # (its own keys, not routed: marked as a node's)
+                    theirs = [d["_id_"] for d in c2.execute({"op": "find", "db": "app", "bucket": "Late",
+                                                            "_node": "test", "args": {}})["result"]]
+                assert 0 < len(theirs) < 300
+                c1["app"].Late.update({"_id_": {"$in": theirs}}, {"$set": {"Late": 1}})
+                first = c1.execute({"op": "find", "db": "app", "bucket": "Late",
+                                    "args": {"filter": {}, "sort": {"Late": 1}, "batch_size": 10}})
+                got = [d["_id_"] for d in first["result"]]
+                while "cursor" in first:
+                    time.sleep(0.2)  # slower than n2's cursor_timeout over the whole read
+                    first = c1.execute({"op": "more", "cursor": first["cursor"], "batch_size": 10})
+                    got += [d["_id_"] for d in first["result"]]
+                assert got == sorted(set(range(300)) - set(theirs)) + sorted(theirs)
+        finally:
+            for n in nodes:
+                n.stop()
