@@ -311,8 +311,10 @@ async def _each_part(node: "ClusterNode", op: operations.Operation, doc: dict,
 
         async def ask(n: str) -> dict:
             one = {**doc, PARTS_FIELD: groups[n]}
-            if n == node.node_id and node.mover.takes_part({**one, NODE_FIELD: n}):
-                one["args"] = {k: v for k, v in one["args"].items() if k != "batch_size"}
+            if n == node.node_id:
+                await node._claim_assigned(db, bucket)  # (as _here_or_there does first: what it holds decides)
+                if node.mover.takes_part({**one, NODE_FIELD: n}):
+                    one["args"] = {k: v for k, v in one["args"].items() if k != "batch_size"}
             try:
                 return await node._here_or_there(n, one, op, place)
             except HoardError as e:

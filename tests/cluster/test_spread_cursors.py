@@ -200,6 +200,7 @@ def test_an_owner_s_part_read_last_is_kept_open_while_the_others_are_read(tmp_pa
                 c1["app"].Late.update({"_id_": {"$in": theirs}}, {"$set": {"Late": 1}})
                 first = c1.execute({"op": "find", "db": "app", "bucket": "Late",
                                     "args": {"filter": {}, "sort": {"Late": 1}, "batch_size": 10}})
+                assert cursors_open(nodes[1]) == 1.0  # n2's part, not read until n1's documents are
                 got = [d["_id_"] for d in first["result"]]
                 while "cursor" in first:
                     time.sleep(0.2)  # slower than n2's cursor_timeout over the whole read
