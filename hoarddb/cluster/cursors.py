@@ -186,16 +186,18 @@ class MergedSource:
 
 def _close_parts(node: "ClusterNode", loop: asyncio.AbstractEventLoop, parts: list[_Part]) -> None:
     """Close the owner cursors of ``parts`` still open (on any thread): this node's at once, others' by close_cursor."""
-    for part in parts:
+    for part in parts:  # (its head is left to the collector: a pull on another thread may be reading it)
         cursor_id, part.cursor = part.cursor, None
-        part.head.clear()
         if cursor_id is None:
             continue
         if part.node == node.node_id:
             node.server.engine.cursors.close(cursor_id)
-        else:
+            continue
+        try:
             loop.call_soon_threadsafe(lambda n=part.node, c=cursor_id: loop.create_task(
                 _ask(node, n, {"op": _CLOSE, "cursor": [c]})))
+        except RuntimeError:  # the loop is closed (the node stopping): the owner's timeout frees it
+            pass
 
 
 async def _ask(node: "ClusterNode", name: str, request: dict) -> dict:
