@@ -182,7 +182,8 @@ class ClusterNode:
         """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered
         (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes).
 
-        A find or search over a spread hash bucket asked with ``batch_size`` opens a cluster cursor
+        A find or search over a spread hash bucket, or a range over a spread btree, asked with
+        ``batch_size`` opens a cluster cursor
         (hoarddb/cluster/cursors.py); other reads asked so are answered whole here, without a cursor
         (their parts' answers are merged as lists), unless run by a node holding the bucket's partition
         itself (docs/dev/cursors.md)."""
