@@ -60,9 +60,10 @@ def check_batch_size(value: Any, what: str = "batch_size") -> int | None:
 class Cursor:
     """Cursor is one open cursor: where its documents come from, and the one read ahead."""
 
-    __slots__ = ("id", "what", "source", "ahead", "used", "lock", "on_error")
+    __slots__ = ("id", "what", "source", "ahead", "used", "lock", "on_error", "on_close")
 
-    def __init__(self, cursor_id: int, what: str, source: Iterator, on_error: Callable | None):
+    def __init__(self, cursor_id: int, what: str, source: Iterator, on_error: Callable | None,
+                 on_close: Callable | None = None):
         self.id = cursor_id
         self.what = what  # "find on app.Users", for messages
         self.source = source
@@ -70,6 +71,7 @@ class Cursor:
         self.used = time.monotonic()
         self.lock = threading.Lock()  # one batch at a time
         self.on_error = on_error  # turns an error of the read into what the caller hears
+        self.on_close = on_close  # frees what the source holds elsewhere (a cluster cursor's owners' cursors)
 
     def batch(self, size: int | None, room: int = BATCH_BYTES) -> tuple[list, bool]:
         """The next batch (at most ``size`` documents, at most ``room`` bytes), and whether more remain."""
@@ -126,10 +128,13 @@ class Cursors:
     def __contains__(self, cursor_id: Any) -> bool:
         return cursor_id in self._open
 
-    def open(self, what: str, source, batch_size: int | None, on_error: Callable | None = None) -> dict:
-        """The answer's fields of a new read: ``{result: first batch}``, and ``cursor`` when more remain."""
+    def open(self, what: str, source, batch_size: int | None, on_error: Callable | None = None,
+             on_close: Callable | None = None) -> dict:
+        """The answer's fields of a new read: ``{result: first batch}``, and ``cursor`` when more remain.
+        ``on_close`` is called once the cursor is dropped (read to its end, closed, timed out), not
+        under this object's lock."""
         self.expire()
-        cursor = Cursor(0, what, iter(source), on_error)
+        cursor = Cursor(0, what, iter(source), on_error, on_close)
         size = FIRST_BATCH if batch_size is None else batch_size
         try:
             batch, more = cursor.batch(size, self.room)
@@ -186,8 +191,11 @@ class Cursors:
 
     def close_all(self) -> None:
         with self._lock:
+            dropped = list(self._open.values())
             self._open.clear()
             self._gauge()
+        for cursor in dropped:
+            _closed(cursor)
 
     def expire(self, now: float | None = None) -> int:
         """Close the cursors unread for ``timeout`` seconds; how many. Looks at most once a second
@@ -236,11 +244,20 @@ class Cursors:
                 return None
             if cursor is not None:
                 self._gauge()
+        if cursor is not None:
+            _closed(cursor)
         return cursor
 
     def _gauge(self) -> None:
         if self.metrics is not None:
             self.metrics.cursors_open.set(len(self._open))
+
+
+def _closed(cursor: Cursor) -> None:
+    """Run a dropped cursor's ``on_close``, once."""
+    on_close, cursor.on_close = cursor.on_close, None
+    if on_close is not None:
+        on_close()
 
 
 def batches(first: dict, more: Callable[[int], dict]) -> Iterator[list]:

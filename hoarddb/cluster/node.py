@@ -45,6 +45,7 @@ from ..stores import store_class
 from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
+from . import cursors as cluster_cursors
 from .coord import Coordinator, OwnedElsewhere
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
@@ -93,6 +94,8 @@ class ClusterNode:
         self.users = None
         #: this node's copy of the cluster's catalog, watched (hoarddb/cluster/catalog.py)
         self.catalog = None
+        #: the sources of the cluster cursors open here, by the id their client sees (hoarddb/cluster/cursors.py)
+        self.cursor_sources: dict[int, Any] = {}
 
     # -- life cycle
 
@@ -156,6 +159,9 @@ class ClusterNode:
             return False  # the engine refuses it, naming the operations
         if op.catalog:
             return True
+        if op is operations.MORE:  # a cluster cursor's: read off the loop, which carries its owners' batches
+            cursor_id = doc.get("cursor")
+            return isinstance(cursor_id, int) and not isinstance(cursor_id, bool) and cursor_id in self.cursor_sources
         if op.runs != operations.STORE:
             return False  # the server's and the catalog's reads: every node answers alike
         if doc.get("upload"):
@@ -176,9 +182,17 @@ class ClusterNode:
         """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered
         (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes).
 
-        A read asked with ``batch_size`` is answered whole here, without a cursor (its
-        parts' answers are merged as lists): cursors are served by a single server, or a
-        node for a bucket whose partition it holds itself (docs/dev/cursors.md)."""
+        A find or search over a spread hash bucket, or a range over a spread btree, asked with
+        ``batch_size`` opens a cluster cursor
+        (hoarddb/cluster/cursors.py); other reads asked so are answered whole here, without a cursor
+        (their parts' answers are merged as lists), unless run by a node holding the bucket's partition
+        itself (docs/dev/cursors.md)."""
+        try:
+            streamed = await self._cursor(doc)
+        except HoardError as e:
+            return e.to_answer()
+        if streamed is not None:
+            return streamed
         args = doc.get("args")
         if type(args) is dict and args.get("batch_size") is not None and getattr(
                 operations.OPERATIONS.get(doc.get("op")), "cursor", False):
@@ -192,6 +206,21 @@ class ClusterNode:
             return await self._run(doc)
         except HoardError as e:
             return e.to_answer()
+
+    async def _cursor(self, doc: dict) -> dict | None:
+        """The answer of a cluster cursor's read or ``more`` (hoarddb/cluster/cursors.py), or None for other requests."""
+        op = operations.OPERATIONS.get(doc.get("op"))
+        if op is operations.MORE:
+            return await cluster_cursors.more(self, doc)
+        args = doc.get("args")
+        if NODE_FIELD in doc or op is None or not op.cursor or type(args) is not dict or args.get("batch_size") is None:
+            return None
+        place = await self._placement(doc["db"], doc["bucket"])
+        if place is None or self._joins_elsewhere(op, doc, place):
+            return None
+        if not cluster_cursors.streams(op, doc, place, self._partition(place, doc, op) is not None):
+            return None
+        return await cluster_cursors.open_cursor(self, op, doc, place)
 
     async def _run(self, doc: dict) -> dict:
         if MOVE_FIELD in doc and NODE_FIELD in doc:

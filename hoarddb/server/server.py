@@ -785,6 +785,8 @@ class Server:
         try:
             if request.how == "cluster":  # (an upload's bytes go along: a spread blob bucket's put)
                 answer = await (self.cluster.run(doc) if upload is None else self.cluster.run(doc, upload=upload))
+                if "cursor" in answer or op == MORE.name:  # a cluster cursor's: the connection's, as any cursor
+                    answer = self._visible(conn, doc, answer)
             else:
                 answer = await self._execute(conn, doc, op, write, upload)
         except HoardError as e:
@@ -837,7 +839,8 @@ class Server:
         databases they hold a role on. A cursor an answer opens is the connection's (only it
         may read on, and it closes with it); one read to its end is no longer."""
         if "cursor" in answer:
-            if doc.get("op") != MORE.name and not self._room_for_cursor(conn):
+            if doc.get("op") != MORE.name and "_node" not in doc and not self._room_for_cursor(conn):
+                # (a node's part of a cluster cursor is counted by the node that asked, on its client's connection)
                 self.engine.cursors.close(answer["cursor"])  # a read with more left than its first batch: refused
                 return LimitExceededError(
                     f"this connection has {len(conn.cursors)} cursors open, the most one connection may have "

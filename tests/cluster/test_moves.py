@@ -154,7 +154,7 @@ class Load:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    docs = client["app"].Events.find()
+                    docs = list(client["app"].Events.find())  # (read whole before the client closes)
                     count = client["app"].Events.count()
                     break
                 except PartitionUnavailableError:

@@ -76,7 +76,7 @@ def test_a_node_killed_under_load_loses_nothing_acknowledged(tmp_path):
                 deadline = time.monotonic() + 20
                 while True:
                     try:
-                        docs = client["app"].Events.find()
+                        docs = list(client["app"].Events.find())
                         break
                     except PartitionUnavailableError:
                         assert time.monotonic() < deadline

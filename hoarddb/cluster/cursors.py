@@ -1,0 +1,335 @@
+"""Cluster cursors: a find, search or range over a spread bucket read a batch at a time, its owners' cursors merged in one node's order.
+
+The node a client asks (the entry node) sends the read to every node owning some of the
+bucket's partitions, each told which (``_parts``, as every gather does), with a
+``batch_size``: each owner opens a cursor of its own and answers its first batch. The
+entry node keeps a cursor of its own in its engine's cursors (hoarddb/cursors.py: the id
+the client sees, its idle timeout, ``max_cursors``, the ``hoarddb_cursors_open`` gauge,
+its connection's ownership), whose source is a :class:`MergedSource`: each owner's cursor
+id and the batch it last answered (at most one batch per owner held here), merged lazily
+in the order one node gives — the sort's order when the read has ``sort``, then the
+documents' encoded keys (``_id_``), exactly the order ``ClusterNode._gather`` gives when it
+merges whole answers. ``skip``, ``limit`` and ``projection`` apply to the merged stream
+(each owner is asked for its first ``skip + limit`` and whole documents, as in ``_gather``).
+
+The source is read on a thread (the engine's cursors are synchronous); when an owner's
+batch is used up it asks that owner's ``more`` on the event loop and waits
+(``run_coroutine_threadsafe``). The entry node runs ``more`` of its cluster cursors off its
+event loop (:meth:`ClusterNode.run`), so the loop is free to carry those requests.
+
+When the cursor is dropped (read to its end, ``close_cursor``, its idle timeout, its
+connection closed), every owner cursor still open is closed with ``close_cursor``; an
+owner's own ``cursor_timeout`` is the backstop. An owner that cannot be reached when its
+next batch is needed answers PARTITION_UNAVAILABLE naming it; a partition that changed
+owner while the cursor was open does too (run the read again).
+
+A part that an owner must cut to its partitions (while a partition moves to or from it)
+is answered whole by that owner, as today's gather answers it, and merged the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .. import operations
+from ..cursors import FIRST_BATCH, check_batch_size
+from ..errors import CursorNotFoundError, HoardError, PartitionUnavailableError, error_from_answer
+from ..values.keys import encode_key
+from ..values.projection import compile_projection
+from ..values.sort import compile_sort
+from .moves import PARTS_FIELD
+from .partitions import partition_of
+
+if TYPE_CHECKING:
+    from .node import ClusterNode
+
+#: The reads a cluster cursor serves, by bucket type: a spread hash bucket's documents merged by key (or
+#: sort), a spread btree's entries by sort value.
+STREAMED = {"hash": frozenset({"find", "search"}), "btree": frozenset({"range"})}
+_MORE = operations.MORE.name
+_CLOSE = operations.CLOSE_CURSOR.name
+
+
+def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> bool:
+    """Whether a read asked with ``batch_size`` is answered by a cluster cursor (else whole, as before):
+    find or search over a spread hash bucket, range over a spread btree; not pinned to one partition, not an
+    explain."""
+    args = doc.get("args")
+    return (op.name in STREAMED.get(place["type"], ()) and not pinned and place["partitions"] > 1
+            and place.get("group") is None and isinstance(args, dict) and args.get("batch_size") is not None
+            and not args.get("explain"))
+
+
+class _Part:
+    """One owner's part of a cluster cursor: its node, its partitions, its cursor id, the batch it answered last."""
+
+    __slots__ = ("node", "parts", "place", "cursor", "head", "asked")
+
+    def __init__(self, node: str, parts: set[int], place: dict, answer: dict):
+        self.node = node
+        self.parts = parts
+        self.place = place
+        self.cursor = answer.get("cursor")
+        self.head: deque = deque()
+        self.asked = time.monotonic()  # when its owner last heard of its cursor (its idle clock started)
+        self.take(answer)
+
+    def take(self, answer: dict) -> None:
+        """An owner's batch, kept to the partitions asked of it: a node may hold copies of others while they
+        move to it, which its own cursor reads as it goes."""
+        from .node import _NONE, route_value  # noqa: PLC0415
+
+        parts, place, partitions = self.parts, self.place, self.place["partitions"]
+        for d in answer.get("result") or []:
+            value = route_value(d, place)
+            if value is _NONE or partition_of(value, partitions) in parts:
+                self.head.append(d)
+
+
+class MergedSource:
+    """MergedSource is a cluster cursor's documents: its owners' batches merged, skip, limit and projection applied."""
+
+    def __init__(self, node: "ClusterNode", loop: asyncio.AbstractEventLoop, db: str, bucket: str, place: dict,
+                 parts: list[_Part], args: dict):
+        self.node = node
+        self.loop = loop
+        self.db, self.bucket = db, bucket
+        self.place = place  # (the node's live map: a partition whose owner changes is noticed at the next pull)
+        self.parts = parts
+        self.id: int | None = None
+        #: the batch size the next pulls ask of an owner (a client's more's own, or about 1 MiB: the owner's default)
+        self.size: int | None = None
+        self._lock = threading.Lock()
+        self._released = False
+        skip, limit = args.get("skip") or 0, args.get("limit")
+        self.skip = skip if isinstance(skip, int) and skip > 0 else 0
+        self.limit = limit if isinstance(limit, int) and limit > 0 else None
+        sort = args.get("sort")
+        self.reverse = False
+        if place["type"] == "btree":  # (equal sort values share a partition: their owner's order is kept)
+            from .node import _btree_order  # noqa: PLC0415
+
+            self.key = _btree_order(place, bucket)
+            self.reverse = args.get("reverse") is True
+        elif sort is not None:
+            by_sort = compile_sort(sort)
+            self.key = lambda d: (by_sort(d), encode_key(d["_id_"]))
+        else:
+            self.key = lambda d: encode_key(d["_id_"])
+        self.project = compile_projection(args["projection"]) if args.get("projection") is not None else None
+
+    def __iter__(self):
+        try:
+            merged = heapq.merge(*(self._docs(p) for p in self.parts), key=self.key,
+                                reverse=self.reverse)
+            stop = None if self.limit is None else self.skip + self.limit
+            for doc in itertools.islice(merged, self.skip, stop):
+                yield doc if self.project is None else self.project(doc)
+        finally:
+            self.release()  # (a limit reached: the owners' cursors still open are closed)
+
+    def _docs(self, part: _Part):
+        while True:
+            while part.head:
+                yield part.head.popleft()
+            if part.cursor is None:
+                return
+            self._pull(part)
+
+    def _pull(self, part: _Part) -> None:
+        """The next batch of ``part``'s owner (on a thread, never the event loop's)."""
+        place = self.node.placements.get((self.db, self.bucket), self.place)  # (kept up by the catalog's watch)
+        for p in part.parts:
+            owner = place["owners"][p]
+            if owner != part.node:
+                raise PartitionUnavailableError(
+                    f"partition {p} of {self.db}.{self.bucket} moved from node {part.node} to node {owner} while "
+                    "this cursor was open; run the read again (with a filter past the last document you had, to "
+                    "go on from there)", node=part.node)
+        request: dict = {"op": _MORE, "cursor": part.cursor}
+        if self.size is not None:
+            request["batch_size"] = self.size
+        part.asked = time.monotonic()
+        if part.node == self.node.node_id:
+            try:
+                answer = self.node.server.engine.execute(request)
+            except HoardError as e:
+                answer = e.to_answer()
+        else:
+            answer = asyncio.run_coroutine_threadsafe(_ask(self.node, part.node, request), self.loop).result()
+        if answer.get("ok") != 1:
+            part.cursor = None
+            if answer.get("codeName") == "CURSOR_NOT_FOUND":
+                raise CursorNotFoundError(
+                    f"this cursor's part on node {part.node} is no longer open there (unread longer than that node's "
+                    "cursor_timeout, or the node restarted); run the read again", cursor=self.id)
+            raise error_from_answer(answer)
+        part.cursor = answer.get("cursor")
+        part.take(answer)
+
+    def release(self) -> None:
+        """Close every owner cursor still open (once; on any thread)."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        if self.id is not None:
+            self.node.cursor_sources.pop(self.id, None)
+        _close_parts(self.node, self.loop, self.parts)
+
+
+def _close_parts(node: "ClusterNode", loop: asyncio.AbstractEventLoop, parts: list[_Part]) -> None:
+    """Close the owner cursors of ``parts`` still open (on any thread): this node's at once, others' by close_cursor."""
+    for part in parts:  # (its head is left to the collector: a pull on another thread may be reading it)
+        cursor_id, part.cursor = part.cursor, None
+        if cursor_id is None:
+            continue
+        if part.node == node.node_id:
+            node.server.engine.cursors.close(cursor_id)
+            continue
+        try:
+            loop.call_soon_threadsafe(lambda n=part.node, c=cursor_id: loop.create_task(
+                _ask(node, n, {"op": _CLOSE, "cursor": [c]})))
+        except RuntimeError:  # the loop is closed (the node stopping): the owner's timeout frees it
+            pass
+
+
+async def _ask(node: "ClusterNode", name: str, request: dict) -> dict:
+    try:
+        return await node._forward(name, request)
+    except HoardError as e:
+        return e.to_answer()
+
+
+async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
+    """The first batch of a find or search over a spread hash bucket, and a cluster cursor when more remain."""
+    from .node import _default_of  # noqa: PLC0415
+
+    args = doc["args"]
+    size = check_batch_size(args["batch_size"])
+    limit = args.get("limit")
+    if limit is None and op.param("limit") is not None:
+        limit = _default_of(place["type"], op.name, "limit")
+    skip = args.get("skip") or 0
+    merged_args = {**args, "limit": limit, "skip": skip}
+    part = {k: v for k, v in args.items() if k not in ("skip", "projection", "batch_size")}
+    if isinstance(limit, int) and isinstance(skip, int) and limit > 0:
+        part["limit"] = limit + skip
+    part["batch_size"] = FIRST_BATCH if size is None else size
+    loop = asyncio.get_running_loop()
+    db, bucket = doc["db"], doc["bucket"]
+    source = MergedSource(node, loop, db, bucket, node.placements.get((db, bucket), place), [], merged_args)
+    answers = await _each_part(node, op, {**doc, "args": part}, place)
+    source.parts = [_Part(n, p, place, a) for n, p, a in answers if a.get("ok") == 1]
+    bad = next((a for _n, _p, a in answers if a.get("ok") != 1), None)
+    if bad is not None:
+        source.release()
+        return bad
+    cursors = node.server.engine.cursors
+    try:
+        answer = await loop.run_in_executor(None, lambda: cursors.open(f"{op.name} on {db}.{bucket}", source, size,
+                                                                      on_close=source.release))
+    except HoardError as e:
+        source.release()
+        return e.to_answer()
+    if "cursor" in answer:
+        source.id = answer["cursor"]
+        node.cursor_sources[source.id] = source
+    out = {"ok": 1, **answer}
+    used = {n: a.get("index_used") for n, _p, a in answers if "index_used" in a}
+    if used:  # a search: the index each node used, as a whole gather says
+        out["index_used"] = next(iter(used.values()))
+        out["index_used_by_node"] = used
+    return out
+
+
+async def more(node: "ClusterNode", doc: dict) -> dict:
+    """``more`` of a cluster cursor: run by the engine's cursors on a thread, its source asking owners as it goes."""
+    source = node.cursor_sources.get(doc.get("cursor"))
+    engine = node.server.engine
+    if source is not None:
+        try:
+            source.size = check_batch_size(doc.get("batch_size"), "more's batch_size")
+        except HoardError as e:
+            return e.to_answer()
+        await _keep_alive(node, source, engine.cursors.timeout)
+
+    def run() -> dict:
+        try:
+            return engine.execute({k: v for k, v in doc.items() if k != "id"})
+        except HoardError as e:
+            return e.to_answer()
+    return await asyncio.get_running_loop().run_in_executor(None, run)
+
+
+async def _keep_alive(node: "ClusterNode", source: MergedSource, timeout: float) -> None:
+    """Ask ``more`` with batch_size 0 of each owner cursor not asked for half a cursor_timeout (this node's; the
+    nodes of a cluster share their settings): a part whose documents all sort after the others' is not read
+    for as long as those are, and must not time out on its owner meanwhile. A batch of 0 hands nothing out;
+    an owner with nothing left ends its cursor, and the part keeps what it holds. Errors wait for the pull."""
+    if not timeout:
+        return
+    now = time.monotonic()
+    stale = [p for p in source.parts if p.cursor is not None and now - p.asked > timeout / 2]
+    if not stale:
+        return
+
+    async def touch(part: _Part) -> None:
+        part.asked = time.monotonic()
+        request = {"op": _MORE, "cursor": part.cursor, "batch_size": 0}
+        if part.node == node.node_id:
+            try:
+                answer = await asyncio.get_running_loop().run_in_executor(None, node.server.engine.execute, request)
+            except HoardError as e:
+                answer = e.to_answer()
+        else:
+            answer = await _ask(node, part.node, request)
+        if answer.get("ok") == 1 and not answer.get("cursor"):
+            part.cursor = None  # read to its end there (nothing was handed out)
+    await asyncio.gather(*(touch(p) for p in stale))
+
+
+async def _each_part(node: "ClusterNode", op: operations.Operation, doc: dict,
+                     place: dict) -> list[tuple[str, set[int], dict]]:
+    """``doc`` sent to every owner with its partitions (``_parts``), as ``ClusterNode._each_part`` sends it,
+    a part moved meanwhile sent again by the map read anew. This node's own part opens its cursor here when
+    the local bucket holds exactly its partitions; else (a move near) it is answered whole, cut to them."""
+    from .node import NODE_FIELD  # noqa: PLC0415
+
+    db, bucket = doc["db"], doc["bucket"]
+    todo = list(range(place["partitions"]))
+    out: list[tuple[str, set[int], dict]] = []
+    for attempt in range(4):
+        groups: dict[str, list[int]] = {}
+        for p in todo:
+            groups.setdefault(place["owners"][p], []).append(p)
+        names = sorted(groups)
+
+        async def ask(n: str) -> dict:
+            one = {**doc, PARTS_FIELD: groups[n]}
+            if n == node.node_id:
+                await node._claim_assigned(db, bucket)  # (as _here_or_there does first: what it holds decides)
+                if node.mover.takes_part({**one, NODE_FIELD: n}):
+                    one["args"] = {k: v for k, v in one["args"].items() if k != "batch_size"}
+            try:
+                return await node._here_or_there(n, one, op, place)
+            except HoardError as e:
+                return e.to_answer()
+        got = await asyncio.gather(*(ask(n) for n in names))
+        todo = []
+        for n, a in zip(names, got):
+            if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") and attempt < 3:
+                todo += groups[n]
+            else:
+                out.append((n, set(groups[n]), a))
+        if not todo:
+            break
+        await node.refresh_placement(db, bucket)
+        place = node.placements.get((db, bucket), place)
+    return out
