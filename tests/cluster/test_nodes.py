@@ -2,6 +2,7 @@
 requests run where their partition lives, requests over a spread bucket are gathered."""
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -35,17 +36,11 @@ def start_nodes(tmp, etcd, count, env=None):
     return nodes
 
 
-def local_count(node, db, bucket):
-    """How many documents of the bucket this node itself holds (a request marked as a node's is not routed)."""
-    with hoarddb.connect(node.url()) as client:
-        return client.execute({"op": "count", "db": db, "bucket": bucket, "_node": "test"})["result"]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cluster")
+@contextlib.contextmanager
+def running_nodes(tmp, count=3):
+    """``count`` node processes and their etcd member under ``tmp``, and a client of each: ``(nodes, clients)``."""
     with EtcdProcess(tmp / "etcd") as etcd:
-        nodes = start_nodes(tmp, etcd, 3)
+        nodes = start_nodes(tmp, etcd, count)
         clients = [hoarddb.connect(n.url()) for n in nodes]
         try:
             yield nodes, clients
@@ -54,6 +49,18 @@ def cluster(tmp_path_factory):
                 c.close()
             for n in nodes:
                 n.stop()
+
+
+def local_count(node, db, bucket):
+    """How many documents of the bucket this node itself holds (a request marked as a node's is not routed)."""
+    with hoarddb.connect(node.url()) as client:
+        return client.execute({"op": "count", "db": db, "bucket": bucket, "_node": "test"})["result"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with running_nodes(tmp_path_factory.mktemp("cluster")) as running:
+        yield running
 
 
 def test_any_node_answers_and_each_holds_its_partitions(cluster):

