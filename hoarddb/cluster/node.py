@@ -819,12 +819,14 @@ class ClusterNode:
 
     # -- export, distinct and aggregate over a spread bucket (the table gives them no gather: the node asked merges)
 
-    async def _each_part(self, doc: dict, place: dict) -> list[tuple[str, set[int], dict]]:
-        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``), as
-        :meth:`_each_owner` does; each answer with its node and the partitions it stands for, so that the caller
-        keeps of it only what they hold (a node may hold documents of other partitions while they move)."""
+    async def _each_part(self, doc: dict, place: dict,
+                         op: operations.Operation | None = None) -> list[tuple[str, set[int], dict]]:
+        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``); a part
+        refused because its partitions moved is sent again to their owners by the map read anew. Each answer with
+        its node and the partitions it stands for, so that the caller keeps of it only what they hold (a node may
+        hold documents of other partitions while they move)."""
         db, bucket = doc["db"], doc["bucket"]
-        op = operations.OPERATIONS[doc["op"]]
+        op = op or operations.OPERATIONS[doc["op"]]
         todo = list(range(place["partitions"]))
         out: list[tuple[str, set[int], dict]] = []
         for attempt in range(4):
@@ -983,33 +985,10 @@ class ClusterNode:
         return {"ok": 1, "result": out, **extras}
 
     async def _each_owner(self, op: operations.Operation, doc: dict, place: dict) -> tuple[list[str], list[dict]]:
-        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``);
-        a part refused because its partitions moved is sent again to their owners by the map read anew.
-        The nodes and their answers (a node that answered twice, its answers merged by the caller)."""
-        db, bucket = doc["db"], doc["bucket"]
-        todo = list(range(place["partitions"]))
-        names: list[str] = []
-        answers: list[dict] = []
-        for attempt in range(4):
-            groups: dict[str, list[int]] = {}
-            for p in todo:
-                groups.setdefault(place["owners"][p], []).append(p)
-            nodes = sorted(groups)
-            got = await asyncio.gather(*(self._here_or_there(n, {**doc, PARTS_FIELD: groups[n]}, op, place)
-                                         for n in nodes))
-            todo = []
-            for n, a in zip(nodes, got):
-                if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") \
-                        and attempt < 3:
-                    todo += groups[n]
-                else:
-                    names.append(n)
-                    answers.append(a)
-            if not todo:
-                break
-            await self.refresh_placement(db, bucket)
-            place = self.placements.get((db, bucket), place)
-        return names, answers
+        """:meth:`_each_part`'s nodes and their answers (a node that answered twice, its answers merged by the
+        caller)."""
+        parts = await self._each_part(doc, place, op)
+        return [n for n, _, _ in parts], [a for _, _, a in parts]
 
     async def _windows(self, doc: dict, place: dict) -> dict:
         """One window of a time-range index over a spread bucket: each node answers for its own
