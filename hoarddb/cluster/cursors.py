@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 
 #: The reads a cluster cursor serves, by bucket type: a spread hash bucket's documents merged by key (or
 #: sort), a spread btree's entries by sort value.
-STREAMED = {"hash": frozenset({"find", "search"}), "btree": frozenset({"range"})}
+STREAMED = {kind: frozenset(n for n, op in operations.VERBS.items()
+                            if op.cursor == "stream" and op.gather == "documents" and kind in op.types)
+            for kind in ("hash", "btree")}  # find and search; range
 _MORE = operations.MORE.name
 _CLOSE = operations.CLOSE_CURSOR.name
 
