@@ -431,16 +431,7 @@ class ClusterNode:
 
     async def _forward(self, node: str, doc: dict, ok_only: bool = False) -> dict:
         """``doc``'s answer from ``node`` over the kept connection to it (an error answer as one)."""
-        info = self.nodes.get(node)
-        if info is None:  # joined since the last refresh, or gone: etcd says which
-            self.nodes = await self.coord.nodes()
-            info = self.nodes.get(node)
-        if info is None:
-            raise PartitionUnavailableError(f"node {node} is not in the cluster now (down, or its lease ran out); "
-                                            "its partitions answer again once it is back", node=node)
-        peer = self._peers.get(node)
-        if peer is None:
-            peer = self._peers[node] = self._link(info)
+        peer, address = await self._link_to(node)
         self.forwarded += 1
         try:
             request = {k: v for k, v in doc.items() if k != "id"}  # (the client's id: the link gives its own)
@@ -451,7 +442,7 @@ class ClusterNode:
                 raise PartitionUnavailableError(
                     f"node {node} did not answer ({e.message}); the write may or may not have been applied: "
                     "read it back before trying again", node=node, outcome_unknown=True) from None
-            raise PartitionUnavailableError(f"node {node} cannot be reached at {info.get('advertise')}: {e.message}",
+            raise PartitionUnavailableError(f"node {node} cannot be reached at {address}: {e.message}",
                                             node=node) from None
         except HoardError as e:
             return e.to_answer()
