@@ -31,7 +31,8 @@ What is sent, by type: a hash bucket's documents each with its store fields' who
 btree's entries grouped by sort value (a write notes its sort value, and the catch-up sends all
 of that value's entries); a blob bucket's blobs by id with their bytes (the catch-up finds the
 blobs put and deleted by difference: blobs never change). Uploads and spread blob puts run
-inside :meth:`Mover.writing`. Queues (fifo, lifo, heap) do not move (``MOVABLE``).
+inside :meth:`Mover.writing`. A whole queue (fifo, lifo, heap) moves as its bucket's files, copied under the
+fence (hoarddb/cluster/queue_moves.py); a partitioned queue's partitions do not move yet (``MOVABLE``).
 
 While a node's local bucket holds documents of partitions it does not hold (B's incoming
 copy, A's copy not yet deleted), its parts of requests over the whole bucket are cut to
@@ -56,6 +57,7 @@ from ..values.codec import encode as bson_encode
 from ..values.keys import encode_key
 from ..errors import HoardError, PartitionUnavailableError
 from .coord import OwnedElsewhere
+from . import queue_moves
 from .partitions import balance, partition_of
 
 log = logging.getLogger("hoarddb.cluster.moves")
@@ -75,7 +77,8 @@ FENCE_WAIT = float(os.environ.get("HOARDDB_MOVE_FENCE_WAIT", "5"))
 TREE_BYTES = int(os.environ.get("HOARDDB_MOVE_TREE_BYTES", str(4 << 20)))
 #: A blob larger than this moves in requests of this many bytes each.
 CHUNK = 1 << 20
-#: The bucket types whose partitions move (with their documents' store fields).
+#: The bucket types whose partitions move (with their documents' store fields); and a whole queue's one partition
+#: (fifo, lifo, heap: ``queue_moves``), but not yet a partitioned queue's.
 MOVABLE = ("hash", "btree", "blob")
 #: A catch-up round with at most this many keys is the last before the fence.
 SMALL = 64
@@ -144,6 +147,7 @@ class Mover:
         for key, parts in (await self.coord.cleanups()).items():
             self.foreign.setdefault(key, set()).update(parts)
         shutil.rmtree(self._incoming(), ignore_errors=True)  # blobs half received before a stop
+        queue_moves.recover(self.node)  # a queue's copy half received or half installed before a stop
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
@@ -531,6 +535,10 @@ class Mover:
             await self._clear_trees(db, bucket, move["keys"])  # (a delete's cascade would refuse big stores)
             return await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
                                                     "args": {"target": {"_id_": {"$in": move["keys"]}}}})
+        if kind in ("qbegin", "qfile", "qinstall"):  # a whole queue's files (hoarddb/cluster/queue_moves.py)
+            self.foreign.setdefault((db, bucket), set()).update(p for p in parts
+                                                                if self.coord.holds(db, bucket, p) is None)
+            return await queue_moves.receive(self, db, bucket, move)
         if kind == "purge":  # an earlier attempt's copy, or a move given up: gone
             place = self.node.placements.get((db, bucket))
             if place is not None:
@@ -576,26 +584,10 @@ class Mover:
             while self._running.get((db, bucket)) or self._uploads.get((db, bucket)):
                 await asyncio.sleep(0.005)  # parts and uploads that began before the move (they note nothing)
             await self._durable()  # the writes submitted before tracking began are in the local bucket
-            await self._send(out, {"kind": "purge"})
-            out.state = "copying"
-            await self._note(db, bucket, parts, to, "copying", out)
-            await self._snapshot(out)
-            out.state = "catching up"
-            for _round in range(20):
-                keys, out.dirty = out.dirty, {}
-                await self._durable()  # the writes of these keys, noted before they were applied, applied
-                await self._ship(out, list(keys.values()))
-                if len(out.dirty) <= SMALL:
-                    break
-            out.state = "handing over"
-            out.fenced = True
-            out.open.clear()
-            await out.idle.wait()  # parts of requests under way on these partitions
-            while out.place.get("type") == "blob" and self._uploads.get((db, bucket)):
-                await asyncio.sleep(0.005)  # a blob bucket's puts let in before the fence
-            await self._durable()  # the single writes let in before the fence
-            keys, out.dirty = out.dirty, {}
-            await self._ship(out, list(keys.values()))
+            if place["type"] in queue_moves.QUEUES:
+                await self._copy_queue(out)
+            else:
+                await self._copy(out)
             try:
                 result = await self.coord.hand_over(db, bucket, epochs, to)
             except HoardError:
@@ -619,6 +611,43 @@ class Mover:
             out.open.set()  # the waiting requests go on: to the new owner, or here if the move failed
         if handed:
             await self._clean_up(await self.coord.cleanups())
+
+    async def _copy_queue(self, out: Outgoing) -> None:
+        """A whole queue (fifo, lifo, heap): fenced at once, then its files copied and installed on the new owner
+        (hoarddb/cluster/queue_moves.py: why under the fence, and what a crash leaves)."""
+        if out.partitions != 1:
+            raise HoardError(f"{out.db}.{out.bucket}: a partitioned queue's partitions do not move yet")
+        out.state = "copying (fenced)"
+        out.fenced = True
+        out.open.clear()
+        await out.idle.wait()
+        await self._durable()  # the writes let in before the fence
+        await self._note(out.db, out.bucket, out.parts, out.to, out.state, out)
+        await queue_moves.copy(self, out)
+
+    async def _copy(self, out: Outgoing) -> None:
+        """Steps 2 to 4 of a move of documents, entries or blobs: purge there, snapshot, catch up, fence, the last keys."""
+        db, bucket, parts, to = out.db, out.bucket, out.parts, out.to
+        await self._send(out, {"kind": "purge"})
+        out.state = "copying"
+        await self._note(db, bucket, parts, to, "copying", out)
+        await self._snapshot(out)
+        out.state = "catching up"
+        for _round in range(20):
+            keys, out.dirty = out.dirty, {}
+            await self._durable()  # the writes of these keys, noted before they were applied, applied
+            await self._ship(out, list(keys.values()))
+            if len(out.dirty) <= SMALL:
+                break
+        out.state = "handing over"
+        out.fenced = True
+        out.open.clear()
+        await out.idle.wait()  # parts of requests under way on these partitions
+        while out.place.get("type") == "blob" and self._uploads.get((db, bucket)):
+            await asyncio.sleep(0.005)  # a blob bucket's puts let in before the fence
+        await self._durable()  # the single writes let in before the fence
+        keys, out.dirty = out.dirty, {}
+        await self._ship(out, list(keys.values()))
 
     async def _durable(self) -> None:
         committer = self.node.server.committer
@@ -978,6 +1007,9 @@ class Mover:
         if not parts:
             return
         place = self.node.placements.get((db, bucket)) or {}
+        if place.get("type") in queue_moves.QUEUES:  # a whole queue: its one partition is all of the local bucket
+            await queue_moves.empty(self, db, bucket)
+            return
         if place.get("type") == "blob":
             await self._blob_delete(db, bucket, await self._blob_ids(db, bucket, parts, partitions))
             return
@@ -1068,11 +1100,13 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         owners = assignment["owners"]
         decl = declarations.get((db, bucket)) or {}
         options = decl.get("options") or {}
-        if options.get("type", "hash") not in MOVABLE:
-            if set(owners) - members:  # moves carry hash and btree buckets' documents and their stores
-                raise HoardError(f"{db}.{bucket} is a {options.get('type')} bucket, whose partitions cannot be moved "
-                                 f"yet (hash, btree and blob buckets' can), and node {remove} holds part of it; export "
-                                 "it and drop it first (then create it again and load it once the node is removed)")
+        kind = options.get("type", "hash")
+        if kind not in MOVABLE and not (kind in queue_moves.QUEUES and len(owners) == 1):
+            if set(owners) - members:  # a partitioned queue's partitions are mixed in each node's one local bucket
+                raise HoardError(f"{db}.{bucket} is a partitioned {kind} bucket, whose partitions cannot be moved "
+                                 f"yet (hash, btree and blob buckets' can, and whole queues), and node {remove} holds "
+                                 "part of it; export it and drop it first (then create it again and load it once "
+                                 "the node is removed)")
             continue
         new = balance(len(owners), sorted(members), owners)
         for p, (old, owner) in enumerate(zip(owners, new)):

