@@ -64,7 +64,7 @@ from ..stores import store_class
 #: The store types whose buckets move as files (whole: one partition).
 QUEUES = ("fifo", "lifo", "heap")
 #: Bytes of a file sent in one request.
-CHUNK = 1 << 20
+CHUNK = 256 << 10
 
 
 def _area(node, name: str, db: str, bucket: str) -> Path:
@@ -165,11 +165,11 @@ async def copy(mover, out) -> None:
                     await mover._send(out, {"kind": "qfile", "path": name, "offset": offset, "data": data})
                     offset += len(data)
                     mover._sent(out, 0, len(data))
-                    if MOVE_RATE > 0:
-                        await asyncio.sleep(max(0.0, len(data) / MOVE_RATE - (time.monotonic() - started)))
-                    if time.monotonic() - out.noted > 1.0:
+                    if time.monotonic() - out.noted > 1.0:  # progress in etcd, for cluster status: once a second
                         out.noted = time.monotonic()
                         await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
+                    if MOVE_RATE > 0:
+                        await asyncio.sleep(max(0.0, len(data) / MOVE_RATE - (time.monotonic() - started)))
                     if len(data) < CHUNK:
                         break
             if offset != size:
