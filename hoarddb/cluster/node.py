@@ -46,6 +46,7 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
+from . import heaps
 from .coord import Coordinator, OwnedElsewhere
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
@@ -573,7 +574,7 @@ class ClusterNode:
         if op.gather == _BY_CLAIM:
             return await self._claims_by_node(op, doc, owners)
         if op.gather == _DOCUMENTS:
-            return await self._queue_list(op, doc, owners)
+            return await self._queue_list(op, doc, owners, place)
         if _pushes(op):  # a push whose document is none: refused as on one server
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
         if op.gather not in (_TURNS, _TURNS_CLAIMED):
@@ -587,6 +588,9 @@ class ClusterNode:
         start = self._turns.get(turn, 0) % len(owners)
         if op.write:  # a pop or a claim (a peek looks where the next one starts)
             self._turns[turn] = start + 1
+        if place["type"] == "heap":  # the best of the owners' tops (hoarddb/cluster/heaps.py)
+            return await heaps.take(self, op, doc, owners[start:] + owners[:start], want,
+                                    limit is None and op.gather == _TURNS)
         got: list = []
         refusal = None
         for node in owners[start:] + owners[:start]:
@@ -608,7 +612,7 @@ class ClusterNode:
             return {"ok": 1, "result": got[0] if got else None}
         return {"ok": 1, "result": got}
 
-    async def _queue_list(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
+    async def _queue_list(self, op: operations.Operation, doc: dict, owners: list[str], place: dict) -> dict:
         """list over a partitioned queue: each owner's elements in storage order, owner after owner; after and limit
         counted over the whole."""
         args = dict(doc.get("args") or {})
@@ -620,6 +624,8 @@ class ClusterNode:
         bad = next((a for a in answers if a.get("ok") != 1), None)
         if bad is not None:
             return bad
+        if place["type"] == "heap":  # in pop order, merged
+            return {"ok": 1, "result": heaps.merged_list(answers, after, limit)}
         return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
 
     async def _claims_by_node(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:

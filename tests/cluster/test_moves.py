@@ -609,11 +609,11 @@ def test_store_fields_btree_entries_and_blobs_move_while_clients_write_them(tmp_
                 time.sleep(0.5)
                 with load.lock:
                     after_add = sum(len(v) for v in load.acked.values())
-                with hoarddb.connect(url) as admin:  # a queue does not move: the removal is refused, naming it
+                with hoarddb.connect(url) as admin:  # a partitioned queue does not move: the removal is refused, naming it
                     admin["app"].create_bucket("Jobs", type="fifo", partitions=3, group="g")
                     refused = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url)
                     assert refused.returncode == 1
-                    assert "app.Jobs is a fifo bucket, whose partitions cannot be moved yet" in refused.stderr
+                    assert "app.Jobs is a partitioned fifo bucket, whose partitions cannot be moved yet" in refused.stderr
                     assert status(etcd)["moves"] == []  # nothing of the plan recorded
                     admin["app"].drop_bucket("Jobs")
                 removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url, "--wait", "90")

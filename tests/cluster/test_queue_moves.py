@@ -3,6 +3,7 @@
 extended after it; a move whose new owner is killed with SIGKILL mid-copy; a partitioned heap's order."""
 
 import asyncio
+import random
 import threading
 import time
 
@@ -278,3 +279,51 @@ def test_a_queue_move_whose_new_owner_is_killed_mid_copy_loses_nothing(tmp_path)
         finally:
             for n in nodes:
                 n.stop()
+
+
+def test_a_partitioned_heap_gives_the_best_of_its_owners_tops(tmp_path):
+    """A heap spread over 6 partitions by a group field: peek, pop and claim through any node take the highest
+    priorities of all the owners; with one client popping, the heap's whole order (equal priorities of a group in
+    push order); claims carry their node; list is in pop order."""
+    from .test_nodes import running_nodes
+
+    with running_nodes(tmp_path, 3) as (nodes, clients):
+        clients[0]["app"].create_bucket("Urgent", type="heap", partitions=6, group="G")
+        rng = random.Random(7)
+        pushed = [{"G": f"g{i % 7}", "n": i, "priority": rng.randrange(10)} for i in range(150)]
+        for i, e in enumerate(pushed):
+            clients[i % 3]["app"].Urgent.push(e)
+        assert clients[2]["app"].Urgent.batch_push([{"G": "g1", "n": 150 + i, "priority": 5} for i in range(10)]) == 10
+        pushed += [{"G": "g1", "n": 150 + i, "priority": 5} for i in range(10)]
+        locals_ = []
+        for n in nodes:
+            with hoarddb.connect(n.url()) as c:
+                locals_.append(c.execute({"op": "length", "db": "app", "bucket": "Urgent", "_node": "t"})["result"])
+        assert sum(locals_) == 160 and len([x for x in locals_ if x]) > 1  # spread over several nodes
+        best = sorted((e["priority"] for e in pushed), reverse=True)
+        assert [e["priority"] for e in clients[1]["app"].Urgent.peek(8)] == best[:8]
+        assert clients[1]["app"].Urgent.peek()["priority"] == best[0]
+        lst = clients[0]["app"].Urgent.list(limit=30)
+        assert [e["priority"] for e in lst] == best[:30]
+        assert clients[0]["app"].Urgent.length() == 160
+        claimed = clients[2].execute({"op": "claim", "db": "app", "bucket": "Urgent", "args": {"limit": 3}})["result"]
+        assert [c["element"]["priority"] for c in claimed] == best[:3]
+        assert all("/" in c["claimId"] for c in claimed)
+        assert clients[0].execute({"op": "ack", "db": "app", "bucket": "Urgent",
+                                   "args": {"claimId": [c["claimId"] for c in claimed]}})["result"] == {"acked": 3}
+        popped = [e for e in (c for c in claimed for c in [c["element"]])]
+        i = 0
+        while True:  # one client at a time, through every node in turn: the heap's order
+            got = clients[i % 3]["app"].Urgent.pop(1 + i % 4)
+            i += 1
+            if not got:
+                break
+            popped += got
+        assert sorted(e["n"] for e in popped) == list(range(160))  # each once
+        assert [e["priority"] for e in popped] == best  # highest priority first, across every owner
+        last = {}
+        for e in popped:  # equal priorities of one group: in push order
+            key = (e["G"], e["priority"])
+            assert e["n"] > last.get(key, -1)
+            last[key] = e["n"]
+        assert clients[1]["app"].Urgent.pop() is None and clients[1]["app"].Urgent.pop(3) == []
