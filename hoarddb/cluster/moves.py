@@ -613,17 +613,20 @@ class Mover:
             await self._clean_up(await self.coord.cleanups())
 
     async def _copy_queue(self, out: Outgoing) -> None:
-        """A whole queue (fifo, lifo, heap): fenced at once, then its files copied and installed on the new owner
-        (hoarddb/cluster/queue_moves.py: why under the fence, and what a crash leaves)."""
+        """A whole queue (fifo, lifo, heap): its files copied and installed on the new owner, under the fence (a
+        fifo's: most of them before it); hoarddb/cluster/queue_moves.py says why, and what a crash leaves."""
         if out.partitions != 1:
             raise HoardError(f"{out.db}.{out.bucket}: a partitioned queue's partitions do not move yet")
-        out.state = "copying (fenced)"
+        await queue_moves.copy(self, out)
+
+    async def _fence(self, out: Outgoing) -> None:
+        """Fence a move's partitions: requests for them wait from now on; returns once the parts of requests under
+        way and the single writes let in before are done and durable."""
+        out.state = "copying (fenced)" if out.place.get("type") in queue_moves.QUEUES else "handing over"
         out.fenced = True
         out.open.clear()
         await out.idle.wait()
-        await self._durable()  # the writes let in before the fence
-        await self._note(out.db, out.bucket, out.parts, out.to, out.state, out)
-        await queue_moves.copy(self, out)
+        await self._durable()
 
     async def _copy(self, out: Outgoing) -> None:
         """Steps 2 to 4 of a move of documents, entries or blobs: purge there, snapshot, catch up, fence, the last keys."""

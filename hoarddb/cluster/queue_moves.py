@@ -10,16 +10,28 @@ are the same), and claims move with their tokens, deliveries and deadlines (wall
 seconds): a claimId given before the move is acked, released or extended on the new
 owner, where a whole bucket's requests go.
 
-The copy runs *under the fence* (``Outgoing.fenced``): no push, pop, claim or ack of the
-bucket runs on the old owner while its files are read and sent. Requests wait up to
-FENCE_WAIT (5 s), then are refused PARTITION_UNAVAILABLE with ``moved: true`` (retryable)
-until the hand-over. The fence therefore lasts as long as the copy: the queue's bytes on
-disk at MOVE_RATE (32 MiB/s by default), plus one local copy of its files. We chose this
-over a snapshot and a catch-up because a queue's elements are not keyed: a catch-up
-would have to replay pops, claims and acks made on the old owner after the snapshot,
-each of which changes state the snapshot holds (a fifo's head and claim table, a heap's
-claim records), and only a byte copy keeps a claim's position, token and the heap's tie
-order exactly. The cost is said in docs/dev/cluster.md ("Queues").
+A lifo's or a heap's copy runs *under the fence* (``Outgoing.fenced``): no push, pop, claim
+or ack of the bucket runs on the old owner while its files are read and sent. Requests
+wait up to FENCE_WAIT (5 s), then are refused PARTITION_UNAVAILABLE with ``moved: true``
+(retryable) until the hand-over. That fence lasts as long as the copy: the queue's bytes
+on disk at MOVE_RATE (32 MiB/s by default), plus one local copy of its files.
+
+A fifo's is sent twice: first all of it while it serves (unfenced), then under the fence
+what may have changed since (``FifoStore.backup_changed``): ``state.bson`` (the head), the
+claim environment, the segment that was last at the first copy and every newer one. The
+segments before that one never change while the log is open (appends go to the last
+segment; pops move the head in ``state.bson`` and unlink what it left), so the first copy
+of them stands; those the head has passed meanwhile are deleted on B before the install.
+The fence then lasts for what was pushed during the first copy, one segment
+(``segment_size``, 64 MiB by default, at most), and the claim table.
+
+We chose byte copies over a snapshot of elements and a catch-up because a queue's elements
+are not keyed: a catch-up would have to replay pops, claims and acks made on the old owner
+after the snapshot, each of which changes state the snapshot holds (a fifo's head and
+claim table, a heap's claim records), and only a byte copy keeps a claim's position, token
+and the heap's tie order exactly. A lifo is fenced whole because its pops truncate its last
+segment and may unlink segments whose numbers a later push takes again (a name does not
+mean one content); a heap because its LMDB file changes anywhere.
 
 On the old owner A, and on the new owner B (DATA is the node's data directory)::
 
@@ -35,7 +47,7 @@ On the old owner A, and on the new owner B (DATA is the node's data directory)::
 
 What a crash leaves:
 
-- *B killed mid-copy* (before 3): ``qin/`` holds a partial copy, removed at B's start; B's
+- *B killed mid-copy* (before 3; a fifo's first copy or its fenced one): ``qin/`` holds a partial copy, removed at B's start; B's
   own folder is as it was (between 2 and 3: it is in ``qtrash/``, and B's start renames it
   back, :func:`recover`). A's next send fails, so the move is abandoned (fence lifted, A
   serves) and retried when B is back, from a new backup.
@@ -52,7 +64,9 @@ What a crash leaves:
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -61,8 +75,12 @@ from ..errors import HoardError
 from ..storage.oserrors import fsync_directory
 from ..stores import store_class
 
+log = logging.getLogger("hoarddb.cluster.moves")
+
 #: The store types whose buckets move as files (whole: one partition).
 QUEUES = ("fifo", "lifo", "heap")
+#: A segment file's name (hoarddb/storage/segment_format.py), of a fifo.
+SEGMENT = re.compile(r"seg_\d+\.fifo")
 #: Bytes of a file sent in one request.
 CHUNK = 256 << 10
 
@@ -137,48 +155,74 @@ async def empty(mover, db: str, bucket: str) -> None:
 
 
 async def copy(mover, out) -> None:
-    """The fenced copy of a whole queue bucket from this node (its old owner) to ``out.to``: the store's backup,
-    sent a file at a time in chunks of CHUNK bytes (throttled at MOVE_RATE), then installed there."""
-    from .moves import MOVE_RATE
-
+    """A whole queue bucket from this node (its old owner) to ``out.to``, its files sent in chunks of CHUNK bytes
+    (throttled at MOVE_RATE) and installed there. A fifo's are sent twice: all of them while it serves, then, under
+    the fence, what may have changed since (``FifoStore.backup_changed``: every file but the segments the first copy
+    had that were not its last); a lifo's or a heap's once, under the fence."""
     server = mover.node.server
     store = server.engine._store(out.db, out.bucket)
     staging = _area(mover.node, "qout", out.db, out.bucket)
 
-    def backup() -> tuple[list[tuple[str, int]], int]:
+    def backup(unchanged: set[str] | None) -> tuple[list[tuple[str, int]], list[str], int]:
         shutil.rmtree(staging, ignore_errors=True)
         staging.parent.mkdir(parents=True, exist_ok=True)
-        store.backup(staging)
+        if unchanged is None:
+            store.backup(staging)
+            names: list[str] = []
+        else:
+            names = store.backup_changed(staging, unchanged)
         files = sorted((str(p.relative_to(staging)), p.stat().st_size) for p in staging.rglob("*") if p.is_file())
-        entries = store.stats().get("entries", 0)
-        return files, entries + (store.stats().get("claimed") or 0)
+        stats = store.stats()
+        return files, names, stats.get("entries", 0) + (stats.get("claimed") or 0)
 
-    files, elements = await server.loop.run_in_executor(server._reads, backup)
     try:
-        await mover._send(out, {"kind": "qbegin"})
-        for name, size in files:
-            offset = 0
-            with open(staging / name, "rb") as f:
-                while True:
-                    started = time.monotonic()
-                    data = await server.loop.run_in_executor(server._reads, f.read, CHUNK)
-                    await mover._send(out, {"kind": "qfile", "path": name, "offset": offset, "data": data})
-                    offset += len(data)
-                    mover._sent(out, 0, len(data))
-                    if time.monotonic() - out.noted > 1.0:  # progress in etcd, for cluster status: once a second
-                        out.noted = time.monotonic()
-                        await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
-                    if MOVE_RATE > 0:
-                        await asyncio.sleep(max(0.0, len(data) / MOVE_RATE - (time.monotonic() - started)))
-                    if len(data) < CHUNK:
-                        break
-            if offset != size:
-                raise HoardError(f"queue move of {out.db}.{out.bucket}: {name} changed while it was sent "
-                                 f"({offset} bytes sent, {size} backed up)")
-        await mover._send(out, {"kind": "qinstall", "files": [[n, s] for n, s in files]})
+        keep: list = []
+        if out.place.get("type") == "fifo":
+            out.state = "copying"
+            await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
+            files, _names, _n = await server.loop.run_in_executor(server._reads, backup, None)
+            await mover._send(out, {"kind": "qbegin"})
+            await _send_files(mover, out, staging, files)
+            segments = sorted((n, size) for n, size in files if SEGMENT.fullmatch(n))
+            sealed = dict(segments[:-1])  # (the last one grows: sent again)
+            await mover._fence(out)
+            files, names, elements = await server.loop.run_in_executor(server._reads, backup, set(sealed))
+            keep = [[n, sealed[n]] for n in names if n in sealed]
+        else:
+            await mover._fence(out)
+            files, _names, elements = await server.loop.run_in_executor(server._reads, backup, None)
+            await mover._send(out, {"kind": "qbegin"})
+        await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
+        await _send_files(mover, out, staging, files)
+        await mover._send(out, {"kind": "qinstall", "files": [[n, s] for n, s in files], "keep": keep})
         mover._sent(out, elements, 0)
     finally:
         await server.loop.run_in_executor(server._reads, lambda: shutil.rmtree(staging, ignore_errors=True))
+
+
+async def _send_files(mover, out, staging: Path, files: list) -> None:
+    from .moves import MOVE_RATE
+
+    server = mover.node.server
+    for name, size in files:
+        offset = 0
+        with open(staging / name, "rb") as f:
+            while True:
+                started = time.monotonic()
+                data = await server.loop.run_in_executor(server._reads, f.read, CHUNK)
+                await mover._send(out, {"kind": "qfile", "path": name, "offset": offset, "data": data})
+                offset += len(data)
+                mover._sent(out, 0, len(data))
+                if time.monotonic() - out.noted > 1.0:  # progress in etcd, for cluster status: once a second
+                    out.noted = time.monotonic()
+                    await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
+                if MOVE_RATE > 0:
+                    await asyncio.sleep(max(0.0, len(data) / MOVE_RATE - (time.monotonic() - started)))
+                if len(data) < CHUNK:
+                    break
+        if offset != size:
+            raise HoardError(f"queue move of {out.db}.{out.bucket}: {name} changed while it was sent "
+                             f"({offset} bytes sent, {size} backed up)")
 
 
 async def receive(mover, db: str, bucket: str, move: dict) -> dict:
@@ -207,14 +251,26 @@ async def receive(mover, db: str, bucket: str, move: dict) -> dict:
 
         await server.loop.run_in_executor(server._writes, write)
         return {"ok": 1, "result": True}
-    # qinstall
-    for name, size in move["files"]:
+    # qinstall: the files sent last, and those kept from the first copy (a fifo's sealed segments); nothing else
+    expected = {name: size for name, size in list(move["files"]) + list(move.get("keep") or [])}
+    for name, size in expected.items():
         path = folder / name
         if not path.is_file() or path.stat().st_size != size:
             return {"ok": 0, "code": 2, "codeName": "BAD_VALUE",
                     "message": f"queue move of {db}.{bucket}: {name} did not arrive whole"}
-    if not folder.is_dir():
-        folder.mkdir(parents=True)
+
+    def tidy() -> int:
+        folder.mkdir(parents=True, exist_ok=True)
+        gone = 0
+        for path in list(folder.rglob("*")):
+            if path.is_file() and str(path.relative_to(folder)) not in expected:
+                path.unlink()  # (a segment the old owner's head has passed since the first copy)
+                gone += 1
+        return gone
+
+    gone = await server.loop.run_in_executor(server._writes, tidy)
+    log.info("installing the copy of %s.%s received: %d file(s), %d of the first copy left out (popped since)",
+             db, bucket, len(expected), gone)
     await server.loop.run_in_executor(server._writes, install, server.engine, db, bucket, folder,
                                       _area(mover.node, "qtrash", db, bucket))
     return {"ok": 1, "result": True}
