@@ -368,6 +368,9 @@ class ClusterNode:
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
+        altered = None  # an alter: recorded in etcd's declaration first (hoarddb/cluster/catalog.py)
+        if op.change == "alter" and op.scope == operations.BUCKET and self.catalog is not None:
+            altered = await self.catalog.record_alter(doc)
         if self.catalog is not None:
             self.catalog.expect(op, db, bucket)
         try:
@@ -386,7 +389,7 @@ class ClusterNode:
                   and not (op.change == "drop" and str(a.get("codeName")).endswith("NOT_FOUND"))}  # (its watch was first)
         if failed:
             log.warning("%s on %s.%s: not applied on %s", op.name, db, bucket, failed)
-        return mine
+        return altered if altered is not None and mine.get("ok") == 1 else mine
 
     async def _apply_catalog(self, op: operations.Operation, doc: dict) -> dict:
         """A catalog change another node recorded: applied here, and noted (hoarddb/cluster/catalog.py)."""
