@@ -47,6 +47,7 @@ from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
 from .coord import Coordinator, OwnedElsewhere
+from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
 
@@ -96,6 +97,8 @@ class ClusterNode:
         self.catalog = None
         #: the sources of the cluster cursors open here, by the id their client sees (hoarddb/cluster/cursors.py)
         self.cursor_sources: dict[int, Any] = {}
+        #: this node's own join at start and drain at stop (hoarddb/cluster/membership.py)
+        self.membership = Membership(self)
 
     # -- life cycle
 
@@ -108,6 +111,7 @@ class ClusterNode:
         await self._start_catalog()
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
         await self.mover.start()
+        self.membership.start(join=self.server.config.join)
 
     async def _start_users(self) -> None:
         """The cluster's users: in etcd, mirrored into this node's users file and watched (hoarddb/cluster/users.py)."""
@@ -125,6 +129,7 @@ class ClusterNode:
         await self.catalog.start()
 
     async def stop(self) -> None:
+        await self.membership.stop()
         await self.mover.stop()
         if self.catalog is not None:
             await self.catalog.stop()
