@@ -61,6 +61,15 @@ class Membership:
     # -- join
 
     async def _joining(self) -> None:
+        try:
+            await self._join_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("join: unexpected failure; this node takes no share by itself (run hoarddb cluster "
+                          "add-node for it)")
+
+    async def _join_once(self) -> None:
         me = self.node.node_id
         said = None
         while True:
@@ -94,6 +103,15 @@ class Membership:
     async def drain(self, timeout: float) -> bool:
         """Move every partition of this node to the others (``remove-node`` for itself), within ``timeout``
         seconds; whether it was drained. Called at the first stop signal, the node serving meanwhile."""
+        try:
+            return await self._drain(timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("drain: unexpected failure; stopping without draining the rest")
+            return False
+
+    async def _drain(self, timeout: float) -> bool:
         await self.stop()  # a join still under way ends here
         me = self.node.node_id
         deadline = time.monotonic() + timeout
@@ -118,6 +136,10 @@ class Membership:
                 return False
             await asyncio.sleep(POLL)
         try:
+            assigned = sum(o == me for a in (await self.coord.assignments()).values() for o in a["owners"])
+            if not assigned:
+                log.info("drain: this node is assigned no partition; nothing to move")
+                return True
             planned = await plan(self.coord, remove=me)
         except HoardError as e:
             log.error("drain refused: %s; stopping without draining: this node's partitions are unavailable "

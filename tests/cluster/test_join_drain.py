@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip insta
 
 def node(tmp, etcd, name, *args, **env):
     return ServerProcess(tmp / name, "--cluster", etcd.url, "--node-id", name, *args,
-                         env={"HOARDDB_NODE_TTL": "2", "HOARDDB_MOVE_BATCH": "50", **env})
+                         env={"HOARDDB_MOVE_BATCH": "50", **env})
 
 
 def wait_for(check, what, seconds=90):
