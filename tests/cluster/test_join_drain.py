@@ -11,6 +11,7 @@ import pytest
 
 import hoarddb
 from hoarddb.cluster.coord import Coordinator
+from hoarddb.cluster.moves import MOVABLE
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
@@ -162,23 +163,33 @@ def test_a_drain_refused_or_cut_short_stops_the_node_saying_why(tmp_path):
     with EtcdProcess(tmp_path / "etcd") as etcd:
         n1 = node(tmp_path, etcd, "n1", "--drain-on-stop")
         n2 = node(tmp_path, etcd, "n2", "--drain-on-stop", HOARDDB_MOVE_RATE="20000")
+        n3 = node(tmp_path, etcd, "n3")
         try:
             n1.start()
-            with hoarddb.connect(n1.url()) as client:  # made while n1 is alone: n1 owns them
+            with hoarddb.connect(n1.url()) as client:  # made while n1 is alone: n1 owns it
                 client["app"].create_bucket("Jobs", type="fifo")
                 client["app"].Jobs.push({"job": 1})
             n2.start()
-            fill(n1.url(), pad="y" * 500)  # spread over both nodes
-            # a queue's partitions cannot move yet: the drain is refused, and the node stops, saying why
-            assert n1.terminate(60) == 0
-            log = n1.log_text()
-            assert "drain refused: app.Jobs is a fifo bucket, whose partitions cannot be moved yet" in log
-            assert "stopping without draining" in log
-            assert status(etcd)["buckets"]["app.Jobs"]["unavailable"] == [0]
-            n1.start()
+            n3.start()
+            fill(n1.url(), pad="y" * 500)  # spread over the three nodes
+            if "fifo" not in MOVABLE:  # (until queue partitions move) the drain is refused, saying why
+                assert n1.terminate(60) == 0
+                log = n1.log_text()
+                assert "drain refused: app.Jobs is a fifo bucket, whose partitions cannot be moved yet" in log
+                assert "stopping without draining" in log
+                assert status(etcd)["buckets"]["app.Jobs"]["unavailable"] == [0]
+                n1.start()
             with hoarddb.connect(n1.url()) as client:
                 assert client["app"].Jobs.pop() == {"job": 1}
                 client["app"].drop_bucket("Jobs")
+            # a node of the cluster down: the drain is refused, and the node stops, saying why
+            n3.kill()
+            wait_for(lambda: "n3" not in status(etcd)["nodes"], "n3's lease to run out")
+            assert n1.terminate(60) == 0
+            assert "drain refused: node(s) n3 of the cluster are down" in n1.log_text()
+            assert "n1" in {n for b in status(etcd)["buckets"].values() for n in b["nodes"]}  # (not drained)
+            n3.start()
+            n1.start()
             # a slow drain, cut short by a second signal: the node stops at once; started again, its moves resume
             n2.proc.send_signal(signal.SIGTERM)
             wait_for(lambda: "partition(s) to move off this node" in n2.log_text(), "the drain's plan")
@@ -196,7 +207,7 @@ def test_a_drain_refused_or_cut_short_stops_the_node_saying_why(tmp_path):
                 assert client["app"].Events.count() == 1200
             check_board(n1.url())
         finally:
-            for n in (n1, n2):
+            for n in (n1, n2, n3):
                 n.stop()
 
 
@@ -206,3 +217,15 @@ def test_join_and_drain_need_a_cluster(tmp_path):
     out = hoarddb_cli("server", "--data", str(tmp_path / "d"), "--insecure", "--cluster", "etcd://127.0.0.1:1",
                       "--node-id", "n1", "--drain-on-stop", "--drain-timeout", "0")
     assert out.returncode == 2 and "drain_timeout must be a finite number of seconds > 0" in out.stderr
+
+
+def test_cluster_status_shows_a_join_or_drain_beside_its_node():
+    from hoarddb.cluster.local import format_status
+
+    text = format_status({"nodes": {"n1": {"advertise": "127.0.0.1:7070", "up_since": 0},
+                                    "n3": {"advertise": "127.0.0.1:7074", "up_since": 0,
+                                           "state": {"state": "joining", "left": 4, "since": 0}}},
+                          "buckets": {}, "moves": []})
+    lines = text.splitlines()
+    assert lines[1].startswith("  n1") and "left to move" not in lines[1]
+    assert lines[2].startswith("  n3") and lines[2].endswith("joining: 4 partition(s) left to move")
