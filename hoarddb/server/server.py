@@ -9,7 +9,9 @@ group commit (:mod:`.commit`), which runs each turn's writes and their fsync on 
 of its own; scans, blobs and administration run in two pools, one for reads and one for
 writes. A read never waits behind a slow write or fsync. A stop (SIGTERM, Ctrl-C) closes
 the listener, stops reading new requests, lets those already received finish, makes them
-durable, answers them, then closes the connections and the engine.
+durable, answers them, then closes the connections and the engine. A cluster node started
+with ``--drain-on-stop`` first moves its partitions to the other nodes, serving meanwhile
+(hoarddb/cluster/membership.py); a second stop request skips the rest of that.
 """
 
 from __future__ import annotations
