@@ -46,6 +46,7 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
+from . import pick
 from .coord import Coordinator, OwnedElsewhere
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
@@ -96,6 +97,8 @@ class ClusterNode:
         self.catalog = None
         #: the sources of the cluster cursors open here, by the id their client sees (hoarddb/cluster/cursors.py)
         self.cursor_sources: dict[int, Any] = {}
+        #: writes picking one document over a spread bucket that looked again for it (hoarddb/cluster/pick.py)
+        self.pick_retries = 0
 
     # -- life cycle
 
@@ -247,6 +250,8 @@ class ClusterNode:
                 if NODE_FIELD in doc:
                     return await self.mover.part(op, doc, place)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
+            if pick.picks(op, doc):  # one document chosen by a filter over every partition (cluster/pick.py)
+                return await pick.run(self, op, doc, place)
             return await self._gather(op, doc, place)
         return await self._one(doc, place, p)
 
@@ -482,10 +487,6 @@ class ClusterNode:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
         args = doc.get("args") or {}
-        if op.gather == _COUNTS and (args.get("upsert") or args.get("multi") is False):
-            raise VerbNotSupportedError(f"{op.name} with upsert or multi: false over a spread bucket (partitions: "
-                                        f"{place['partitions']}) needs a filter on _id_ (one document's partition); "
-                                        "over every partition it is not built yet")
         limit = args.get("limit")
         if limit is None and op.param("limit") is not None:  # what leaving it out means: the store's own default
             limit = _default_of(place["type"], op.name, "limit")
@@ -1118,6 +1119,7 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_pick_retries_total           picks of one document over a spread bucket looked again for
             hoarddb_cluster_moves_total                  partitions this node handed over to another
             hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
             hoarddb_cluster_moved_bytes_total            their bytes (BSON)
@@ -1139,6 +1141,9 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield CounterMetricFamily("hoarddb_cluster_pick_retries",
+                                          "Writes picking one document over a spread bucket whose pick changed "
+                                          "before its write, so that they looked again", value=node.pick_retries)
                 yield from node.mover.metrics()
 
         registry = CollectorRegistry()
