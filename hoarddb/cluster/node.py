@@ -1119,7 +1119,7 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
-            hoarddb_cluster_pick_retries_total           picks of one document over a spread bucket looked again for
+            hoarddb_cluster_pick_retries_total           writes picking one document whose pick changed: looked again
             hoarddb_cluster_moves_total                  partitions this node handed over to another
             hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
             hoarddb_cluster_moved_bytes_total            their bytes (BSON)

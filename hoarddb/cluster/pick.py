@@ -25,6 +25,7 @@ insert. (docs/dev/cluster.md, "Writes that pick one document".)
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,8 +41,8 @@ from ..values.keys import encode_key
 if TYPE_CHECKING:
     from .node import ClusterNode
 
-#: How many times phase 1 runs before the request is refused WRITE_CONFLICT.
-ROUNDS = 32
+#: How many times phase 1 runs before the request is refused WRITE_CONFLICT (at least 1).
+ROUNDS = max(1, int(os.environ.get("HOARDDB_PICK_ROUNDS", "32")))
 #: The reads of phase 1: a hash bucket's search (an index serves the filter where one fits), and find when
 #: the index search would use is not ready (find_and_modify never refuses so on one node). Found by the table.
 _SEARCH = next(o for o in operations.VERBS.values() if o.cost == operations.INDEXED and "hash" in o.types
@@ -109,11 +110,12 @@ async def run(node: ClusterNode, op: operations.Operation, doc: dict, place: dic
         if (answer.get("result") is not None) if one else (answer.get("result") or {}).get("matched"):
             return answer
         node.pick_retries += 1  # changed since phase 1: look again, after a pause that grows (others race for it)
-        await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+        if attempt + 1 < ROUNDS:
+            await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
     raise WriteConflictError(
         f"{op.name} over a spread bucket: the first document matching the filter changed before it could be "
-        f"written, {ROUNDS} times in a row (other clients write the same documents); nothing was written: send it "
-        "again", rounds=ROUNDS)
+        f"written, {ROUNDS} time(s) in a row (other clients write the same documents); nothing was written: send "
+        "it again", rounds=ROUNDS)
 
 
 async def _first(node: ClusterNode, doc: dict, place: dict, filter_: Any, sort: Any) -> dict:

@@ -249,13 +249,15 @@ def wait_for(condition, what, timeout=30):
 
 
 @pytest.fixture
-def proxied(tmp_path):
+def proxied(tmp_path, request):
     """Two nodes; the second reached by the first through a FaultProxy (it advertises the proxy's port), so that
-    its answers to the first can be held back while a client changes its documents directly."""
+    its answers to the first can be held back while a client changes its documents directly. The first node's
+    environment: the test's parameter (none without one)."""
     with EtcdProcess(tmp_path / "etcd") as etcd:
         port = free_port()
         with FaultProxy("127.0.0.1", port) as proxy:
-            n1 = ServerProcess(tmp_path / "n1", "--cluster", etcd.url, "--node-id", "n1").start()
+            n1 = ServerProcess(tmp_path / "n1", "--cluster", etcd.url, "--node-id", "n1",
+                               env=getattr(request, "param", None)).start()
             n2 = ServerProcess(tmp_path / "n2", "--cluster", etcd.url, "--node-id", "n2",
                                "--advertise", f"127.0.0.1:{proxy.port}", port=port).start()
             c1, c2 = hoarddb.connect(n1.url()), hoarddb.connect(n2.url())
@@ -268,42 +270,63 @@ def proxied(tmp_path):
                 n2.stop()
 
 
-def test_a_document_changed_or_deleted_between_the_phases_is_not_written(proxied):
-    (n1, n2), (c1, c2), proxy = proxied
+def jobs_on_the_second_node(c1, c2):
+    """Three jobs to take, all owned by the second node (the first in key order is the one to take); the
+    others done."""
     c1["app"].create_bucket("Jobs", type="hash", partitions=4)
     c1["app"].Jobs.batch_insert([{"_id_": f"j{i:02}", "state": "done"} for i in range(40)])
     here = c2.execute({"op": "find", "db": "app", "bucket": "Jobs", "args": {}, "_node": "test"})["result"]
     on_n2 = sorted(d["_id_"] for d in here)  # (a request marked as a node's reads that node's own documents)
     assert 4 <= len(on_n2) < 40
-    first, second, third = on_n2[:3]  # the only jobs left to take, all on n2: the first in key order is first
-    for key in (first, second, third):
+    for key in on_n2[:3]:
         c2["app"].Jobs.update({"_id_": key}, {"$set": {"state": "new"}})
+    return on_n2[:3]
 
-    def race(request, change):
-        """``request`` through n1 while n2's answer to its phase 1 is held back; ``change`` done meanwhile on n2."""
-        out: list = []
-        searches = metric(n2, 'hoarddb_server_requests_total{op="search"}')
-        retries = metric(n1, "hoarddb_cluster_pick_retries_total")
-        proxy.stall("answers")
-        thread = threading.Thread(target=lambda: out.append(answer(c1, "Jobs", *request)))
-        thread.start()
-        try:
-            wait_for(lambda: metric(n2, 'hoarddb_server_requests_total{op="search"}') > searches,
-                     "n2 answered the first phase")
-            change()
-        finally:
-            proxy.resume()
-        thread.join(60)
-        assert metric(n1, "hoarddb_cluster_pick_retries_total") == retries + 1  # looked again, once
-        return out[0]
 
-    got = race(("find_and_modify", {"filter": {"state": "new"}, "update": {"$set": {"state": "taken"}}}),
+def race(proxied, request, change):
+    """``request`` through the first node while the second's answer to its phase 1 is held back, ``change`` done
+    meanwhile on the second node; the answer (as ``answer`` gives it)."""
+    (n1, n2), (c1, _c2), proxy = proxied
+    out: list = []
+    searches = metric(n2, 'hoarddb_server_requests_total{op="search"}')
+    retries = metric(n1, "hoarddb_cluster_pick_retries_total")
+    proxy.stall("answers")
+    thread = threading.Thread(target=lambda: out.append(answer(c1, "Jobs", *request)))
+    thread.start()
+    try:
+        wait_for(lambda: metric(n2, 'hoarddb_server_requests_total{op="search"}') > searches,
+                 "the second node answered the first phase")
+        change()
+    finally:
+        proxy.resume()
+    thread.join(60)
+    assert metric(n1, "hoarddb_cluster_pick_retries_total") == retries + 1  # looked again, once
+    return out[0]
+
+
+def test_a_document_changed_or_deleted_between_the_phases_is_not_written(proxied):
+    (_n1, _n2), (c1, c2), _proxy = proxied
+    first, second, third = jobs_on_the_second_node(c1, c2)
+
+    got = race(proxied, ("find_and_modify", {"filter": {"state": "new"}, "update": {"$set": {"state": "taken"}}}),
                lambda: c2["app"].Jobs.update({"_id_": first}, {"$set": {"state": "cancelled"}}))
     assert got == ("ok", {"_id_": second, "state": "new"})  # the first no longer matched: the next was taken
     assert c1["app"].Jobs.get(first) == {"_id_": first, "state": "cancelled"}  # not overwritten
     assert c1["app"].Jobs.get(second) == {"_id_": second, "state": "taken"}
 
-    got = race(("update", {"filter": {"state": "new"}, "update": {"$set": {"state": "taken"}}, "multi": False}),
+    got = race(proxied, ("update", {"filter": {"state": "new"}, "update": {"$set": {"state": "taken"}}, "multi": False}),
                lambda: c2["app"].Jobs.delete({"_id_": third}))
     assert got == ("ok", {"matched": 0, "modified": 0})  # deleted meanwhile, and nothing else matches
     assert c1["app"].Jobs.get(third) is None and c1["app"].Jobs.count({"state": "new"}) == 0
+
+
+@pytest.mark.parametrize("proxied", [{"HOARDDB_PICK_ROUNDS": "1"}], indirect=True)
+def test_a_pick_that_keeps_changing_is_refused_write_conflict_and_writes_nothing(proxied):
+    (_n1, _n2), (c1, c2), _proxy = proxied
+    first, second, third = jobs_on_the_second_node(c1, c2)
+    got = race(proxied, ("find_and_modify", {"filter": {"state": "new"}, "update": {"$set": {"state": "taken"}}}),
+               lambda: c2["app"].Jobs.update({"_id_": first}, {"$set": {"state": "cancelled"}}))
+    assert got[:2] == ("refused", "WRITE_CONFLICT") and "nothing was written" in got[2]
+    assert [c1["app"].Jobs.get(k)["state"] for k in (first, second, third)] == ["cancelled", "new", "new"]
+    # sent again, it takes the next one
+    assert c1["app"].Jobs.find_and_modify({"state": "new"}, {"$set": {"state": "taken"}})["_id_"] == second
