@@ -330,3 +330,16 @@ def test_a_pick_that_keeps_changing_is_refused_write_conflict_and_writes_nothing
     assert [c1["app"].Jobs.get(k)["state"] for k in (first, second, third)] == ["cancelled", "new", "new"]
     # sent again, it takes the next one
     assert c1["app"].Jobs.find_and_modify({"state": "new"}, {"$set": {"state": "taken"}})["_id_"] == second
+
+
+def test_a_spread_btree_refuses_them_as_one_node_does(cluster):
+    _nodes, clients = cluster
+    db = clients[0]["app"]
+    db.create_bucket("Board", type="btree", key="Score", partitions=4)
+    db.create_bucket("BoardWhole", type="btree", key="Score")
+    for bucket in ("Board", "BoardWhole"):
+        db[bucket].insert({"Score": 3, "Name": "a"})
+    for op, args in [("find_and_modify", {"filter": {"Name": "a"}, "update": {"$set": {"x": 1}}}),
+                     ("update", {"filter": {"Name": "a"}, "update": {"$set": {"x": 1}}, "multi": False})]:
+        spread, whole = answer(clients[1], "Board", op, args), answer(clients[1], "BoardWhole", op, args)
+        assert spread[:2] == ("refused", "VERB_NOT_SUPPORTED") and spread == whole  # (hash verbs only)
