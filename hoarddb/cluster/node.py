@@ -13,6 +13,9 @@ fresh. True hands the request to :meth:`ClusterNode.run`, which
   routing it again, after checking that it holds the partition);
 - sends a request over a spread bucket to every node owning some of its partitions and
   merges the answers as one node would give them (key order, limits kept, counts summed).
+- runs a write that picks one document by a filter over a spread bucket (find_and_modify,
+  update with multi: false or upsert) in two phases: found everywhere, written at its owner
+  (hoarddb/cluster/pick.py).
 
 Where a request runs is read from the command table (hoarddb.operations): the operation's
 ``runs`` and ``catalog`` flags, and its route (``key``: a store field's document key; a
