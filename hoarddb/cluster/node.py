@@ -13,6 +13,9 @@ fresh. True hands the request to :meth:`ClusterNode.run`, which
   routing it again, after checking that it holds the partition);
 - sends a request over a spread bucket to every node owning some of its partitions and
   merges the answers as one node would give them (key order, limits kept, counts summed).
+- runs a write that picks one document by a filter over a spread bucket (find_and_modify,
+  update with multi: false or upsert) in two phases: found everywhere, written at its owner
+  (hoarddb/cluster/pick.py).
 
 Where a request runs is read from the command table (hoarddb.operations): the operation's
 ``runs`` and ``catalog`` flags, and its route (``key``: a store field's document key; a
@@ -46,6 +49,7 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
+from . import pick
 from .coord import Coordinator, OwnedElsewhere
 from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
@@ -99,6 +103,8 @@ class ClusterNode:
         self.cursor_sources: dict[int, Any] = {}
         #: this node's own join at start and drain at stop (hoarddb/cluster/membership.py)
         self.membership = Membership(self)
+        #: writes picking one document over a spread bucket that looked again for it (hoarddb/cluster/pick.py)
+        self.pick_retries = 0
 
     # -- life cycle
 
@@ -252,6 +258,8 @@ class ClusterNode:
                 if NODE_FIELD in doc:
                     return await self.mover.part(op, doc, place)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
+            if pick.picks(op, doc):  # one document chosen by a filter over every partition (cluster/pick.py)
+                return await pick.run(self, op, doc, place)
             return await self._gather(op, doc, place)
         return await self._one(doc, place, p)
 
@@ -490,10 +498,6 @@ class ClusterNode:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
         args = doc.get("args") or {}
-        if op.gather == _COUNTS and (args.get("upsert") or args.get("multi") is False):
-            raise VerbNotSupportedError(f"{op.name} with upsert or multi: false over a spread bucket (partitions: "
-                                        f"{place['partitions']}) needs a filter on _id_ (one document's partition); "
-                                        "over every partition it is not built yet")
         limit = args.get("limit")
         if limit is None and op.param("limit") is not None:  # what leaving it out means: the store's own default
             limit = _default_of(place["type"], op.name, "limit")
@@ -1126,6 +1130,7 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_pick_retries_total           writes picking one document whose pick changed: looked again
             hoarddb_cluster_moves_total                  partitions this node handed over to another
             hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
             hoarddb_cluster_moved_bytes_total            their bytes (BSON)
@@ -1147,6 +1152,9 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield CounterMetricFamily("hoarddb_cluster_pick_retries",
+                                          "Writes picking one document over a spread bucket whose pick changed "
+                                          "before its write, so that they looked again", value=node.pick_retries)
                 yield from node.mover.metrics()
 
         registry = CollectorRegistry()
