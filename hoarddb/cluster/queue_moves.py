@@ -16,7 +16,8 @@ wait up to FENCE_WAIT (5 s), then are refused PARTITION_UNAVAILABLE with ``moved
 (retryable) until the hand-over. That fence lasts as long as the copy: the queue's bytes
 on disk at MOVE_RATE (32 MiB/s by default), plus one local copy of its files.
 
-A fifo's is sent twice: first all of it while it serves (unfenced), then under the fence
+A fifo's is sent twice: first all of it while it serves (unfenced; the log is held still only
+while its files are copied locally, as for a hot backup), then under the fence
 what may have changed since (``FifoStore.backup_changed``): ``state.bson`` (the head), the
 claim environment, the segment that was last at the first copy and every newer one. The
 segments before that one never change while the log is open (appends go to the last
@@ -103,7 +104,7 @@ def recover(node) -> None:
                     fsync_directory(target.parent)
                 else:
                     shutil.rmtree(old, ignore_errors=True)
-    for name in ("qtrash", "qin", "qout"):
+    for name in ("qtrash", "qin", "qout", "qempty"):
         shutil.rmtree(root / name, ignore_errors=True)
 
 
@@ -145,7 +146,7 @@ def make_empty(engine, db: str, bucket: str, folder: Path) -> None:
 async def empty(mover, db: str, bucket: str) -> None:
     """Empty this node's copy of a queue bucket it does not hold (handed over, or an earlier attempt's)."""
     server = mover.node.server
-    folder = _area(mover.node, "qin", db, bucket)
+    folder = _area(mover.node, "qempty", db, bucket)
 
     def run() -> None:
         make_empty(server.engine, db, bucket, folder)
