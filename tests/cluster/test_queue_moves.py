@@ -328,3 +328,52 @@ def test_a_partitioned_heap_gives_the_best_of_its_owners_tops(tmp_path):
             assert e["n"] > last.get(key, -1)
             last[key] = e["n"]
         assert clients[1]["app"].Urgent.pop() is None and clients[1]["app"].Urgent.pop(3) == []
+
+
+def test_a_queue_move_whose_old_owner_is_killed_mid_copy_resumes_when_it_is_back(tmp_path):
+    """The old owner killed with SIGKILL while it sends a whole fifo (with a claim outstanding): the queue answers
+    PARTITION_UNAVAILABLE naming it meanwhile; started again, it serves and moves the queue again; every element
+    once, in order, and the claim acked on the new owner."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        slow = {"HOARDDB_MOVE_RATE": "150000"}
+        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
+        try:
+            nodes[0].start()
+            with hoarddb.connect(f"hoarddb://{nodes[0].address}/?insecure=true&timeout=30") as admin:
+                admin["app"].create_bucket("Jobs", type="fifo")
+                admin["app"].create_bucket("Events", type="hash", partitions=2)  # (so that n2 is a member of the maps)
+                for start in range(0, 3000, 500):
+                    admin["app"].Jobs.batch_push([{"n": i, "pad": "x" * 500} for i in range(start + 1, start + 501)])
+                claim = admin.execute({"op": "claim", "db": "app", "bucket": "Jobs",
+                                       "args": {"limit": 1, "lease": 300}})["result"][0]
+            nodes[1].start()
+            assert hoarddb_cli("cluster", "add-node", "n2", "--cluster", etcd.url, "--wait", "60").returncode == 0
+            assert hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url).returncode == 0
+            deadline = time.monotonic() + 30
+            while not any(m.get("bytes", 0) > 0 for m in status(etcd)["moves"]):  # copying, part way
+                assert time.monotonic() < deadline, status(etcd)
+                time.sleep(0.1)
+            nodes[0].kill()
+            url = f"hoarddb://{nodes[1].address}/?insecure=true&timeout=30"
+            with hoarddb.connect(url) as client:
+                deadline = time.monotonic() + 15
+                while True:  # (once n1's lease has run out)
+                    with pytest.raises(PartitionUnavailableError) as refused:
+                        client["app"].Jobs.length()
+                    if "n1" in refused.value.message:
+                        break
+                    assert time.monotonic() < deadline
+                    time.sleep(0.2)
+            nodes[0].start()
+            wait_no_moves(etcd, timeout=120)
+            assert owner_of(etcd, "Jobs") == "n2"
+            with hoarddb.connect(url) as client:
+                assert client.execute({"op": "ack", "db": "app", "bucket": "Jobs",
+                                       "args": {"claimId": claim["claimId"]}})["result"] == {"acked": 1}
+                rest = []
+                while got := client["app"].Jobs.pop(100):
+                    rest += [e["n"] for e in got]
+            assert rest == list(range(2, 3001))
+        finally:
+            for n in nodes:
+                n.stop()
