@@ -1,0 +1,182 @@
+"""Gathers that merge on the node asked what every owner of a spread bucket sends: export's pages, distinct's values, aggregate's pipeline over the documents read a page at a time.
+
+``export`` asks each owner for a page after the cursor and keeps the first ``limit`` of
+their union in key order. ``distinct`` and ``aggregate`` read the matched documents through
+each owner's search cursor (hoarddb/cluster/cursors.py: :func:`matching`), merged in key
+order and consumed as they come, on a thread: so the documents matched on one node may be
+many times a message (16 MiB), and what the node asked holds at a time is a batch per owner
+(about 1 MiB) and what the pipeline's stages keep (``stage_memory_bytes`` and
+``stage_max_documents``, as on one node). An ``aggregate`` asked with ``batch_size``
+answers its output through a cursor of the node asked: a pipeline of ``$match``,
+``$project``, ``$unwind``, ``$skip``, ``$limit`` streams (each ``more`` reads on from the
+owners), one that groups or sorts computes that stage, then hands its output out a batch
+at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .. import operations
+from ..errors import BadValueError, VerbNotSupportedError
+from ..values.keys import encode_key
+from . import cursors as cluster_cursors
+from .partitions import partition_of
+
+if TYPE_CHECKING:
+    from .node import ClusterNode
+
+
+async def export(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
+    """export over a spread hash or blob bucket: one page in key order across the owners, as one node gives it.
+
+    Each owner sends its first ``limit`` entries after the cursor (of the partitions asked of it); the page is
+    the first ``limit`` of them all, none past the last key of an owner whose page was full (what lies beyond
+    it there was not sent). A page cut short so is completed by asking again from there. ``next`` is the
+    page's last key (a hash bucket's encoded key, a blob's id) when the page is full, else None."""
+    from .node import _default_of, route_value  # noqa: PLC0415
+
+    args = dict(doc.get("args") or {})
+    limit = args.get("limit", _default_of(place["type"], op.name, "limit"))
+    if place["type"] == "hash":
+        key = lambda d: encode_key(d["_id_"])  # noqa: E731 (the cursor a hash bucket's export gives)
+    else:
+        key = lambda d: d["_id_"]  # noqa: E731 (a blob's id, lower case)
+    cursor = args.get("cursor")
+    page: list = []
+    while True:
+        answers = await node._each_part({**doc, "args": {**args, "cursor": cursor}}, place)
+        bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        bound = None
+        found: list = []
+        for _n, parts, a in answers:
+            docs = a["result"]["docs"]
+            if len(docs) >= limit:
+                last = key(docs[-1])
+                bound = last if bound is None or last < bound else bound
+            found += [d for d in docs if partition_of(route_value(d, place), place["partitions"]) in parts]
+        if bound is not None:
+            found = [d for d in found if key(d) <= bound]
+        found.sort(key=key)
+        page += found[:limit - len(page)]
+        if len(page) >= limit:
+            return {"ok": 1, "result": {"docs": page, "next": key(page[-1])}}
+        if bound is None:
+            return {"ok": 1, "result": {"docs": page, "next": None}}
+        cursor = bound
+
+
+async def _matching(node: "ClusterNode", doc: dict, place: dict, filter_: Any):
+    """The documents of a hash bucket matching ``filter_`` in key order, and ``index_used`` (and
+    ``index_used_by_node``), and the source to release once they are read (None: a list, read whole).
+
+    A spread bucket's are paged from each owner's cursor (:func:`cluster_cursors.matching`); a whole one's
+    (an aggregate whose ``$lookup`` joins a bucket held elsewhere) come in one search answer from its owner."""
+    if place["partitions"] > 1:
+        source, extras = await cluster_cursors.matching(node, doc, place, filter_)
+        return source, extras, source
+    answer = await node._matching(doc, place, filter_)
+    if answer.get("ok") != 1:
+        from ..errors import error_from_answer  # noqa: PLC0415
+
+        raise error_from_answer(answer)
+    return answer["result"], {k: answer[k] for k in ("index_used", "index_used_by_node") if k in answer}, None
+
+
+async def distinct(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
+    """distinct over a spread hash bucket: the matching documents read here a page at a time, and their values
+    taken as one node takes them (an array's elements one by one), deduplicated, in the order of values."""
+    from ..stores.hash import _is_leaf_array  # noqa: PLC0415
+    from ..values.paths import MISSING, resolve, split_path  # noqa: PLC0415
+    from .node import NODE_FIELD  # noqa: PLC0415
+
+    args = doc.get("args") or {}
+    field = args.get("field") if isinstance(args, dict) else None
+    if not isinstance(field, str) or any(op.param(k) is None for k in args):
+        return await node.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
+    parts = split_path(field, what="distinct field")
+    docs, _extras, source = await _matching(node, doc, place, args.get("filter"))
+
+    def values() -> list:
+        seen: dict = {}
+        for d in docs:
+            for value in resolve(d, parts):
+                if value is MISSING or isinstance(value, (list, tuple)) and _is_leaf_array(d, parts, value):
+                    continue
+                seen.setdefault(encode_key(value), value)
+        return [seen[k] for k in sorted(seen)]
+    try:
+        return {"ok": 1, "result": await asyncio.get_running_loop().run_in_executor(None, values)}
+    finally:
+        if source is not None:
+            source.release()
+
+
+async def aggregate(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
+    """aggregate over a spread hash bucket (or a whole one whose ``$lookup`` reads a bucket spread or owned by
+    another node): the documents a leading ``$match`` keeps (every document without one) read here in key
+    order a page at a time, and the whole pipeline run over them here, within the same stage limits as on one
+    node; a ``$lookup``'s bucket is read once, whole, wherever it is. With ``batch_size`` (and no explain), its
+    output is answered through a cursor of this node."""
+    from ..values.pipeline import Limits, compile_pipeline  # noqa: PLC0415
+    from .node import _SEARCH, NODE_FIELD, _lookups  # noqa: PLC0415
+
+    args = doc.get("args") or {}
+    pipeline = args.get("pipeline") if isinstance(args, dict) else None
+    explain = args.get("explain", False) if isinstance(args, dict) else False
+    if not isinstance(pipeline, list) or not isinstance(explain, bool) or any(op.param(k) is None for k in args):
+        return await node.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
+    size = cluster_cursors.check_batch_size(args.get("batch_size"))
+    loop = asyncio.get_running_loop()
+    joined: dict[str, list] = {}
+    for name in _lookups(pipeline):
+        if not isinstance(name, str) or name in joined:
+            continue
+        joined_place = await node._placement(doc["db"], name)
+        if joined_place is not None and joined_place["type"] != "hash":
+            raise BadValueError(f"$lookup joins hash buckets; {name!r} is a {joined_place['type']} bucket")
+        if joined_place is not None and joined_place["partitions"] > 1:  # read in pages, held here whole
+            source, _extras = await cluster_cursors.matching(node, {"db": doc["db"], "bucket": name},
+                                                              joined_place, None)
+            try:
+                joined[name] = await loop.run_in_executor(None, list, source)
+            finally:
+                source.release()
+            continue
+        got = await node._run({"op": _SEARCH.name, "db": doc["db"], "bucket": name, "args": {}})
+        if got.get("ok") != 1:
+            return got
+        joined[name] = got["result"]
+
+    def lookup(name):
+        if name not in joined:
+            raise VerbNotSupportedError(f"aggregate over a spread bucket: $lookup from {name!r} is not read here")
+        return joined[name]
+    options = node.server.engine.options
+    compiled = compile_pipeline(pipeline, limits=Limits(options.stage_memory_bytes, options.stage_max_documents),
+                                lookup=lookup)
+    docs, extras, source = await _matching(node, doc, place, compiled.leading_match)
+    what = f"aggregate on {doc['db']}.{doc['bucket']}"
+    if size is not None and not explain:  # its output through a cursor of this node
+        if source is not None:
+            return await cluster_cursors.opened(node, source, what, compiled.run(docs), size, extras)
+        cursors = node.server.engine.cursors  # (over a list: its more runs as a single server's)
+        answer = await loop.run_in_executor(None, lambda: cursors.open(what, compiled.run(docs), size))
+        return {"ok": 1, **answer, **extras}
+    gathered = [0]
+
+    def counted():
+        for d in docs:
+            gathered[0] += 1
+            yield d
+    try:
+        out = await loop.run_in_executor(None, lambda: list(compiled.run(counted())))
+    finally:
+        if source is not None:
+            source.release()
+    if explain:
+        extras["explain"] = {**extras, "gathered": gathered[0], "returned": len(out)}
+    return {"ok": 1, "result": out, **extras}
