@@ -19,7 +19,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from .. import operations
-from ..errors import BadValueError, VerbNotSupportedError
+from ..errors import BadValueError, PartitionUnavailableError, VerbNotSupportedError
 from ..values.keys import encode_key
 from . import cursors as cluster_cursors
 from .partitions import partition_of
@@ -39,6 +39,8 @@ async def export(node: "ClusterNode", op: operations.Operation, doc: dict, place
 
     args = dict(doc.get("args") or {})
     limit = args.get("limit", _default_of(place["type"], op.name, "limit"))
+    if place["type"] == "btree":
+        return await _export_btree(node, op, doc, place, args, limit)
     if place["type"] == "hash":
         key = lambda d: encode_key(d["_id_"])  # noqa: E731 (the cursor a hash bucket's export gives)
     else:
@@ -67,6 +69,65 @@ async def export(node: "ClusterNode", op: operations.Operation, doc: dict, place
         if bound is None:
             return {"ok": 1, "result": {"docs": page, "next": None}}
         cursor = bound
+
+
+async def _export_btree(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict, args: dict,
+                        limit: int) -> dict:
+    """export over a spread btree bucket: one page in sort-key order across the owners, ties in their insertion
+    order, as one node gives it; ``next`` is, as there, the storage key of the page's last entry on its owner.
+
+    As for a hash bucket, each owner sends its first ``limit`` entries after the cursor and the page is the
+    first ``limit`` of them all up to the least last sort value of the full pages. Entries with equal sort
+    values share a partition, so they come from one owner, in its order; and a cursor (an encoded sort value
+    and a sequence number) taken from one owner places every other owner after that sort value. The page's
+    last entry's key is its owner's ``next`` when it ends that owner's page; else that owner is asked again
+    for the page up to that entry, whose ``next`` it is (the whole page read again if the owner's entries
+    changed between the two)."""
+    from .moves import PARTS_FIELD  # noqa: PLC0415
+    from .node import _btree_order, route_value  # noqa: PLC0415
+
+    order = _btree_order(place, doc["bucket"])
+    cursor = args.get("cursor")
+    page: list = []
+    changed = 0
+    while True:
+        sent = {**args, "cursor": cursor}
+        answers = await node._each_part({**doc, "args": sent}, place)
+        bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            return bad
+        bound = after = None
+        found: list = []  # (encoded sort value, node, its partitions, position in its page, entry, its page)
+        for n, parts, a in answers:
+            docs = a["result"]["docs"]
+            if len(docs) >= limit and (bound is None or order(docs[-1]) < bound):
+                bound, after = order(docs[-1]), a["result"]["next"]
+            found += [(order(d), n, parts, i, d, a["result"]) for i, d in enumerate(docs)
+                      if partition_of(route_value(d, place), place["partitions"]) in parts]
+        if bound is not None:
+            found = [f for f in found if f[0] <= bound]
+        found.sort(key=lambda f: f[0])  # (stable: ties come from one owner, in its order)
+        taken = found[:limit - len(page)]
+        if len(page) + len(taken) < limit:
+            page += [f[4] for f in taken]
+            if bound is None:
+                return {"ok": 1, "result": {"docs": page, "next": None}}
+            cursor = after  # every entry up to the bound is in the page: go on after it
+            continue
+        _enc, n, parts, i, last, its = taken[-1]
+        if i == len(its["docs"]) - 1 and its["next"] is not None:
+            return {"ok": 1, "result": {"docs": page + [f[4] for f in taken], "next": its["next"]}}
+        again = await node._here_or_there(n, {**doc, PARTS_FIELD: sorted(parts), "args": {**sent, "limit": i + 1}},
+                                          op, place)
+        if again.get("ok") != 1:
+            return again
+        docs = again["result"]["docs"]
+        if docs and docs[-1] == last and again["result"]["next"] is not None:
+            return {"ok": 1, "result": {"docs": page + [f[4] for f in taken], "next": again["result"]["next"]}}
+        changed += 1  # (the owner's entries changed between the two reads: this round again)
+        if changed > 5:
+            raise PartitionUnavailableError(f"export of {doc['db']}.{doc['bucket']}: its entries kept changing under "
+                                            "the page; ask for it again", node=n)
 
 
 async def _matching(node: "ClusterNode", doc: dict, place: dict, filter_: Any):

@@ -543,6 +543,8 @@ class ClusterNode:
     async def _gather_btree(self, op: operations.Operation, doc: dict, place: dict) -> dict:
         """range, list, first, last or length over a spread btree bucket: asked of every owner and merged in
         sort-key order, as one node gives them (equal sort keys share a partition, so their order is kept)."""
+        if op.gather in _GATHERED_WHOLE and place["type"] in op.types:
+            return await _GATHERED_WHOLE[op.gather](self, op, doc, place)  # export (hoarddb/cluster/gathers.py)
         if op.gather not in (_DOCUMENTS, _SUM, _LEAST, _GREATEST):
             raise VerbNotSupportedError(f"{op.name} over a spread btree bucket (partitions: {place['partitions']}) "
                                         "is not built yet; declare the bucket with placement: whole to use it")
