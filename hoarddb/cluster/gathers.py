@@ -16,7 +16,7 @@ at a time.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import operations
 from ..errors import BadValueError, PartitionUnavailableError, VerbNotSupportedError
@@ -130,23 +130,6 @@ async def _export_btree(node: "ClusterNode", op: operations.Operation, doc: dict
                                             "the page; ask for it again", node=n)
 
 
-async def _matching(node: "ClusterNode", doc: dict, place: dict, filter_: Any):
-    """The documents of a hash bucket matching ``filter_`` in key order, and ``index_used`` (and
-    ``index_used_by_node``), and the source to release once they are read (None: a list, read whole).
-
-    A spread bucket's are paged from each owner's cursor (:func:`cluster_cursors.matching`); a whole one's
-    (an aggregate whose ``$lookup`` joins a bucket held elsewhere) come in one search answer from its owner."""
-    if place["partitions"] > 1:
-        source, extras = await cluster_cursors.matching(node, doc, place, filter_)
-        return source, extras, source
-    answer = await node._matching(doc, place, filter_)
-    if answer.get("ok") != 1:
-        from ..errors import error_from_answer  # noqa: PLC0415
-
-        raise error_from_answer(answer)
-    return answer["result"], {k: answer[k] for k in ("index_used", "index_used_by_node") if k in answer}, None
-
-
 async def distinct(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
     """distinct over a spread hash bucket: the matching documents read here a page at a time, and their values
     taken as one node takes them (an array's elements one by one), deduplicated, in the order of values."""
@@ -159,11 +142,11 @@ async def distinct(node: "ClusterNode", op: operations.Operation, doc: dict, pla
     if not isinstance(field, str) or any(op.param(k) is None for k in args):
         return await node.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
     parts = split_path(field, what="distinct field")
-    docs, _extras, source = await _matching(node, doc, place, args.get("filter"))
+    source, _extras = await cluster_cursors.matching(node, doc, place, args.get("filter"))
 
     def values() -> list:
         seen: dict = {}
-        for d in docs:
+        for d in source:
             for value in resolve(d, parts):
                 if value is MISSING or isinstance(value, (list, tuple)) and _is_leaf_array(d, parts, value):
                     continue
@@ -172,16 +155,15 @@ async def distinct(node: "ClusterNode", op: operations.Operation, doc: dict, pla
     try:
         return {"ok": 1, "result": await asyncio.get_running_loop().run_in_executor(None, values)}
     finally:
-        if source is not None:
-            source.release()
+        source.release()
 
 
 async def aggregate(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
     """aggregate over a spread hash bucket (or a whole one whose ``$lookup`` reads a bucket spread or owned by
     another node): the documents a leading ``$match`` keeps (every document without one) read here in key
-    order a page at a time, and the whole pipeline run over them here, within the same stage limits as on one
-    node; a ``$lookup``'s bucket is read once, whole, wherever it is. With ``batch_size`` (and no explain), its
-    output is answered through a cursor of this node."""
+    order a page at a time from each owner's cursor, and the whole pipeline run over them here, within the same
+    stage limits as on one node; a ``$lookup``'s bucket is read once, whole, wherever it is (a spread one in
+    pages). With ``batch_size`` (and no explain), its output is answered through a cursor of this node."""
     from ..values.pipeline import Limits, compile_pipeline  # noqa: PLC0415
     from .node import _SEARCH, NODE_FIELD, _lookups  # noqa: PLC0415
 
@@ -219,25 +201,20 @@ async def aggregate(node: "ClusterNode", op: operations.Operation, doc: dict, pl
     options = node.server.engine.options
     compiled = compile_pipeline(pipeline, limits=Limits(options.stage_memory_bytes, options.stage_max_documents),
                                 lookup=lookup)
-    docs, extras, source = await _matching(node, doc, place, compiled.leading_match)
-    what = f"aggregate on {doc['db']}.{doc['bucket']}"
+    source, extras = await cluster_cursors.matching(node, doc, place, compiled.leading_match)
     if size is not None and not explain:  # its output through a cursor of this node
-        if source is not None:
-            return await cluster_cursors.opened(node, source, what, compiled.run(docs), size, extras)
-        cursors = node.server.engine.cursors  # (over a list: its more runs as a single server's)
-        answer = await loop.run_in_executor(None, lambda: cursors.open(what, compiled.run(docs), size))
-        return {"ok": 1, **answer, **extras}
+        return await cluster_cursors.opened(node, source, f"aggregate on {doc['db']}.{doc['bucket']}",
+                                            compiled.run(source), size, extras)
     gathered = [0]
 
     def counted():
-        for d in docs:
+        for d in source:
             gathered[0] += 1
             yield d
     try:
         out = await loop.run_in_executor(None, lambda: list(compiled.run(counted())))
     finally:
-        if source is not None:
-            source.release()
+        source.release()
     if explain:
         extras["explain"] = {**extras, "gathered": gathered[0], "returned": len(out)}
     return {"ok": 1, "result": out, **extras}

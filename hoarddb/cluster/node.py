@@ -855,28 +855,6 @@ class ClusterNode:
             place = self.placements.get((db, bucket), place)
         return out
 
-    async def _matching(self, doc: dict, place: dict, filter_: Any) -> dict:
-        """The documents of a hash bucket that match ``filter_``, in key order, found by a search (an index serves it
-        where one fits; ``index_used`` names it, and ``index_used_by_node`` each node's on a spread bucket).
-
-        A whole bucket's search runs on its owner. A spread bucket's goes to every owner (``_each_part``), and
-        each answer is cut to the partitions asked of it (a node may hold a move's copies of others)."""
-        search = {"op": _SEARCH.name, "db": doc["db"], "bucket": doc["bucket"],
-                  "args": {"filter": filter_ if filter_ is not None else {}}}
-        if place["partitions"] == 1:
-            return await self._run(search)
-        answers = await self._each_part(search, place)
-        bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
-        if bad is not None:
-            return bad
-        docs = [d for _n, parts, a in answers for d in a["result"]
-                if partition_of(route_value(d, place), place["partitions"]) in parts]
-        docs.sort(key=lambda d: encode_key(d["_id_"]))
-        used: dict = {}
-        for n, _parts, a in answers:
-            used.setdefault(n, a.get("index_used"))
-        return {"ok": 1, "result": docs, "index_used": next(iter(used.values())), "index_used_by_node": used}
-
     def _joins_elsewhere(self, op: operations.Operation, doc: dict, place: dict) -> bool:
         """Whether an aggregate on a whole bucket joins (``$lookup``) a bucket its owner does not hold whole: the
         owner's engine would read only its own part of that one, so the node asked runs it (_gather_aggregate)."""
