@@ -1,4 +1,4 @@
-"""Cluster cursors: a find, search or range over a spread bucket read a batch at a time, its owners' cursors merged in one node's order.
+"""Cluster cursors: a read over a spread bucket a batch at a time, its owners' cursors merged in one node's order; an owner's cursor relayed by the node asked.
 
 The node a client asks (the entry node) sends the read to every node owning some of the
 bucket's partitions, each told which (``_parts``, as every gather does), with a
@@ -25,6 +25,13 @@ owner while the cursor was open does too (run the read again).
 
 A part that an owner must cut to its partitions (while a partition moves to or from it)
 is answered whole by that owner, as today's gather answers it, and merged the same way.
+
+The reads merged so: find, search and list of a spread hash bucket, range and list of a
+spread btree, list of a spread blob bucket (:func:`open_cursor`); the documents a
+distinct or an aggregate reads (:func:`matching`, for hoarddb/cluster/gathers.py), and an
+aggregate's output (:func:`opened` over the pipeline). A read of one partition forwarded to
+its owner (a whole bucket's) whose answer opened a cursor there is relayed (:func:`relay`):
+a source of that one owner, its batches handed on as they come.
 """
 
 from __future__ import annotations
@@ -278,6 +285,9 @@ async def opened(node: "ClusterNode", source: MergedSource, what: str, documents
     except HoardError as e:
         source.release()
         return e.to_answer()
+    except BaseException:
+        source.release()
+        raise
     if "cursor" in answer:
         source.id = answer["cursor"]
         node.cursor_sources[source.id] = source
