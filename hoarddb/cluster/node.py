@@ -13,6 +13,9 @@ fresh. True hands the request to :meth:`ClusterNode.run`, which
   routing it again, after checking that it holds the partition);
 - sends a request over a spread bucket to every node owning some of its partitions and
   merges the answers as one node would give them (key order, limits kept, counts summed).
+- runs a write that picks one document by a filter over a spread bucket (find_and_modify,
+  update with multi: false or upsert) in two phases: found everywhere, written at its owner
+  (hoarddb/cluster/pick.py).
 
 Where a request runs is read from the command table (hoarddb.operations): the operation's
 ``runs`` and ``catalog`` flags, and its route (``key``: a store field's document key; a
@@ -45,8 +48,9 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
-from . import gathers
+from . import gathers, pick
 from .coord import Coordinator, OwnedElsewhere
+from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
 
@@ -96,6 +100,10 @@ class ClusterNode:
         self.catalog = None
         #: the sources of the cluster cursors open here, by the id their client sees (hoarddb/cluster/cursors.py)
         self.cursor_sources: dict[int, Any] = {}
+        #: this node's own join at start and drain at stop (hoarddb/cluster/membership.py)
+        self.membership = Membership(self)
+        #: writes picking one document over a spread bucket that looked again for it (hoarddb/cluster/pick.py)
+        self.pick_retries = 0
 
     # -- life cycle
 
@@ -108,6 +116,7 @@ class ClusterNode:
         await self._start_catalog()
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
         await self.mover.start()
+        self.membership.start(join=self.server.config.join)
 
     async def _start_users(self) -> None:
         """The cluster's users: in etcd, mirrored into this node's users file and watched (hoarddb/cluster/users.py)."""
@@ -125,6 +134,7 @@ class ClusterNode:
         await self.catalog.start()
 
     async def stop(self) -> None:
+        await self.membership.stop()
         await self.mover.stop()
         if self.catalog is not None:
             await self.catalog.stop()
@@ -170,7 +180,7 @@ class ClusterNode:
         if place is None:
             return True  # not known here yet: etcd says
         if self._joins_elsewhere(op, doc, place):
-            return True  # run here over what every node holds (_gather_aggregate)
+            return True  # run here over what every node holds (cluster/gathers.py: aggregate)
         p = self._partition(place, doc, op)
         if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
             return NODE_FIELD not in doc or self.mover.takes_part(doc)
@@ -257,6 +267,8 @@ class ClusterNode:
                 if NODE_FIELD in doc:
                     return await self.mover.part(op, doc, place)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
+            if pick.picks(op, doc):  # one document chosen by a filter over every partition (cluster/pick.py)
+                return await pick.run(self, op, doc, place)
             return await self._gather(op, doc, place)
         return await self._one(doc, place, p)
 
@@ -381,6 +393,9 @@ class ClusterNode:
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
+        altered = None  # an alter: recorded in etcd's declaration first (hoarddb/cluster/catalog.py)
+        if op.change == "alter" and op.scope == operations.BUCKET and self.catalog is not None:
+            altered = await self.catalog.record_alter(doc)
         if self.catalog is not None:
             self.catalog.expect(op, db, bucket)
         try:
@@ -399,7 +414,7 @@ class ClusterNode:
                   and not (op.change == "drop" and str(a.get("codeName")).endswith("NOT_FOUND"))}  # (its watch was first)
         if failed:
             log.warning("%s on %s.%s: not applied on %s", op.name, db, bucket, failed)
-        return mine
+        return altered if altered is not None and mine.get("ok") == 1 else mine
 
     async def _apply_catalog(self, op: operations.Operation, doc: dict) -> dict:
         """A catalog change another node recorded: applied here, and noted (hoarddb/cluster/catalog.py)."""
@@ -495,10 +510,6 @@ class ClusterNode:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
         args = doc.get("args") or {}
-        if op.gather == _COUNTS and (args.get("upsert") or args.get("multi") is False):
-            raise VerbNotSupportedError(f"{op.name} with upsert or multi: false over a spread bucket (partitions: "
-                                        f"{place['partitions']}) needs a filter on _id_ (one document's partition); "
-                                        "over every partition it is not built yet")
         limit = args.get("limit")
         if limit is None and op.param("limit") is not None:  # what leaving it out means: the store's own default
             limit = _default_of(place["type"], op.name, "limit")
@@ -857,7 +868,7 @@ class ClusterNode:
 
     def _joins_elsewhere(self, op: operations.Operation, doc: dict, place: dict) -> bool:
         """Whether an aggregate on a whole bucket joins (``$lookup``) a bucket its owner does not hold whole: the
-        owner's engine would read only its own part of that one, so the node asked runs it (_gather_aggregate)."""
+        owner's engine would read only its own part of that one, so the node asked runs it (gathers.aggregate)."""
         if not op.joins or NODE_FIELD in doc or place["partitions"] != 1 or place["type"] not in op.types:
             return False
         args = doc.get("args")
@@ -1010,6 +1021,7 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_pick_retries_total           writes picking one document whose pick changed: looked again
             hoarddb_cluster_moves_total                  partitions this node handed over to another
             hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
             hoarddb_cluster_moved_bytes_total            their bytes (BSON)
@@ -1031,6 +1043,9 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield CounterMetricFamily("hoarddb_cluster_pick_retries",
+                                          "Writes picking one document over a spread bucket whose pick changed "
+                                          "before its write, so that they looked again", value=node.pick_retries)
                 yield from node.mover.metrics()
 
         registry = CollectorRegistry()

@@ -118,11 +118,15 @@ def test_aggregate_refuses_as_one_node_does(cluster):
         clients[2]["app"].Spread.aggregate([{"$nope": 1}])
 
 
-def test_find_and_modify_by_a_filter_over_partitions_is_still_refused(cluster):
+def test_find_and_modify_by_a_filter_over_partitions_runs_but_an_upsert_needs_id(cluster):
+    # (tests/cluster/test_spread_pick.py holds these writes to a whole bucket's answers; here, none matches)
     _nodes, clients = cluster
+    for bucket in ("Spread", "Whole"):
+        assert clients[1].execute({"op": "find_and_modify", "db": "app", "bucket": bucket,
+                                   "args": {"filter": {"n": -3}, "update": {"$set": {"x": 1}}}})["result"] is None
     with pytest.raises(VerbNotSupportedError, match="placement: whole"):
         clients[1].execute({"op": "find_and_modify", "db": "app", "bucket": "Spread",
-                            "args": {"filter": {"n": 3}, "update": {"$set": {"x": 1}}}})
+                            "args": {"filter": {"n": -3}, "update": {"$set": {"x": 1}}, "upsert": True}})
 
 
 def test_export_of_a_spread_blob_bucket_pages_in_id_order(cluster):
