@@ -155,3 +155,31 @@ def test_a_client_gone_mid_cursor_frees_the_owner_s_cursor(cluster):
         assert len(first["result"]) == 2 and first["cursor"]
         assert cursors_open(owner) == 1.0 and cursors_open(other) == 1.0
     assert wait_no_cursors(nodes) == [0.0, 0.0]  # the connection closed: the relay, and the owner's cursor
+
+
+def test_a_relayed_cursor_s_timeout_closes_the_owner_s_cursor(tmp_path):
+    """The node asked times its relay out (its cursor_timeout, 1 s) long before the owner would time out its own
+    cursor (600 s): the owner's cursor is closed by the relay's timeout."""
+    from hoarddb.testing import ServerProcess
+
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [ServerProcess(tmp_path / "n1", "--cluster", etcd.url, "--node-id", "n1"),
+                 ServerProcess(tmp_path / "n2", "--cluster", etcd.url, "--node-id", "n2",
+                               env={"HOARDDB_CURSOR_TIMEOUT": "1"})]
+        for n in nodes:
+            n.start()
+        try:
+            with hoarddb.connect(nodes[1].url()) as c:
+                name = next(f"W{i}" for i in range(20) if c["app"].create_bucket(f"W{i}", placement="whole") is not None
+                            and owner_of(nodes, f"W{i}") is nodes[0])  # (a whole bucket n1 owns)
+                c["app"][name].batch_insert([{"_id_": i, "Pad": "p" * 100_000} for i in range(40)])  # 4 MB: more
+                # than the owner's next batch (about 1 MiB), which the node asked reads ahead
+                first = c.execute({"op": "find", "db": "app", "bucket": name, "args": {"filter": {}, "batch_size": 2}})
+                assert first["cursor"] and cursors_open(nodes[0]) == 1.0
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and cursors_open(nodes[0]):
+                    time.sleep(0.1)
+                assert [cursors_open(n) for n in nodes] == [0.0, 0.0]
+        finally:
+            for n in nodes:
+                n.stop()
