@@ -181,7 +181,7 @@ async def aggregate(node: "ClusterNode", op: operations.Operation, doc: dict, pl
         joined_place = await node._placement(doc["db"], name)
         if joined_place is not None and joined_place["type"] != "hash":
             raise BadValueError(f"$lookup joins hash buckets; {name!r} is a {joined_place['type']} bucket")
-        if joined_place is not None and joined_place["partitions"] > 1:  # read in pages, held here whole
+        if joined_place is not None:  # read in pages from its owners, held here whole
             source, _extras = await cluster_cursors.matching(node, {"db": doc["db"], "bucket": name},
                                                               joined_place, None)
             try:
