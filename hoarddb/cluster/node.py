@@ -589,6 +589,7 @@ class ClusterNode:
         the last pop or claim of this bucket (through this node) started at, and takes what it can
         there before going on to the next, until it has ``limit`` elements or every owner was asked.
         A claimId is given back as ``<node>/<claimId>``; ack, release and extend send each to its node.
+        A partitioned heap's pop, claim and peek take the best of the owners' tops instead (hoarddb/cluster/heaps.py).
         """
         args = dict(doc.get("args") or {})
         owners = sorted(set(place["owners"]))
