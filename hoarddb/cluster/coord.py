@@ -286,16 +286,24 @@ class Coordinator:
                                     f"by another process (at {other.get('advertise')}); this node refuses its "
                                     "partitions until that one stops")
             log.info("lease: this node is in the cluster again (nodes/%s written under the new lease)", self.node_id)
-            if self._state is not None:
-                await self._call(self.client.kv.put(self.key("state", self.node_id), _json(self._state),
+            written = self._state
+            if written is not None:
+                await self._call(self.client.kv.put(self.key("state", self.node_id), _json(written),
                                                     lease=self.lease_id, timeout=5))
-                log.info("lease: state/%s written again (%s)", self.node_id, self._state.get("state"))
+                log.info("lease: state/%s written again (%s)", self.node_id, written.get("state"))
         except BaseException:
             await self._revoke_quietly(lease.ID)  # (its keys with it; the next try starts again)
             raise
         self.lapsed = False
         self._renew_refused = None
+        if self._state != written:  # put meanwhile (only recorded, while lapsed)
+            try:
+                await self.put_state(self._state)
+            except HoardError as e:
+                log.warning("lease: cannot write state/%s again: %s", self.node_id, e.message)
         if self.rejoined is not None:
+            if self._rejoining is not None and not self._rejoining.done():
+                self._rejoining.cancel()  # (a take-back of an earlier lapse, still under way)
             self._rejoining = asyncio.get_running_loop().create_task(self.rejoined())
 
     async def _revoke_quietly(self, lease_id: int) -> None:
@@ -497,6 +505,7 @@ class Coordinator:
         for _ in range(5):
             self._refuse_if_lapsed(db, bucket, p)
             current = await self._get(owner_key)
+            self._refuse_if_lapsed(db, bucket, p)  # (the lease may have lapsed while etcd answered)
             if current is not None:
                 if current["node"] == self.node_id:  # ours (an earlier claim of this run)
                     self.held[(db, bucket, p)] = current["epoch"]
@@ -527,6 +536,8 @@ class Coordinator:
                 self._refuse_if_lapsed(db, bucket, p)
                 continue
             if answer.succeeded:
+                if lease_id != self.lease_id or self.lapsed:
+                    continue  # put under a lease that ran out meanwhile: gone with it
                 self.held[(db, bucket, p)] = new
                 return new
         raise HoardError(f"partition {p} of {db}.{bucket}: could not take it (others kept changing it)")

