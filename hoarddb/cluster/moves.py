@@ -135,6 +135,13 @@ class Mover:
         self._running: dict[tuple[str, str], int] = {}
         #: uploads (and spread blob puts) running here, per bucket (a move that begins waits for them)
         self._uploads: dict[tuple[str, str], int] = {}
+        #: per bucket, how many times the partitions its local bucket holds may have changed under a reader: bumped
+        #: when a move out fences, when a copy arrives, when handed-over documents are purged
+        self.shifts: dict[tuple[str, str], int] = {}
+        #: the cursors this node opened for its part of a cluster cursor over its local bucket read whole (exactly
+        #: its partitions then): {cursor id: ((db, bucket), shifts then)}. Such a cursor reads on with no cut, so
+        #: a shift since makes its next batch refused (more_part)
+        self.part_cursors: dict[int, tuple[tuple[str, str], int]] = {}
 
     # -- life cycle
 
@@ -322,7 +329,13 @@ class Mover:
             if out is None or not out.fenced or not out.parts.intersection(parts):
                 break  # (no await from here until the part is counted among those under way)
         if out is None and not self.foreign.get((db, bucket)) and self._exactly(db, bucket, parts):
-            return await self.node.server.run_here(local)
+            shift = self.shifts.get((db, bucket), 0)
+            answer = await self.node.server.run_here(local)
+            if answer.get("cursor"):
+                self._keep_part_cursor(answer["cursor"], (db, bucket), shift)
+            return answer
+        if type(local.get("args")) is dict and "batch_size" in local["args"]:  # cut: answered whole
+            local = {**local, "args": {k: v for k, v in local["args"].items() if k != "batch_size"}}
         if out is not None:
             out.inflight += 1
             out.idle.clear()
@@ -337,6 +350,36 @@ class Mover:
                 out.inflight -= 1
                 if not out.inflight:
                     out.idle.set()
+
+    def _keep_part_cursor(self, cursor_id: int, key: tuple[str, str], shift: int) -> None:
+        cursors = self.node.server.engine.cursors
+        for gone in [c for c in self.part_cursors if c not in cursors]:  # (read to the end, closed, timed out)
+            del self.part_cursors[gone]
+        self.part_cursors[cursor_id] = (key, shift)
+
+    def _shift(self, db: str, bucket: str) -> None:
+        """The partitions this node's local bucket holds may change from now on: its open part cursors end."""
+        self.shifts[(db, bucket)] = self.shifts.get((db, bucket), 0) + 1
+
+    def part_shifted(self, cursor_id) -> str | None:
+        """Why the part cursor ``cursor_id`` may no longer read exactly its partitions (a move to or from this
+        node since it opened), else None. Asked after each batch is read: a shift before the read is seen."""
+        kept = self.part_cursors.get(cursor_id)
+        if kept is None or self.shifts.get(kept[0], 0) == kept[1]:
+            return None
+        self.part_cursors.pop(cursor_id, None)
+        self.node.server.engine.cursors.close([cursor_id])
+        db, bucket = kept[0]
+        return (f"partitions of {db}.{bucket} moved to or from node {self.node.node_id} while this cursor was open; "
+                "run the read again (with a filter past the last document you had, to go on from there)")
+
+    async def more_part(self, doc: dict) -> dict:
+        """``more`` of a part cursor (``part_cursors``): its next batch, refused if a move shifted its bucket."""
+        answer = await self.node.server.run_here(doc)
+        why = self.part_shifted(doc.get("cursor"))
+        if why is not None:
+            return PartitionUnavailableError(why, node=self.node.node_id).to_answer()
+        return answer
 
     async def _part(self, op, local: dict, keep: set[int], place: dict, out: Outgoing | None) -> dict:
         """A part run on a bucket that holds documents of other partitions, or whose partitions are moving:
@@ -501,6 +544,7 @@ class Mover:
         db, bucket = doc["db"], doc["bucket"]
         parts = set(move.get("parts") or [])
         kind = move.get("kind")
+        self._shift(db, bucket)  # (what the local bucket holds changes now: its part cursors end)
         if kind == "put":
             self.foreign.setdefault((db, bucket), set()).update(p for p in parts
                                                                 if self.coord.holds(db, bucket, p) is None)
@@ -624,6 +668,7 @@ class Mover:
         way and the single writes let in before are done and durable."""
         out.state = "copying (fenced)" if out.place.get("type") in queue_moves.QUEUES else "handing over"
         out.fenced = True
+        self._shift(out.db, out.bucket)
         out.open.clear()
         await out.idle.wait()
         await self._durable()
@@ -644,6 +689,7 @@ class Mover:
                 break
         out.state = "handing over"
         out.fenced = True
+        self._shift(out.db, out.bucket)
         out.open.clear()
         await out.idle.wait()  # parts of requests under way on these partitions
         while out.place.get("type") == "blob" and self._uploads.get((db, bucket)):
@@ -1009,6 +1055,7 @@ class Mover:
         """Delete this node's local documents of ``parts`` (partitions it does not hold)."""
         if not parts:
             return
+        self._shift(db, bucket)
         place = self.node.placements.get((db, bucket)) or {}
         if place.get("type") in queue_moves.QUEUES:  # a whole queue: its one partition is all of the local bucket
             await queue_moves.empty(self, db, bucket)

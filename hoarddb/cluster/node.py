@@ -172,7 +172,8 @@ class ClusterNode:
             return True
         if op is operations.MORE:  # a cluster cursor's: read off the loop, which carries its owners' batches
             cursor_id = doc.get("cursor")
-            return isinstance(cursor_id, int) and not isinstance(cursor_id, bool) and cursor_id in self.cursor_sources
+            return isinstance(cursor_id, int) and not isinstance(cursor_id, bool) and (
+                cursor_id in self.cursor_sources or cursor_id in self.mover.part_cursors)
         if op.runs != operations.STORE:
             return False  # the server's and the catalog's reads: every node answers alike
         if doc.get("upload"):
@@ -184,7 +185,10 @@ class ClusterNode:
             return True  # run here over what every node holds (cluster/gathers.py: aggregate)
         p = self._partition(place, doc, op)
         if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
-            return NODE_FIELD not in doc or self.mover.takes_part(doc)
+            if NODE_FIELD not in doc or self.mover.takes_part(doc):
+                return True
+            args = doc.get("args")  # a part opening a cursor: Mover.part notes it (its next batches are checked)
+            return type(args) is dict and args.get("batch_size") is not None
         if self.mover.note(doc["db"], doc["bucket"], p, op, doc):
             return True  # fenced: it waits for the hand-over (_one)
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
@@ -222,6 +226,8 @@ class ClusterNode:
         """The answer of a cluster cursor's read or ``more`` (hoarddb/cluster/cursors.py), or None for other requests."""
         op = operations.OPERATIONS.get(doc.get("op"))
         if op is operations.MORE:
+            if doc.get("cursor") in self.mover.part_cursors:  # this node's part of another node's cluster cursor
+                return await self.mover.more_part(doc)
             return await cluster_cursors.more(self, doc)
         args = doc.get("args")
         if NODE_FIELD in doc or op is None or not op.cursor or type(args) is not dict or args.get("batch_size") is None:
@@ -241,6 +247,8 @@ class ClusterNode:
         place = self.placements.get((doc.get("db"), doc.get("bucket")))
         if place is None or op.gather == _PIPELINE:
             return True
+        if NODE_FIELD in doc and self._partition(place, doc, op) is None:
+            return not self.mover.takes_part(doc)  # a part of a node's cluster cursor, read whole here: Mover.part
         return self._partition(place, doc, op) is not None
 
     async def _run(self, doc: dict) -> dict:
