@@ -288,6 +288,44 @@ def test_a_member_holding_nothing_takes_the_partitions_of_a_node_drained_or_remo
                 n.stop()
 
 
+def test_members_are_recorded_by_plans_and_implied_before_the_first(etcd):
+    from hoarddb.cluster import members as cluster_members
+    from hoarddb.cluster.moves import plan
+    from hoarddb.errors import HoardError
+
+    async def main():
+        n1, n2, n3 = (Coordinator([etcd.endpoint], n, f"127.0.0.1:{7000 + i}", ttl=2)
+                      for i, n in enumerate(("n1", "n2", "n3")))
+        await n1.start()
+        await n2.start()
+        try:
+            # nodes never added, no bucket: the nodes up are the members, and a bucket would be shared by them
+            assert await n1.members() is None
+            assert await cluster_members.current(n1) == ({"n1", "n2"}, False)
+            assert await cluster_members.new_bucket_owners(n1, 4, await n1.nodes(), "n1") == ["n1", "n2", "n1", "n2"]
+            await n3.start()
+            await plan(n1, add="n3")  # the first plan records the implied members with its own
+            assert await n1.members() == {"n1", "n2", "n3"}
+            await plan(n1, remove="n2")
+            assert await n1.members() == {"n1", "n3"} and await n1.drained() == {"n2"}
+            # a node up but not a member is given no share of a new bucket
+            assert set(await cluster_members.new_bucket_owners(n1, 4, await n1.nodes(), "n1")) == {"n1", "n3"}
+            await n3.stop()  # a member down: a plan that would give it partitions is refused ...
+            with pytest.raises(HoardError, match="node[(]s[)] n3 of the cluster are down"):
+                await plan(n1, add="n2")
+            assert await n1.members() == {"n1", "n3"}  # (nothing recorded)
+            await plan(n1, remove="n3")  # ... but a member down that holds nothing can be removed
+            assert await n1.members() == {"n1"}
+            with pytest.raises(HoardError, match="would leave the buckets no node"):
+                await n1.create_bucket("app", "Notes", {"options": {}, "partitions": 1}, ["n1"]) \
+                    and await plan(n1, remove="n1")
+            assert await n1.members() == {"n1"}
+        finally:
+            for c in (n1, n2, n3):
+                await c.stop()
+    asyncio.run(main())
+
+
 def test_join_and_drain_need_a_cluster(tmp_path):
     out = hoarddb_cli("server", "--data", str(tmp_path / "d"), "--insecure", "--join")
     assert out.returncode == 2 and "--join and --drain-on-stop are for a cluster node" in out.stderr
