@@ -4,6 +4,7 @@ The one module that imports the etcd client (``etcd3aio``, pinned in pyproject.t
 Every key lives under a prefix (``/hoarddb/`` by default), drawn in docs/dev/cluster.md::
 
     nodes/<node>                     {advertise, started, lease}    the node's lease
+    members/<node>                   {since}                        (no lease) the nodes the maps share partitions among
     catalog/databases/<db>           {}                             (no lease)
     catalog/buckets/<db>/<bucket>    {declaration, partitions}      (no lease)
     users/<user>                     {name, credentials, roles}     (no lease)
@@ -325,6 +326,13 @@ class Coordinator:
         prefix = self.key("nodes", "")
         return {kv.key.decode()[len(prefix):]: json.loads(kv.value) for kv in await self._range(prefix)}
 
+    async def members(self) -> set[str] | None:
+        """The cluster's members (``members/<node>``: the nodes given a share of every bucket, up or not), or
+        None when none is recorded (a cluster made before members were: hoarddb/cluster/members.py)."""
+        prefix = self.key("members", "")
+        found = {kv.key.decode()[len(prefix):] for kv in await self._range(prefix)}
+        return found or None
+
     # -- catalog
 
     async def create_bucket(self, db: str, bucket: str, declaration: dict, owners: list[str]) -> bool:
@@ -584,15 +592,19 @@ class Coordinator:
             out[(db, bucket, int(p))] = json.loads(kv.value)
         return out
 
-    async def plan_moves(self, planned: dict[tuple[str, str, int], dict], drained: dict[str, bool]) -> bool:
-        """Record moves (none of them recorded yet) and the drained marks, in one transaction; False if a
-        move of one of these partitions was recorded meanwhile."""
+    async def plan_moves(self, planned: dict[tuple[str, str, int], dict], drained: dict[str, bool],
+                         members: dict[str, bool] | None = None) -> bool:
+        """Record moves (none of them recorded yet), the drained marks and the members' records (True: put,
+        False: deleted), in one transaction; False if a move of one of these partitions was recorded meanwhile."""
         kv = self.client.kv
         compare = [kv.txn_compare_create_revision(self.key("moves", *k), 0) for k in planned]
         ops = [kv.txn_op_put(self.key("moves", *k), _json(v)) for k, v in planned.items()]
         for node, on in drained.items():
             ops.append(kv.txn_op_put(self.key("drained", node), _json({"since": time.time()})) if on
                        else kv.txn_op_delete(self.key("drained", node)))
+        for node, on in (members or {}).items():
+            ops.append(kv.txn_op_put(self.key("members", node), _json({"since": time.time()})) if on
+                       else kv.txn_op_delete(self.key("members", node)))
         return (await self._txn(compare, ops)).succeeded
 
     async def drained(self) -> set[str]:

@@ -59,6 +59,7 @@ from ..errors import HoardError, PartitionUnavailableError
 from .coord import OwnedElsewhere
 from . import queue_moves
 from .partitions import balance, partition_of
+from .members import current as members_of
 
 log = logging.getLogger("hoarddb.cluster.moves")
 
@@ -1121,7 +1122,9 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
     in etcd (``moves/``), where the old owners' movers find them. Returns ``{moves: [...], buckets: n}``."""
     nodes = await coord.nodes()
     node = add or remove
-    if node not in nodes:
+    assignments = await coord.assignments()
+    holds = any(node in a["owners"] for a in assignments.values())
+    if node not in nodes and (add or holds):
         what = ("it must be up to receive its partitions: start it with --cluster and --node-id "
                 f"{node}" if add else "it must be up to hand its partitions over (one copy of each: a node "
                 "that is down has the only one)")
@@ -1131,21 +1134,29 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         raise HoardError(f"{len(pending)} partition move(s) are under way; wait for them to end "
                          "(hoarddb cluster status) before changing the nodes again")
     drained = await coord.drained()
+    # the nodes the maps share the partitions among (hoarddb/cluster/members.py): etcd's members/, or, in a
+    # cluster that records none yet, those holding partitions; this plan records them with its change
+    before, recorded = await members_of(coord, nodes, assignments, drained)
     if add:
         drained.discard(add)
+        members = before | {add}
     else:
         drained.add(remove)
+        members = before - {remove}
+    changed = {n: True for n in members if n not in before or not recorded}  # (members' records to put...)
+    if remove:
+        changed[remove] = False  # (... and the one to delete)
     planned: dict[tuple[str, str, int], dict] = {}
-    declarations = await coord.buckets()
-    assignments = await coord.assignments()
-    # the nodes the maps share the partitions among: those holding some now, and the one added
-    members = ({n for a in assignments.values() for n in a["owners"]} | ({add} if add else set())) - drained
-    if not members:
+    if remove and not holds:  # it holds nothing: it leaves the members, nothing moves
+        assignments = {}
+    elif not members:
         raise HoardError(f"removing node {remove} would leave the buckets no node; add another node first")
-    down = sorted(members - set(nodes))
-    if down:
-        raise HoardError(f"node(s) {', '.join(down)} of the cluster are down; a move needs every node that gives or "
-                         "takes partitions up: start them again first")
+    else:
+        down = sorted(members - set(nodes))
+        if down:
+            raise HoardError(f"node(s) {', '.join(down)} of the cluster are down; a move needs every node that "
+                             "gives or takes partitions up: start them again first")
+    declarations = await coord.buckets()
     for (db, bucket), assignment in sorted(assignments.items()):
         owners = assignment["owners"]
         decl = declarations.get((db, bucket)) or {}
@@ -1162,7 +1173,7 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         for p, (old, owner) in enumerate(zip(owners, new)):
             if old != owner:
                 planned[(db, bucket, p)] = {"from": old, "to": owner, "state": "planned", "planned": time.time()}
-    if not await coord.plan_moves(planned, {node: bool(remove)}):
+    if not await coord.plan_moves(planned, {node: bool(remove)}, changed):
         raise HoardError("another change of the nodes was recorded meanwhile; look at hoarddb cluster status")
     return {"moves": [{"bucket": f"{db}.{b}", "partition": p, **m} for (db, b, p), m in sorted(planned.items())],
             "node": node, "added" if add else "removed": node}

@@ -48,11 +48,11 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
-from . import gathers, heaps, pick
+from . import gathers, heaps, members, pick
 from .coord import Coordinator, NotAssigned, OwnedElsewhere
 from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
-from .partitions import DEFAULT_PARTITIONS, balance, partition_of
+from .partitions import DEFAULT_PARTITIONS, partition_of
 
 log = logging.getLogger("hoarddb.cluster")
 
@@ -418,8 +418,7 @@ class ClusterNode:
                 return await self.server.run_here(doc)
             partitions = raw.get("partitions", 1)
             self.nodes = await self.coord.nodes()  # as they are now: a node that just joined gets its share
-            drained = await self.coord.drained()  # (nodes taken out by cluster remove-node get none)
-            owners = balance(partitions, [n for n in self.nodes if n not in drained] or [self.node_id])
+            owners = await members.new_bucket_owners(self.coord, partitions, self.nodes, self.node_id)
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}

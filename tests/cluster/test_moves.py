@@ -189,6 +189,8 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
                 admin["app"].Users.batch_insert([{"_id_": i, "Email": f"u{i}@x"} for i in range(50)])
                 users_owner = status(etcd)["buckets"]["app.Users"]["nodes"]
             assert list(users_owner) == ["n1"]  # (so that removing n1 moves it)
+            st = status(etcd)  # nodes never added: no member recorded, those holding partitions are the members
+            assert not st["members_recorded"] and set(st["members"]) == {"n1", "n2"}
             early = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
             assert early.returncode == 1 and "node n3 is not up" in early.stderr
             with Load(nodes) as load:
@@ -209,6 +211,7 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
             assert len(load.acked) > after_add > 0  # writes went on through both moves
             st = status(etcd)
             assert st["moves"] == [] and st["removed"] == ["n1"]
+            assert st["members_recorded"] and set(st["members"]) == {"n2", "n3"}  # the first plan recorded them
             per_node = st["buckets"]["app.Events"]["nodes"]
             assert "n1" not in per_node and per_node["n2"] == per_node["n3"] == {"assigned": 6, "held": 6}
             before = {f"pre{i}" for i in range(600)}
