@@ -45,8 +45,6 @@ def best(answers: list[tuple[str, list]], claimed: bool = False) -> list[tuple[s
 
 async def take(node, op, doc: dict, owners: list[str], want: int, single: bool) -> dict:
     """pop, claim or peek of a partitioned heap through ``node`` (a ClusterNode), from ``owners`` in turn order."""
-    from .node import CLAIM_SEP
-
     args = dict(doc.get("args") or {})
     claiming = op.name == "claim"
     got: list[tuple[str, dict]] = []
@@ -81,10 +79,7 @@ async def take(node, op, doc: dict, owners: list[str], want: int, single: bool) 
                 if not got and not taken:
                     return answer
                 continue  # (what the others gave is answered; this owner's refusal is not lost work)
-            items = answer.get("result") or []
-            if claiming:
-                items = [{**c, "claimId": f"{n}{CLAIM_SEP}{c['claimId']}"} for c in items]
-            taken.append((n, items))
+            taken.append((n, answer.get("result") or []))  # (claimIds name their partitions: queues.py)
         got += best(taken, claiming)
         if len(got) >= want or sum(len(i) for _, i in taken) >= sum(counts.values()):
             break
