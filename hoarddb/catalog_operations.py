@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from . import operations
 from .catalog import check_name, is_part, part_name
 from .declaration import addresses, check_fields, check_placement, declare_bucket
-from .errors import BadValueError, InvalidArgumentError, UnknownOptionError
+from .errors import BadValueError, BucketNotFoundError, InvalidArgumentError, UnknownOptionError
 from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
 from .indexes.maintenance import Index
@@ -210,7 +210,7 @@ def describe_bucket(engine: Engine, request: dict) -> dict:
     decl = engine.catalog.bucket(db, name)
     store = engine._store(db, name, decl)
     try:
-        stats = store.stats()
+        stats = _with_parts(engine, db, name, store.stats())
     except Exception as exc:
         engine._check_still_open(db, name, store, exc)
         raise
@@ -229,7 +229,8 @@ def stats(engine: Engine, request: dict) -> dict:
     decl = engine.catalog.bucket(db, name)
     store = engine._store(db, name, decl)
     try:
-        return {"name": name, "type": decl["type"], **store.stats(), "indexes": index_states(store, decl),
+        return {"name": name, "type": decl["type"], **_with_parts(engine, db, name, store.stats()),
+                "indexes": index_states(store, decl),
                 **({"stores": addresses(name, decl["store_fields"])} if decl.get("store_fields") else {})}
     except Exception as exc:
         engine._check_still_open(db, name, store, exc)
@@ -314,6 +315,20 @@ def backup(engine: Engine, request: dict) -> dict:
 
 
 # -- helpers -----------------------------------------------------------------------------
+
+def _with_parts(engine: Engine, db: str, name: str, stats: dict) -> dict:
+    """A bucket's store stats with those of the hidden partitions a cluster node keeps of it (a partitioned queue's:
+    hoarddb/cluster/queues.py) added in: what the node holds of the bucket, counted as one."""
+    for _p, part in engine.catalog.parts(db, name):
+        try:
+            theirs = engine._store(db, part).stats()
+        except BucketNotFoundError:
+            continue  # (dropped meanwhile: handed over)
+        for k, v in theirs.items():
+            if type(v) is int and type(stats.get(k)) is int:
+                stats[k] += v
+    return stats
+
 
 def index_states(store: Store, decl: dict) -> list[dict]:
     """The bucket's indexes as describe and stats show them, each with its current state."""

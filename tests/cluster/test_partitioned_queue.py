@@ -8,8 +8,9 @@ import threading
 import pytest
 
 import hoarddb
-from hoarddb.errors import NotFoundError
+from hoarddb.errors import HoardError, NotFoundError
 from hoarddb.testing.etcd import etcd_available
+from hoarddb.tools.dump import dump
 
 from .test_nodes import running_nodes
 
@@ -147,3 +148,33 @@ def test_eight_clients_lose_and_repeat_nothing(cluster):
     everything = [e["n"] for p in popped for e in p]
     assert sorted(everything) == sorted(t * 1000 + i for t in range(pushers) for i in range(per_pusher))
     assert all(in_group_order(p) for p in popped)  # each popper saw every group in push order
+
+
+def test_a_partition_s_own_local_bucket_never_shows(cluster, tmp_path):
+    """Each node keeps a partition it owns in a hidden local bucket of its own: list_buckets, describe, stats, the admin
+    check, a backup's catalog and dump show only the queue (describe and stats counting the node's partitions), and a
+    client cannot name one."""
+    nodes, clients = cluster
+    clients[0]["hid"].create_bucket("Q", type="fifo", partitions=4, group="G")
+    for i in range(40):
+        clients[i % 3]["hid"].Q.push({"G": i % 8, "n": i})
+    entries = []
+    for node, c in zip(nodes, clients):
+        assert c["hid"].buckets() == ["Q"]
+        described = c.execute({"op": "describe_bucket", "db": "hid", "bucket": "Q"})["result"]
+        stats = c.execute({"op": "stats", "db": "hid", "bucket": "Q"})["result"]
+        with hoarddb.connect(node.url()) as here:
+            mine = here.execute({"op": "length", "db": "hid", "bucket": "Q", "_node": "test"})["result"]
+        assert described["entries"] == stats["entries"] == mine  # what this node holds of the queue, as one bucket
+        entries.append(mine)
+        checked = c.execute({"op": "check", "db": "hid"})["result"]["buckets"]
+        assert [b["bucket"] for b in checked] == ["Q"]
+        with pytest.raises(HoardError, match="invalid bucket name"):
+            c.execute({"op": "length", "db": "hid", "bucket": "Q~p0"})
+    assert sum(entries) == 40 and sum(1 for e in entries if e) > 1
+    copy = tmp_path / "copy"
+    clients[0].execute({"op": "backup", "path": str(copy)})
+    with hoarddb.open(copy) as alone:  # the node's directory opened alone: the queue, without its partitions' buckets
+        assert alone["hid"].buckets() == ["Q"]
+        report = dump(alone, "hid", tmp_path / "dump")
+        assert [b.bucket for b in report.buckets] == ["Q"]
