@@ -338,6 +338,7 @@ async def claims_by_partition(node, op, doc: dict, place: dict) -> dict:
             raise NotFoundError(f"{op.name}: {i!r:.80} is not a claimId of this partitioned queue (its "
                                 f"claimIds are <partition>{CLAIM_SEP}<id>, as claim gave them)")
         by_part.setdefault(p, []).append(i)
-    answers = await asyncio.gather(*(node._one({**doc, "args": {**args, "claimId": by_part[p]}}, place, p)
+    answers = await asyncio.gather(*(node._one({**doc, "args": {**args, "claimId": by_part[p][0] if single
+                                                                 else by_part[p]}}, place, p)
                                      for p in sorted(by_part)))
     return merge_by_claim(list(answers), single)

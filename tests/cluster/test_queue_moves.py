@@ -407,12 +407,12 @@ def test_a_partitioned_fifo_and_heap_move_while_clients_push_and_pop_through_eve
                 assert heap_claim["element"]["priority"] == 9
             before = {b: set(status(etcd)["buckets"][f"app.{b}"]["nodes"]) for b in ("PJobs", "PTasks", "PWork")}
             assert all(owners == {"n1", "n2"} for owners in before.values()), before
+            nodes[2].start()  # (given no share yet: add-node gives it one, under load)
             fifo = QueueLoad(nodes, "PJobs", pushers=4, poppers=3)
             fifo.acked |= {(99, i) for i in range(1, 2001)}
             heap = QueueLoad(nodes, "PTasks", pushers=2, poppers=2, heap=True)
             heap.acked |= {(99, i) for i in range(1, 201)} - {(99, heap_claim["element"]["n"])}
             with fifo, heap:
-                nodes[2].start()
                 time.sleep(0.3)
                 added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
                 assert added.returncode == 0, added.stdout + added.stderr
@@ -437,8 +437,9 @@ def test_a_partitioned_fifo_and_heap_move_while_clients_push_and_pop_through_eve
                                        "args": {"claimId": ids[:4]}})["result"] == {"acked": 4}
                 assert client.execute({"op": "release", "db": "app", "bucket": "PWork",
                                        "args": {"claimId": ids[4]}})["result"] == {"released": 1}
-                assert client.execute({"op": "extend", "db": "app", "bucket": "PWork",
-                                       "args": {"claimId": ids[5:], "seconds": 60}})["ok"] == 1
+                for claim_id in ids[5:]:
+                    assert client.execute({"op": "extend", "db": "app", "bucket": "PWork",
+                                           "args": {"claimId": claim_id, "seconds": 60}})["ok"] == 1
                 left = client["app"].PWork.pop(100)
                 assert sorted(e["n"] for e in left) == sorted(
                     set(range(24)) - {c["element"]["n"] for c in claimed} | {claimed[4]["element"]["n"]})
