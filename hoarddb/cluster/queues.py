@@ -259,6 +259,8 @@ async def _run_part(node, op, local: dict, args: dict, place: dict, held: list[i
         for p in order:
             if len(got) >= want:
                 break
+            if not _ready(node, db, bucket, p):
+                continue  # (an empty partition costs no pop: a pop is a write, run in the group commit)
             a = await _on(node, local, p, {**args, "limit": want - len(got)})
             if a is None:
                 continue
@@ -270,6 +272,18 @@ async def _run_part(node, op, local: dict, args: dict, place: dict, held: list[i
     if limit is None and not claiming:
         return {"ok": 1, "result": got[0] if got else None}
     return {"ok": 1, "result": got}
+
+
+def _ready(node, db: str, bucket: str, p: int) -> bool:
+    """Whether partition ``p``'s bucket here may have an element to give (its length, read in memory: O(1) for a
+    fifo or lifo; a claim table's elements due again counted)."""
+    if not exists(node, db, bucket, p):
+        return False
+    try:
+        n = node.server.engine._store(db, part_name(bucket, p)).length()
+    except HoardError:
+        return False  # (dropped meanwhile: handed over)
+    return getattr(n, "result", n) != 0
 
 
 async def _heap_take(node, op, local: dict, args: dict, order: list[int], want: int, claiming: bool) -> list:

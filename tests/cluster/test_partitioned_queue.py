@@ -1,6 +1,6 @@
 """A partitioned queue: a fifo or lifo bucket with partitions and a group field. Each element lives
 in the partition of its group value; order is kept per group (FIFO or LIFO), not across groups;
-pop, peek and claim take from the owners in turn; claimIds carry their node."""
+pop, peek and claim take from the owners in turn; claimIds carry their partition."""
 
 import random
 import threading
@@ -90,7 +90,7 @@ def test_claims_are_acked_released_and_extended_through_any_node(cluster):
         clients[0]["app"].Work.push({"G": f"w{i % 10}", "n": i})
     claimed = clients[1].execute({"op": "claim", "db": "app", "bucket": "Work", "args": {"limit": 12}})["result"]
     assert len(claimed) == 12 and len({c["claimId"] for c in claimed}) == 12
-    assert len({c["claimId"].split("/")[0] for c in claimed}) > 1  # from several nodes
+    assert len({c["claimId"].split("/")[0] for c in claimed}) > 1  # from several partitions
     ids = [c["claimId"] for c in claimed]
     acked = clients[2].execute({"op": "ack", "db": "app", "bucket": "Work", "args": {"claimId": ids[:10]}})
     assert acked["result"] == {"acked": 10}
