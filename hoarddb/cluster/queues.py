@@ -154,9 +154,14 @@ async def _part(node, op: operations.Operation, doc: dict, place: dict) -> dict:
     out = node.mover.sending.get((db, bucket))
     if out is not None and out.fenced and out.parts.intersection(held):
         held = [p for p in held if p not in out.parts]  # fenced since (a hand-over under way): not touched now
-    if out is not None:  # counted, so that a fence waits for this part (moves.Mover._fence)
+    # counted, so that a move waits for this part: one under way by its fence (moves.Mover._fence), one that
+    # begins meanwhile before it starts (Mover._move waits for _running)
+    running = node.mover._running
+    if out is not None:
         out.inflight += 1
         out.idle.clear()
+    else:
+        running[(db, bucket)] = running.get((db, bucket), 0) + 1
     try:
         return await _run_part(node, op, local, args, place, held)
     finally:
@@ -164,6 +169,8 @@ async def _part(node, op: operations.Operation, doc: dict, place: dict) -> dict:
             out.inflight -= 1
             if not out.inflight:
                 out.idle.set()
+        else:
+            running[(db, bucket)] -= 1
 
 
 async def _on(node, local: dict, p: int, args: dict | None = None) -> dict:
