@@ -63,6 +63,8 @@ _LEAST, _GREATEST, _TURNS, _TURNS_CLAIMED, _BY_CLAIM = "least", "greatest", "tur
 #: A blob bucket's put (its bytes in ``doc``) and load (in ``docs``, with their ids), by what they upload.
 _BLOB_PUT = next(o for o in operations.VERBS.values() if o.upload == "doc" and "blob" in o.types)
 _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and "blob" in o.types)
+#: An export's gather: pages with a cursor.
+_PAGES = "pages"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
 _DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS, _PIPELINE = "documents", "sum", "counts", "split", "windows", "pipeline"
 #: A hash bucket's read of the documents matching a filter through the index that fits best (search): what
@@ -354,6 +356,8 @@ class ClusterNode:
         if place.get("group") is not None:
             if op.gather == _BY_CLAIM:  # a claimId names its partition: <p>/<id> (hoarddb/cluster/queues.py)
                 return queues.claims_partition(doc.get("args"), place["partitions"])
+            if NODE_FIELD in doc and queues.PART_FIELD in doc:  # a node's request for one partition (export's page)
+                return queues.named_partition(doc, place["partitions"])
             key = _group_of(op, doc, place)
             return None if key is _NONE else partition_of(key, place["partitions"])
         key = _key_of(op, doc)
@@ -612,6 +616,8 @@ class ClusterNode:
             return await queues.claims_by_partition(self, op, doc, place)
         if op.gather == _DOCUMENTS:
             return await self._queue_list(op, doc, owners, place)
+        if op.gather == _PAGES and queues.partitioned(place):  # partition after partition (hoarddb/cluster/queues.py)
+            return await queues.export(self, op, doc, place)
         if _pushes(op):  # a push whose document is none: refused as on one server
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
         if op.gather not in (_TURNS, _TURNS_CLAIMED):
@@ -1052,7 +1058,7 @@ _NONE = object()
 
 #: The gathers (the table's) that merge here what each owner sends: export's pages, distinct's values, aggregate's
 #: pipeline run over the documents gathered.
-_GATHERED_WHOLE = {"pages": gathers.export, "values": gathers.distinct, "pipeline": gathers.aggregate}
+_GATHERED_WHOLE = {_PAGES: gathers.export, "values": gathers.distinct, "pipeline": gathers.aggregate}
 
 
 def _lookups(value: Any) -> list:

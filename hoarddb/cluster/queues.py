@@ -27,10 +27,12 @@ import asyncio
 from .. import operations
 from ..catalog import part_name
 from ..catalog_operations import create_part, drop_part
-from ..errors import HoardError, NotFoundError, PartitionUnavailableError, VerbNotSupportedError
+from ..errors import BadValueError, HoardError, NotFoundError, PartitionUnavailableError, VerbNotSupportedError
 from . import heaps
 from .partitions import partition_of
 
+#: The request field that names the partition a node's request acts on (an export's page of one partition).
+PART_FIELD = "_qpart"
 #: Between a partition and the partition's own claimId in a partitioned queue's claimIds: ``3/000000000000002a.9f``.
 CLAIM_SEP = "/"
 
@@ -58,6 +60,12 @@ def claims_partition(args, partitions: int) -> int | None:
         return None
     found = {claim_partition(i, partitions) for i in ids}
     return found.pop() if len(found) == 1 and None not in found else None
+
+
+def named_partition(doc: dict, partitions: int) -> int | None:
+    """The partition a node's request names (``_qpart``: an export's page), or None."""
+    p = doc.get(PART_FIELD)
+    return p if type(p) is int and 0 <= p < partitions else None
 
 
 def exists(node, db: str, bucket: str, p: int) -> bool:
@@ -104,9 +112,12 @@ def _prefixed(result, p: int, claimed: bool):
 
 
 async def run_one(node, doc: dict, place: dict, p: int) -> dict:
-    """A request for partition ``p`` (a push; an ack, release or extend of its claims), on its hidden bucket here
-    (``doc`` without ``_node``; the partition held)."""
+    """A request for partition ``p`` (a push; an ack, release or extend of its claims; a page of its export), on its
+    hidden bucket here (``doc`` without ``_node``; the partition held)."""
     op = operations.OPERATIONS[doc["op"]]
+    doc = {k: v for k, v in doc.items() if k != PART_FIELD}
+    if not op.write and not exists(node, doc["db"], doc["bucket"], p):
+        return {"ok": 1, "result": {"docs": [], "next": None}}  # (an export's page of a partition never written)
     name = await ensure(node, doc["db"], doc["bucket"], p)
     local = {**doc, "bucket": name}
     if op.gather == "by_claim":
@@ -363,3 +374,36 @@ async def claims_by_partition(node, op, doc: dict, place: dict) -> dict:
                                                                  else by_part[p]}}, place, p)
                                      for p in sorted(by_part)))
     return merge_by_claim(list(answers), single)
+
+
+async def export(node, op, doc: dict, place: dict) -> dict:
+    """export of a partitioned queue: its partitions' pages one partition after the other (each partition's elements
+    in its storage order), each page asked of the partition's owner. The cursor is ``{p, c}``: the partition to go on
+    with and its own cursor there; ``next`` is None once the last partition is read."""
+    args = dict(doc.get("args") or {})
+    cursor, limit = args.get("cursor"), args.get("limit", 1000)
+    partitions = place["partitions"]
+    if cursor is None:
+        p, inner = 0, None
+    elif isinstance(cursor, dict) and set(cursor) == {"p", "c"} and type(cursor["p"]) is int \
+            and 0 <= cursor["p"] < partitions:
+        p, inner = cursor["p"], cursor["c"]
+    else:
+        raise BadValueError(f"export's cursor of a partitioned queue is the next of the previous page, "
+                            f"{{p: partition, c: its cursor}}; got {cursor!r:.80}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        owners = sorted(set(place["owners"]))
+        return await node._here_or_there(owners[0], doc)  # refused there, saying what it takes
+    docs: list = []
+    while p < partitions and len(docs) < limit:
+        answer = await node._one({**doc, PART_FIELD: p, "args": {**args, "cursor": inner, "limit": limit - len(docs)}},
+                                 place, p)
+        if answer.get("ok") != 1:
+            return answer
+        page = answer["result"]
+        docs += page["docs"]
+        if page.get("next") is None:
+            p, inner = p + 1, None
+        else:
+            inner = page["next"]
+    return {"ok": 1, "result": {"docs": docs, "next": None if p >= partitions else {"p": p, "c": inner}}}

@@ -172,9 +172,36 @@ def test_a_partition_s_own_local_bucket_never_shows(cluster, tmp_path):
         with pytest.raises(HoardError, match="invalid bucket name"):
             c.execute({"op": "length", "db": "hid", "bucket": "Q~p0"})
     assert sum(entries) == 40 and sum(1 for e in entries if e) > 1
+    through = dump(clients[1], "hid", tmp_path / "cluster-dump")  # the cluster's dump: the queue's 40, once
+    assert [(b.bucket, b.documents) for b in through.buckets] == [("Q", 40)]
     copy = tmp_path / "copy"
     clients[0].execute({"op": "backup", "path": str(copy)})
     with hoarddb.open(copy) as alone:  # the node's directory opened alone: the queue, without its partitions' buckets
         assert alone["hid"].buckets() == ["Q"]
         report = dump(alone, "hid", tmp_path / "dump")
         assert [b.bucket for b in report.buckets] == ["Q"]
+
+
+def test_export_reads_every_partition_in_pages_through_any_node(cluster):
+    """export of a partitioned queue: every element once, partition after partition, each group in its order, in
+    pages of any size, with its cursor passed back through any node; a bad cursor refused saying what it is."""
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Out", type="fifo", partitions=5, group="G")
+    pushed = [{"G": f"e{i % 9}", "n": i} for i in range(120)]
+    clients[1]["app"].Out.batch_push(pushed)
+    for size in (1, 7, 50, 1000):
+        got, cursor, calls = [], None, 0
+        while True:
+            page = clients[calls % 3].execute({"op": "export", "db": "app", "bucket": "Out",
+                                               "args": {"limit": size, **({"cursor": cursor} if cursor else {})}})
+            got += page["result"]["docs"]
+            cursor = page["result"]["next"]
+            calls += 1
+            assert len(page["result"]["docs"]) == size or cursor is None
+            if cursor is None:
+                break
+        assert sorted(e["n"] for e in got) == list(range(120))
+        assert in_group_order(got)
+    assert clients[2]["app"].Out.length() == 120  # export removes nothing
+    with pytest.raises(HoardError, match="export's cursor of a partitioned queue"):
+        clients[0].execute({"op": "export", "db": "app", "bucket": "Out", "args": {"cursor": 5}})
