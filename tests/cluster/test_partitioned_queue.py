@@ -11,6 +11,7 @@ import hoarddb
 from hoarddb.errors import HoardError, NotFoundError
 from hoarddb.testing.etcd import etcd_available
 from hoarddb.tools.dump import dump
+from hoarddb.tools.restore import restore
 
 from .test_nodes import running_nodes
 
@@ -174,6 +175,9 @@ def test_a_partition_s_own_local_bucket_never_shows(cluster, tmp_path):
     assert sum(entries) == 40 and sum(1 for e in entries if e) > 1
     through = dump(clients[1], "hid", tmp_path / "cluster-dump")  # the cluster's dump: the queue's 40, once
     assert [(b.bucket, b.documents) for b in through.buckets] == [("Q", 40)]
+    restore(clients[2], tmp_path / "cluster-dump" / "hid", db="hid2")  # and restored into a cluster: split by group
+    assert clients[0]["hid2"].buckets() == ["Q"] and clients[1]["hid2"].Q.length() == 40
+    assert in_group_order(clients[0]["hid2"].Q.pop(100))
     copy = tmp_path / "copy"
     clients[0].execute({"op": "backup", "path": str(copy)})
     with hoarddb.open(copy) as alone:  # the node's directory opened alone: the queue, without its partitions' buckets
