@@ -312,7 +312,7 @@ async def _heap_take(node, op, local: dict, args: dict, order: list[int], want: 
         need = want - len(got)
         tops = []
         for p in order:
-            a = await _on(node, {**local, "op": "peek"}, p, {"limit": need})
+            a = await _on(node, {**local, "op": heaps.PEEK}, p, {"limit": need})
             if a is None or a.get("ok") != 1:
                 continue
             tops.append((str(p), a.get("result") or []))
