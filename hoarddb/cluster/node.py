@@ -603,7 +603,8 @@ class ClusterNode:
         pop, claim and peek take from the owners in turn: each call starts at the node after the one
         the last pop or claim of this bucket (through this node) started at, and takes what it can
         there before going on to the next, until it has ``limit`` elements or every owner was asked.
-        A claimId is given back as ``<node>/<claimId>``; ack, release and extend send each to its node.
+        Each owner's part runs over the partitions it holds, each in its own local bucket (hoarddb/cluster/queues.py);
+        a claimId is given back as ``<p>/<claimId>``, and ack, release and extend go to that partition's owner.
         A partitioned heap's pop, claim and peek take the best of the owners' tops instead (hoarddb/cluster/heaps.py).
         """
         args = dict(doc.get("args") or {})
