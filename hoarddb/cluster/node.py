@@ -49,7 +49,7 @@ from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
 from . import gathers, heaps, pick, queues
-from .coord import Coordinator, OwnedElsewhere
+from .coord import Coordinator, NotAssigned, OwnedElsewhere
 from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
@@ -83,6 +83,7 @@ class ClusterNode:
         self.server = server
         self.node_id = node_id
         self.coord = Coordinator(endpoints, node_id, advertise, ttl=ttl)
+        self.coord.rejoined = self._take_back  # (after its lease ran out: the partitions assigned here)
         #: {(db, bucket): {"partitions": P, "owners": [node per partition]}}
         self.placements: dict[tuple[str, str], dict] = {}
         #: live nodes {id: {advertise, tls, fingerprint}}, refreshed every second
@@ -377,16 +378,37 @@ class ClusterNode:
                                          "key": (decl["options"] or {}).get("key"),  # (a btree's sort key field)
                                          "group": (decl["options"] or {}).get("group")}  # (a partitioned queue's)
 
-    async def _claim_assigned(self, db: str, bucket: str) -> None:
+    async def _claim_assigned(self, db: str, bucket: str) -> int:
+        """Take the partitions of a bucket that the map assigns here and no node holds (each one transaction,
+        the assignment compared: coord.claim); how many this node holds then."""
         place = self.placements.get((db, bucket))
         if place is None:
-            return
+            return 0
         for p, owner in enumerate(place["owners"]):
             if owner == self.node_id and self.coord.holds(db, bucket, p) is None:
                 try:
-                    await self.coord.claim(db, bucket, p)
+                    await self.coord.claim(db, bucket, p, assigned=True)
                 except OwnedElsewhere as e:
                     log.warning("partition %d of %s.%s is assigned here but node %s holds it", p, db, bucket, e.node)
+                except NotAssigned as e:
+                    log.info("partition %d of %s.%s: the map now gives it to node %s", p, db, bucket, e.node)
+        return sum(1 for k in self.coord.held if k[:2] == (db, bucket))
+
+    async def _take_back(self) -> None:
+        """After this node's lease ran out and it joined again under a new one (coord.py): take back, as at
+        start, the partitions the map assigns here; a partition missed here is claimed at its first request."""
+        held = 0
+        for db, bucket in list(self.placements):
+            try:
+                await self.refresh_placement(db, bucket)
+                held += await self._claim_assigned(db, bucket)
+            except HoardError as e:
+                log.warning("lease: cannot take back the partitions of %s.%s yet (%s); each is taken at its next "
+                            "request", db, bucket, e.message)
+            except Exception:
+                log.exception("lease: taking back the partitions of %s.%s failed; each is taken at its next request",
+                              db, bucket)
+        log.info("lease: this node holds %d partition(s) again and serves them", held)
 
     # -- catalog changes
 
@@ -1012,6 +1034,7 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_lease_lapses_total           times etcd let this node's lease run out while it ran
             hoarddb_cluster_pick_retries_total           writes picking one document whose pick changed: looked again
             hoarddb_cluster_moves_total                  partitions this node handed over to another
             hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
@@ -1034,6 +1057,9 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield CounterMetricFamily("hoarddb_cluster_lease_lapses",
+                                          "Times etcd let this node's lease run out while it ran (it joined again)",
+                                          value=node.coord.lapses)
                 yield CounterMetricFamily("hoarddb_cluster_pick_retries",
                                           "Writes picking one document over a spread bucket whose pick changed "
                                           "before its write, so that they looked again", value=node.pick_retries)
