@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import asyncio
 
+from .. import operations
 from ..values.keys import encode_key
 
+#: The verb that shows a queue's next elements without taking them (the table's: turns, and no write).
+PEEK = next(o.name for o in operations.VERBS.values() if o.gather == "turns" and not o.write)
 #: Rounds of peek-then-pop at most for one pop or claim.
 ROUNDS = 3
 
@@ -45,15 +48,13 @@ def best(answers: list[tuple[str, list]], claimed: bool = False) -> list[tuple[s
 
 async def take(node, op, doc: dict, owners: list[str], want: int, single: bool) -> dict:
     """pop, claim or peek of a partitioned heap through ``node`` (a ClusterNode), from ``owners`` in turn order."""
-    from .node import CLAIM_SEP
-
     args = dict(doc.get("args") or {})
-    claiming = op.name == "claim"
+    claiming = op.gather == "turns_claimed"
     got: list[tuple[str, dict]] = []
     refusal = None
     for _round in range(ROUNDS if op.write else 1):
         need = want - len(got)
-        peeked = await asyncio.gather(*(node._here_or_there(n, {**doc, "op": "peek", "args": {"limit": need}})
+        peeked = await asyncio.gather(*(node._here_or_there(n, {**doc, "op": PEEK, "args": {"limit": need}})
                                         for n in owners))
         tops = []
         for n, answer in zip(owners, peeked):
@@ -81,10 +82,7 @@ async def take(node, op, doc: dict, owners: list[str], want: int, single: bool) 
                 if not got and not taken:
                     return answer
                 continue  # (what the others gave is answered; this owner's refusal is not lost work)
-            items = answer.get("result") or []
-            if claiming:
-                items = [{**c, "claimId": f"{n}{CLAIM_SEP}{c['claimId']}"} for c in items]
-            taken.append((n, items))
+            taken.append((n, answer.get("result") or []))  # (claimIds name their partitions: queues.py)
         got += best(taken, claiming)
         if len(got) >= want or sum(len(i) for _, i in taken) >= sum(counts.values()):
             break

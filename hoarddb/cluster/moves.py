@@ -32,7 +32,8 @@ btree's entries grouped by sort value (a write notes its sort value, and the cat
 of that value's entries); a blob bucket's blobs by id with their bytes (the catch-up finds the
 blobs put and deleted by difference: blobs never change). Uploads and spread blob puts run
 inside :meth:`Mover.writing`. A whole queue (fifo, lifo, heap) moves as its bucket's files, copied under the
-fence (hoarddb/cluster/queue_moves.py); a partitioned queue's partitions do not move yet (``MOVABLE``).
+fence (hoarddb/cluster/queue_moves.py); a partitioned queue's partitions likewise, each its hidden local bucket's
+(hoarddb/cluster/queues.py).
 
 While a node's local bucket holds documents of partitions it does not hold (B's incoming
 copy, A's copy not yet deleted), its parts of requests over the whole bucket are cut to
@@ -57,7 +58,7 @@ from ..values.codec import encode as bson_encode
 from ..values.keys import encode_key
 from ..errors import HoardError, PartitionUnavailableError
 from .coord import OwnedElsewhere
-from . import queue_moves
+from . import queue_moves, queues
 from .partitions import balance, partition_of
 from .members import current as members_of
 
@@ -78,9 +79,9 @@ FENCE_WAIT = float(os.environ.get("HOARDDB_MOVE_FENCE_WAIT", "5"))
 TREE_BYTES = int(os.environ.get("HOARDDB_MOVE_TREE_BYTES", str(4 << 20)))
 #: A blob larger than this moves in requests of this many bytes each.
 CHUNK = 1 << 20
-#: The bucket types whose partitions move (with their documents' store fields); and a whole queue's one partition
-#: (fifo, lifo, heap: ``queue_moves``), but not yet a partitioned queue's.
-MOVABLE = ("hash", "btree", "blob")
+#: The bucket types whose partitions move (with their documents' store fields; a queue's, whole or partitioned,
+#: as its local buckets' files: ``queue_moves``). Every type a bucket can have.
+MOVABLE = ("hash", "btree", "blob", "fifo", "lifo", "heap")
 #: A catch-up round with at most this many keys is the last before the fence.
 SMALL = 64
 #: Seconds between two looks at etcd's moves and assignments.
@@ -660,9 +661,13 @@ class Mover:
     async def _copy_queue(self, out: Outgoing) -> None:
         """A whole queue (fifo, lifo, heap): its files copied and installed on the new owner, under the fence (a
         fifo's: most of them before it); hoarddb/cluster/queue_moves.py says why, and what a crash leaves."""
-        if out.partitions != 1:
-            raise HoardError(f"{out.db}.{out.bucket}: a partitioned queue's partitions do not move yet")
-        await queue_moves.copy(self, out)
+        if out.partitions == 1:
+            await queue_moves.copy(self, out)
+            return
+        # a partitioned queue: each partition's hidden local bucket (hoarddb/cluster/queues.py), moved as a whole
+        # queue, all under the move's one fence (made here first when nothing was pushed to it yet)
+        names = [await queues.ensure(self.node, out.db, out.bucket, p) for p in sorted(out.parts)]
+        await queue_moves.copy(self, out, names)
 
     async def _fence(self, out: Outgoing) -> None:
         """Fence a move's partitions: requests for them wait from now on; returns once the parts of requests under
@@ -1058,6 +1063,10 @@ class Mover:
             return
         self._shift(db, bucket)
         place = self.node.placements.get((db, bucket)) or {}
+        if place.get("type") in queue_moves.QUEUES and partitions > 1:  # a partitioned queue: its partitions' buckets
+            for p in sorted(parts):
+                await queues.drop(self.node, db, bucket, p)
+            return
         if place.get("type") in queue_moves.QUEUES:  # a whole queue: its one partition is all of the local bucket
             await queue_moves.empty(self, db, bucket)
             return
@@ -1162,12 +1171,7 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         decl = declarations.get((db, bucket)) or {}
         options = decl.get("options") or {}
         kind = options.get("type", "hash")
-        if kind not in MOVABLE and not (kind in queue_moves.QUEUES and len(owners) == 1):
-            if set(owners) - members:  # a partitioned queue's partitions are mixed in each node's one local bucket
-                raise HoardError(f"{db}.{bucket} is a partitioned {kind} bucket, whose partitions cannot be moved "
-                                 f"yet (hash, btree and blob buckets' can, and whole queues), and node {remove} holds "
-                                 "part of it; export it and drop it first (then create it again and load it once "
-                                 "the node is removed)")
+        if kind not in MOVABLE:
             continue
         new = balance(len(owners), sorted(members), owners)
         for p, (old, owner) in enumerate(zip(owners, new)):

@@ -31,12 +31,12 @@ import os
 from typing import Any
 
 from .. import operations
+from ..catalog import part_name
 from ..declaration import SPREADABLE, declare_bucket
 from ..errors import (
     BucketExistsError,
     ConnectionError_,
     HoardError,
-    NotFoundError,
     PartitionUnavailableError,
     TimeoutError_,
     VerbNotSupportedError,
@@ -48,7 +48,7 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
-from . import gathers, heaps, members, pick
+from . import gathers, heaps, members, pick, queues
 from .coord import Coordinator, NotAssigned, OwnedElsewhere
 from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
@@ -63,8 +63,8 @@ _LEAST, _GREATEST, _TURNS, _TURNS_CLAIMED, _BY_CLAIM = "least", "greatest", "tur
 #: A blob bucket's put (its bytes in ``doc``) and load (in ``docs``, with their ids), by what they upload.
 _BLOB_PUT = next(o for o in operations.VERBS.values() if o.upload == "doc" and "blob" in o.types)
 _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and "blob" in o.types)
-#: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
-CLAIM_SEP = "/"
+#: An export's gather: pages with a cursor.
+_PAGES = "pages"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
 _DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS, _PIPELINE = "documents", "sum", "counts", "split", "windows", "pipeline"
 #: A hash bucket's read of the documents matching a filter through the index that fits best (search): what
@@ -184,6 +184,13 @@ class ClusterNode:
         if self._joins_elsewhere(op, doc, place):
             return True  # run here over what every node holds (cluster/gathers.py: aggregate)
         p = self._partition(place, doc, op)
+        if queues.partitioned(place):  # (hoarddb/cluster/queues.py: a partition's own local bucket)
+            db, bucket = doc["db"], doc["bucket"]
+            if p is None or self.mover.note(db, bucket, p, op, doc) or self.coord.holds(db, bucket, p) is None \
+                    or not _pushes(op) or "field" in doc or not queues.exists(self, db, bucket, p):
+                return True
+            doc["bucket"] = part_name(bucket, p)  # a push to a partition held here: a single server's path
+            return False
         if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
             if NODE_FIELD not in doc or self.mover.takes_part(doc):
                 return True
@@ -267,6 +274,8 @@ class ClusterNode:
                 and NODE_FIELD not in doc:
             return await self._blob_put(doc, place, None)
         p = self._partition(place, doc, op)
+        if p is None and queues.partitioned(place) and NODE_FIELD in doc and place["type"] in op.types:
+            return await queues.part(self, op, doc, place)  # this node's part, over the partitions it holds
         if p is None:
             if NODE_FIELD in doc or place["type"] not in op.types or (
                     not op.gather and op.key_param and op.param(op.key_param).kind != "filter"):
@@ -320,6 +329,8 @@ class ClusterNode:
                     return await self._one_try(doc, place, p)
             local = {k: v for k, v in doc.items() if k != NODE_FIELD}
             self.mover.note(db, bucket, p, operations.OPERATIONS[doc["op"]], doc)  # (its write submitted now)
+            if queues.partitioned(place):
+                return await queues.run_one(self, local, place, p)  # on the partition's own local bucket
             return await self.server.run_here(local)
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
@@ -352,6 +363,10 @@ class ClusterNode:
             key = _blob_key_of(op, doc)
             return None if key is _NONE else partition_of(key, place["partitions"])
         if place.get("group") is not None:
+            if op.gather == _BY_CLAIM:  # a claimId names its partition: <p>/<id> (hoarddb/cluster/queues.py)
+                return queues.claims_partition(doc.get("args"), place["partitions"])
+            if NODE_FIELD in doc and queues.PART_FIELD in doc:  # a node's request for one partition (export's page)
+                return queues.named_partition(doc, place["partitions"])
             key = _group_of(op, doc, place)
             return None if key is _NONE else partition_of(key, place["partitions"])
         key = _key_of(op, doc)
@@ -617,7 +632,8 @@ class ClusterNode:
         pop, claim and peek take from the owners in turn: each call starts at the node after the one
         the last pop or claim of this bucket (through this node) started at, and takes what it can
         there before going on to the next, until it has ``limit`` elements or every owner was asked.
-        A claimId is given back as ``<node>/<claimId>``; ack, release and extend send each to its node.
+        Each owner's part runs over the partitions it holds, each in its own local bucket (hoarddb/cluster/queues.py);
+        a claimId is given back as ``<p>/<claimId>``, and ack, release and extend go to that partition's owner.
         A partitioned heap's pop, claim and peek take the best of the owners' tops instead (hoarddb/cluster/heaps.py).
         """
         args = dict(doc.get("args") or {})
@@ -626,10 +642,12 @@ class ClusterNode:
             answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
             bad = next((a for a in answers if a.get("ok") != 1), None)
             return bad or {"ok": 1, "result": sum(a["result"] for a in answers)}
-        if op.gather == _BY_CLAIM:
-            return await self._claims_by_node(op, doc, owners)
+        if op.gather == _BY_CLAIM:  # claimIds of several partitions (or none): each partition's to its owner
+            return await queues.claims_by_partition(self, op, doc, place)
         if op.gather == _DOCUMENTS:
             return await self._queue_list(op, doc, owners, place)
+        if op.gather == _PAGES and queues.partitioned(place):  # partition after partition (hoarddb/cluster/queues.py)
+            return await queues.export(self, op, doc, place)
         if _pushes(op):  # a push whose document is none: refused as on one server
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
         if op.gather not in (_TURNS, _TURNS_CLAIMED):
@@ -657,10 +675,7 @@ class ClusterNode:
                     return answer if not got else {"ok": 1, "result": got}
                 refusal = refusal or answer  # a node that is down: the others' elements are taken
                 continue
-            items = answer.get("result") or []
-            if op.gather == _TURNS_CLAIMED:
-                items = [{**c, "claimId": f"{node}{CLAIM_SEP}{c['claimId']}"} for c in items]
-            got.extend(items)
+            got.extend(answer.get("result") or [])  # (a claimId names its partition already: queues.py)
         if not got and refusal is not None:
             return refusal
         if limit is None and op.gather == _TURNS:
@@ -682,40 +697,6 @@ class ClusterNode:
         if place["type"] == "heap":  # in pop order, merged
             return {"ok": 1, "result": heaps.merged_list(answers, after, limit)}
         return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
-
-    async def _claims_by_node(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
-        """ack, release or extend over a partitioned queue: each ``<node>/<claimId>`` sent to its node, the
-        counts added up."""
-        args = dict(doc.get("args") or {})
-        given = args.get("claimId")
-        single = isinstance(given, str)
-        ids = [given] if single else given
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-            return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
-        by_node: dict[str, list[str]] = {}
-        for claim_id in ids:
-            node, sep, local = claim_id.partition(CLAIM_SEP)
-            if not sep or node not in owners:
-                raise NotFoundError(f"{op.name}: {claim_id!r:.80} is not a claimId of this partitioned queue (its "
-                                    f"claimIds are <node>{CLAIM_SEP}<id>, as claim gave them)")
-            by_node.setdefault(node, []).append(local)
-        nodes = sorted(by_node)
-        answers = await asyncio.gather(*(self._here_or_there(
-            n, {**doc, "args": {**args, "claimId": by_node[n][0] if single else by_node[n]}}) for n in nodes))
-        bad = next((a for a in answers if a.get("ok") != 1), None)
-        if bad is not None:
-            return bad
-        results = [a.get("result") for a in answers]
-        if single or not all(isinstance(r, dict) for r in results):
-            result = results[0]
-            if isinstance(result, dict) and isinstance(result.get("claimId"), str):  # (a claimId given back)
-                result = {**result, "claimId": f"{nodes[0]}{CLAIM_SEP}{result['claimId']}"}
-            return {"ok": 1, "result": result}
-        merged: dict = {}
-        for r in results:
-            for k, v in r.items():
-                merged[k] = merged.get(k, 0) + v if isinstance(v, int) else v
-        return {"ok": 1, "result": merged}
 
     # -- spread blob buckets: a blob's partition is a hash of its id
 
@@ -959,6 +940,10 @@ class ClusterNode:
                              place: dict | None = None) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
+            here = place or self.placements.get((doc["db"], doc["bucket"]))
+            if queues.partitioned(here):  # this node's part over the partitions it holds (hoarddb/cluster/queues.py)
+                return await queues.part(self, op or operations.OPERATIONS[doc["op"]], {**doc, NODE_FIELD: self.node_id},
+                                         here)
             if op is not None and PARTS_FIELD in doc:
                 try:
                     return await self.mover.part(op, {**doc, NODE_FIELD: self.node_id}, place)
@@ -1107,7 +1092,7 @@ _NONE = object()
 
 #: The gathers (the table's) that merge here what each owner sends: export's pages, distinct's values, aggregate's
 #: pipeline run over the documents gathered.
-_GATHERED_WHOLE = {"pages": gathers.export, "values": gathers.distinct, "pipeline": gathers.aggregate}
+_GATHERED_WHOLE = {_PAGES: gathers.export, "values": gathers.distinct, "pipeline": gathers.aggregate}
 
 
 def _lookups(value: Any) -> list:

@@ -72,6 +72,8 @@ import shutil
 import time
 from pathlib import Path
 
+from ..catalog import parts_of
+from ..catalog_operations import create_part
 from ..errors import HoardError
 from ..storage.oserrors import fsync_directory
 from ..stores import store_class
@@ -155,53 +157,64 @@ async def empty(mover, db: str, bucket: str) -> None:
     await server.loop.run_in_executor(server._writes, run)
 
 
-async def copy(mover, out) -> None:
+async def copy(mover, out, names: list[str] | None = None) -> None:
     """A whole queue bucket from this node (its old owner) to ``out.to``, its files sent in chunks of CHUNK bytes
     (throttled at MOVE_RATE) and installed there. A fifo's are sent twice: all of them while it serves, then, under
     the fence, what may have changed since (``FifoStore.backup_changed``: every file but the segments the first copy
-    had that were not its last); a lifo's or a heap's once, under the fence."""
-    server = mover.node.server
-    store = server.engine._store(out.db, out.bucket)
-    staging = _area(mover.node, "qout", out.db, out.bucket)
+    had that were not its last); a lifo's or a heap's once, under the fence.
 
-    def backup(unchanged: set[str] | None) -> tuple[list[tuple[str, int]], list[str], int]:
+    ``names``: the local buckets moved, each as a whole queue (a partitioned queue's partitions: their hidden
+    buckets, hoarddb/cluster/queues.py), all under the one fence of the move; by default the bucket itself."""
+    server = mover.node.server
+    names = names or [out.bucket]
+
+    def backup(name: str, unchanged: set[str] | None) -> tuple[list[tuple[str, int]], list[str], int]:
+        store = server.engine._store(out.db, name)
+        staging = _area(mover.node, "qout", out.db, name)
         shutil.rmtree(staging, ignore_errors=True)
         staging.parent.mkdir(parents=True, exist_ok=True)
         if unchanged is None:
             store.backup(staging)
-            names: list[str] = []
+            changed: list[str] = []
         else:
-            names = store.backup_changed(staging, unchanged)
+            changed = store.backup_changed(staging, unchanged)
         files = sorted((str(p.relative_to(staging)), p.stat().st_size) for p in staging.rglob("*") if p.is_file())
         stats = store.stats()
-        return files, names, stats.get("entries", 0) + (stats.get("claimed") or 0)
+        return files, changed, stats.get("entries", 0) + (stats.get("claimed") or 0)
+
+    def tidy() -> None:
+        for name in names:
+            shutil.rmtree(_area(mover.node, "qout", out.db, name), ignore_errors=True)
 
     try:
-        keep: list = []
+        sealed: dict[str, dict] = {}
         if out.place.get("type") == "fifo":
             out.state = "copying"
             await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
-            files, _names, _n = await server.loop.run_in_executor(server._reads, backup, None)
-            await mover._send(out, {"kind": "qbegin"})
-            await _send_files(mover, out, staging, files)
-            segments = sorted((n, size) for n, size in files if SEGMENT.fullmatch(n))
-            sealed = dict(segments[:-1])  # (the last one grows: sent again)
-            await mover._fence(out)
-            files, names, elements = await server.loop.run_in_executor(server._reads, backup, set(sealed))
-            keep = [[n, sealed[n]] for n in names if n in sealed]
-        else:
-            await mover._fence(out)
-            files, _names, elements = await server.loop.run_in_executor(server._reads, backup, None)
-            await mover._send(out, {"kind": "qbegin"})
-        await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
-        await _send_files(mover, out, staging, files)
-        await mover._send(out, {"kind": "qinstall", "files": [[n, s] for n, s in files], "keep": keep})
-        mover._sent(out, elements, 0)
+            for name in names:
+                files, _changed, _n = await server.loop.run_in_executor(server._reads, backup, name, None)
+                await mover._send(out, {"kind": "qbegin", "store": name})
+                await _send_files(mover, out, _area(mover.node, "qout", out.db, name), files, name)
+                segments = sorted((n, size) for n, size in files if SEGMENT.fullmatch(n))
+                sealed[name] = dict(segments[:-1])  # (the last one grows: sent again)
+        await mover._fence(out)
+        for name in names:
+            fifo = name in sealed
+            files, changed, elements = await server.loop.run_in_executor(
+                server._reads, backup, name, set(sealed[name]) if fifo else None)
+            keep = [[n, sealed[name][n]] for n in changed if n in sealed[name]] if fifo else []
+            if not fifo:
+                await mover._send(out, {"kind": "qbegin", "store": name})
+            await mover._note(out.db, out.bucket, out.parts, out.to, out.state, out)
+            await _send_files(mover, out, _area(mover.node, "qout", out.db, name), files, name)
+            await mover._send(out, {"kind": "qinstall", "store": name, "files": [[n, s] for n, s in files],
+                                    "keep": keep})
+            mover._sent(out, elements, 0)
     finally:
-        await server.loop.run_in_executor(server._reads, lambda: shutil.rmtree(staging, ignore_errors=True))
+        await server.loop.run_in_executor(server._reads, tidy)
 
 
-async def _send_files(mover, out, staging: Path, files: list) -> None:
+async def _send_files(mover, out, staging: Path, files: list, store: str) -> None:
     from .moves import MOVE_RATE
 
     server = mover.node.server
@@ -211,7 +224,8 @@ async def _send_files(mover, out, staging: Path, files: list) -> None:
             while True:
                 started = time.monotonic()
                 data = await server.loop.run_in_executor(server._reads, f.read, CHUNK)
-                await mover._send(out, {"kind": "qfile", "path": name, "offset": offset, "data": data})
+                await mover._send(out, {"kind": "qfile", "store": store, "path": name, "offset": offset,
+                                        "data": data})
                 offset += len(data)
                 mover._sent(out, 0, len(data))
                 if time.monotonic() - out.noted > 1.0:  # progress in etcd, for cluster status: once a second
@@ -230,10 +244,17 @@ async def receive(mover, db: str, bucket: str, move: dict) -> dict:
     """The new owner's side of :func:`copy`: ``qbegin`` (start a copy afresh), ``qfile`` (a chunk of a file),
     ``qinstall`` (every file arrived, their sizes checked: the copy replaces this node's folder of the bucket)."""
     server = mover.node.server
-    folder = _area(mover.node, "qin", db, bucket)
+    name = move.get("store") or bucket
+    part = parts_of([name], bucket)
+    if name != bucket and not part:
+        return {"ok": 0, "code": 2, "codeName": "BAD_VALUE", "message": f"a queue move's store {name!r:.80} is not "
+                f"{bucket!r} nor one of its partitions"}
+    folder = _area(mover.node, "qin", db, name)
     kind = move["kind"]
     if kind == "qbegin":
         await server.loop.run_in_executor(server._writes, lambda: shutil.rmtree(folder, ignore_errors=True))
+        if part:  # a partitioned queue's partition: its hidden bucket here, for the copy to go in place of
+            await server.loop.run_in_executor(server._writes, create_part, server.engine, db, bucket, part[0][0])
         return {"ok": 1, "result": True}
     if kind == "qfile":
         path = folder / move["path"]
@@ -253,12 +274,12 @@ async def receive(mover, db: str, bucket: str, move: dict) -> dict:
         await server.loop.run_in_executor(server._writes, write)
         return {"ok": 1, "result": True}
     # qinstall: the files sent last, and those kept from the first copy (a fifo's sealed segments); nothing else
-    expected = {name: size for name, size in list(move["files"]) + list(move.get("keep") or [])}
-    for name, size in expected.items():
-        path = folder / name
+    expected = {fname: size for fname, size in list(move["files"]) + list(move.get("keep") or [])}
+    for fname, size in expected.items():
+        path = folder / fname
         if not path.is_file() or path.stat().st_size != size:
             return {"ok": 0, "code": 2, "codeName": "BAD_VALUE",
-                    "message": f"queue move of {db}.{bucket}: {name} did not arrive whole"}
+                    "message": f"queue move of {db}.{bucket}: {fname} did not arrive whole"}
 
     def tidy() -> int:
         folder.mkdir(parents=True, exist_ok=True)
@@ -271,7 +292,7 @@ async def receive(mover, db: str, bucket: str, move: dict) -> dict:
 
     gone = await server.loop.run_in_executor(server._writes, tidy)
     log.info("installing the copy of %s.%s received: %d file(s), %d of the first copy left out (popped since)",
-             db, bucket, len(expected), gone)
-    await server.loop.run_in_executor(server._writes, install, server.engine, db, bucket, folder,
-                                      _area(mover.node, "qtrash", db, bucket))
+             db, name, len(expected), gone)
+    await server.loop.run_in_executor(server._writes, install, server.engine, db, name, folder,
+                                      _area(mover.node, "qtrash", db, name))
     return {"ok": 1, "result": True}

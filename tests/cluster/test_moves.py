@@ -612,13 +612,9 @@ def test_store_fields_btree_entries_and_blobs_move_while_clients_write_them(tmp_
                 time.sleep(0.5)
                 with load.lock:
                     after_add = sum(len(v) for v in load.acked.values())
-                with hoarddb.connect(url) as admin:  # a partitioned queue does not move: the removal is refused, naming it
+                with hoarddb.connect(url) as admin:  # a partitioned queue's partitions move too
                     admin["app"].create_bucket("Jobs", type="fifo", partitions=3, group="g")
-                    refused = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url)
-                    assert refused.returncode == 1
-                    assert "app.Jobs is a partitioned fifo bucket, whose partitions cannot be moved yet" in refused.stderr
-                    assert status(etcd)["moves"] == []  # nothing of the plan recorded
-                    admin["app"].drop_bucket("Jobs")
+                    admin["app"].Jobs.batch_push([{"g": i % 5, "n": i} for i in range(30)])
                 removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url, "--wait", "90")
                 assert removed.returncode == 0, removed.stderr
                 time.sleep(0.5)
@@ -637,6 +633,9 @@ def test_store_fields_btree_entries_and_blobs_move_while_clients_write_them(tmp_
                 for k in keys:
                     assert client["app"].Props[k].Friends.get("bob") == {"since": k}
                     assert client["app"].Props.get(k)["_id_"] == k
+                jobs = client["app"].Jobs.pop(100)  # every element once, each group in push order
+                assert sorted(e["n"] for e in jobs) == list(range(30))
+                assert all([e["n"] for e in jobs if e["g"] == g] == list(range(g, 30, 5)) for g in range(5))
             for k in keys:
                 assert blob_bytes(nodes[1:], k) == k.encode() * 1000
             # the old owner kept nothing: no document, and no store (its fields folder holds no blob)

@@ -377,3 +377,83 @@ def test_a_queue_move_whose_old_owner_is_killed_mid_copy_resumes_when_it_is_back
         finally:
             for n in nodes:
                 n.stop()
+
+
+def test_a_partitioned_fifo_and_heap_move_while_clients_push_and_pop_through_every_node(tmp_path):
+    """A partitioned fifo and a partitioned heap (each partition a hidden local bucket on its node): a node added, then
+    one removed, while pushers (each its own group) and poppers run through every node; every acknowledged push popped
+    once, each group in order for every popper (the fifo), claims made before the moves acked, released and extended
+    after them on the partitions' new owners; the old owner keeps none of its partitions' buckets."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, f"n{i}", HOARDDB_MOVE_RATE="2000000") for i in (1, 2, 3)]
+        try:
+            nodes[0].start()
+            nodes[1].start()
+            url = f"hoarddb://{nodes[0].address}/?insecure=true&timeout=30"
+            with hoarddb.connect(url) as admin:
+                db = admin["app"]
+                db.create_bucket("PJobs", type="fifo", partitions=8, group="w", segment_size=4096)
+                db.create_bucket("PTasks", type="heap", partitions=6, group="w")
+                db.create_bucket("PWork", type="fifo", partitions=6, group="g")
+                for start in range(0, 2000, 500):  # (group 99: there before the moves)
+                    db.PJobs.batch_push([{"w": 99, "n": i, "pad": "p" * 100} for i in range(start + 1, start + 501)])
+                db.PTasks.batch_push([{"w": 99, "n": i, "priority": i % 10} for i in range(1, 201)])
+                db.PWork.batch_push([{"g": i % 6, "n": i} for i in range(24)])
+                claimed = admin.execute({"op": "claim", "db": "app", "bucket": "PWork",
+                                         "args": {"limit": 8, "lease": 120}})["result"]
+                assert len(claimed) == 8 and len({c["claimId"].split("/")[0] for c in claimed}) > 1
+                heap_claim = admin.execute({"op": "claim", "db": "app", "bucket": "PTasks",
+                                            "args": {"limit": 1, "lease": 120}})["result"][0]
+                assert heap_claim["element"]["priority"] == 9
+            before = {b: set(status(etcd)["buckets"][f"app.{b}"]["nodes"]) for b in ("PJobs", "PTasks", "PWork")}
+            assert all(owners == {"n1", "n2"} for owners in before.values()), before
+            nodes[2].start()  # (given no share yet: add-node gives it one, under load)
+            fifo = QueueLoad(nodes, "PJobs", pushers=4, poppers=3)
+            fifo.acked |= {(99, i) for i in range(1, 2001)}
+            heap = QueueLoad(nodes, "PTasks", pushers=2, poppers=2, heap=True)
+            heap.acked |= {(99, i) for i in range(1, 201)} - {(99, heap_claim["element"]["n"])}
+            with fifo, heap:
+                time.sleep(0.3)
+                added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
+                assert added.returncode == 0, added.stdout + added.stderr
+                wait_no_moves(etcd)
+                assert all("n3" in status(etcd)["buckets"][f"app.{b}"]["nodes"] for b in ("PJobs", "PTasks", "PWork"))
+                with fifo.lock:
+                    during = len(fifo.acked)
+                removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url)
+                assert removed.returncode == 0, removed.stdout + removed.stderr
+                wait_no_moves(etcd)
+                time.sleep(1.0)
+            assert not fifo.errors and not heap.errors, (fifo.errors + heap.errors)[:5]
+            with fifo.lock:
+                assert len(fifo.acked) > during > 2000  # pushes went on through the moves
+            for b in ("PJobs", "PTasks", "PWork"):
+                assert set(status(etcd)["buckets"][f"app.{b}"]["nodes"]) == {"n2", "n3"}
+            url = f"hoarddb://{nodes[1].address},{nodes[2].address}/?insecure=true&timeout=30"
+            with hoarddb.connect(url) as client:
+                # the claims made before the moves, answered by their partitions' new owners with the same claimIds
+                ids = [c["claimId"] for c in claimed]
+                assert client.execute({"op": "ack", "db": "app", "bucket": "PWork",
+                                       "args": {"claimId": ids[:4]}})["result"] == {"acked": 4}
+                assert client.execute({"op": "release", "db": "app", "bucket": "PWork",
+                                       "args": {"claimId": ids[4]}})["result"] == {"released": 1}
+                for claim_id in ids[5:]:
+                    assert client.execute({"op": "extend", "db": "app", "bucket": "PWork",
+                                           "args": {"claimId": claim_id, "seconds": 60}})["ok"] == 1
+                left = client["app"].PWork.pop(100)
+                assert sorted(e["n"] for e in left) == sorted(
+                    set(range(24)) - {c["element"]["n"] for c in claimed} | {claimed[4]["element"]["n"]})
+                assert client.execute({"op": "ack", "db": "app", "bucket": "PTasks",
+                                       "args": {"claimId": heap_claim["claimId"]}})["result"] == {"acked": 1}
+            popped = fifo.check(url)  # (each pusher's group in order for every popper)
+            assert {(99, i) for i in range(1, 2001)} <= set(popped)
+            heap.check(url)
+            deadline = time.monotonic() + 10  # n1 drops each partition's bucket after its hand-over
+            while cleanups(etcd) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            nodes[0].stop()
+            assert not list((nodes[0].data / "app").glob("*~p*"))  # none of them left in its directory
+        finally:
+            for n in nodes:
+                n.stop()
+
