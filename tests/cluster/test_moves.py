@@ -671,9 +671,9 @@ def test_btree_and_blob_moves_whose_new_owner_is_killed_midway_start_over_and_le
                 admin["app"].create_bucket("Board", type="btree", key="Score", partitions=6)
                 blobs = {}
                 for i in range(90):
-                    # ~20 KB each (the moves take seconds at the throttle, so the kill lands mid-move), and three
-                    # of 1.5 MB, moved in pieces
-                    data = bytes([i]) * (20_000 if i % 30 else 1_500_000)
+                    # ~40 KB each (the third of them that moves takes ~6 s at the throttle, so the kill lands
+                    # mid-move), and three of 1.5 MB, moved in pieces
+                    data = bytes([i]) * (40_000 if i % 30 else 1_500_000)
                     blobs[admin["app"].Blobs.put({"data": data, "name": f"b{i}"})] = data
                 admin["app"].Board.batch_insert([{"Score": i % 97, "n": i} for i in range(600)])
             n3.start()
