@@ -125,7 +125,7 @@ def test_polls_and_hits_are_counted(pair, calm):
     client.sendall(b"x")
     assert poller.run() is True  # already there: no poll waited
     conn.recv(10)
-    timer = threading.Timer(0.0005, client.sendall, (b"y",))
+    timer = threading.Timer(0.2, client.sendall, (b"y",))  # (long enough that the poll surely starts first)
     poller.budget = 5.0
     timer.start()
     assert poller.run() is True
