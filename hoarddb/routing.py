@@ -42,7 +42,7 @@ def partition_of(key, partitions: int) -> int:
 _NONE = object()
 
 
-def request_partition(place: Mapping, doc: dict) -> int | None:
+def request_partition(place: Mapping, doc: Mapping) -> int | None:
     """The partition a request acts on, from its bucket's placement ``place`` (``type``, ``partitions``,
     ``key``: a btree's sort field, ``group``: a partitioned queue's), or None when it acts on many or its
     partition cannot be told without the store (a btree entry sorted by its first field...).
@@ -69,7 +69,7 @@ def request_partition(place: Mapping, doc: dict) -> int | None:
     return None if value is _NONE else partition_of(value, partitions)
 
 
-def _key_of(op: operations.Operation, doc: dict) -> Any:
+def _key_of(op: operations.Operation, doc: Mapping) -> Any:
     """A hash bucket's request's document key (the table's route and key_param), or _NONE."""
     if "field" in doc:  # a document's store field: routed by the document's key
         return doc.get("key", _NONE)
@@ -92,7 +92,7 @@ def _key_of(op: operations.Operation, doc: dict) -> Any:
     return value
 
 
-def _btree_key_of(op: operations.Operation, doc: dict, field: str | None) -> Any:
+def _btree_key_of(op: operations.Operation, doc: Mapping, field: str | None) -> Any:
     """A btree request's sort value (bare, or ``{Field: value}``; an insert's document's), or _NONE."""
     if "field" in doc:
         key = doc.get("key", _NONE)
@@ -120,7 +120,7 @@ def _btree_key_of(op: operations.Operation, doc: dict, field: str | None) -> Any
     return _NONE if isinstance(key, list) else key
 
 
-def _blob_key_of(op: operations.Operation, doc: dict) -> Any:
+def _blob_key_of(op: operations.Operation, doc: Mapping) -> Any:
     """A blob request's id in lower case (get, info, stream, delete), or _NONE (a put: its id is made by the node)."""
     if "field" in doc or not op.key_param or op.upload:
         return _NONE
@@ -135,7 +135,7 @@ def _blob_key_of(op: operations.Operation, doc: dict) -> Any:
     return value.lower() if isinstance(value, str) else _NONE
 
 
-def _group_of(op: operations.Operation, doc: dict, group: str) -> Any:
+def _group_of(op: operations.Operation, doc: Mapping, group: str) -> Any:
     """A partitioned queue's push's group value (missing: None), or _NONE for every other verb."""
     param = op.param("doc")
     if not (op.write and param is not None and param.kind == "doc" and not op.gather) or "field" in doc:

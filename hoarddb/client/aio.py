@@ -365,7 +365,7 @@ class AsyncExecutor:
                 raise
         return await self._execute(request)
 
-    async def _execute_at_owner(self, request: dict) -> dict | None:
+    async def _execute_at_owner(self, request: Mapping) -> dict | None:
         """A keyed request's answer from its partition's owner over that node's connection, or None when it
         goes on the URL's connection: the owner is the URL's node or unknown, its connection cannot be
         opened, or it failed on a request that may be sent again (a read, or one a node refused as moved)."""

@@ -45,8 +45,8 @@ DOWN_AGE = 1.0
 #: The operations a request may be routed by owner for: those the table says act on one document (a key
 #: parameter) or that add one (a partitioned queue's push), never a cursor's read.
 ROUTED = frozenset(name for name, op in operations.VERBS.items()
-                   if not op.cursor and (op.key_param or (op.write and op.param("doc") is not None
-                                                          and op.param("doc").kind == "doc" and not op.gather)))
+                   if not op.cursor and (op.key_param or (op.write and not op.gather
+                                                          and getattr(op.param("doc"), "kind", None) == "doc")))
 
 
 class Router:
@@ -114,13 +114,15 @@ class Router:
         else:
             self.maps.pop(db, None)
 
-    def target(self, request: dict) -> tuple[str, str] | None:
+    def target(self, request: Mapping) -> tuple[str, str] | None:
         """``(node id, address)`` of the owner of ``request``'s partition when it is not the URL's node,
         else None (send it on the URL's connection). May give an insert without ``_id_`` its key."""
         if not self.keyed(request):
             return None
         found = self.maps.get(request["db"])
-        place = found["buckets"].get(request["bucket"]) if found else None
+        if found is None:
+            return None
+        place = found["buckets"].get(request["bucket"])
         if place is None:
             return None
         p = request_partition(place, request)
