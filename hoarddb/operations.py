@@ -601,9 +601,9 @@ for _op in [
               answer="{slow_ms, slowlog_length, entries}"),
     # a cluster's map as clients read it, to send each keyed request to its partition's owner (hoarddb/client/router.py)
     Operation("cluster_map", scope=DATABASE, runs=SERVER, role="look",
-              fields=(Param("bucket", "str", False, "one bucket; left out, every bucket of the database"),),
-              summary="Where a cluster keeps a database's buckets: each one's partitions, what they are hashed "
-                      "from, the node owning each and the nodes' addresses (a single server: cluster false).",
+              summary="Where a cluster keeps a database's buckets (or the one named by bucket): each one's "
+                      "partitions, what they are hashed from, the node owning each and the nodes' addresses "
+                      "(a single server: cluster false).",
               answer="{cluster, node, nodes, buckets}"),
 ]:
     ADMIN[_op.name] = _op
