@@ -37,7 +37,7 @@ from typing import Any, AsyncIterator, Callable
 
 from .. import api, operations
 from ..errors import (ClosedError, ConnectionError_, CursorNotFoundError, HoardError, HoardTimeoutError,
-                      PartitionUnavailableError, ProtocolError)
+                      PartitionUnavailableError, ProtocolError, UnknownVerbError)
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
@@ -382,12 +382,13 @@ class AsyncExecutor:
             return None
         node, address = target
         proto = self._peers.get(node)
-        if proto is None or proto.closed:
+        if proto is not None and not proto.closed:
+            await proto.settle()  # closed by the node while the loop was busy (a restart): found dead now
+        if proto is None or proto.closed or proto.options.address != router.options_for(
+                node, address, request["db"]).address:
             proto = await self._open_peer(node, address, request["db"])
             if proto is None:
                 return None  # nothing was sent: the URL's node forwards it (or says the owner is down)
-        else:
-            await proto.settle()
         try:
             return await self._execute(request, proto)
         except (ConnectionError_, HoardTimeoutError) as e:
@@ -409,11 +410,14 @@ class AsyncExecutor:
         if self._routing is None:
             self._routing = asyncio.Lock()
         async with self._routing:
+            options = self.router.options_for(node, address, db)
             proto = self._peers.get(node)
-            if proto is not None and not proto.closed:
+            if proto is not None and not proto.closed and proto.options.address == options.address:
                 return proto
+            if proto is not None:
+                proto.close()  # (the node moved to another address)
             try:
-                proto = await self._open_one(self.router.options_for(node, address, db))
+                proto = await self._open_one(options)
             except (ConnectionError_, HoardTimeoutError):
                 self._peers.pop(node, None)
                 self.router.forget(db)
@@ -430,7 +434,7 @@ class AsyncExecutor:
             answer = await self._execute(self.router.map_request(db))
         except (ConnectionError_, HoardTimeoutError):
             return  # the request goes on the URL's connection, which says what became of it
-        except HoardError:
+        except UnknownVerbError:  # a server older than the map: its requests go as before
             self.router.unreadable(db)
             return
         self.router.learn(db, answer.get("result"))

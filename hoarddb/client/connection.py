@@ -41,7 +41,7 @@ from typing import Iterator
 
 from .. import busypoll
 from ..errors import (ClosedError, ConnectionError_, HoardError, HoardTimeoutError, PartitionUnavailableError,
-                      ProtocolError, error_from_answer)
+                      ProtocolError, UnknownVerbError, error_from_answer)
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend, not_hoarddb,
                    nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
 from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
@@ -485,7 +485,7 @@ class RemoteExecutor:
             answer = self._execute(self._connection(), self.router.map_request(db))
         except (ConnectionError_, HoardTimeoutError):
             return  # the request goes on the URL's connection, which says what became of it
-        except HoardError:
+        except UnknownVerbError:  # a server older than the map: its requests go as before
             self.router.unreadable(db)
             return
         self.router.learn(db, answer.get("result"))

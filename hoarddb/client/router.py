@@ -103,8 +103,9 @@ class Router:
         self.maps[db] = {"read": time.monotonic(), "buckets": buckets, "nodes": nodes, "down": down}
 
     def unreadable(self, db: str) -> None:
-        """The map of ``db`` could not be read (no role on it, an older server): its requests go as before,
-        until the map is asked again (after MAP_AGE)."""
+        """The map of ``db`` could not be read (a server that does not know the operation): its requests go
+        as before, until the map is asked again (after MAP_AGE). (Any other refusal of the map is the
+        request's: no role on the database, a revoked login; it is raised to the caller.)"""
         self.maps[db] = {"read": time.monotonic(), "buckets": {}, "nodes": {}, "down": False}
 
     def forget(self, db: str | None = None) -> None:
