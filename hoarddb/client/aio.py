@@ -24,7 +24,9 @@ call sends, the loop reads what already arrived, so a connection the server clos
 the loop was busy elsewhere (a restart, an idle timeout) is found dead then and the
 request goes on a new one, as with the blocking client. A call
 waits at most ``timeout`` seconds of silence from the server; ``close()`` fails the
-calls in flight with ClosedError.
+calls in flight with ClosedError. Against a cluster, each request for one document goes
+to its partition's owner over a connection of its own to that node, as with the blocking
+client (hoarddb/client/router.py).
 """
 
 from __future__ import annotations

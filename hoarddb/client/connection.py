@@ -22,6 +22,10 @@ What a call does when the connection fails:
     out, or waiting its turn ``timeout`` seconds       never sent (every caller hears within about
     while nothing moved on the connection              one timeout of the server falling silent)
 
+Against a cluster (the server's hello names its node), each request for one document goes
+to its partition's owner over a connection of its own to that node, the URL's options
+with the node's address (hoarddb/client/router.py; ``route="any"`` turns it off).
+
 Blobs: a ``put`` whose data is a file object or more than 4 MiB is uploaded in 1 MiB
 chunks read as they are sent; ``stream`` gives an iterator that reads the server's
 chunks as it is consumed. If another request needs the connection before a stream is
@@ -455,11 +459,13 @@ class RemoteExecutor:
         if target is None:
             return None
         node, address = target
+        options = router.options_for(node, address, request["db"])
         conn = self._peers.get(node)
-        if conn is None or not conn.alive() or conn.options.address != router.options_for(
-                node, address, request["db"]).address:
+        if conn is None or not conn.alive() or conn.options.address != options.address:
+            if conn is not None:
+                conn.close()  # (closed by its node, or the node moved to another address)
             try:
-                conn = self._peers[node] = Connection(router.options_for(node, address, request["db"]))
+                conn = self._peers[node] = Connection(options)
             except (ConnectionError_, HoardTimeoutError):
                 self._peers.pop(node, None)
                 router.forget(request["db"])
