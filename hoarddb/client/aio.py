@@ -422,7 +422,7 @@ class AsyncExecutor:
                 proto = await self._open_one(options)
             except (ConnectionError_, HoardTimeoutError):
                 self._peers.pop(node, None)
-                self.router.forget(db)
+                self.router.cannot_reach(node, db)
                 return None
             if self._closed:
                 proto.close()

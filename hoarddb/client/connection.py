@@ -468,7 +468,7 @@ class RemoteExecutor:
                 conn = self._peers[node] = Connection(options)
             except (ConnectionError_, HoardTimeoutError):
                 self._peers.pop(node, None)
-                router.forget(request["db"])
+                router.cannot_reach(node, request["db"])
                 return None  # nothing was sent: the URL's node forwards it (or says the owner is down)
         try:
             return self._execute(conn, request)

@@ -62,8 +62,11 @@ class Router:
         self.on = False
         #: The maps read, by database: ``{"read": monotonic time, "buckets": {...}, "nodes": {...}}``.
         self.maps: dict[str, dict] = {}
-        #: The node the URL's connection reached, as its map said (its requests need no other connection).
+        #: The node the URL's connection reached, as its hello said (its requests need no other connection).
         self.home: str | None = None
+        #: When a connection to a node last could not be opened, by node id: its requests go to the URL's
+        #: node for MAP_AGE seconds after (an address this client cannot reach costs one attempt, not one a call).
+        self.unreachable: dict[str, float] = {}
 
     def connected(self, server_info: Mapping) -> None:
         """The URL's connection was (re)opened and its server said hello: a cluster node names itself
@@ -133,7 +136,16 @@ class Router:
         node = found["nodes"].get(owners[p])
         if not node or not node.get("address"):
             return None  # down (not among the live nodes): the URL's node answers PARTITION_UNAVAILABLE
+        failed = self.unreachable.get(owners[p])
+        if failed is not None and time.monotonic() - failed < MAP_AGE:
+            return None
         return owners[p], node["address"]
+
+    def cannot_reach(self, node: str, db: str) -> None:
+        """A connection to ``node`` could not be opened: its requests go to the URL's node for a while, and
+        the map of ``db`` is read again."""
+        self.unreachable[node] = time.monotonic()
+        self.forget(db)
 
     def options_for(self, node: str, address: str, db: str) -> ConnectOptions:
         """The connection options of ``node`` at ``address``: the URL's, with its host and port (and, when
