@@ -102,10 +102,25 @@ def create_bucket(engine: Engine, request: dict) -> dict:
     return answer
 
 
+#: What alter_bucket may change of a bucket (each replaced whole by the value given).
+ALTERABLE = ("fields", "placement")
+
+
 def alter_bucket(engine: Engine, request: dict) -> dict:
     db, name = db_of(request), bucket_of(request)
     decl = engine.catalog.bucket(db, name)
     raw = request.get("options") or {}
+    changed, warnings = alter_declaration(decl, raw)
+    engine.catalog.replace_bucket(db, changed)
+    answer = {"ok": 1, "result": {"name": name, "altered": sorted(k for k in raw if k != "type")}}
+    if warnings:
+        answer["warnings"] = warnings
+    return answer
+
+
+def alter_declaration(decl: dict, raw) -> tuple[dict, list[str]]:
+    """The declaration ``decl`` changed by alter_bucket's options ``raw``, checked whole, and its warnings;
+    nothing is written (a cluster node checks an alter against the cluster's declaration with it)."""
     if not isinstance(raw, dict) or not raw:
         raise InvalidArgumentError("alter_bucket: 'options' must be a non-empty document of changes")
     if "indices" in raw or any("unique" in (f.get("keywords") or []) for f in raw.get("fields") or [] if isinstance(f, dict)):
@@ -131,14 +146,10 @@ def alter_bucket(engine: Engine, request: dict) -> dict:
             changed.update(check_placement({"placement": value}, decl["type"], decl.get("indexes") or []))
         else:
             raise UnknownOptionError(
-                f"alter bucket may change: fields, placement; not {key!r} "
+                f"alter bucket may change: {', '.join(ALTERABLE)}; not {key!r} "
                 "(a bucket's type, options and indexes are fixed when it is created)"
             )
-    engine.catalog.replace_bucket(db, changed)
-    answer = {"ok": 1, "result": {"name": name, "altered": sorted(k for k in raw if k != "type")}}
-    if warnings:
-        answer["warnings"] = warnings
-    return answer
+    return changed, warnings
 
 
 def drop_bucket(engine: Engine, request: dict) -> dict:

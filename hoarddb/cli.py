@@ -340,6 +340,13 @@ def _shell_command(prog: str, data, json_mode, script, statement, continue_on_er
 @click.option("--node-id", "node_id", default=None, metavar="NAME", help="This node's name in the cluster.")
 @click.option("--advertise", "advertise", default=None, metavar="HOST:PORT",
               help="Where other nodes and clients reach this node (default: --host and --port).")
+@click.option("--join", "join", is_flag=True, default=None,
+              help="Once up, take this node's share of the cluster's partitions (as `cluster add-node`).")
+@click.option("--drain-on-stop", "drain_on_stop", is_flag=True, default=None,
+              help="On SIGTERM or Ctrl-C, move this node's partitions to the others before stopping "
+                   "(as `cluster remove-node`); a second signal stops at once.")
+@click.option("--drain-timeout", "drain_timeout", type=float, default=None, metavar="S",
+              help="Seconds a stop waits for the drain's moves (300).")
 def server(config_file, **flags):
     """Run a hoardDB server on a data directory until SIGTERM or Ctrl-C.
 

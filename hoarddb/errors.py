@@ -266,6 +266,12 @@ class CursorNotFoundError(HoardError):
     code, codeName = 36, "CURSOR_NOT_FOUND"
 
 
+class WriteConflictError(HoardError):
+    """WriteConflictError is a write that picks one document by a filter over a spread bucket (find_and_modify, update with multi: false) whose chosen document kept changing before it could be written; nothing was written, and it may be sent again."""
+
+    code, codeName = 37, "WRITE_CONFLICT"
+
+
 #: Every error class by its code: the wire and the shell map answers back through it.
 ERRORS: dict[int, type[HoardError]] = {}
 for _cls in list(globals().values()):

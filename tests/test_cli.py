@@ -255,9 +255,11 @@ def test_ctrl_c_in_a_script_exits_130_without_a_traceback(tmp_path):
     import time
 
     data = tmp_path / "d"
+    # a shell started in the background of another (as `cmd &` does) ignores SIGINT, and Python then
+    # keeps it ignored: the child gets the default disposition, as a shell in a terminal has it
     child = subprocess.Popen([sys.executable, "-m", "hoarddb.cli", "shell", "--data", str(data)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd=REPO, env=ENV)
+                             cwd=REPO, env=ENV, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         wchan = Path(f"/proc/{child.pid}/wchan")

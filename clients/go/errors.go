@@ -157,6 +157,8 @@ var (
 	ErrClusterUnavailable   = &Error{Code: 35, CodeName: "CLUSTER_UNAVAILABLE"}
 	// A cursor that is not open: read to its end, closed, timed out, or another connection's.
 	ErrCursorNotFound = &Error{Code: 36, CodeName: "CURSOR_NOT_FOUND"}
+	// A write picking one document of a spread bucket whose pick kept changing: nothing written, send it again.
+	ErrWriteConflict = &Error{Code: 37, CodeName: "WRITE_CONFLICT"}
 )
 
 // sentinels are the Err values by code (a test holds them to codeNames, and codeNames to the server's).
@@ -166,4 +168,4 @@ var sentinels = []*Error{ErrInternal, ErrBadValue, ErrUnknownOption, ErrInvalidN
 	ErrDataDirLocked, ErrCorruptData, ErrClosed, ErrSyntax, ErrMissingKey, ErrInvalidArgument, ErrStorage,
 	ErrIndexNotReady, ErrL2HardLimit, ErrTooManyElements, ErrAuthFailed, ErrUnauthorized, ErrConnection,
 	ErrTimeout, ErrProtocol, ErrClaimExpired, ErrRegexTimeout, ErrPartitionUnavailable, ErrClusterUnavailable,
-	ErrCursorNotFound}
+	ErrCursorNotFound, ErrWriteConflict}

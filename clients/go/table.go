@@ -119,4 +119,5 @@ var codeNames = map[int]string{
 	34: "PARTITION_UNAVAILABLE",
 	35: "CLUSTER_UNAVAILABLE",
 	36: "CURSOR_NOT_FOUND",
+	37: "WRITE_CONFLICT",
 }

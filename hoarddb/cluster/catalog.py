@@ -2,15 +2,18 @@
 
 It watches ``catalog/`` (buckets and databases) and ``assign/`` (each bucket's map).
 
-The node that is asked to create or drop a bucket or a database records it in etcd and
-then tells every live node (hoarddb/cluster/node.py), so that the change is done everywhere
-before its answer. A node that was down then, or that the message did not reach, learns it
+The node that is asked to create, alter or drop a bucket, or to create or drop a database,
+records it in etcd and then tells every live node (hoarddb/cluster/node.py), so that the
+change is done everywhere before its answer. An alter is recorded in the bucket's
+declaration (:meth:`CatalogWatch.record_alter`: its ``altered`` changes, one transaction on
+the declaration as read), and each node makes its own declaration the one etcd has
+(``_declare``). A node that was down then, or that the message did not reach, learns it
 here:
 
 - at start, from a snapshot of ``catalog/``: a bucket this node made for the cluster that is
   no longer there — or is there as a newer bucket of the same name (dropped and created
   again) — is dropped here; a database likewise; every bucket of the cluster is created here
-  if it is not yet, and its partitions taken;
+  if it is not yet (and altered as etcd's declaration says), and its partitions taken;
 - then from the watch of ``catalog/`` (buckets and databases created and dropped) and of
   ``assign/`` (a bucket's map: the owners of its partitions), resumed by the etcd client
   when a member dies, started again from a snapshot when etcd's history was compacted.
@@ -31,6 +34,8 @@ import os
 from pathlib import Path
 
 from .. import operations
+from ..catalog_operations import ALTERABLE, alter_declaration
+from ..declaration import check_fields, declare_bucket
 from ..errors import HoardError
 from ..storage.oserrors import fsync_directory
 from .coord import DELETE, WatchCompacted
@@ -41,6 +46,8 @@ log = logging.getLogger("hoarddb.cluster")
 CLUSTER_DIR = "_cluster"
 _DROP_BUCKET = next(n for n, o in operations.ADMIN.items() if o.change == "drop" and o.scope == operations.BUCKET)
 _DROP_DATABASE = next(n for n, o in operations.ADMIN.items() if o.change == "drop" and o.scope == operations.DATABASE)
+_ALTER_BUCKET = next(n for n, o in operations.ADMIN.items() if o.change == "alter" and o.scope == operations.BUCKET)
+_DESCRIBE_BUCKET = operations.DESCRIBE_BUCKET.name
 
 
 class CatalogWatch:
@@ -58,6 +65,9 @@ class CatalogWatch:
         #: drops this node is making itself ("db/bucket", or "db" for a database): its watch leaves them
         #: to the node's own part of the change (told), which answers the client
         self._own: set[str] = set()
+        #: the mod revision of each bucket's declaration last made so here ("db/bucket"): an older one seen
+        #: late by the watch (an alter told first, then watched) is not applied over a newer one
+        self._altered_at: dict[str, int] = {}
 
     # -- life cycle
 
@@ -163,8 +173,9 @@ class CatalogWatch:
                     if made is not None or tuple(name.split("/", 1)) in self.node.placements:
                         await self._drop_bucket(*name.split("/", 1))
                 else:
-                    if made == change.created:
-                        return  # told already
+                    if made == change.created:  # this bucket, told already; its declaration may be altered
+                        await self._declare(name, change)
+                        return
                     if made is not None:  # an older bucket of the name: dropped first
                         await self._drop_bucket(*name.split("/", 1))
                     await self._adopt(name, change)
@@ -190,8 +201,12 @@ class CatalogWatch:
     async def told(self, op: operations.Operation, doc: dict, apply) -> dict:
         """Apply a catalog change another node recorded and told this one (``apply``: node.py's), and note it."""
         async with self.lock:
-            answer = await apply(op, doc)
             db, bucket = doc.get("db"), doc.get("bucket")
+            if op.change == "alter" and isinstance(db, str) and isinstance(bucket, str):
+                entry = await self.coord.bucket_entry(db, bucket)
+                if entry is not None and self.made["buckets"].get(entry.name) == entry.created:
+                    return await self._declare(entry.name, entry)  # as etcd has it now, whichever alter was last
+            answer = await apply(op, doc)
             if op.change == "create" and op.scope == operations.BUCKET and answer.get("ok") == 1:
                 entry = await self.coord.bucket_entry(db, bucket)
                 if entry is not None:
@@ -203,6 +218,66 @@ class CatalogWatch:
             self._write()
             return answer
 
+    # -- an alter: recorded in etcd's declaration, made so on every node
+
+    async def record_alter(self, doc: dict) -> dict | None:
+        """An ``alter_bucket`` asked of this node, checked against the cluster's declaration and recorded in it
+        in one transaction (the changes of every alter so far are its ``altered``); the client's answer. None
+        when the bucket is not one of the cluster's (the engine here answers)."""
+        db, bucket, raw = doc.get("db"), doc.get("bucket"), doc.get("options")
+        if not isinstance(db, str) or not isinstance(bucket, str):
+            return None
+        for _ in range(10):
+            entry = await self.coord.bucket_entry(db, bucket)
+            if entry is None:
+                return None
+            _changed, warnings = alter_declaration(declared(bucket, entry.value), raw)  # every refusal, first
+            altered = {**(entry.value.get("altered") or {}), **{k: raw[k] for k in ALTERABLE if k in raw}}
+            if await self.coord.alter_bucket(entry, {**entry.value, "altered": altered}):
+                answer = {"ok": 1, "result": {"name": bucket, "altered": sorted(k for k in raw if k != "type")}}
+                if warnings:
+                    answer["warnings"] = warnings
+                return answer
+        raise HoardError(f"bucket {db}.{bucket}: its declaration kept changing in etcd while this alter was "
+                         "recorded; try again")
+
+    async def _declare(self, name: str, entry) -> dict:
+        """Make this node's declaration of a bucket of the cluster the one etcd has (``entry``): its ``altered``
+        changes applied here (an alter_bucket of the differences); the answer."""
+        db, bucket = name.split("/", 1)
+        done = {"ok": 1, "result": {"name": bucket, "altered": []}}
+        if entry.revision < self._altered_at.get(name, 0):
+            return done  # an older declaration than the one made here already
+        wanted = (entry.value or {}).get("altered") or {}
+        if not wanted:
+            return done
+        described = await self.node.server.run_here({"op": _DESCRIBE_BUCKET, "db": db, "bucket": bucket})
+        if described.get("ok") != 1:
+            return described
+        here = described["result"]
+        change = {}
+        try:
+            if "fields" in wanted and check_fields(wanted["fields"], []) != here.get("fields", []):
+                change["fields"] = wanted["fields"]
+        except HoardError as e:
+            log.error("bucket %s.%s: the cluster's declaration has field lines this node refuses: %s", db, bucket,
+                      e.message)
+        if "placement" in wanted and wanted["placement"] != here.get("placement"):
+            change["placement"] = wanted["placement"]
+        answer = done
+        if change:
+            answer = await self.node.server.run_here({"op": _ALTER_BUCKET, "db": db, "bucket": bucket,
+                                                      "options": change})
+            if answer.get("ok") == 1:
+                log.info("bucket %s.%s altered here as the cluster declares it (%s)", db, bucket,
+                         ", ".join(sorted(change)))
+            else:
+                log.error("bucket %s.%s: the cluster's alter (%s) cannot be made here: %s", db, bucket,
+                          ", ".join(sorted(change)), answer.get("message"))
+                return answer
+        self._altered_at[name] = entry.revision
+        return answer
+
     # -- here
 
     async def _adopt(self, name: str, entry) -> None:
@@ -211,6 +286,7 @@ class CatalogWatch:
         await self.node._claim_assigned(db, bucket)
         if (db, bucket) in self.node.placements:
             self.made["buckets"][name] = entry.created
+            await self._declare(name, entry)
 
     async def _drop_bucket(self, db: str, bucket: str) -> None:
         answer = await self.node.server.run_here({"op": _DROP_BUCKET, "db": db, "bucket": bucket})
@@ -252,6 +328,15 @@ class CatalogWatch:
 
     def _write(self) -> None:
         write_json(self.path, self.made)
+
+
+def declared(bucket: str, value: dict) -> dict:
+    """The declaration a bucket of the cluster has (etcd's ``{options, partitions, altered?}``): created from
+    its options, then altered."""
+    decl, _warnings = declare_bucket(bucket, value.get("options") or {})
+    if value.get("altered"):
+        decl, _warnings = alter_declaration(decl, value["altered"])
+    return decl
 
 
 def write_json(path: Path, value) -> None:

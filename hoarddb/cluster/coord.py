@@ -13,6 +13,7 @@ Every key lives under a prefix (``/hoarddb/`` by default), drawn in docs/dev/clu
     moves/<db>/<bucket>/<p>          {from, to, state, ...}         (no lease; hoarddb/cluster/moves.py)
     cleanup/<node>/<db>/<bucket>     [partitions handed over, their copy not yet deleted]
     drained/<node>                   {since}                        taken out of the maps
+    state/<node>                     {state, ...}                   the node's lease: its join or drain
 
 Values are JSON. A node holds one lease, granted at :meth:`Coordinator.start`, kept alive
 by its own task, attached to its ``nodes/`` key and to every ``owner/`` key it holds: when
@@ -250,6 +251,17 @@ class Coordinator:
         name = self.key("catalog", "databases", db)
         await self._txn([kv.txn_compare_create_revision(name, 0)], [kv.txn_op_put(name, _json({}))])
 
+    async def alter_bucket(self, entry: Change, declaration: dict) -> bool:
+        """Replace a bucket's declaration if it is still ``entry`` (as :meth:`bucket_entry` read it: the same
+        bucket, the same value); False if it changed or went meanwhile. The key keeps its create revision."""
+        kv = self.client.kv
+        db, _, bucket = entry.name.partition("/")
+        name = self.key("catalog", "buckets", db, bucket)
+        answer = await self._txn([kv.txn_compare_create_revision(name, entry.created),
+                                  kv.txn_compare_value(name, _json(entry.value))],
+                                 [kv.txn_op_put(name, _json(declaration))])
+        return answer.succeeded
+
     async def bucket_entry(self, db: str, bucket: str) -> Change | None:
         """One bucket's declaration as a Change, or None (its create revision tells a bucket from a later one of
         the same name)."""
@@ -275,6 +287,21 @@ class Coordinator:
     async def assignment(self, db: str, bucket: str) -> dict | None:
         """A bucket's assignment ``{owners, version}``, or None."""
         return await self._get(self.key("assign", db, bucket))
+
+    # -- a node's own join or drain (hoarddb/cluster/membership.py): shown by ``hoarddb cluster status``
+
+    async def put_state(self, state: dict | None) -> None:
+        """This node's join or drain under way (``state/<node>``, under its lease: gone when it stops), or none."""
+        key = self.key("state", self.node_id)
+        if state is None:
+            await self._call(self.client.kv.delete(key, timeout=5))
+        else:
+            await self._call(self.client.kv.put(key, _json(state), lease=self.lease_id, timeout=5))
+
+    async def states(self) -> dict[str, dict]:
+        """The joins and drains under way: ``{node: {state, ...}}``."""
+        prefix = self.key("state", "")
+        return {kv.key.decode()[len(prefix):]: json.loads(kv.value) for kv in await self._range(prefix)}
 
     # -- users (records as hoarddb.server.users.to_portable makes them: JSON, bytes in base64)
 

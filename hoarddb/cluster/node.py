@@ -13,6 +13,9 @@ fresh. True hands the request to :meth:`ClusterNode.run`, which
   routing it again, after checking that it holds the partition);
 - sends a request over a spread bucket to every node owning some of its partitions and
   merges the answers as one node would give them (key order, limits kept, counts summed).
+- runs a write that picks one document by a filter over a spread bucket (find_and_modify,
+  update with multi: false or upsert) in two phases: found everywhere, written at its owner
+  (hoarddb/cluster/pick.py).
 
 Where a request runs is read from the command table (hoarddb.operations): the operation's
 ``runs`` and ``catalog`` flags, and its route (``key``: a store field's document key; a
@@ -30,7 +33,6 @@ from typing import Any
 from .. import operations
 from ..declaration import SPREADABLE, declare_bucket
 from ..errors import (
-    BadValueError,
     BucketExistsError,
     ConnectionError_,
     HoardError,
@@ -46,7 +48,9 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
+from . import gathers, pick
 from .coord import Coordinator, OwnedElsewhere
+from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
 from .partitions import DEFAULT_PARTITIONS, balance, partition_of
 
@@ -62,7 +66,7 @@ _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and
 #: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
 CLAIM_SEP = "/"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
-_DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS = "documents", "sum", "counts", "split", "windows"
+_DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS, _PIPELINE = "documents", "sum", "counts", "split", "windows", "pipeline"
 #: A hash bucket's read of the documents matching a filter through the index that fits best (search): what
 #: distinct and aggregate gather with (the table's cost "indexed").
 _SEARCH = next(o for o in operations.VERBS.values() if o.cost == operations.INDEXED and "hash" in o.types
@@ -96,6 +100,10 @@ class ClusterNode:
         self.catalog = None
         #: the sources of the cluster cursors open here, by the id their client sees (hoarddb/cluster/cursors.py)
         self.cursor_sources: dict[int, Any] = {}
+        #: this node's own join at start and drain at stop (hoarddb/cluster/membership.py)
+        self.membership = Membership(self)
+        #: writes picking one document over a spread bucket that looked again for it (hoarddb/cluster/pick.py)
+        self.pick_retries = 0
 
     # -- life cycle
 
@@ -108,6 +116,7 @@ class ClusterNode:
         await self._start_catalog()
         self._refresher = asyncio.get_running_loop().create_task(self._refresh())
         await self.mover.start()
+        self.membership.start(join=self.server.config.join)
 
     async def _start_users(self) -> None:
         """The cluster's users: in etcd, mirrored into this node's users file and watched (hoarddb/cluster/users.py)."""
@@ -125,6 +134,7 @@ class ClusterNode:
         await self.catalog.start()
 
     async def stop(self) -> None:
+        await self.membership.stop()
         await self.mover.stop()
         if self.catalog is not None:
             await self.catalog.stop()
@@ -172,7 +182,7 @@ class ClusterNode:
         if place is None:
             return True  # not known here yet: etcd says
         if self._joins_elsewhere(op, doc, place):
-            return True  # run here over what every node holds (_gather_aggregate)
+            return True  # run here over what every node holds (cluster/gathers.py: aggregate)
         p = self._partition(place, doc, op)
         if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
             return NODE_FIELD not in doc or self.mover.takes_part(doc)
@@ -204,7 +214,7 @@ class ClusterNode:
             return streamed
         args = doc.get("args")
         if type(args) is dict and args.get("batch_size") is not None and getattr(
-                operations.OPERATIONS.get(doc.get("op")), "cursor", False):
+                operations.OPERATIONS.get(doc.get("op")), "cursor", False) and not self._keeps_cursor(doc):
             doc = {**doc, "args": {k: v for k, v in args.items() if k != "batch_size"}}
         try:
             if self.mover.guards(doc, upload):  # (hoarddb/cluster/moves.py: held while its partition moves away)
@@ -231,6 +241,16 @@ class ClusterNode:
             return None
         return await cluster_cursors.open_cursor(self, op, doc, place)
 
+    def _keeps_cursor(self, doc: dict) -> bool:
+        """Whether a read asked with ``batch_size`` that no cluster cursor merges keeps it on its way: one partition's
+        (its owner's cursor, relayed when that is another node: cluster/cursors.py ``relay``) and an aggregate
+        gathered here (cluster/gathers.py); the parts of other gathers answer whole."""
+        op = operations.OPERATIONS[doc["op"]]
+        place = self.placements.get((doc.get("db"), doc.get("bucket")))
+        if place is None or op.gather == _PIPELINE:
+            return True
+        return self._partition(place, doc, op) is not None
+
     async def _run(self, doc: dict) -> dict:
         if MOVE_FIELD in doc and NODE_FIELD in doc:
             return await self.mover.receive(doc)
@@ -242,7 +262,7 @@ class ClusterNode:
         if place is None:
             return await self.server.run_here(doc)  # no such bucket: the engine says so
         if self._joins_elsewhere(op, doc, place):
-            return await self._gather_aggregate(op, doc, place)
+            return await gathers.aggregate(self, op, doc, place)
         if place["type"] == "blob" and place["partitions"] > 1 and op is _BLOB_PUT and "field" not in doc \
                 and NODE_FIELD not in doc:
             return await self._blob_put(doc, place, None)
@@ -256,6 +276,8 @@ class ClusterNode:
                 if NODE_FIELD in doc:
                     return await self.mover.part(op, doc, place)
                 return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
+            if pick.picks(op, doc):  # one document chosen by a filter over every partition (cluster/pick.py)
+                return await pick.run(self, op, doc, place)
             return await self._gather(op, doc, place)
         return await self._one(doc, place, p)
 
@@ -302,7 +324,10 @@ class ClusterNode:
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
                                             f"{self.node_id}; send it there", node=owner, moved=True)
-        return await self._forward(owner, doc)  # (a stream's answer: the owner's chunks, relayed as they come)
+        answer = await self._forward(owner, doc)  # (a stream's answer: the owner's chunks, relayed as they come)
+        if type(answer) is dict and "cursor" in answer:  # the owner's cursor, relayed by one of this node
+            return await cluster_cursors.relay(self, doc, place, p, owner, answer)
+        return answer
 
     # -- the map
 
@@ -377,6 +402,9 @@ class ClusterNode:
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
+        altered = None  # an alter: recorded in etcd's declaration first (hoarddb/cluster/catalog.py)
+        if op.change == "alter" and op.scope == operations.BUCKET and self.catalog is not None:
+            altered = await self.catalog.record_alter(doc)
         if self.catalog is not None:
             self.catalog.expect(op, db, bucket)
         try:
@@ -395,7 +423,7 @@ class ClusterNode:
                   and not (op.change == "drop" and str(a.get("codeName")).endswith("NOT_FOUND"))}  # (its watch was first)
         if failed:
             log.warning("%s on %s.%s: not applied on %s", op.name, db, bucket, failed)
-        return mine
+        return altered if altered is not None and mine.get("ok") == 1 else mine
 
     async def _apply_catalog(self, op: operations.Operation, doc: dict) -> dict:
         """A catalog change another node recorded: applied here, and noted (hoarddb/cluster/catalog.py)."""
@@ -486,15 +514,11 @@ class ClusterNode:
         if op.gather == _WINDOWS:
             return await self._windows(doc, place)
         if op.gather in _GATHERED_WHOLE and place["type"] in op.types:
-            return await _GATHERED_WHOLE[op.gather](self, op, doc, place)
+            return await _GATHERED_WHOLE[op.gather](self, op, doc, place)  # (hoarddb/cluster/gathers.py)
         if not op.gather:
             raise VerbNotSupportedError(f"{op.name} over a spread bucket (partitions: {place['partitions']}) is not "
                                         "built yet; declare the bucket with placement: whole to use it")
         args = doc.get("args") or {}
-        if op.gather == _COUNTS and (args.get("upsert") or args.get("multi") is False):
-            raise VerbNotSupportedError(f"{op.name} with upsert or multi: false over a spread bucket (partitions: "
-                                        f"{place['partitions']}) needs a filter on _id_ (one document's partition); "
-                                        "over every partition it is not built yet")
         limit = args.get("limit")
         if limit is None and op.param("limit") is not None:  # what leaving it out means: the store's own default
             limit = _default_of(place["type"], op.name, "limit")
@@ -539,6 +563,8 @@ class ClusterNode:
     async def _gather_btree(self, op: operations.Operation, doc: dict, place: dict) -> dict:
         """range, list, first, last or length over a spread btree bucket: asked of every owner and merged in
         sort-key order, as one node gives them (equal sort keys share a partition, so their order is kept)."""
+        if op.gather in _GATHERED_WHOLE and place["type"] in op.types:
+            return await _GATHERED_WHOLE[op.gather](self, op, doc, place)  # export (hoarddb/cluster/gathers.py)
         if op.gather not in (_DOCUMENTS, _SUM, _LEAST, _GREATEST):
             raise VerbNotSupportedError(f"{op.name} over a spread btree bucket (partitions: {place['partitions']}) "
                                         "is not built yet; declare the bucket with placement: whole to use it")
@@ -849,69 +875,9 @@ class ClusterNode:
             place = self.placements.get((db, bucket), place)
         return out
 
-    async def _gather_export(self, op: operations.Operation, doc: dict, place: dict) -> dict:
-        """export over a spread hash or blob bucket: one page in key order across the owners, as one node gives it.
-
-        Each owner sends its first ``limit`` entries after the cursor (of the partitions asked of it); the page is
-        the first ``limit`` of them all, none past the last key of an owner whose page was full (what lies beyond
-        it there was not sent). A page cut short so is completed by asking again from there. ``next`` is the
-        page's last key (a hash bucket's encoded key, a blob's id) when the page is full, else None."""
-        args = dict(doc.get("args") or {})
-        limit = args.get("limit", _default_of(place["type"], op.name, "limit"))
-        if place["type"] == "hash":
-            key = lambda d: encode_key(d["_id_"])  # noqa: E731 (the cursor a hash bucket's export gives)
-        else:
-            key = lambda d: d["_id_"]  # noqa: E731 (a blob's id, lower case)
-        cursor = args.get("cursor")
-        page: list = []
-        while True:
-            answers = await self._each_part({**doc, "args": {**args, "cursor": cursor}}, place)
-            bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
-            if bad is not None:
-                return bad
-            bound = None
-            found: list = []
-            for _n, parts, a in answers:
-                docs = a["result"]["docs"]
-                if len(docs) >= limit:
-                    last = key(docs[-1])
-                    bound = last if bound is None or last < bound else bound
-                found += [d for d in docs if partition_of(route_value(d, place), place["partitions"]) in parts]
-            if bound is not None:
-                found = [d for d in found if key(d) <= bound]
-            found.sort(key=key)
-            page += found[:limit - len(page)]
-            if len(page) >= limit:
-                return {"ok": 1, "result": {"docs": page, "next": key(page[-1])}}
-            if bound is None:
-                return {"ok": 1, "result": {"docs": page, "next": None}}
-            cursor = bound
-
-    async def _matching(self, doc: dict, place: dict, filter_: Any) -> dict:
-        """The documents of a hash bucket that match ``filter_``, in key order, found by a search (an index serves it
-        where one fits; ``index_used`` names it, and ``index_used_by_node`` each node's on a spread bucket).
-
-        A whole bucket's search runs on its owner. A spread bucket's goes to every owner (``_each_part``), and
-        each answer is cut to the partitions asked of it (a node may hold a move's copies of others)."""
-        search = {"op": _SEARCH.name, "db": doc["db"], "bucket": doc["bucket"],
-                  "args": {"filter": filter_ if filter_ is not None else {}}}
-        if place["partitions"] == 1:
-            return await self._run(search)
-        answers = await self._each_part(search, place)
-        bad = next((a for _n, _parts, a in answers if a.get("ok") != 1), None)
-        if bad is not None:
-            return bad
-        docs = [d for _n, parts, a in answers for d in a["result"]
-                if partition_of(route_value(d, place), place["partitions"]) in parts]
-        docs.sort(key=lambda d: encode_key(d["_id_"]))
-        used: dict = {}
-        for n, _parts, a in answers:
-            used.setdefault(n, a.get("index_used"))
-        return {"ok": 1, "result": docs, "index_used": next(iter(used.values())), "index_used_by_node": used}
-
     def _joins_elsewhere(self, op: operations.Operation, doc: dict, place: dict) -> bool:
         """Whether an aggregate on a whole bucket joins (``$lookup``) a bucket its owner does not hold whole: the
-        owner's engine would read only its own part of that one, so the node asked runs it (_gather_aggregate)."""
+        owner's engine would read only its own part of that one, so the node asked runs it (gathers.aggregate)."""
         if not op.joins or NODE_FIELD in doc or place["partitions"] != 1 or place["type"] not in op.types:
             return False
         args = doc.get("args")
@@ -920,69 +886,6 @@ class ClusterNode:
             if joined is not None and (joined["partitions"] != 1 or joined["owners"][0] != place["owners"][0]):
                 return True
         return False
-
-    async def _gather_distinct(self, op: operations.Operation, doc: dict, place: dict) -> dict:
-        """distinct over a spread hash bucket: the matching documents gathered here, and their values taken as one
-        node takes them (an array's elements one by one), deduplicated, in the order of values."""
-        from ..stores.hash import _is_leaf_array  # noqa: PLC0415
-        from ..values.paths import MISSING, resolve, split_path  # noqa: PLC0415
-
-        args = doc.get("args") or {}
-        field = args.get("field") if isinstance(args, dict) else None
-        if not isinstance(field, str) or any(op.param(k) is None for k in args):
-            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
-        parts = split_path(field, what="distinct field")
-        answer = await self._matching(doc, place, args.get("filter"))
-        if answer.get("ok") != 1:
-            return answer
-        seen: dict = {}
-        for d in answer["result"]:
-            for value in resolve(d, parts):
-                if value is MISSING or isinstance(value, (list, tuple)) and _is_leaf_array(d, parts, value):
-                    continue
-                seen.setdefault(encode_key(value), value)
-        return {"ok": 1, "result": [seen[k] for k in sorted(seen)]}
-
-    async def _gather_aggregate(self, op: operations.Operation, doc: dict, place: dict) -> dict:
-        """aggregate over a spread hash bucket (or a whole one whose ``$lookup`` reads a bucket spread or owned by
-        another node): the documents a leading ``$match`` keeps (every document without one) gathered here in key
-        order, and the whole pipeline run over them here, within the same stage limits as on one node; a
-        ``$lookup``'s bucket is read once, whole, wherever it is."""
-        from ..values.pipeline import Limits, compile_pipeline  # noqa: PLC0415
-
-        args = doc.get("args") or {}
-        pipeline = args.get("pipeline") if isinstance(args, dict) else None
-        explain = args.get("explain", False) if isinstance(args, dict) else False
-        if not isinstance(pipeline, list) or not isinstance(explain, bool) or any(op.param(k) is None for k in args):
-            return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})  # refused there
-        joined: dict[str, list] = {}
-        for name in _lookups(pipeline):
-            if not isinstance(name, str) or name in joined:
-                continue
-            joined_place = await self._placement(doc["db"], name)
-            if joined_place is not None and joined_place["type"] != "hash":
-                raise BadValueError(f"$lookup joins hash buckets; {name!r} is a {joined_place['type']} bucket")
-            got = await self._run({"op": _SEARCH.name, "db": doc["db"], "bucket": name, "args": {}})
-            if got.get("ok") != 1:
-                return got
-            joined[name] = got["result"]
-
-        def lookup(name):
-            if name not in joined:
-                raise VerbNotSupportedError(f"aggregate over a spread bucket: $lookup from {name!r} is not read here")
-            return joined[name]
-        options = self.server.engine.options
-        compiled = compile_pipeline(pipeline, limits=Limits(options.stage_memory_bytes, options.stage_max_documents),
-                                    lookup=lookup)
-        answer = await self._matching(doc, place, compiled.leading_match)
-        if answer.get("ok") != 1:
-            return answer
-        docs = answer["result"]
-        out = await asyncio.get_running_loop().run_in_executor(None, lambda: list(compiled.run(docs)))
-        extras = {k: answer[k] for k in ("index_used", "index_used_by_node") if k in answer}
-        if explain:
-            extras["explain"] = {**extras, "gathered": len(docs), "returned": len(out)}
-        return {"ok": 1, "result": out, **extras}
 
     async def _each_owner(self, op: operations.Operation, doc: dict, place: dict) -> tuple[list[str], list[dict]]:
         """:meth:`_each_part`'s nodes and their answers (a node that answered twice, its answers merged by the
@@ -1127,6 +1030,7 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_pick_retries_total           writes picking one document whose pick changed: looked again
             hoarddb_cluster_moves_total                  partitions this node handed over to another
             hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
             hoarddb_cluster_moved_bytes_total            their bytes (BSON)
@@ -1148,6 +1052,9 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield CounterMetricFamily("hoarddb_cluster_pick_retries",
+                                          "Writes picking one document over a spread bucket whose pick changed "
+                                          "before its write, so that they looked again", value=node.pick_retries)
                 yield from node.mover.metrics()
 
         registry = CollectorRegistry()
@@ -1170,8 +1077,7 @@ _NONE = object()
 
 #: The gathers (the table's) that merge here what each owner sends: export's pages, distinct's values, aggregate's
 #: pipeline run over the documents gathered.
-_GATHERED_WHOLE = {"pages": ClusterNode._gather_export, "values": ClusterNode._gather_distinct,
-                   "pipeline": ClusterNode._gather_aggregate}
+_GATHERED_WHOLE = {"pages": gathers.export, "values": gathers.distinct, "pipeline": gathers.aggregate}
 
 
 def _lookups(value: Any) -> list:

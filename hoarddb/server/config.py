@@ -135,6 +135,15 @@ class ServerConfig:
     #: Seconds this node's lease in etcd lives without renewal: when a node dies, its
     #: partitions are given up this long after (and it stops serving them itself before).
     node_ttl: int = 5
+    #: At start, once this node is up, take its share of every spread bucket's partitions (the plan of
+    #: ``hoarddb cluster add-node`` for itself), retrying while moves are under way or a node is down.
+    join: bool = False
+    #: At SIGTERM or SIGINT, first move this node's partitions to the others (the plan of ``hoarddb cluster
+    #: remove-node`` for itself) while serving, then stop; a second signal stops at once.
+    drain_on_stop: bool = False
+    #: Seconds a stop waits for the drain's moves; past it the node stops, its moves left to resume when it
+    #: starts again (its partitions not yet moved are unavailable meanwhile).
+    drain_timeout: float = 300.0
 
     def check(self) -> "ServerConfig":
         """The config, checked; BadValueError naming the option otherwise."""
@@ -189,8 +198,11 @@ class ServerConfig:
                                     f"got {self.advertise!r}")
             if self.node_ttl < 2:
                 raise BadValueError(f"node_ttl must be at least 2 seconds, got {self.node_ttl}")
-        elif self.node_id or self.advertise:
-            raise BadValueError("--node-id and --advertise are for a cluster node: give --cluster etcd://HOST:PORT too")
+        elif self.node_id or self.advertise or self.join or self.drain_on_stop:
+            raise BadValueError("--node-id, --advertise, --join and --drain-on-stop are for a cluster node: give "
+                                "--cluster etcd://HOST:PORT too")
+        if not (math.isfinite(self.drain_timeout) and self.drain_timeout > 0):
+            raise BadValueError(f"drain_timeout must be a finite number of seconds > 0, got {self.drain_timeout!r}")
         return self
 
     def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:

@@ -9,7 +9,9 @@ group commit (:mod:`.commit`), which runs each turn's writes and their fsync on 
 of its own; scans, blobs and administration run in two pools, one for reads and one for
 writes. A read never waits behind a slow write or fsync. A stop (SIGTERM, Ctrl-C) closes
 the listener, stops reading new requests, lets those already received finish, makes them
-durable, answers them, then closes the connections and the engine.
+durable, answers them, then closes the connections and the engine. A cluster node started
+with ``--drain-on-stop`` first moves its partitions to the other nodes, serving meanwhile
+(hoarddb/cluster/membership.py); a second stop request skips the rest of that.
 """
 
 from __future__ import annotations
@@ -166,6 +168,8 @@ class Server:
         self._busy_poll = config.busy_poll / 1e6 if self._busy_poll_off is None else 0.0
         #: This server's part in a cluster (hoarddb/cluster/node.py), or None for a single server.
         self.cluster = None
+        self._stops_asked = 0
+        self._drain: asyncio.Task | None = None  # a cluster node's drain before its stop (--drain-on-stop)
 
     # -- life cycle
 
@@ -290,14 +294,26 @@ class Server:
                 self.loop.add_signal_handler(sig, self.request_stop)
         try:
             await self._stop_event.wait()
+            if self.cluster is not None and self.config.drain_on_stop and self._stops_asked < 2:
+                # its partitions to the others first, serving meanwhile; a second stop asked cancels it
+                self._drain = self.loop.create_task(self.cluster.membership.drain(self.config.drain_timeout))
+                await asyncio.wait({self._drain})
         finally:
+            if self._drain is not None:
+                self._drain.cancel()
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     self.loop.remove_signal_handler(sig)
             await self.stop()
 
     def request_stop(self) -> None:
-        """Ask :meth:`serve` to stop gracefully (safe from a signal handler, on the loop's thread)."""
+        """Ask :meth:`serve` to stop gracefully (safe from a signal handler, on the loop's thread); asked
+        again while a cluster node drains, stop without waiting for the drain."""
+        self._stops_asked += 1
+        if self._drain is not None and not self._drain.done():
+            log.warning("stop asked again: stopping now, without waiting for the drain (the partitions not moved "
+                        "yet are unavailable until this node starts again; their moves resume then)")
+            self._drain.cancel()
         if self._stop_event is not None:
             self._stop_event.set()
 

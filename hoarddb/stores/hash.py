@@ -335,10 +335,7 @@ class HashStore(KVStore):
         positional update that would give a unique index a value in use is refused
         (DUPLICATE_KEY), and nothing is written.
         """
-        _check_flag(upsert, "upsert")
-        _check_flag(multi, "multi")
-        compiled = compile_update(update, arrayFilters)
-        matcher = compile_filter(filter)
+        compiled, matcher = check_update(filter, update, upsert, multi, arrayFilters)
         self.indexes.check_writable()
 
         def fn(txn):
@@ -409,19 +406,8 @@ class HashStore(KVStore):
         between the read and the write.
         """
         filter = filter or {}
-        _check_flag(remove, "remove")
-        _check_flag(new, "new")
-        _check_flag(upsert, "upsert")
-        if remove and update is not None:
-            raise BadValueError("find_and_modify takes an update or remove: true, not both")
-        if not remove and update is None:
-            raise BadValueError("find_and_modify needs an update (such as {'$inc': {'n': 1}}) or remove: true")
-        if remove and (new or upsert):
-            raise BadValueError("find_and_modify with remove: true takes neither new nor upsert")
-        compiled = None if remove else compile_update(update, arrayFilters)
-        matcher = compile_filter(filter)
-        order = compile_sort(sort) if sort is not None else None
-        shape = compile_projection(projection) if projection is not None else None
+        compiled, matcher, order, shape = check_find_and_modify(filter, update, remove, new, upsert, sort, projection,
+                                                                arrayFilters)
         self.indexes.check_writable()
         unlink: list = []
 
@@ -1278,6 +1264,34 @@ def _matching(raws, matcher, limit: int | None, out: list, room: int | None, ver
             if limit is not None and len(out) >= limit:
                 break
     return examined
+
+
+def check_update(filter: Any, update: Any, upsert: Any, multi: Any, arrayFilters: Any) -> tuple:  # noqa: N803
+    """An update's arguments checked as :meth:`HashStore.update` checks them: ``(compiled update, matcher)``
+    (also what a cluster checks before it looks for the one document to update: hoarddb/cluster/pick.py)."""
+    _check_flag(upsert, "upsert")
+    _check_flag(multi, "multi")
+    return compile_update(update, arrayFilters), compile_filter(filter)
+
+
+def check_find_and_modify(filter: Any, update: Any, remove: Any, new: Any, upsert: Any, sort: Any, projection: Any,
+                          arrayFilters: Any) -> tuple:  # noqa: N803
+    """find_and_modify's arguments checked as :meth:`HashStore.find_and_modify` checks them: ``(compiled update or
+    None with remove, matcher, sort order or None, projection or None)``."""
+    _check_flag(remove, "remove")
+    _check_flag(new, "new")
+    _check_flag(upsert, "upsert")
+    if remove and update is not None:
+        raise BadValueError("find_and_modify takes an update or remove: true, not both")
+    if not remove and update is None:
+        raise BadValueError("find_and_modify needs an update (such as {'$inc': {'n': 1}}) or remove: true")
+    if remove and (new or upsert):
+        raise BadValueError("find_and_modify with remove: true takes neither new nor upsert")
+    compiled = None if remove else compile_update(update, arrayFilters)
+    matcher = compile_filter(filter)
+    order = compile_sort(sort) if sort is not None else None
+    shape = compile_projection(projection) if projection is not None else None
+    return compiled, matcher, order, shape
 
 
 def _check_flag(value: Any, name: str) -> None:

@@ -1,6 +1,6 @@
-"""Every node watches the cluster's catalog in etcd: a node that was down while buckets were created
-and dropped catches up when it starts, and a change that only etcd saw reaches every node, also
-after an etcd member was killed and started again."""
+"""Every node watches the cluster's catalog in etcd: a node that was down while buckets were created,
+altered and dropped catches up when it starts, and a change that only etcd saw reaches every node,
+also after an etcd member was killed and started again."""
 
 import asyncio
 import time
@@ -9,7 +9,7 @@ import pytest
 
 import hoarddb
 from hoarddb.cluster.coord import Coordinator
-from hoarddb.errors import DatabaseNotFoundError
+from hoarddb.errors import BadValueError, DatabaseNotFoundError, UnknownOptionError
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
@@ -143,3 +143,75 @@ def test_a_node_started_against_another_etcd_drops_nothing(tmp_path):
             assert "no bucket is dropped here" in node.log_text()
         finally:
             node.stop()
+
+
+def alter(node, bucket, options, db="app"):
+    with hoarddb.connect(node.url()) as c:
+        return c.execute({"op": "alter_bucket", "db": db, "bucket": bucket, "options": options})
+
+
+def describe_here(node, bucket, db="app"):
+    """The node's own declaration of the bucket (describe_bucket is answered by the node asked)."""
+    with hoarddb.connect(node.url()) as c:
+        return c.execute({"op": "describe_bucket", "db": db, "bucket": bucket})["result"]
+
+
+def names(described):
+    return [f["name"] for f in described["fields"]]
+
+
+def test_an_alter_is_recorded_in_etcd_and_reaches_a_node_that_was_down_or_added_later(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [ServerProcess(tmp_path / f"n{i}", "--cluster", etcd.url, "--node-id", f"n{i}") for i in (1, 2, 3)]
+        try:
+            for n in nodes[:2]:
+                n.start()
+            with hoarddb.connect(nodes[0].url()) as c:
+                c["app"].create_bucket("Users", type="hash",
+                                       fields=[{"name": "Email", "type": "string", "keywords": ["unique"]}],
+                                       placement="whole")
+                c["app"].create_bucket("Jobs", type="fifo")
+                c["app"].create_bucket("Events", type="hash", partitions=4)
+                c["app"].Users.insert({"_id_": 1, "Email": "a@x"})
+            # through one node, read through the other: done on every live node before the answer
+            answer = alter(nodes[0], "Events", {"fields": [{"name": "At", "type": "date"}]})
+            assert answer["result"] == {"name": "Events", "altered": ["fields"]}
+            assert names(describe_here(nodes[1], "Events")) == ["At"]
+            # refused as on one server, and nothing of it recorded
+            with pytest.raises(BadValueError, match="cannot add an index"):
+                alter(nodes[1], "Events", {"fields": [{"name": "At", "type": "date", "keywords": ["unique"]}]})
+            with pytest.raises(BadValueError, match="partitions whole"):
+                alter(nodes[1], "Events", {"placement": "whole"})
+            with pytest.raises(UnknownOptionError, match="may change: fields, placement"):
+                alter(nodes[1], "Events", {"partitions": 8})
+            declaration = in_etcd(etcd, lambda coord: coord.bucket("app", "Events"))
+            assert declaration["altered"] == {"fields": [{"name": "At", "type": "date"}]}
+            # a node down during alters keeps nothing old when it starts again
+            nodes[1].stop()
+            alter(nodes[0], "Events", {"fields": [{"name": "At", "type": "date"}, {"name": "Kind", "type": "string"}]})
+            alter(nodes[0], "Jobs", {"placement": "whole", "fields": [{"name": "Job", "type": "string"}]})
+            alter(nodes[0], "Users", {"fields": [{"name": "Email", "type": "string"}, {"name": "Name", "type": "string"}]})
+            nodes[1].start()
+            nodes[2].start()  # and a node new to the cluster gets the altered declarations
+            for n in nodes[1:]:
+                assert names(describe_here(n, "Events")) == ["At", "Kind"]
+                jobs = describe_here(n, "Jobs")
+                assert jobs["placement"] == "whole" and names(jobs) == ["Job"]
+                users = describe_here(n, "Users")
+                assert names(users) == ["Email", "Name"]
+                assert [ix["unique"] for ix in users["indexes"] if ix["fields"] == ["Email"]] == [True]  # kept
+            # a change written to etcd alone (as another node would) reaches every node through its watch
+            async def later(coord):
+                entry = await coord.bucket_entry("app", "Events")
+                value = {**entry.value, "altered": {"fields": [{"name": "Only", "type": "int"}]}}
+                assert await coord.alter_bucket(entry, value)
+                assert not await coord.alter_bucket(entry, value)  # (the declaration read is no longer there)
+            in_etcd(etcd, later)
+            for n in nodes:
+                eventually(lambda n=n: _assert_equal(names(describe_here(n, "Events")), ["Only"]),
+                           f"the alter on {n.data.name}")
+            with hoarddb.connect(nodes[2].url()) as c:  # the data is unchanged by it all
+                assert c["app"].Users.get(1) == {"_id_": 1, "Email": "a@x"}
+        finally:
+            for n in nodes:
+                n.stop()

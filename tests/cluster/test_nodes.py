@@ -322,7 +322,7 @@ def test_find_s_sort_skip_and_projection_are_applied_to_the_merged_answer(cluste
     assert by_score == [{"Score": s} for s in (36, 35, 34, 33, 32)]
     assert [d["_id_"] for d in clients[1]["app"].Sorted.find({"Score": {"$lt": 10}}, sort={"_id_": 1})] == \
         sorted(i for i in range(40) if (i * 7) % 40 < 10)
-    with pytest.raises(VerbNotSupportedError, match="upsert or multi: false"):
+    with pytest.raises(VerbNotSupportedError, match="needs an equality on _id_"):
         db.Sorted.update({"Score": 1000}, {"$set": {"Note": "y"}}, upsert=True)
     db.Sorted.update({"_id_": 1000}, {"$set": {"Note": "new"}}, upsert=True)  # one key: its owner upserts
     assert clients[2]["app"].Sorted.get(1000)["Note"] == "new"

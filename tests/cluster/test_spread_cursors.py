@@ -210,3 +210,45 @@ def test_an_owner_s_part_read_last_is_kept_open_while_the_others_are_read(tmp_pa
         finally:
             for n in nodes:
                 n.stop()
+
+
+def read_pages(client, request, size):
+    """Every document of a read asked with ``batch_size: size``, page by page (``more`` until no cursor)."""
+    answer = client.execute({**request, "args": {**request["args"], "batch_size": size}})
+    got, pages = list(answer["result"]), 1
+    while answer.get("cursor"):
+        answer = client.execute({"op": "more", "cursor": answer["cursor"], "batch_size": size})
+        got += answer["result"]
+        pages += 1
+    return got, pages
+
+
+def test_a_list_over_a_spread_bucket_is_read_in_pages_in_key_order(cluster):
+    nodes, clients, reference = cluster
+    for args in ({"limit": 1000}, {"after": 700, "limit": 900}, {"after": "k00300"}, {}):
+        expected = reference["app"].Big.list(**args)
+        for c in clients:
+            got, pages = read_pages(c, {"op": "list", "db": "app", "bucket": "Big", "args": args}, 37)
+            assert got == expected
+            assert pages == len(expected) // 37 + 1  # a cursor, not one whole answer
+    assert [cursors_open(n) for n in nodes] == [0.0, 0.0, 0.0]
+    answer = clients[0].execute({"op": "list", "db": "app", "bucket": "Big", "args": {"limit": 500, "batch_size": 3}})
+    assert answer["cursor"] and cursors_open(nodes[1]) == 1.0  # each owner's part: a cursor there
+    clients[0].execute({"op": "close_cursor", "cursor": answer["cursor"]})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(cursors_open(n) for n in nodes):
+        time.sleep(0.05)
+    assert [cursors_open(n) for n in nodes] == [0.0, 0.0, 0.0]
+
+
+def test_a_list_over_a_spread_btree_is_read_in_pages_in_sort_key_order(cluster):
+    _nodes, clients, _reference = cluster
+    entries = [{"User": f"u{i}", "Score": (i * 11) % 41} for i in range(600)]  # ties: many, each in its order
+    clients[0]["app"].create_bucket("Ranks", type="btree", key="Score", partitions=8)
+    clients[1]["app"].Ranks.batch_insert(entries)
+    whole = sorted(entries, key=lambda e: e["Score"])  # (stable: ties in insertion order, as one node keeps them)
+    for args, expected in (({"limit": 1000}, whole), ({"after": 20, "limit": 100},
+                                                      [e for e in whole if e["Score"] > 20][:100])):
+        for c in clients:
+            got, _pages = read_pages(c, {"op": "list", "db": "app", "bucket": "Ranks", "args": args}, 45)
+            assert [(e["User"], e["Score"]) for e in got] == [(e["User"], e["Score"]) for e in expected]

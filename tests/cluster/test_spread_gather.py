@@ -118,11 +118,15 @@ def test_aggregate_refuses_as_one_node_does(cluster):
         clients[2]["app"].Spread.aggregate([{"$nope": 1}])
 
 
-def test_find_and_modify_by_a_filter_over_partitions_is_still_refused(cluster):
+def test_find_and_modify_by_a_filter_over_partitions_runs_but_an_upsert_needs_id(cluster):
+    # (tests/cluster/test_spread_pick.py holds these writes to a whole bucket's answers; here, none matches)
     _nodes, clients = cluster
+    for bucket in ("Spread", "Whole"):
+        assert clients[1].execute({"op": "find_and_modify", "db": "app", "bucket": bucket,
+                                   "args": {"filter": {"n": -3}, "update": {"$set": {"x": 1}}}})["result"] is None
     with pytest.raises(VerbNotSupportedError, match="placement: whole"):
         clients[1].execute({"op": "find_and_modify", "db": "app", "bucket": "Spread",
-                            "args": {"filter": {"n": 3}, "update": {"$set": {"x": 1}}}})
+                            "args": {"filter": {"n": -3}, "update": {"$set": {"x": 1}}, "upsert": True}})
 
 
 def test_export_of_a_spread_blob_bucket_pages_in_id_order(cluster):
@@ -197,3 +201,29 @@ def test_aggregate_names_the_index_each_node_used_and_explains_what_it_gathered(
         assert answer["result"] == [{"n": 40}]
         assert sorted(answer["index_used_by_node"]) == ["n1", "n2", "n3"]
         assert answer["explain"]["gathered"] == 40 and answer["explain"]["returned"] == 1
+
+
+def test_export_of_a_spread_btree_pages_in_sort_key_order_ties_in_insertion_order(cluster):
+    _nodes, clients = cluster
+    db = clients[0]["app"]
+    db.create_bucket("Ranked", type="btree", key="Score", partitions=8)
+    db.create_bucket("RankedWhole", type="btree", key="Score", placement="whole")
+    entries = [{"User": f"u{i}", "Score": (i * 7) % 23 if i % 4 else f"s{i % 3}"} for i in range(150)]  # ties: many
+    for start in range(0, 150, 50):
+        clients[1]["app"].Ranked.batch_insert(entries[start:start + 50])
+        clients[1]["app"].RankedWhole.batch_insert(entries[start:start + 50])
+    expected = clients[0].execute({"op": "export", "db": "app", "bucket": "RankedWhole",
+                                   "args": {"limit": 1000}})["result"]["docs"]
+    assert len(expected) == 150
+    for c in clients:
+        for limit in (3, 7, 64, 150, 1000):
+            got, cursor = [], None
+            while True:
+                page = c.execute({"op": "export", "db": "app", "bucket": "Ranked",
+                                  "args": {"cursor": cursor, "limit": limit}})["result"]
+                got += page["docs"]
+                if page["next"] is None:
+                    break
+                assert len(page["docs"]) == limit  # a page with a next is full, as on one node
+                cursor = page["next"]
+            assert got == expected, limit

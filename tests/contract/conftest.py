@@ -24,7 +24,8 @@ from .places import EXECUTORS, WHERES, Blocking, Loop, Place
 def contract_server(tmp_path_factory):
     """One insecure server on 127.0.0.1 for the whole contract suite; with HOARDDB_CONTRACT_CLUSTER=1,
     the second node of a cluster of three (and a real etcd), so every request of the remote places
-    is run, forwarded or gathered by a cluster (docs/dev/cluster.md says what passes)."""
+    is run, forwarded or gathered by a cluster (docs/dev/cluster.md says what passes). The blocking
+    client enters the cluster at the first node and the asyncio client at the third (``entry``)."""
     if os.environ.get("HOARDDB_CONTRACT_CLUSTER"):
         yield from _cluster_node(tmp_path_factory.mktemp("contract-cluster"))
         return
@@ -42,6 +43,7 @@ def _cluster_node(tmp):
             for node in nodes:
                 node.start()
             nodes[1].owner_data = lambda db, bucket: _owner_data(nodes, db, bucket)
+            nodes[1].entry = {"blocking": nodes[0].url(), "aio": nodes[2].url()}
             yield nodes[1]
         finally:
             for node in nodes:
@@ -74,7 +76,7 @@ def embedded_client(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def blocking_client(contract_server):
-    client = hoarddb.connect(contract_server.url())
+    client = hoarddb.connect(_entry(contract_server, "blocking"))
     yield client
     client.close()
 
@@ -84,10 +86,15 @@ def aio_client(contract_server):
     import hoarddb.aio
 
     loop = Loop()
-    client = loop.run(hoarddb.aio.connect(contract_server.url()))
+    client = loop.run(hoarddb.aio.connect(_entry(contract_server, "aio")))
     yield Blocking(client, loop)
     loop.run(client.close())
     loop.stop()
+
+
+def _entry(server, executor: str) -> str:
+    """The URL an executor's client connects to: the server, or its own node of the cluster."""
+    return getattr(server, "entry", {}).get(executor) or server.url()
 
 
 def _place(request, executor: str, where: str, owner_type: str = "hash") -> Place:

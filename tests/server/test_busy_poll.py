@@ -47,7 +47,9 @@ def test_a_lone_client_in_another_process_is_met_by_polls(tmp_path, spare_cpu):
         after = polls(server)
         hits = after["request"] - before["request"]
         misses = after["timeout"] - before["timeout"]
-        spare_cpu.expect(hits >= 150, (hits, misses))  # 300 requests: most answers were followed by a poll that met the next
+        # 300 requests: without polls this is 0; a poll meets the next request most of the time on an
+        # idle machine (~250), but a third is what a CI machine with a busy neighbour gives at worst
+        spare_cpu.expect(hits >= 100, (hits, misses))
         with hoarddb.connect(server.url()) as c:
             assert c["app"]["KV"].get("k149")["n"] == 149
 
