@@ -35,6 +35,9 @@ CATALOG_RESERVE = 256 * 1024
 DECLARATION_FORMAT = 1
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+#: Between a bucket's name and a partition's number in the name of a cluster node's hidden local bucket of one
+#: partition of a partitioned queue (``Q~p3``): no name a user gives can hold it (NAME_RE), so it never clashes.
+PART_SEP = "~p"
 #: Folder names inside DATA that a database may not take.
 RESERVED = frozenset({"catalog", "tls", "LOCK"})
 
@@ -47,6 +50,33 @@ def check_name(name, what: str) -> str:
     if what == "database" and name in RESERVED:
         raise InvalidNameError(f"{name!r} is reserved for hoardDB's own files; choose another database name")
     return name
+
+
+def part_name(bucket: str, p: int) -> str:
+    """The name of the hidden local bucket that keeps partition ``p`` of the partitioned queue ``bucket`` on a
+    cluster node (hoarddb/cluster/queues.py): made only by :func:`hoarddb.catalog_operations.create_part`."""
+    return f"{bucket}{PART_SEP}{p}"
+
+
+def check_stored_name(name) -> str:
+    """``name`` if it names a bucket a request may act on: a user's name (check_name), or a hidden partition's
+    (:func:`part_name`, which only a cluster node's own requests carry: the server refuses it from a client)."""
+    if type(name) is str and PART_SEP in name:
+        base, _, p = name.rpartition(PART_SEP)
+        if p.isdigit() and NAME_RE.fullmatch(base):
+            return name
+    return check_name(name, "bucket")
+
+
+def is_part(name) -> bool:
+    """Whether a bucket name is a hidden partition's (left out of every listing)."""
+    return type(name) is str and PART_SEP in name
+
+
+def parts_of(names, bucket: str) -> list[tuple[int, str]]:
+    """``(p, name)`` of each hidden partition of ``bucket`` among ``names``."""
+    prefix = bucket + PART_SEP
+    return sorted((int(n[len(prefix):]), n) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit())
 
 
 class Catalog:
@@ -120,9 +150,15 @@ class Catalog:
     # -- buckets ---------------------------------------------------------------------
 
     def buckets(self, db: str) -> list[str]:
+        """The buckets of ``db`` a user sees (a cluster node's hidden partitions left out: :func:`is_part`)."""
         self.require_database(db)
         with self._lock:
-            return sorted(name for (dbn, name) in self._buckets if dbn == db)
+            return sorted(name for (dbn, name) in self._buckets if dbn == db and not is_part(name))
+
+    def parts(self, db: str, bucket: str) -> list[tuple[int, str]]:
+        """``(p, name)`` of the hidden local buckets of ``bucket``'s partitions this node keeps."""
+        with self._lock:
+            return parts_of([name for (dbn, name) in self._buckets if dbn == db], bucket)
 
     def all_buckets(self) -> list[dict]:
         """Every bucket declaration of every database."""

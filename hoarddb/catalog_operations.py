@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import operations
-from .catalog import check_name
+from .catalog import check_name, is_part, part_name
 from .declaration import addresses, check_fields, check_placement, declare_bucket
-from .errors import BadValueError, InvalidArgumentError, UnknownOptionError
+from .errors import BadValueError, BucketNotFoundError, InvalidArgumentError, UnknownOptionError
 from .indexes.declaration import OPTIONAL_KEYS as INDEX_OPTIONS
 from .indexes.declaration import describe as describe_index
 from .indexes.maintenance import Index
@@ -47,7 +47,7 @@ def drop_database(engine: Engine, request: dict) -> dict:
         for decl in dropped:
             engine._close_store(db, decl["name"])
         shutil.rmtree(engine.path / db, ignore_errors=True)
-    return {"dropped": db, "buckets": len(dropped)}
+    return {"dropped": db, "buckets": sum(1 for d in dropped if not is_part(d["name"]))}
 
 
 def list_databases(engine: Engine, request: dict) -> list:
@@ -61,6 +61,49 @@ def list_buckets(engine: Engine, request: dict) -> list:
 def create_bucket(engine: Engine, request: dict) -> dict:
     db, name = db_of(request), bucket_of(request)
     declaration, warnings = declare_bucket(name, request.get("options") or {}, engine.options.max_nesting_depth)
+    answer = {"ok": 1, "result": _create(engine, db, name, declaration)}
+    if warnings:
+        answer["warnings"] = warnings
+    return answer
+
+
+def create_part(engine: Engine, db: str, bucket: str, p: int) -> bool:
+    """Make the hidden local bucket of partition ``p`` of the partitioned queue ``bucket`` (a cluster node's:
+    hoarddb/cluster/queues.py), declared as ``bucket`` is; False when it exists. The one way such a name is made:
+    a user's create_bucket refuses it (check_name)."""
+    name = part_name(bucket, p)
+    with engine._mutex:
+        if engine.catalog.has_bucket(db, name):
+            return False
+        base = engine.catalog.bucket(db, bucket)
+        declaration = {k: v for k, v in base.items() if k not in ("db", "format", "created")}
+        declaration["name"] = name
+        engine._hot.clear()
+        try:
+            _create(engine, db, name, declaration)
+        finally:
+            engine._hot.clear()
+    return True
+
+
+def drop_part(engine: Engine, db: str, name: str) -> bool:
+    """Drop a hidden partition's local bucket (handed over, or its queue dropped); False when it is not here."""
+    if not is_part(name):
+        raise InvalidArgumentError(f"{name!r} is not a partition's local bucket")
+    with engine._mutex:
+        if not engine.catalog.has_bucket(db, name):
+            return False
+        engine._hot.clear()
+        try:
+            engine.catalog.drop_bucket(db, name)
+            engine._close_store(db, name)
+            shutil.rmtree(engine.path / db / name, ignore_errors=True)
+        finally:
+            engine._hot.clear()
+    return True
+
+
+def _create(engine: Engine, db: str, name: str, declaration: dict) -> dict:
     type_name = declaration["type"]
     with engine._mutex:
         directory = engine.path / db / name
@@ -96,10 +139,7 @@ def create_bucket(engine: Engine, request: dict) -> dict:
                 shutil.rmtree(directory, ignore_errors=True)
             raise
         engine._stores[(db, name)] = opened[0]
-    answer = {"ok": 1, "result": {"name": name, "type": type_name}}
-    if warnings:
-        answer["warnings"] = warnings
-    return answer
+    return {"name": name, "type": type_name}
 
 
 #: What alter_bucket may change of a bucket (each replaced whole by the value given).
@@ -158,6 +198,10 @@ def drop_bucket(engine: Engine, request: dict) -> dict:
         engine.catalog.drop_bucket(db, name)  # durable first: a crash after it leaves only a folder
         engine._close_store(db, name)
         shutil.rmtree(engine.path / db / name, ignore_errors=True)
+        for _p, part in engine.catalog.parts(db, name):  # a cluster node's partitions of a partitioned queue
+            engine.catalog.drop_bucket(db, part)
+            engine._close_store(db, part)
+            shutil.rmtree(engine.path / db / part, ignore_errors=True)
     return {"dropped": name}
 
 
@@ -166,7 +210,7 @@ def describe_bucket(engine: Engine, request: dict) -> dict:
     decl = engine.catalog.bucket(db, name)
     store = engine._store(db, name, decl)
     try:
-        stats = store.stats()
+        stats = _with_parts(engine, db, name, store.stats())
     except Exception as exc:
         engine._check_still_open(db, name, store, exc)
         raise
@@ -185,7 +229,8 @@ def stats(engine: Engine, request: dict) -> dict:
     decl = engine.catalog.bucket(db, name)
     store = engine._store(db, name, decl)
     try:
-        return {"name": name, "type": decl["type"], **store.stats(), "indexes": index_states(store, decl),
+        return {"name": name, "type": decl["type"], **_with_parts(engine, db, name, store.stats()),
+                "indexes": index_states(store, decl),
                 **({"stores": addresses(name, decl["store_fields"])} if decl.get("store_fields") else {})}
     except Exception as exc:
         engine._check_still_open(db, name, store, exc)
@@ -270,6 +315,20 @@ def backup(engine: Engine, request: dict) -> dict:
 
 
 # -- helpers -----------------------------------------------------------------------------
+
+def _with_parts(engine: Engine, db: str, name: str, stats: dict) -> dict:
+    """A bucket's store stats with those of the hidden partitions a cluster node keeps of it (a partitioned queue's:
+    hoarddb/cluster/queues.py) added in: what the node holds of the bucket, counted as one."""
+    for _p, part in engine.catalog.parts(db, name):
+        try:
+            theirs = engine._store(db, part).stats()
+        except BucketNotFoundError:
+            continue  # (dropped meanwhile: handed over)
+        for k, v in theirs.items():
+            if type(v) is int and type(stats.get(k)) is int:
+                stats[k] += v
+    return stats
+
 
 def index_states(store: Store, decl: dict) -> list[dict]:
     """The bucket's indexes as describe and stats show them, each with its current state."""

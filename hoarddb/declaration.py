@@ -23,14 +23,15 @@ COMMON_BUCKET_OPTIONS = {
                     "a hash or btree store field may declare store fields of its elements, down to the "
                     "maximum depth (max_nesting_depth, default 3)",
     "indices": "secondary indexes (hash buckets)",
-    "placement": "whole: the bucket stays in one partition on one node of a cluster (fifo, lifo, heap: always)",
+    "placement": "whole: the bucket stays in one partition on one node of a cluster (fifo, lifo, heap: unless given "
+                 "partitions and a group)",
     "partitions": "how many partitions a cluster spreads a hash, btree or blob bucket over (1 to 4096; hash: "
-                  "default 64 in a cluster; the others: default 1), or a fifo or lifo bucket given a group",
-    "group": "fifo, lifo: the field whose value picks an element's partition (a partitioned queue: order is kept "
+                  "default 64 in a cluster; the others: default 1), or a fifo, lifo or heap bucket given a group",
+    "group": "fifo, lifo, heap: the field whose value picks an element's partition (a partitioned queue: order is kept "
              "per group value)",
 }
 #: The store types that can be partitioned queues (partitions with a group).
-GROUPED = ("fifo", "lifo")
+GROUPED = ("fifo", "lifo", "heap")
 #: The values of ``placement``.
 PLACEMENTS = ("whole",)
 #: The store types a cluster can spread over partitions (the others are whole).
@@ -117,8 +118,7 @@ def check_placement(raw: dict, type_name: str, indexes: list[dict]) -> dict:
                                 f"group: the field whose value picks an element's partition (order is kept per "
                                 f"value), such as group: \"Customer\"; or leave partitions out for one order")
         if n > 1 and type_name not in SPREADABLE and type_name not in GROUPED:
-            what = ("a partitioned heap is not built yet" if type_name == "heap"
-                    else f"spreading a {type_name} bucket is not built yet")
+            what = f"spreading a {type_name} bucket is not built yet"
             raise BadValueError(f"partitions: {n} on a {type_name} bucket: {what}; a {type_name} bucket is whole "
                                 "(leave partitions out, or give partitions: 1)")
         if n > 1:
@@ -129,7 +129,7 @@ def check_placement(raw: dict, type_name: str, indexes: list[dict]) -> dict:
     if "group" in raw:
         group = raw["group"]
         if type_name not in GROUPED:
-            raise BadValueError(f"group names the field that partitions a queue (fifo or lifo, with partitions); "
+            raise BadValueError(f"group names the field that partitions a queue (fifo, lifo or heap, with partitions); "
                                 f"a {type_name} bucket takes none")
         if not isinstance(group, str) or not group or group.startswith("$"):
             raise BadValueError(f"group is the name of a field, such as group: \"Customer\"; got {group!r:.40}")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import catalog_operations, lifecycle, operations
-from .catalog import Catalog, check_name
+from .catalog import Catalog, check_name, check_stored_name
 from .cursors import Cursors, check_batch_size
 from .catalog_operations import bucket_of, db_of
 from .declaration import store_type_at
@@ -205,7 +205,7 @@ class Engine:
             hot = None
         if hot is None:  # (not in an `except KeyError`: a refusal here would carry that KeyError along)
             check_name(db, "database")
-            check_name(bucket, "bucket")
+            check_stored_name(bucket)  # (a cluster node's hidden partition too: hoarddb/cluster/queues.py)
             with self._mutex:  # not between a catalog change and its emptying of the cache
                 decl = self.catalog.bucket(db, bucket)
                 hot = self._hot[(db, bucket)] = (decl, self._store(db, bucket, decl))

@@ -4,6 +4,7 @@ The one module that imports the etcd client (``etcd3aio``, pinned in pyproject.t
 Every key lives under a prefix (``/hoarddb/`` by default), drawn in docs/dev/cluster.md::
 
     nodes/<node>                     {advertise, started, lease}    the node's lease
+    members/<node>                   {since}                        (no lease) the nodes the maps share partitions among
     catalog/databases/<db>           {}                             (no lease)
     catalog/buckets/<db>/<bucket>    {declaration, partitions}      (no lease)
     users/<user>                     {name, credentials, roles}     (no lease)
@@ -18,6 +19,12 @@ Every key lives under a prefix (``/hoarddb/`` by default), drawn in docs/dev/clu
 Values are JSON. A node holds one lease, granted at :meth:`Coordinator.start`, kept alive
 by its own task, attached to its ``nodes/`` key and to every ``owner/`` key it holds: when
 the node dies, etcd removes them all when the lease runs out.
+
+A live node whose lease ran out all the same (paused, or cut from etcd, for longer than the
+TTL) comes back by itself: when a keepalive's answer says so, the node gives up what it
+held, takes a new lease, writes ``nodes/<node>`` (and its ``state/<node>``) again under it,
+and then calls :attr:`Coordinator.rejoined`, which takes back the partitions assigned to it
+as at start (hoarddb/cluster/node.py). Until then it claims nothing.
 
 Taking a partition (:meth:`Coordinator.claim`) is one transaction: the owner key must not
 exist and the epoch must be the one read; then the epoch is raised and the owner key
@@ -35,13 +42,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import etcd3aio
 
-from ..errors import BadValueError, ClusterUnavailableError, HoardError
+from ..errors import BadValueError, ClusterUnavailableError, HoardError, PartitionUnavailableError
 
 log = logging.getLogger("hoarddb.cluster")
 
@@ -101,6 +108,22 @@ class Coordinator:
         self.round_trip_ms = 0.0
         #: the etcd cluster's id, as the last snapshot's answer gave it (0 before one)
         self.etcd_cluster_id = 0
+        #: True from the moment etcd says this node's lease ran out until the node is registered again under
+        #: a new one (:meth:`_renew`); meanwhile it claims nothing and its lease is not fresh
+        self.lapsed = False
+        #: how many times this node's lease ran out while it ran (``hoarddb_cluster_lease_lapses_total``)
+        self.lapses = 0
+        #: called (as a task) once the node is registered again after a lapse: takes back its partitions
+        self.rejoined: Callable[[], Awaitable[None]] | None = None
+        #: the ``nodes/<node>`` record (its ``lease`` replaced at each registration)
+        self._record: dict = {}
+        #: this node's ``state/<node>`` as last put (written again under a new lease)
+        self._state: dict | None = None
+        #: set to wake the keepalive task at once (a claim met the lease gone)
+        self._wake = asyncio.Event()
+        self._rejoining: asyncio.Task | None = None
+        #: the last reason a registration again was refused, said once
+        self._renew_refused: str | None = None
 
     def key(self, *parts) -> str:
         return self.prefix + "/".join(str(p) for p in parts)
@@ -120,17 +143,13 @@ class Coordinator:
             raise EtcdUnavailable(f"cannot reach etcd at {', '.join(self.endpoints)}: {_why(exc)}") from None
         self.lease_id, self.last_keepalive = lease.ID, sent
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
-        kv = self.client.kv
-        me = self.key("nodes", self.node_id)
-        record = _json({**(info or {}), "advertise": self.advertise, "started": time.time(),
-                        "lease": self.lease_id})  # (a move's hand-over puts the new owner's key under it)
+        # (``lease``: a move's hand-over puts the new owner's key under it)
+        self._record = {**(info or {}), "advertise": self.advertise, "started": time.time()}
         deadline = time.monotonic() + self.ttl + 2
         while True:
-            answer = await self._txn([kv.txn_compare_create_revision(me, 0)],
-                                     [kv.txn_op_put(me, record, lease=self.lease_id)], [kv.txn_op_get(me)])
-            if answer.succeeded:
+            other = await self._register()
+            if other is None:
                 break
-            other = json.loads(answer.responses[0].response_range.kvs[0].value)
             if other.get("advertise") == self.advertise and time.monotonic() < deadline:
                 # this node, killed and started again before its old lease ran out: wait for it
                 await asyncio.sleep(0.2)
@@ -139,6 +158,18 @@ class Coordinator:
             raise BadValueError(f"node id {self.node_id!r} is already in the cluster (live, at "
                                 f"{other.get('advertise')}); give this node another --node-id, or stop that one "
                                 f"(its membership ends {self.ttl} s after it stops)")
+
+    async def _register(self) -> dict | None:
+        """Write ``nodes/<node>`` under the current lease unless the key exists; None when written, else the
+        record found there."""
+        kv = self.client.kv
+        me = self.key("nodes", self.node_id)
+        answer = await self._txn([kv.txn_compare_create_revision(me, 0)],
+                                 [kv.txn_op_put(me, _json({**self._record, "lease": self.lease_id}),
+                                                lease=self.lease_id)], [kv.txn_op_get(me)])
+        if answer.succeeded:
+            return None
+        return json.loads(answer.responses[0].response_range.kvs[0].value)
 
     async def connect(self) -> None:
         """Connect to etcd without joining (``hoarddb cluster status`` reads this way)."""
@@ -160,9 +191,15 @@ class Coordinator:
                 await self._keepalive
             except (asyncio.CancelledError, Exception):
                 pass
+        if self._rejoining is not None and not self._rejoining.done():
+            self._rejoining.cancel()
+            try:
+                await self._rejoining
+            except (asyncio.CancelledError, Exception):
+                pass
         self.held.clear()
         if self.client is not None:
-            if self.lease_id is not None:
+            if self.lease_id is not None and not self.lapsed:
                 try:
                     await self.client.lease.revoke(self.lease_id, timeout=2, max_attempts=1)
                 except Exception as exc:  # etcd gone: the lease runs out by itself
@@ -171,36 +208,116 @@ class Coordinator:
             self.client = None
 
     async def _keep_alive(self) -> None:
-        """Renew the lease every TTL/4 seconds; note when each renewal etcd answered was sent."""
+        """Renew the lease every TTL/4 seconds; note when each renewal etcd answered was sent. When etcd says
+        the lease ran out, give up what the node held and take a new lease at once (:meth:`_renew`)."""
         interval = max(0.25, self.ttl / 4)
         while True:
             sent = time.monotonic()
+            self._wake.clear()
             try:
-                stream = self.client.lease.keep_alive(self.lease_id)
-                try:
-                    async with asyncio.timeout(interval * 2):
-                        async for answer in stream:
-                            if answer.TTL <= 0:
-                                log.error("etcd says this node's lease has run out: its partitions are given up")
-                                self.held.clear()
-                                self.last_keepalive = 0.0
-                            else:
-                                self.last_keepalive = sent
-                                self.round_trip_ms = (time.monotonic() - sent) * 1000
-                            break
-                finally:
-                    stream.cancel()
+                if self.lapsed:
+                    await self._renew()
+                else:
+                    lease_id = self.lease_id
+                    stream = self.client.lease.keep_alive(lease_id)
+                    try:
+                        async with asyncio.timeout(interval * 2):
+                            async for answer in stream:
+                                if answer.TTL <= 0:
+                                    self._lapse(lease_id)
+                                else:
+                                    self.last_keepalive = sent
+                                    self.round_trip_ms = (time.monotonic() - sent) * 1000
+                                break
+                    finally:
+                        stream.cancel()
+                    if self.lapsed:
+                        continue  # a new lease at once
             except asyncio.CancelledError:
                 raise
+            except HoardError as e:
+                if e.message != self._renew_refused:
+                    log.error("lease: %s; trying again every %.1f s", e.message, interval)
+                    self._renew_refused = e.message
             except Exception as exc:
-                log.warning("lease keepalive failed (%s); partitions are served until %.1f s after the last "
-                            "renewal", _why(exc), self.ttl - LEASE_MARGIN)
-            await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent)))
+                if self.lapsed:
+                    log.warning("lease: cannot take a new lease yet (%s); trying again in %.1f s", _why(exc), interval)
+                else:
+                    log.warning("lease keepalive failed (%s); partitions are served until %.1f s after the last "
+                                "renewal", _why(exc), self.ttl - LEASE_MARGIN)
+            try:
+                async with asyncio.timeout(max(0.0, interval - (time.monotonic() - sent))):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _lapse(self, lease_id: int | None) -> None:
+        """etcd says lease ``lease_id`` ran out (its keys are gone with it): give up every partition now, and
+        let the keepalive task take a new lease. Nothing if this node holds another lease already."""
+        if lease_id != self.lease_id or self.lapsed:
+            return
+        self.lapsed = True
+        self.lapses += 1
+        self.last_keepalive = 0.0
+        given_up = len(self.held)
+        self.held.clear()
+        self._renew_refused = None
+        log.error("lease: etcd says this node's lease ran out (paused, or cut from etcd, for longer than its %d s "
+                  "TTL): its membership and owner keys are gone; %d partition(s) given up; taking a new lease",
+                  self.ttl, given_up)
+        self._wake.set()
+
+    async def _renew(self) -> None:
+        """After a lapse: take a new lease, write ``nodes/<node>`` and ``state/<node>`` again under it, and
+        start taking the node's partitions back (:attr:`rejoined`). Raises when etcd fails or refuses; the
+        keepalive task tries again."""
+        sent = time.monotonic()
+        lease = await self.client.lease.grant(ttl=self.ttl, timeout=5)
+        old, self.lease_id = self.lease_id, lease.ID
+        self.last_keepalive = sent
+        log.info("lease: etcd granted a new lease (%x, in place of %x)", lease.ID, old or 0)
+        try:
+            other = await self._register()
+            if other is not None and other.get("started") == self._record["started"] and other.get("lease"):
+                # this process's own record, from a try that failed after writing it: its lease goes first
+                await self.client.lease.revoke(other["lease"], timeout=5)
+                other = await self._register()
+            if other is not None:
+                raise BadValueError(f"cannot join the cluster again: node id {self.node_id!r} was taken meanwhile "
+                                    f"by another process (at {other.get('advertise')}); this node refuses its "
+                                    "partitions until that one stops")
+            log.info("lease: this node is in the cluster again (nodes/%s written under the new lease)", self.node_id)
+            written = self._state
+            if written is not None:
+                await self._call(self.client.kv.put(self.key("state", self.node_id), _json(written),
+                                                    lease=self.lease_id, timeout=5))
+                log.info("lease: state/%s written again (%s)", self.node_id, written.get("state"))
+        except BaseException:
+            await self._revoke_quietly(lease.ID)  # (its keys with it; the next try starts again)
+            raise
+        self.lapsed = False
+        self._renew_refused = None
+        if self._state != written:  # put meanwhile (only recorded, while lapsed)
+            try:
+                await self.put_state(self._state)
+            except HoardError as e:
+                log.warning("lease: cannot write state/%s again: %s", self.node_id, e.message)
+        if self.rejoined is not None:
+            if self._rejoining is not None and not self._rejoining.done():
+                self._rejoining.cancel()  # (a take-back of an earlier lapse, still under way)
+            self._rejoining = asyncio.get_running_loop().create_task(self.rejoined())
+
+    async def _revoke_quietly(self, lease_id: int) -> None:
+        try:
+            await self.client.lease.revoke(lease_id, timeout=2, max_attempts=1)
+        except Exception:
+            pass  # it runs out by itself
 
     def lease_fresh(self) -> bool:
         """Whether this node's lease surely still lives: its last answered keepalive was sent
         less than TTL - margin seconds ago. Judged on this node's clock alone."""
-        return self.lease_id is not None and time.monotonic() < self.last_keepalive + self.ttl - LEASE_MARGIN
+        return self.lease_id is not None and not self.lapsed and \
+            time.monotonic() < self.last_keepalive + self.ttl - LEASE_MARGIN
 
     # -- membership
 
@@ -208,6 +325,13 @@ class Coordinator:
         """The live nodes: ``{node_id: {advertise, started}}``."""
         prefix = self.key("nodes", "")
         return {kv.key.decode()[len(prefix):]: json.loads(kv.value) for kv in await self._range(prefix)}
+
+    async def members(self) -> set[str] | None:
+        """The cluster's members (``members/<node>``: the nodes given a share of every bucket, up or not), or
+        None when none is recorded (a cluster made before members were: hoarddb/cluster/members.py)."""
+        prefix = self.key("members", "")
+        found = {kv.key.decode()[len(prefix):] for kv in await self._range(prefix)}
+        return found or None
 
     # -- catalog
 
@@ -293,6 +417,9 @@ class Coordinator:
     async def put_state(self, state: dict | None) -> None:
         """This node's join or drain under way (``state/<node>``, under its lease: gone when it stops), or none."""
         key = self.key("state", self.node_id)
+        self._state = state
+        if self.lapsed:
+            return  # written under the new lease once the node has one (_renew)
         if state is None:
             await self._call(self.client.kv.delete(key, timeout=5))
         else:
@@ -368,37 +495,67 @@ class Coordinator:
         prefix = self.key("owner", db, bucket, "")
         return {int(kv.key.decode()[len(prefix):]): json.loads(kv.value) for kv in await self._range(prefix)}
 
-    async def claim(self, db: str, bucket: str, p: int) -> int:
+    async def claim(self, db: str, bucket: str, p: int, *, assigned: bool = False) -> int:
         """Take partition ``p`` of a bucket for this node; its new epoch.
 
-        One transaction: no owner key, and the epoch as read; then epoch + 1 and the owner
-        key with this node's lease. Raises PartitionUnavailableError-like HoardError when
-        another node holds it; already ours, the epoch we hold.
+        One transaction: no owner key, and the epoch as read (and, when ``assigned``, the
+        bucket's assignment as read, naming this node for ``p``); then epoch + 1 and the owner
+        key with this node's lease. Raises OwnedElsewhere when another node holds it,
+        NotAssigned when ``assigned`` and the map names another node; already ours, the epoch
+        we hold. Refused (PARTITION_UNAVAILABLE) while this node's lease has run out and it has
+        no new one yet.
         """
         if (db, bucket, p) in self.held and self.lease_fresh():
             return self.held[(db, bucket, p)]
         kv = self.client.kv
         owner_key, epoch_key = self.key("owner", db, bucket, p), self.key("epoch", db, bucket, p)
+        assign_key = self.key("assign", db, bucket)
         for _ in range(5):
+            self._refuse_if_lapsed(db, bucket, p)
             current = await self._get(owner_key)
+            self._refuse_if_lapsed(db, bucket, p)  # (the lease may have lapsed while etcd answered)
             if current is not None:
                 if current["node"] == self.node_id:  # ours (an earlier claim of this run)
                     self.held[(db, bucket, p)] = current["epoch"]
                     return current["epoch"]
                 raise OwnedElsewhere(current["node"], current["epoch"])
+            compare = [kv.txn_compare_create_revision(owner_key, 0)]
+            if assigned:
+                found = await self._range(assign_key, exact=True)
+                owners = json.loads(found[0].value)["owners"] if found else []
+                if p >= len(owners) or owners[p] != self.node_id:
+                    raise NotAssigned(owners[p] if p < len(owners) else None)
+                compare.append(kv.txn_compare_value(assign_key, found[0].value))
             epoch_kv = await self._range(epoch_key, exact=True)
             epoch = int(epoch_kv[0].value) if epoch_kv else 0
-            compare = [kv.txn_compare_create_revision(owner_key, 0),
-                       kv.txn_compare_value(epoch_key, str(epoch)) if epoch_kv
-                       else kv.txn_compare_create_revision(epoch_key, 0)]
+            compare.append(kv.txn_compare_value(epoch_key, str(epoch)) if epoch_kv
+                           else kv.txn_compare_create_revision(epoch_key, 0))
             new = epoch + 1
-            answer = await self._txn(compare, [kv.txn_op_put(epoch_key, str(new)),
-                                               kv.txn_op_put(owner_key, _json({"node": self.node_id, "epoch": new}),
-                                                             lease=self.lease_id)])
+            lease_id = self.lease_id
+            self._refuse_if_lapsed(db, bucket, p)
+            try:
+                answer = await self._txn(compare, [kv.txn_op_put(epoch_key, str(new)),
+                                                   kv.txn_op_put(owner_key, _json({"node": self.node_id, "epoch": new}),
+                                                                 lease=lease_id)])
+            except EtcdUnavailable as e:
+                if "lease not found" not in e.message:
+                    raise
+                self._lapse(lease_id)  # etcd let the lease run out before the keepalive task heard it
+                self._refuse_if_lapsed(db, bucket, p)
+                continue
             if answer.succeeded:
+                if lease_id != self.lease_id or self.lapsed:
+                    continue  # put under a lease that ran out meanwhile: gone with it
                 self.held[(db, bucket, p)] = new
                 return new
         raise HoardError(f"partition {p} of {db}.{bucket}: could not take it (others kept changing it)")
+
+    def _refuse_if_lapsed(self, db: str, bucket: str, p: int) -> None:
+        if self.lapsed:
+            raise PartitionUnavailableError(
+                f"partition {p} of {db}.{bucket}: node {self.node_id}'s lease with etcd ran out (it was paused or "
+                "cut from etcd); it is joining the cluster again and takes its partitions back in a moment; try "
+                "again", node=self.node_id)
 
     async def release(self, db: str, bucket: str, p: int) -> None:
         """Give up a partition this node holds (its owner key goes; the epoch stays)."""
@@ -435,15 +592,19 @@ class Coordinator:
             out[(db, bucket, int(p))] = json.loads(kv.value)
         return out
 
-    async def plan_moves(self, planned: dict[tuple[str, str, int], dict], drained: dict[str, bool]) -> bool:
-        """Record moves (none of them recorded yet) and the drained marks, in one transaction; False if a
-        move of one of these partitions was recorded meanwhile."""
+    async def plan_moves(self, planned: dict[tuple[str, str, int], dict], drained: dict[str, bool],
+                         members: dict[str, bool] | None = None) -> bool:
+        """Record moves (none of them recorded yet), the drained marks and the members' records (True: put,
+        False: deleted), in one transaction; False if a move of one of these partitions was recorded meanwhile."""
         kv = self.client.kv
         compare = [kv.txn_compare_create_revision(self.key("moves", *k), 0) for k in planned]
         ops = [kv.txn_op_put(self.key("moves", *k), _json(v)) for k, v in planned.items()]
         for node, on in drained.items():
             ops.append(kv.txn_op_put(self.key("drained", node), _json({"since": time.time()})) if on
                        else kv.txn_op_delete(self.key("drained", node)))
+        for node, on in (members or {}).items():
+            ops.append(kv.txn_op_put(self.key("members", node), _json({"since": time.time()})) if on
+                       else kv.txn_op_delete(self.key("members", node)))
         return (await self._txn(compare, ops)).succeeded
 
     async def drained(self) -> set[str]:
@@ -571,6 +732,14 @@ class OwnedElsewhere(HoardError):
     def __init__(self, node: str, epoch: int):
         super().__init__(f"the partition is held by node {node} (epoch {epoch})")
         self.node, self.epoch = node, epoch
+
+
+class NotAssigned(HoardError):
+    """NotAssigned is raised by :meth:`Coordinator.claim` (``assigned``) when the map gives the partition to another node."""
+
+    def __init__(self, node: str | None):
+        super().__init__(f"the partition is assigned to node {node}")
+        self.node = node
 
 
 def _why(exc: BaseException) -> str:

@@ -21,7 +21,8 @@ When the cursor is dropped (read to its end, ``close_cursor``, its idle timeout,
 connection closed), every owner cursor still open is closed with ``close_cursor``; an
 owner's own ``cursor_timeout`` is the backstop. An owner that cannot be reached when its
 next batch is needed answers PARTITION_UNAVAILABLE naming it; a partition that changed
-owner while the cursor was open does too (run the read again).
+owner while the cursor was open does too (run the read again): seen here by the map, and
+by the owner itself, whose part cursor ends at a move to or from it (``Mover.part_shifted``).
 
 A part that an owner must cut to its partitions (while a partition moves to or from it)
 is answered whole by that owner, as today's gather answers it, and merged the same way.
@@ -179,6 +180,9 @@ class MergedSource:
                 answer = self.node.server.engine.execute(request)
             except HoardError as e:
                 answer = e.to_answer()
+            why = self.node.mover.part_shifted(request["cursor"])  # (a move to or from here since it opened)
+            if why is not None:
+                answer = PartitionUnavailableError(why, node=part.node).to_answer()
         else:
             answer = asyncio.run_coroutine_threadsafe(_ask(self.node, part.node, request), self.loop).result()
         if answer.get("ok") != 1:

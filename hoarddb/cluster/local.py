@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..errors import BadValueError, HoardError
 from .coord import Coordinator, parse_cluster_url
+from . import members
 
 _LISTENING = re.compile(r"listening on \S+:(\d+), ")
 
@@ -169,9 +170,15 @@ async def _status(endpoints: list[str]) -> dict:
                  for (db, bucket, p), m in sorted((await coord.moves()).items())]
         drained = sorted(await coord.drained())
         states = await coord.states()  # a node's own join or drain under way (hoarddb/cluster/membership.py)
+        assignments = await coord.assignments()
+        member_ids, recorded = await members.current(coord, nodes, assignments, set(drained))
+        assigned = {n: sum(o == n for a in assignments.values() for o in a["owners"]) for n in member_ids}
         return {"nodes": {n: {"advertise": info.get("advertise"), "up_since": info.get("started"),
-                              "removed": n in drained, **({"state": states[n]} if n in states else {})}
+                              "removed": n in drained, "member": n in member_ids or not recorded,
+                              **({"state": states[n]} if n in states else {})}
                           for n, info in sorted(nodes.items())},
+                "members": {n: {"up": n in nodes, "assigned": assigned[n]} for n in sorted(member_ids)},
+                "members_recorded": recorded,
                 "buckets": buckets, "moves": moves, "removed": drained}
     finally:
         await coord.close()
@@ -184,7 +191,15 @@ def format_status(st: dict) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["up_since"])) if info.get("up_since") else "?"
         state = info.get("state")
         lines.append(f"  {n:<12} {info['advertise']:<22} up since {since}"
-                     + (f"  {state['state']}: {state.get('left', 0)} partition(s) left to move" if state else ""))
+                     + (f"  {state['state']}: {state.get('left', 0)} partition(s) left to move" if state else "")
+                     + ("" if info.get("member", True) else "  not a member: serves as an entry, owns nothing"))
+    if "members" in st:
+        said = [f"{n} ({'' if m['up'] else 'DOWN, '}"
+                + (f"assigned {m['assigned']} partition(s))" if m["assigned"] else "holds nothing)")
+                for n, m in st["members"].items()]
+        lines.append(f"members: {len(said)}" + ("" if st.get("members_recorded") else
+                                                  " (none recorded: the nodes holding partitions)")
+                     + (f"  {', '.join(said)}" if said else ""))
     lines.append(f"buckets: {len(st['buckets'])}")
     for name, b in st["buckets"].items():
         spread = ", ".join(f"{n}: {v['held']}/{v['assigned']}" for n, v in sorted(b["nodes"].items()))

@@ -6,16 +6,17 @@ for those commands (hoarddb/cluster/moves.py). This module only decides when to 
 follows the moves it planned:
 
 - **join**: once the node has started (its catalog caught up, its mover running), it plans
-  its own addition; while moves are under way or the plan is refused (a node of the cluster
-  down), it tries again every few seconds, saying why once. The node serves from the start;
-  the partitions arrive one move at a time.
+  its own addition, which records it as a member (hoarddb/cluster/members.py) even when no
+  partition moves to it; while moves are under way or the plan is refused (a node of the
+  cluster down), it tries again every few seconds, saying why once. The node serves from
+  the start; the partitions arrive one move at a time.
 - **drain**: at the first SIGTERM or SIGINT (hoarddb/server/server.py), it waits for moves
-  under way, plans its own removal, and waits for every move from it to end, while serving,
-  within ``drain_timeout``; then the server stops. A refused plan (a queue bucket whose
-  partitions cannot move, the last node of the cluster, a node down) is logged with its
-  reason, and the node stops without draining. A drain cut short (its timeout, a second
-  signal) leaves its moves recorded: the node's partitions not yet moved are unavailable
-  until it starts again, and the moves resume then.
+  under way, plans its own removal (which ends its membership, even when it held nothing),
+  and waits for every move from it to end, while serving, within ``drain_timeout``; then the
+  server stops. A refused plan (a queue bucket whose partitions cannot move, the last node of
+  the cluster, a node down) is logged with its reason, and the node stops without draining.
+  A drain cut short (its timeout, a second signal) leaves its moves recorded: the node's
+  partitions not yet moved are unavailable until it starts again, and the moves resume then.
 
 While either runs, ``state/<node>`` in etcd (under the node's lease) says so, with the
 partitions left to move: ``hoarddb cluster status`` shows it beside the node.
@@ -88,7 +89,7 @@ class Membership:
             await asyncio.sleep(RETRY)
         moves = planned["moves"]
         if not moves:
-            log.info("join: this node holds its share of every bucket already; nothing to move")
+            log.info("join: this node is a member, and holds its share of every bucket already; nothing to move")
             return
         log.info("join: %d partition(s) to move to this node (%s)", len(moves), _per_bucket(moves))
         await self._follow("joining", lambda m: m.get("to") == me, None)
@@ -137,10 +138,10 @@ class Membership:
             await asyncio.sleep(POLL)
         try:
             assigned = sum(o == me for a in (await self.coord.assignments()).values() for o in a["owners"])
+            planned = await plan(self.coord, remove=me)  # (holding nothing, it only leaves the members)
             if not assigned:
-                log.info("drain: this node is assigned no partition; nothing to move")
+                log.info("drain: this node is assigned no partition; nothing to move (it is no longer a member)")
                 return True
-            planned = await plan(self.coord, remove=me)
         except HoardError as e:
             log.error("drain refused: %s; stopping without draining: this node's partitions are unavailable "
                       "(PARTITION_UNAVAILABLE) until it starts again", e.message)

@@ -31,7 +31,9 @@ What is sent, by type: a hash bucket's documents each with its store fields' who
 btree's entries grouped by sort value (a write notes its sort value, and the catch-up sends all
 of that value's entries); a blob bucket's blobs by id with their bytes (the catch-up finds the
 blobs put and deleted by difference: blobs never change). Uploads and spread blob puts run
-inside :meth:`Mover.writing`. Queues (fifo, lifo, heap) do not move (``MOVABLE``).
+inside :meth:`Mover.writing`. A whole queue (fifo, lifo, heap) moves as its bucket's files, copied under the
+fence (hoarddb/cluster/queue_moves.py); a partitioned queue's partitions likewise, each its hidden local bucket's
+(hoarddb/cluster/queues.py).
 
 While a node's local bucket holds documents of partitions it does not hold (B's incoming
 copy, A's copy not yet deleted), its parts of requests over the whole bucket are cut to
@@ -56,7 +58,9 @@ from ..values.codec import encode as bson_encode
 from ..values.keys import encode_key
 from ..errors import HoardError, PartitionUnavailableError
 from .coord import OwnedElsewhere
+from . import queue_moves, queues
 from .partitions import balance, partition_of
+from .members import current as members_of
 
 log = logging.getLogger("hoarddb.cluster.moves")
 
@@ -75,8 +79,9 @@ FENCE_WAIT = float(os.environ.get("HOARDDB_MOVE_FENCE_WAIT", "5"))
 TREE_BYTES = int(os.environ.get("HOARDDB_MOVE_TREE_BYTES", str(4 << 20)))
 #: A blob larger than this moves in requests of this many bytes each.
 CHUNK = 1 << 20
-#: The bucket types whose partitions move (with their documents' store fields).
-MOVABLE = ("hash", "btree", "blob")
+#: The bucket types whose partitions move (with their documents' store fields; a queue's, whole or partitioned,
+#: as its local buckets' files: ``queue_moves``). Every type a bucket can have.
+MOVABLE = ("hash", "btree", "blob", "fifo", "lifo", "heap")
 #: A catch-up round with at most this many keys is the last before the fence.
 SMALL = 64
 #: Seconds between two looks at etcd's moves and assignments.
@@ -132,6 +137,13 @@ class Mover:
         self._running: dict[tuple[str, str], int] = {}
         #: uploads (and spread blob puts) running here, per bucket (a move that begins waits for them)
         self._uploads: dict[tuple[str, str], int] = {}
+        #: per bucket, how many times the partitions its local bucket holds may have changed under a reader: bumped
+        #: when a move out fences, when a copy arrives, when handed-over documents are purged
+        self.shifts: dict[tuple[str, str], int] = {}
+        #: the cursors this node opened for its part of a cluster cursor over its local bucket read whole (exactly
+        #: its partitions then): {cursor id: ((db, bucket), shifts then)}. Such a cursor reads on with no cut, so
+        #: a shift since makes its next batch refused (more_part)
+        self.part_cursors: dict[int, tuple[tuple[str, str], int]] = {}
 
     # -- life cycle
 
@@ -144,6 +156,7 @@ class Mover:
         for key, parts in (await self.coord.cleanups()).items():
             self.foreign.setdefault(key, set()).update(parts)
         shutil.rmtree(self._incoming(), ignore_errors=True)  # blobs half received before a stop
+        queue_moves.recover(self.node)  # a queue's copy half received or half installed before a stop
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
@@ -318,7 +331,13 @@ class Mover:
             if out is None or not out.fenced or not out.parts.intersection(parts):
                 break  # (no await from here until the part is counted among those under way)
         if out is None and not self.foreign.get((db, bucket)) and self._exactly(db, bucket, parts):
-            return await self.node.server.run_here(local)
+            shift = self.shifts.get((db, bucket), 0)
+            answer = await self.node.server.run_here(local)
+            if answer.get("cursor"):
+                self._keep_part_cursor(answer["cursor"], (db, bucket), shift)
+            return answer
+        if type(local.get("args")) is dict and "batch_size" in local["args"]:  # cut: answered whole
+            local = {**local, "args": {k: v for k, v in local["args"].items() if k != "batch_size"}}
         if out is not None:
             out.inflight += 1
             out.idle.clear()
@@ -333,6 +352,36 @@ class Mover:
                 out.inflight -= 1
                 if not out.inflight:
                     out.idle.set()
+
+    def _keep_part_cursor(self, cursor_id: int, key: tuple[str, str], shift: int) -> None:
+        cursors = self.node.server.engine.cursors
+        for gone in [c for c in self.part_cursors if c not in cursors]:  # (read to the end, closed, timed out)
+            del self.part_cursors[gone]
+        self.part_cursors[cursor_id] = (key, shift)
+
+    def _shift(self, db: str, bucket: str) -> None:
+        """The partitions this node's local bucket holds may change from now on: its open part cursors end."""
+        self.shifts[(db, bucket)] = self.shifts.get((db, bucket), 0) + 1
+
+    def part_shifted(self, cursor_id) -> str | None:
+        """Why the part cursor ``cursor_id`` may no longer read exactly its partitions (a move to or from this
+        node since it opened), else None. Asked after each batch is read: a shift before the read is seen."""
+        kept = self.part_cursors.get(cursor_id)
+        if kept is None or self.shifts.get(kept[0], 0) == kept[1]:
+            return None
+        self.part_cursors.pop(cursor_id, None)
+        self.node.server.engine.cursors.close([cursor_id])
+        db, bucket = kept[0]
+        return (f"partitions of {db}.{bucket} moved to or from node {self.node.node_id} while this cursor was open; "
+                "run the read again (with a filter past the last document you had, to go on from there)")
+
+    async def more_part(self, doc: dict) -> dict:
+        """``more`` of a part cursor (``part_cursors``): its next batch, refused if a move shifted its bucket."""
+        answer = await self.node.server.run_here(doc)
+        why = self.part_shifted(doc.get("cursor"))
+        if why is not None:
+            return PartitionUnavailableError(why, node=self.node.node_id).to_answer()
+        return answer
 
     async def _part(self, op, local: dict, keep: set[int], place: dict, out: Outgoing | None) -> dict:
         """A part run on a bucket that holds documents of other partitions, or whose partitions are moving:
@@ -497,6 +546,7 @@ class Mover:
         db, bucket = doc["db"], doc["bucket"]
         parts = set(move.get("parts") or [])
         kind = move.get("kind")
+        self._shift(db, bucket)  # (what the local bucket holds changes now: its part cursors end)
         if kind == "put":
             self.foreign.setdefault((db, bucket), set()).update(p for p in parts
                                                                 if self.coord.holds(db, bucket, p) is None)
@@ -531,6 +581,10 @@ class Mover:
             await self._clear_trees(db, bucket, move["keys"])  # (a delete's cascade would refuse big stores)
             return await self.node.server.run_here({"op": "delete", "db": db, "bucket": bucket,
                                                     "args": {"target": {"_id_": {"$in": move["keys"]}}}})
+        if kind in ("qbegin", "qfile", "qinstall"):  # a whole queue's files (hoarddb/cluster/queue_moves.py)
+            self.foreign.setdefault((db, bucket), set()).update(p for p in parts
+                                                                if self.coord.holds(db, bucket, p) is None)
+            return await queue_moves.receive(self, db, bucket, move)
         if kind == "purge":  # an earlier attempt's copy, or a move given up: gone
             place = self.node.placements.get((db, bucket))
             if place is not None:
@@ -576,26 +630,10 @@ class Mover:
             while self._running.get((db, bucket)) or self._uploads.get((db, bucket)):
                 await asyncio.sleep(0.005)  # parts and uploads that began before the move (they note nothing)
             await self._durable()  # the writes submitted before tracking began are in the local bucket
-            await self._send(out, {"kind": "purge"})
-            out.state = "copying"
-            await self._note(db, bucket, parts, to, "copying", out)
-            await self._snapshot(out)
-            out.state = "catching up"
-            for _round in range(20):
-                keys, out.dirty = out.dirty, {}
-                await self._durable()  # the writes of these keys, noted before they were applied, applied
-                await self._ship(out, list(keys.values()))
-                if len(out.dirty) <= SMALL:
-                    break
-            out.state = "handing over"
-            out.fenced = True
-            out.open.clear()
-            await out.idle.wait()  # parts of requests under way on these partitions
-            while out.place.get("type") == "blob" and self._uploads.get((db, bucket)):
-                await asyncio.sleep(0.005)  # a blob bucket's puts let in before the fence
-            await self._durable()  # the single writes let in before the fence
-            keys, out.dirty = out.dirty, {}
-            await self._ship(out, list(keys.values()))
+            if place["type"] in queue_moves.QUEUES:
+                await self._copy_queue(out)
+            else:
+                await self._copy(out)
             try:
                 result = await self.coord.hand_over(db, bucket, epochs, to)
             except HoardError:
@@ -619,6 +657,52 @@ class Mover:
             out.open.set()  # the waiting requests go on: to the new owner, or here if the move failed
         if handed:
             await self._clean_up(await self.coord.cleanups())
+
+    async def _copy_queue(self, out: Outgoing) -> None:
+        """A whole queue (fifo, lifo, heap): its files copied and installed on the new owner, under the fence (a
+        fifo's: most of them before it); hoarddb/cluster/queue_moves.py says why, and what a crash leaves."""
+        if out.partitions == 1:
+            await queue_moves.copy(self, out)
+            return
+        # a partitioned queue: each partition's hidden local bucket (hoarddb/cluster/queues.py), moved as a whole
+        # queue, all under the move's one fence (made here first when nothing was pushed to it yet)
+        names = [await queues.ensure(self.node, out.db, out.bucket, p) for p in sorted(out.parts)]
+        await queue_moves.copy(self, out, names)
+
+    async def _fence(self, out: Outgoing) -> None:
+        """Fence a move's partitions: requests for them wait from now on; returns once the parts of requests under
+        way and the single writes let in before are done and durable."""
+        out.state = "copying (fenced)" if out.place.get("type") in queue_moves.QUEUES else "handing over"
+        out.fenced = True
+        self._shift(out.db, out.bucket)
+        out.open.clear()
+        await out.idle.wait()
+        await self._durable()
+
+    async def _copy(self, out: Outgoing) -> None:
+        """Steps 2 to 4 of a move of documents, entries or blobs: purge there, snapshot, catch up, fence, the last keys."""
+        db, bucket, parts, to = out.db, out.bucket, out.parts, out.to
+        await self._send(out, {"kind": "purge"})
+        out.state = "copying"
+        await self._note(db, bucket, parts, to, "copying", out)
+        await self._snapshot(out)
+        out.state = "catching up"
+        for _round in range(20):
+            keys, out.dirty = out.dirty, {}
+            await self._durable()  # the writes of these keys, noted before they were applied, applied
+            await self._ship(out, list(keys.values()))
+            if len(out.dirty) <= SMALL:
+                break
+        out.state = "handing over"
+        out.fenced = True
+        self._shift(out.db, out.bucket)
+        out.open.clear()
+        await out.idle.wait()  # parts of requests under way on these partitions
+        while out.place.get("type") == "blob" and self._uploads.get((db, bucket)):
+            await asyncio.sleep(0.005)  # a blob bucket's puts let in before the fence
+        await self._durable()  # the single writes let in before the fence
+        keys, out.dirty = out.dirty, {}
+        await self._ship(out, list(keys.values()))
 
     async def _durable(self) -> None:
         committer = self.node.server.committer
@@ -977,7 +1061,15 @@ class Mover:
         """Delete this node's local documents of ``parts`` (partitions it does not hold)."""
         if not parts:
             return
+        self._shift(db, bucket)
         place = self.node.placements.get((db, bucket)) or {}
+        if place.get("type") in queue_moves.QUEUES and partitions > 1:  # a partitioned queue: its partitions' buckets
+            for p in sorted(parts):
+                await queues.drop(self.node, db, bucket, p)
+            return
+        if place.get("type") in queue_moves.QUEUES:  # a whole queue: its one partition is all of the local bucket
+            await queue_moves.empty(self, db, bucket)
+            return
         if place.get("type") == "blob":
             await self._blob_delete(db, bucket, await self._blob_ids(db, bucket, parts, partitions))
             return
@@ -1039,7 +1131,9 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
     in etcd (``moves/``), where the old owners' movers find them. Returns ``{moves: [...], buckets: n}``."""
     nodes = await coord.nodes()
     node = add or remove
-    if node not in nodes:
+    assignments = await coord.assignments()
+    holds = any(node in a["owners"] for a in assignments.values())
+    if node not in nodes and (add or holds):
         what = ("it must be up to receive its partitions: start it with --cluster and --node-id "
                 f"{node}" if add else "it must be up to hand its partitions over (one copy of each: a node "
                 "that is down has the only one)")
@@ -1049,36 +1143,41 @@ async def plan(coord, add: str | None = None, remove: str | None = None) -> dict
         raise HoardError(f"{len(pending)} partition move(s) are under way; wait for them to end "
                          "(hoarddb cluster status) before changing the nodes again")
     drained = await coord.drained()
+    # the nodes the maps share the partitions among (hoarddb/cluster/members.py): etcd's members/, or, in a
+    # cluster that records none yet, those holding partitions; this plan records them with its change
+    before, recorded = await members_of(coord, nodes, assignments, drained)
     if add:
         drained.discard(add)
+        members = before | {add}
     else:
         drained.add(remove)
+        members = before - {remove}
+    changed = {n: True for n in members if n not in before or not recorded}  # (members' records to put...)
+    if remove:
+        changed[remove] = False  # (... and the one to delete)
     planned: dict[tuple[str, str, int], dict] = {}
-    declarations = await coord.buckets()
-    assignments = await coord.assignments()
-    # the nodes the maps share the partitions among: those holding some now, and the one added
-    members = ({n for a in assignments.values() for n in a["owners"]} | ({add} if add else set())) - drained
-    if not members:
+    if remove and not holds:  # it holds nothing: it leaves the members, nothing moves
+        assignments = {}
+    elif not members:
         raise HoardError(f"removing node {remove} would leave the buckets no node; add another node first")
-    down = sorted(members - set(nodes))
-    if down:
-        raise HoardError(f"node(s) {', '.join(down)} of the cluster are down; a move needs every node that gives or "
-                         "takes partitions up: start them again first")
+    else:
+        down = sorted(members - set(nodes))
+        if down:
+            raise HoardError(f"node(s) {', '.join(down)} of the cluster are down; a move needs every node that "
+                             "gives or takes partitions up: start them again first")
+    declarations = await coord.buckets()
     for (db, bucket), assignment in sorted(assignments.items()):
         owners = assignment["owners"]
         decl = declarations.get((db, bucket)) or {}
         options = decl.get("options") or {}
-        if options.get("type", "hash") not in MOVABLE:
-            if set(owners) - members:  # moves carry hash and btree buckets' documents and their stores
-                raise HoardError(f"{db}.{bucket} is a {options.get('type')} bucket, whose partitions cannot be moved "
-                                 f"yet (hash, btree and blob buckets' can), and node {remove} holds part of it; export "
-                                 "it and drop it first (then create it again and load it once the node is removed)")
+        kind = options.get("type", "hash")
+        if kind not in MOVABLE:
             continue
         new = balance(len(owners), sorted(members), owners)
         for p, (old, owner) in enumerate(zip(owners, new)):
             if old != owner:
                 planned[(db, bucket, p)] = {"from": old, "to": owner, "state": "planned", "planned": time.time()}
-    if not await coord.plan_moves(planned, {node: bool(remove)}):
+    if not await coord.plan_moves(planned, {node: bool(remove)}, changed):
         raise HoardError("another change of the nodes was recorded meanwhile; look at hoarddb cluster status")
     return {"moves": [{"bucket": f"{db}.{b}", "partition": p, **m} for (db, b, p), m in sorted(planned.items())],
             "node": node, "added" if add else "removed": node}

@@ -31,12 +31,12 @@ import os
 from typing import Any
 
 from .. import operations
+from ..catalog import part_name
 from ..declaration import SPREADABLE, declare_bucket
 from ..errors import (
     BucketExistsError,
     ConnectionError_,
     HoardError,
-    NotFoundError,
     PartitionUnavailableError,
     TimeoutError_,
     VerbNotSupportedError,
@@ -48,11 +48,11 @@ from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from . import cursors as cluster_cursors
-from . import gathers, pick
-from .coord import Coordinator, OwnedElsewhere
+from . import gathers, heaps, members, pick, queues
+from .coord import Coordinator, NotAssigned, OwnedElsewhere
 from .membership import Membership
 from .moves import MOVE_FIELD, PARTS_FIELD, Mover
-from .partitions import DEFAULT_PARTITIONS, balance, partition_of
+from .partitions import DEFAULT_PARTITIONS, partition_of
 
 log = logging.getLogger("hoarddb.cluster")
 
@@ -63,8 +63,8 @@ _LEAST, _GREATEST, _TURNS, _TURNS_CLAIMED, _BY_CLAIM = "least", "greatest", "tur
 #: A blob bucket's put (its bytes in ``doc``) and load (in ``docs``, with their ids), by what they upload.
 _BLOB_PUT = next(o for o in operations.VERBS.values() if o.upload == "doc" and "blob" in o.types)
 _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and "blob" in o.types)
-#: Between the node and the queue's own claimId in a partitioned queue's claimIds: ``n2/000000000000002a.9f3c...``.
-CLAIM_SEP = "/"
+#: An export's gather: pages with a cursor.
+_PAGES = "pages"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
 _DOCUMENTS, _SUM, _COUNTS, _SPLIT, _WINDOWS, _PIPELINE = "documents", "sum", "counts", "split", "windows", "pipeline"
 #: A hash bucket's read of the documents matching a filter through the index that fits best (search): what
@@ -83,6 +83,7 @@ class ClusterNode:
         self.server = server
         self.node_id = node_id
         self.coord = Coordinator(endpoints, node_id, advertise, ttl=ttl)
+        self.coord.rejoined = self._take_back  # (after its lease ran out: the partitions assigned here)
         #: {(db, bucket): {"partitions": P, "owners": [node per partition]}}
         self.placements: dict[tuple[str, str], dict] = {}
         #: live nodes {id: {advertise, tls, fingerprint}}, refreshed every second
@@ -171,7 +172,8 @@ class ClusterNode:
             return True
         if op is operations.MORE:  # a cluster cursor's: read off the loop, which carries its owners' batches
             cursor_id = doc.get("cursor")
-            return isinstance(cursor_id, int) and not isinstance(cursor_id, bool) and cursor_id in self.cursor_sources
+            return isinstance(cursor_id, int) and not isinstance(cursor_id, bool) and (
+                cursor_id in self.cursor_sources or cursor_id in self.mover.part_cursors)
         if op is operations.CLUSTER_MAP:
             return True  # the map as clients see it (hoarddb/cluster/client_map.py)
         if op.runs != operations.STORE:
@@ -184,8 +186,18 @@ class ClusterNode:
         if self._joins_elsewhere(op, doc, place):
             return True  # run here over what every node holds (cluster/gathers.py: aggregate)
         p = self._partition(place, doc, op)
+        if queues.partitioned(place):  # (hoarddb/cluster/queues.py: a partition's own local bucket)
+            db, bucket = doc["db"], doc["bucket"]
+            if p is None or self.mover.note(db, bucket, p, op, doc) or self.coord.holds(db, bucket, p) is None \
+                    or not _pushes(op) or "field" in doc or not queues.exists(self, db, bucket, p):
+                return True
+            doc["bucket"] = part_name(bucket, p)  # a push to a partition held here: a single server's path
+            return False
         if p is None:  # sent by a node: this node's part of a scatter (Mover.part when a move is near)
-            return NODE_FIELD not in doc or self.mover.takes_part(doc)
+            if NODE_FIELD not in doc or self.mover.takes_part(doc):
+                return True
+            args = doc.get("args")  # a part opening a cursor: Mover.part notes it (its next batches are checked)
+            return type(args) is dict and args.get("batch_size") is not None
         if self.mover.note(doc["db"], doc["bucket"], p, op, doc):
             return True  # fenced: it waits for the hand-over (_one)
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
@@ -230,6 +242,8 @@ class ClusterNode:
         """The answer of a cluster cursor's read or ``more`` (hoarddb/cluster/cursors.py), or None for other requests."""
         op = operations.OPERATIONS.get(doc.get("op"))
         if op is operations.MORE:
+            if doc.get("cursor") in self.mover.part_cursors:  # this node's part of another node's cluster cursor
+                return await self.mover.more_part(doc)
             return await cluster_cursors.more(self, doc)
         args = doc.get("args")
         if NODE_FIELD in doc or op is None or not op.cursor or type(args) is not dict or args.get("batch_size") is None:
@@ -249,6 +263,8 @@ class ClusterNode:
         place = self.placements.get((doc.get("db"), doc.get("bucket")))
         if place is None or op.gather == _PIPELINE:
             return True
+        if NODE_FIELD in doc and self._partition(place, doc, op) is None:
+            return not self.mover.takes_part(doc)  # a part of a node's cluster cursor, read whole here: Mover.part
         return self._partition(place, doc, op) is not None
 
     async def _run(self, doc: dict) -> dict:
@@ -267,6 +283,8 @@ class ClusterNode:
                 and NODE_FIELD not in doc:
             return await self._blob_put(doc, place, None)
         p = self._partition(place, doc, op)
+        if p is None and queues.partitioned(place) and NODE_FIELD in doc and place["type"] in op.types:
+            return await queues.part(self, op, doc, place)  # this node's part, over the partitions it holds
         if p is None:
             if NODE_FIELD in doc or place["type"] not in op.types or (
                     not op.gather and op.key_param and op.param(op.key_param).kind != "filter"):
@@ -320,6 +338,8 @@ class ClusterNode:
                     return await self._one_try(doc, place, p)
             local = {k: v for k, v in doc.items() if k != NODE_FIELD}
             self.mover.note(db, bucket, p, operations.OPERATIONS[doc["op"]], doc)  # (its write submitted now)
+            if queues.partitioned(place):
+                return await queues.run_one(self, local, place, p)  # on the partition's own local bucket
             return await self.server.run_here(local)
         if NODE_FIELD in doc:  # sent here by a node whose map is older than ours
             raise PartitionUnavailableError(f"partition {p} of {db}.{bucket} is owned by node {owner}, not "
@@ -352,6 +372,10 @@ class ClusterNode:
             key = _blob_key_of(op, doc)
             return None if key is _NONE else partition_of(key, place["partitions"])
         if place.get("group") is not None:
+            if op.gather == _BY_CLAIM:  # a claimId names its partition: <p>/<id> (hoarddb/cluster/queues.py)
+                return queues.claims_partition(doc.get("args"), place["partitions"])
+            if NODE_FIELD in doc and queues.PART_FIELD in doc:  # a node's request for one partition (export's page)
+                return queues.named_partition(doc, place["partitions"])
             key = _group_of(op, doc, place)
             return None if key is _NONE else partition_of(key, place["partitions"])
         key = _key_of(op, doc)
@@ -371,16 +395,37 @@ class ClusterNode:
                                          "key": (decl["options"] or {}).get("key"),  # (a btree's sort key field)
                                          "group": (decl["options"] or {}).get("group")}  # (a partitioned queue's)
 
-    async def _claim_assigned(self, db: str, bucket: str) -> None:
+    async def _claim_assigned(self, db: str, bucket: str) -> int:
+        """Take the partitions of a bucket that the map assigns here and no node holds (each one transaction,
+        the assignment compared: coord.claim); how many this node holds then."""
         place = self.placements.get((db, bucket))
         if place is None:
-            return
+            return 0
         for p, owner in enumerate(place["owners"]):
             if owner == self.node_id and self.coord.holds(db, bucket, p) is None:
                 try:
-                    await self.coord.claim(db, bucket, p)
+                    await self.coord.claim(db, bucket, p, assigned=True)
                 except OwnedElsewhere as e:
                     log.warning("partition %d of %s.%s is assigned here but node %s holds it", p, db, bucket, e.node)
+                except NotAssigned as e:
+                    log.info("partition %d of %s.%s: the map now gives it to node %s", p, db, bucket, e.node)
+        return sum(1 for k in self.coord.held if k[:2] == (db, bucket))
+
+    async def _take_back(self) -> None:
+        """After this node's lease ran out and it joined again under a new one (coord.py): take back, as at
+        start, the partitions the map assigns here; a partition missed here is claimed at its first request."""
+        held = 0
+        for db, bucket in list(self.placements):
+            try:
+                await self.refresh_placement(db, bucket)
+                held += await self._claim_assigned(db, bucket)
+            except HoardError as e:
+                log.warning("lease: cannot take back the partitions of %s.%s yet (%s); each is taken at its next "
+                            "request", db, bucket, e.message)
+            except Exception:
+                log.exception("lease: taking back the partitions of %s.%s failed; each is taken at its next request",
+                              db, bucket)
+        log.info("lease: this node holds %d partition(s) again and serves them", held)
 
     # -- catalog changes
 
@@ -397,8 +442,7 @@ class ClusterNode:
                 return await self.server.run_here(doc)
             partitions = raw.get("partitions", 1)
             self.nodes = await self.coord.nodes()  # as they are now: a node that just joined gets its share
-            drained = await self.coord.drained()  # (nodes taken out by cluster remove-node get none)
-            owners = balance(partitions, [n for n in self.nodes if n not in drained] or [self.node_id])
+            owners = await members.new_bucket_owners(self.coord, partitions, self.nodes, self.node_id)
             if not await self.coord.create_bucket(db, bucket, {"options": raw, "partitions": partitions}, owners):
                 raise BucketExistsError(f"bucket {bucket!r} already exists in database {db!r}")
             doc = {**doc, "options": raw}
@@ -597,7 +641,9 @@ class ClusterNode:
         pop, claim and peek take from the owners in turn: each call starts at the node after the one
         the last pop or claim of this bucket (through this node) started at, and takes what it can
         there before going on to the next, until it has ``limit`` elements or every owner was asked.
-        A claimId is given back as ``<node>/<claimId>``; ack, release and extend send each to its node.
+        Each owner's part runs over the partitions it holds, each in its own local bucket (hoarddb/cluster/queues.py);
+        a claimId is given back as ``<p>/<claimId>``, and ack, release and extend go to that partition's owner.
+        A partitioned heap's pop, claim and peek take the best of the owners' tops instead (hoarddb/cluster/heaps.py).
         """
         args = dict(doc.get("args") or {})
         owners = sorted(set(place["owners"]))
@@ -605,10 +651,12 @@ class ClusterNode:
             answers = await asyncio.gather(*(self._here_or_there(n, doc) for n in owners))
             bad = next((a for a in answers if a.get("ok") != 1), None)
             return bad or {"ok": 1, "result": sum(a["result"] for a in answers)}
-        if op.gather == _BY_CLAIM:
-            return await self._claims_by_node(op, doc, owners)
+        if op.gather == _BY_CLAIM:  # claimIds of several partitions (or none): each partition's to its owner
+            return await queues.claims_by_partition(self, op, doc, place)
         if op.gather == _DOCUMENTS:
-            return await self._queue_list(op, doc, owners)
+            return await self._queue_list(op, doc, owners, place)
+        if op.gather == _PAGES and queues.partitioned(place):  # partition after partition (hoarddb/cluster/queues.py)
+            return await queues.export(self, op, doc, place)
         if _pushes(op):  # a push whose document is none: refused as on one server
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
         if op.gather not in (_TURNS, _TURNS_CLAIMED):
@@ -622,6 +670,9 @@ class ClusterNode:
         start = self._turns.get(turn, 0) % len(owners)
         if op.write:  # a pop or a claim (a peek looks where the next one starts)
             self._turns[turn] = start + 1
+        if place["type"] == "heap":  # the best of the owners' tops (hoarddb/cluster/heaps.py)
+            return await heaps.take(self, op, doc, owners[start:] + owners[:start], want,
+                                    limit is None and op.gather == _TURNS)
         got: list = []
         refusal = None
         for node in owners[start:] + owners[:start]:
@@ -633,17 +684,14 @@ class ClusterNode:
                     return answer if not got else {"ok": 1, "result": got}
                 refusal = refusal or answer  # a node that is down: the others' elements are taken
                 continue
-            items = answer.get("result") or []
-            if op.gather == _TURNS_CLAIMED:
-                items = [{**c, "claimId": f"{node}{CLAIM_SEP}{c['claimId']}"} for c in items]
-            got.extend(items)
+            got.extend(answer.get("result") or [])  # (a claimId names its partition already: queues.py)
         if not got and refusal is not None:
             return refusal
         if limit is None and op.gather == _TURNS:
             return {"ok": 1, "result": got[0] if got else None}
         return {"ok": 1, "result": got}
 
-    async def _queue_list(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
+    async def _queue_list(self, op: operations.Operation, doc: dict, owners: list[str], place: dict) -> dict:
         """list over a partitioned queue: each owner's elements in storage order, owner after owner; after and limit
         counted over the whole."""
         args = dict(doc.get("args") or {})
@@ -655,41 +703,9 @@ class ClusterNode:
         bad = next((a for a in answers if a.get("ok") != 1), None)
         if bad is not None:
             return bad
+        if place["type"] == "heap":  # in pop order, merged
+            return {"ok": 1, "result": heaps.merged_list(answers, after, limit)}
         return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
-
-    async def _claims_by_node(self, op: operations.Operation, doc: dict, owners: list[str]) -> dict:
-        """ack, release or extend over a partitioned queue: each ``<node>/<claimId>`` sent to its node, the
-        counts added up."""
-        args = dict(doc.get("args") or {})
-        given = args.get("claimId")
-        single = isinstance(given, str)
-        ids = [given] if single else given
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-            return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
-        by_node: dict[str, list[str]] = {}
-        for claim_id in ids:
-            node, sep, local = claim_id.partition(CLAIM_SEP)
-            if not sep or node not in owners:
-                raise NotFoundError(f"{op.name}: {claim_id!r:.80} is not a claimId of this partitioned queue (its "
-                                    f"claimIds are <node>{CLAIM_SEP}<id>, as claim gave them)")
-            by_node.setdefault(node, []).append(local)
-        nodes = sorted(by_node)
-        answers = await asyncio.gather(*(self._here_or_there(
-            n, {**doc, "args": {**args, "claimId": by_node[n][0] if single else by_node[n]}}) for n in nodes))
-        bad = next((a for a in answers if a.get("ok") != 1), None)
-        if bad is not None:
-            return bad
-        results = [a.get("result") for a in answers]
-        if single or not all(isinstance(r, dict) for r in results):
-            result = results[0]
-            if isinstance(result, dict) and isinstance(result.get("claimId"), str):  # (a claimId given back)
-                result = {**result, "claimId": f"{nodes[0]}{CLAIM_SEP}{result['claimId']}"}
-            return {"ok": 1, "result": result}
-        merged: dict = {}
-        for r in results:
-            for k, v in r.items():
-                merged[k] = merged.get(k, 0) + v if isinstance(v, int) else v
-        return {"ok": 1, "result": merged}
 
     # -- spread blob buckets: a blob's partition is a hash of its id
 
@@ -933,6 +949,10 @@ class ClusterNode:
                              place: dict | None = None) -> dict:
         if node == self.node_id:
             await self._claim_assigned(doc["db"], doc["bucket"])
+            here = place or self.placements.get((doc["db"], doc["bucket"]))
+            if queues.partitioned(here):  # this node's part over the partitions it holds (hoarddb/cluster/queues.py)
+                return await queues.part(self, op or operations.OPERATIONS[doc["op"]], {**doc, NODE_FIELD: self.node_id},
+                                         here)
             if op is not None and PARTS_FIELD in doc:
                 try:
                     return await self.mover.part(op, {**doc, NODE_FIELD: self.node_id}, place)
@@ -1030,6 +1050,7 @@ class ClusterNode:
             hoarddb_cluster_forwarded_requests_total     requests (and parts of gathered ones) sent to another node
             hoarddb_cluster_etcd_round_trip_seconds      the last lease renewal's round trip to etcd
             hoarddb_cluster_lease_fresh                  1 while this node's lease surely lives, else 0
+            hoarddb_cluster_lease_lapses_total           times etcd let this node's lease run out while it ran
             hoarddb_cluster_pick_retries_total           writes picking one document whose pick changed: looked again
             hoarddb_cluster_moves_total                  partitions this node handed over to another
             hoarddb_cluster_moved_documents_total        documents it sent in moves (catch-up rounds included)
@@ -1052,6 +1073,9 @@ class ClusterNode:
                                         value=node.coord.round_trip_ms / 1000)
                 yield GaugeMetricFamily("hoarddb_cluster_lease_fresh", "1 while this node's lease surely lives",
                                         value=1 if node.coord.lease_fresh() else 0)
+                yield CounterMetricFamily("hoarddb_cluster_lease_lapses",
+                                          "Times etcd let this node's lease run out while it ran (it joined again)",
+                                          value=node.coord.lapses)
                 yield CounterMetricFamily("hoarddb_cluster_pick_retries",
                                           "Writes picking one document over a spread bucket whose pick changed "
                                           "before its write, so that they looked again", value=node.pick_retries)
@@ -1077,7 +1101,7 @@ _NONE = object()
 
 #: The gathers (the table's) that merge here what each owner sends: export's pages, distinct's values, aggregate's
 #: pipeline run over the documents gathered.
-_GATHERED_WHOLE = {"pages": gathers.export, "values": gathers.distinct, "pipeline": gathers.aggregate}
+_GATHERED_WHOLE = {_PAGES: gathers.export, "values": gathers.distinct, "pipeline": gathers.aggregate}
 
 
 def _lookups(value: Any) -> list:

@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import operations
 from ..version import __version__
+from ..catalog import check_name, is_part
 from ..engine import Engine
 from ..operations import CLOSE_CURSOR, METRICS, MORE, check_request
 from ..errors import (BadValueError, ConnectionError_, CursorNotFoundError, DocumentTooLargeError, HoardError,
@@ -585,6 +586,12 @@ class Server:
             elif self.cluster is not None and "_node" in doc and not principal.admin:
                 request.refusal = UnauthorizedError("the request field _node is for the nodes of a cluster (they log "
                                                     "in with the admin role); leave it out")
+                how = "inline"
+            elif is_part(doc.get("bucket")):  # a cluster node's hidden partition: not a name a client may give
+                try:
+                    check_name(doc["bucket"], "bucket")
+                except HoardError as e:
+                    request.refusal = e
                 how = "inline"
             elif self.cluster is not None and self.cluster.takes(doc):
                 how = "cluster"  # forwarded, gathered, or first taken in etcd (run_request)

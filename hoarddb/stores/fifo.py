@@ -571,6 +571,29 @@ class FifoStore(ClaimVerbs, SegmentStore):
                 (target / CLAIMS_DIR).mkdir()
                 self._claims_kv.env.copy(str(target / CLAIMS_DIR), compact=True)
 
+    def backup_changed(self, target: Path, unchanged: set[str]) -> list[str]:
+        """:meth:`backup` without the files named in ``unchanged``: segments an earlier backup of this open
+        bucket copied that were not its last. Those never change while the log stays open (appends go to the
+        last segment; a pop moves the head in ``state.bson`` and unlinks the segments it left), so that earlier
+        copy of them and this backup make the bucket as it is now. Returns the name of every file the bucket's
+        folder has now (those left out included); ``claims/`` is copied whole. A cluster's move of a whole fifo
+        sends the bucket this way twice: all of it while it serves, then what may have changed under the fence
+        (hoarddb/cluster/queue_moves.py)."""
+        import shutil
+
+        with self._claim_lock, self.log.held():
+            target.mkdir(parents=True)
+            names = []
+            for path in sorted(self.directory.iterdir()):
+                if path.is_file():
+                    names.append(path.name)
+                    if path.name not in unchanged:
+                        shutil.copyfile(path, target / path.name)
+            if self._claims_kv is not None:
+                (target / CLAIMS_DIR).mkdir()
+                self._claims_kv.env.copy(str(target / CLAIMS_DIR), compact=True)
+        return names
+
     def stats(self) -> dict:
         """``{"entries": ready, "claimed": held, "bytes": bytes on disk, "data_bytes": bytes of its entries
         (claimed ones included), "segments": segment files}``."""

@@ -11,7 +11,6 @@ import pytest
 
 import hoarddb
 from hoarddb.cluster.coord import Coordinator
-from hoarddb.cluster.moves import MOVABLE
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
@@ -167,18 +166,11 @@ def test_a_drain_refused_or_cut_short_stops_the_node_saying_why(tmp_path):
         try:
             n1.start()
             with hoarddb.connect(n1.url()) as client:  # made while n1 is alone: n1 owns it
-                client["app"].create_bucket("Jobs", type="fifo")
+                client["app"].create_bucket("Jobs", type="fifo", partitions=3, group="g")
                 client["app"].Jobs.push({"job": 1})
             n2.start()
             n3.start()
             fill(n1.url(), pad="y" * 500)  # spread over the three nodes
-            if "fifo" not in MOVABLE:  # (until queue partitions move) the drain is refused, saying why
-                assert n1.terminate(60) == 0
-                log = n1.log_text()
-                assert "drain refused: app.Jobs is a fifo bucket, whose partitions cannot be moved yet" in log
-                assert "stopping without draining" in log
-                assert status(etcd)["buckets"]["app.Jobs"]["unavailable"] == [0]
-                n1.start()
             with hoarddb.connect(n1.url()) as client:
                 assert client["app"].Jobs.pop() == {"job": 1}
                 client["app"].drop_bucket("Jobs")
@@ -209,6 +201,121 @@ def test_a_drain_refused_or_cut_short_stops_the_node_saying_why(tmp_path):
         finally:
             for n in (n1, n2, n3):
                 n.stop()
+
+
+def members(etcd):
+    """``{member: partitions assigned}`` as cluster status shows them, and whether etcd records them."""
+    st = status(etcd)
+    return {n: m["assigned"] for n, m in st["members"].items() if m["up"]}, st["members_recorded"]
+
+
+def test_a_member_holding_nothing_takes_the_partitions_of_a_node_drained_or_removed(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        n1 = node(tmp_path, etcd, "n1", "--join", "--drain-on-stop")
+        n2, n3 = node(tmp_path, etcd, "n2", "--join"), node(tmp_path, etcd, "n3", "--join")
+        try:
+            n1.start()
+            wait_for(lambda: "nothing to move" in n1.log_text(), "n1's join")
+            assert members(etcd) == ({"n1": 0}, True)  # a member before any bucket exists
+            with hoarddb.connect(n1.url()) as client:
+                db = client["app"]
+                db.create_bucket("Pairs", type="hash", partitions=2)
+                db.Pairs.batch_insert([{"_id_": f"k{i}", "n": i} for i in range(200)])
+                db.create_bucket("Notes", type="hash", placement="whole")
+                db.Notes.insert({"_id_": "note", "text": "kept"})
+            n2.start()
+            wait_for(lambda: "join: done" in n2.log_text(), "n2's join")
+            n3.start()  # two partitions, three members: n3 is given none of Pairs, Notes stays whole on n1
+            wait_for(lambda: "holds its share of every bucket already" in n3.log_text(), "n3's join")
+            assert members(etcd) == ({"n1": 2, "n2": 1, "n3": 0}, True)
+            text = hoarddb_cli("cluster", "status", "--cluster", etcd.url).stdout
+            assert "members: 3  n1 (assigned 2 partition(s)), n2 (assigned 1 partition(s)), n3 (holds nothing)" \
+                in text, text
+            with hoarddb.connect(n3.url()) as client:  # a bucket created now gives the member holding nothing its share
+                client["app"].create_bucket("Later", type="hash", partitions=3)
+            assert set(status(etcd)["buckets"]["app.Later"]["nodes"]) == {"n1", "n2", "n3"}
+
+            # n1 drains at SIGTERM: its partition of Pairs goes to n3, which held none of it
+            assert n1.terminate(90) == 0
+            assert "drain: done" in n1.log_text(), n1.log_text()[-2000:]
+            st = status(etcd)
+            assert st["moves"] == [] and set(st["members"]) == {"n2", "n3"} and st["removed"] == ["n1"]
+            assert st["buckets"]["app.Pairs"]["nodes"] == {"n2": {"assigned": 1, "held": 1},
+                                                           "n3": {"assigned": 1, "held": 1}}
+            assert set(st["buckets"]["app.Notes"]["nodes"]) == {"n2"}
+            for n in (n2, n3):
+                with hoarddb.connect(n.url()) as client:
+                    assert client["app"].Pairs.count() == 200 and client["app"].Pairs.get("k7") == {"_id_": "k7", "n": 7}
+                    assert client["app"].Notes.get("note")["text"] == "kept"
+
+            # n1 joins again: it takes one partition of Later (3 over 3) and none of Pairs (2 over 3) or Notes (whole);
+            # remove-node n2 hands it n2's partition of Pairs and Notes
+            n1.start()
+            wait_for(lambda: "join: done" in n1.log_text(), "n1's second join")
+            wait_no_moves(etcd)
+            st = status(etcd)
+            assert members(etcd)[0] == {"n1": 1, "n2": 3, "n3": 2}
+            assert "n1" not in st["buckets"]["app.Pairs"]["nodes"] and "n1" not in st["buckets"]["app.Notes"]["nodes"]
+            removed = hoarddb_cli("cluster", "remove-node", "n2", "--cluster", etcd.url, "--wait", "90")
+            assert removed.returncode == 0, removed.stderr
+            wait_no_moves(etcd)
+            st = status(etcd)
+            assert set(st["members"]) == {"n1", "n3"} and st["nodes"]["n2"]["member"] is False
+            for name in ("app.Pairs", "app.Notes", "app.Later"):
+                assert "n2" not in st["buckets"][name]["nodes"] and st["buckets"][name]["unavailable"] == []
+            assert st["buckets"]["app.Pairs"]["nodes"]["n1"] == {"assigned": 1, "held": 1}
+            assert set(st["buckets"]["app.Notes"]["nodes"]) == {"n1"}
+            text = hoarddb_cli("cluster", "status", "--cluster", etcd.url).stdout
+            assert "not a member: serves as an entry, owns nothing" in text.splitlines()[2], text
+            with hoarddb.connect(n2.url()) as client:  # n2, up but no member: an entry, given no share of a new bucket
+                db = client["app"]
+                assert db.Pairs.count() == 200 and db.Notes.get("note")["text"] == "kept"
+                db.create_bucket("After", type="hash", partitions=4)
+                db.After.batch_insert([{"_id_": i} for i in range(40)])
+                assert db.After.count() == 40
+            assert set(status(etcd)["buckets"]["app.After"]["nodes"]) == {"n1", "n3"}
+            assert local_keys(n2, "app", "After") == [] and local_keys(n2, "app", "Pairs") == []
+        finally:
+            for n in (n2, n3, n1):
+                n.stop()
+
+
+def test_members_are_recorded_by_plans_and_implied_before_the_first(etcd):
+    from hoarddb.cluster import members as cluster_members
+    from hoarddb.cluster.moves import plan
+    from hoarddb.errors import HoardError
+
+    async def main():
+        n1, n2, n3 = (Coordinator([etcd.endpoint], n, f"127.0.0.1:{7000 + i}", ttl=2)
+                      for i, n in enumerate(("n1", "n2", "n3")))
+        await n1.start()
+        await n2.start()
+        try:
+            # nodes never added, no bucket: the nodes up are the members, and a bucket would be shared by them
+            assert await n1.members() is None
+            assert await cluster_members.current(n1) == ({"n1", "n2"}, False)
+            assert await cluster_members.new_bucket_owners(n1, 4, await n1.nodes(), "n1") == ["n1", "n2", "n1", "n2"]
+            await n3.start()
+            await plan(n1, add="n3")  # the first plan records the implied members with its own
+            assert await n1.members() == {"n1", "n2", "n3"}
+            await plan(n1, remove="n2")
+            assert await n1.members() == {"n1", "n3"} and await n1.drained() == {"n2"}
+            # a node up but not a member is given no share of a new bucket
+            assert set(await cluster_members.new_bucket_owners(n1, 4, await n1.nodes(), "n1")) == {"n1", "n3"}
+            await n3.stop()  # a member down: a plan that would give it partitions is refused ...
+            with pytest.raises(HoardError, match="node[(]s[)] n3 of the cluster are down"):
+                await plan(n1, add="n2")
+            assert await n1.members() == {"n1", "n3"}  # (nothing recorded)
+            await plan(n1, remove="n3")  # ... but a member down that holds nothing can be removed
+            assert await n1.members() == {"n1"}
+            with pytest.raises(HoardError, match="would leave the buckets no node"):
+                await n1.create_bucket("app", "Notes", {"options": {}, "partitions": 1}, ["n1"]) \
+                    and await plan(n1, remove="n1")
+            assert await n1.members() == {"n1"}
+        finally:
+            for c in (n1, n2, n3):
+                await c.stop()
+    asyncio.run(main())
 
 
 def test_join_and_drain_need_a_cluster(tmp_path):

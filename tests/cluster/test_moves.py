@@ -189,6 +189,8 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
                 admin["app"].Users.batch_insert([{"_id_": i, "Email": f"u{i}@x"} for i in range(50)])
                 users_owner = status(etcd)["buckets"]["app.Users"]["nodes"]
             assert list(users_owner) == ["n1"]  # (so that removing n1 moves it)
+            st = status(etcd)  # nodes never added: no member recorded, those holding partitions are the members
+            assert not st["members_recorded"] and set(st["members"]) == {"n1", "n2"}
             early = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
             assert early.returncode == 1 and "node n3 is not up" in early.stderr
             with Load(nodes) as load:
@@ -209,6 +211,7 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
             assert len(load.acked) > after_add > 0  # writes went on through both moves
             st = status(etcd)
             assert st["moves"] == [] and st["removed"] == ["n1"]
+            assert st["members_recorded"] and set(st["members"]) == {"n2", "n3"}  # the first plan recorded them
             per_node = st["buckets"]["app.Events"]["nodes"]
             assert "n1" not in per_node and per_node["n2"] == per_node["n3"] == {"assigned": 6, "held": 6}
             before = {f"pre{i}" for i in range(600)}
@@ -609,13 +612,9 @@ def test_store_fields_btree_entries_and_blobs_move_while_clients_write_them(tmp_
                 time.sleep(0.5)
                 with load.lock:
                     after_add = sum(len(v) for v in load.acked.values())
-                with hoarddb.connect(url) as admin:  # a queue does not move: the removal is refused, naming it
+                with hoarddb.connect(url) as admin:  # a partitioned queue's partitions move too
                     admin["app"].create_bucket("Jobs", type="fifo", partitions=3, group="g")
-                    refused = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url)
-                    assert refused.returncode == 1
-                    assert "app.Jobs is a fifo bucket, whose partitions cannot be moved yet" in refused.stderr
-                    assert status(etcd)["moves"] == []  # nothing of the plan recorded
-                    admin["app"].drop_bucket("Jobs")
+                    admin["app"].Jobs.batch_push([{"g": i % 5, "n": i} for i in range(30)])
                 removed = hoarddb_cli("cluster", "remove-node", "n1", "--cluster", etcd.url, "--wait", "90")
                 assert removed.returncode == 0, removed.stderr
                 time.sleep(0.5)
@@ -634,6 +633,9 @@ def test_store_fields_btree_entries_and_blobs_move_while_clients_write_them(tmp_
                 for k in keys:
                     assert client["app"].Props[k].Friends.get("bob") == {"since": k}
                     assert client["app"].Props.get(k)["_id_"] == k
+                jobs = client["app"].Jobs.pop(100)  # every element once, each group in push order
+                assert sorted(e["n"] for e in jobs) == list(range(30))
+                assert all([e["n"] for e in jobs if e["g"] == g] == list(range(g, 30, 5)) for g in range(5))
             for k in keys:
                 assert blob_bytes(nodes[1:], k) == k.encode() * 1000
             # the old owner kept nothing: no document, and no store (its fields folder holds no blob)
@@ -669,9 +671,9 @@ def test_btree_and_blob_moves_whose_new_owner_is_killed_midway_start_over_and_le
                 admin["app"].create_bucket("Board", type="btree", key="Score", partitions=6)
                 blobs = {}
                 for i in range(90):
-                    # ~20 KB each (the moves take seconds at the throttle, so the kill lands mid-move), and three
-                    # of 1.5 MB, moved in pieces
-                    data = bytes([i]) * (20_000 if i % 30 else 1_500_000)
+                    # ~40 KB each (the third of them that moves takes ~6 s at the throttle, so the kill lands
+                    # mid-move), and three of 1.5 MB, moved in pieces
+                    data = bytes([i]) * (40_000 if i % 30 else 1_500_000)
                     blobs[admin["app"].Blobs.put({"data": data, "name": f"b{i}"})] = data
                 admin["app"].Board.batch_insert([{"Score": i % 97, "n": i} for i in range(600)])
             n3.start()

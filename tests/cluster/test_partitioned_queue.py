@@ -1,6 +1,6 @@
 """A partitioned queue: a fifo or lifo bucket with partitions and a group field. Each element lives
 in the partition of its group value; order is kept per group (FIFO or LIFO), not across groups;
-pop, peek and claim take from the owners in turn; claimIds carry their node."""
+pop, peek and claim take from the owners in turn; claimIds carry their partition."""
 
 import random
 import threading
@@ -8,8 +8,10 @@ import threading
 import pytest
 
 import hoarddb
-from hoarddb.errors import NotFoundError
+from hoarddb.errors import HoardError, NotFoundError
 from hoarddb.testing.etcd import etcd_available
+from hoarddb.tools.dump import dump
+from hoarddb.tools.restore import restore
 
 from .test_nodes import running_nodes
 
@@ -89,7 +91,7 @@ def test_claims_are_acked_released_and_extended_through_any_node(cluster):
         clients[0]["app"].Work.push({"G": f"w{i % 10}", "n": i})
     claimed = clients[1].execute({"op": "claim", "db": "app", "bucket": "Work", "args": {"limit": 12}})["result"]
     assert len(claimed) == 12 and len({c["claimId"] for c in claimed}) == 12
-    assert len({c["claimId"].split("/")[0] for c in claimed}) > 1  # from several nodes
+    assert len({c["claimId"].split("/")[0] for c in claimed}) > 1  # from several partitions
     ids = [c["claimId"] for c in claimed]
     acked = clients[2].execute({"op": "ack", "db": "app", "bucket": "Work", "args": {"claimId": ids[:10]}})
     assert acked["result"] == {"acked": 10}
@@ -147,3 +149,63 @@ def test_eight_clients_lose_and_repeat_nothing(cluster):
     everything = [e["n"] for p in popped for e in p]
     assert sorted(everything) == sorted(t * 1000 + i for t in range(pushers) for i in range(per_pusher))
     assert all(in_group_order(p) for p in popped)  # each popper saw every group in push order
+
+
+def test_a_partition_s_own_local_bucket_never_shows(cluster, tmp_path):
+    """Each node keeps a partition it owns in a hidden local bucket of its own: list_buckets, describe, stats, the admin
+    check, a backup's catalog and dump show only the queue (describe and stats counting the node's partitions), and a
+    client cannot name one."""
+    nodes, clients = cluster
+    clients[0]["hid"].create_bucket("Q", type="fifo", partitions=4, group="G")
+    for i in range(40):
+        clients[i % 3]["hid"].Q.push({"G": i % 8, "n": i})
+    entries = []
+    for node, c in zip(nodes, clients):
+        assert c["hid"].buckets() == ["Q"]
+        described = c.execute({"op": "describe_bucket", "db": "hid", "bucket": "Q"})["result"]
+        stats = c.execute({"op": "stats", "db": "hid", "bucket": "Q"})["result"]
+        with hoarddb.connect(node.url()) as here:
+            mine = here.execute({"op": "length", "db": "hid", "bucket": "Q", "_node": "test"})["result"]
+        assert described["entries"] == stats["entries"] == mine  # what this node holds of the queue, as one bucket
+        entries.append(mine)
+        checked = c.execute({"op": "check", "db": "hid"})["result"]["buckets"]
+        assert [b["bucket"] for b in checked] == ["Q"]
+        with pytest.raises(HoardError, match="invalid bucket name"):
+            c.execute({"op": "length", "db": "hid", "bucket": "Q~p0"})
+    assert sum(entries) == 40 and sum(1 for e in entries if e) > 1
+    through = dump(clients[1], "hid", tmp_path / "cluster-dump")  # the cluster's dump: the queue's 40, once
+    assert [(b.bucket, b.documents) for b in through.buckets] == [("Q", 40)]
+    restore(clients[2], tmp_path / "cluster-dump" / "hid", db="hid2")  # and restored into a cluster: split by group
+    assert clients[0]["hid2"].buckets() == ["Q"] and clients[1]["hid2"].Q.length() == 40
+    assert in_group_order(clients[0]["hid2"].Q.pop(100))
+    copy = tmp_path / "copy"
+    clients[0].execute({"op": "backup", "path": str(copy)})
+    with hoarddb.open(copy) as alone:  # the node's directory opened alone: the queue, without its partitions' buckets
+        assert alone["hid"].buckets() == ["Q"]
+        report = dump(alone, "hid", tmp_path / "dump")
+        assert [b.bucket for b in report.buckets] == ["Q"]
+
+
+def test_export_reads_every_partition_in_pages_through_any_node(cluster):
+    """export of a partitioned queue: every element once, partition after partition, each group in its order, in
+    pages of any size, with its cursor passed back through any node; a bad cursor refused saying what it is."""
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Out", type="fifo", partitions=5, group="G")
+    pushed = [{"G": f"e{i % 9}", "n": i} for i in range(120)]
+    clients[1]["app"].Out.batch_push(pushed)
+    for size in (1, 7, 50, 1000):
+        got, cursor, calls = [], None, 0
+        while True:
+            page = clients[calls % 3].execute({"op": "export", "db": "app", "bucket": "Out",
+                                               "args": {"limit": size, **({"cursor": cursor} if cursor else {})}})
+            got += page["result"]["docs"]
+            cursor = page["result"]["next"]
+            calls += 1
+            assert len(page["result"]["docs"]) == size or cursor is None
+            if cursor is None:
+                break
+        assert sorted(e["n"] for e in got) == list(range(120))
+        assert in_group_order(got)
+    assert clients[2]["app"].Out.length() == 120  # export removes nothing
+    with pytest.raises(HoardError, match="export's cursor of a partitioned queue"):
+        clients[0].execute({"op": "export", "db": "app", "bucket": "Out", "args": {"cursor": 5}})

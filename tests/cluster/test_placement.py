@@ -42,14 +42,15 @@ def test_partitions_are_checked(db):
         db.create_bucket("B", type="hash", partitions=4, placement="whole")
     with pytest.raises(BadValueError, match="partitioned queue, which needs group"):
         db.create_bucket("Q", type="fifo", partitions=4)
-    with pytest.raises(BadValueError, match="partitioned heap is not built yet"):
-        db.create_bucket("H", type="heap", partitions=4, group="G")
+    with pytest.raises(BadValueError, match="partitioned queue, which needs group"):
+        db.create_bucket("H", type="heap", partitions=4)
     with pytest.raises(BadValueError, match="a hash bucket takes none"):
         db.create_bucket("G", type="hash", group="G")
     with pytest.raises(BadValueError, match="group is the name of a field"):
         db.create_bucket("G", type="lifo", partitions=2, group=3)
     db.create_bucket("Q", type="fifo", partitions=1)
     db.create_bucket("P", type="fifo", partitions=4, group="Customer")  # a single server keeps one order
+    db.create_bucket("H", type="heap", partitions=4, group="Customer")
 
 
 def test_alter_placement_is_checked(client, db):

@@ -252,3 +252,38 @@ def test_a_list_over_a_spread_btree_is_read_in_pages_in_sort_key_order(cluster):
         for c in clients:
             got, _pages = read_pages(c, {"op": "list", "db": "app", "bucket": "Ranks", "args": args}, 45)
             assert [(e["User"], e["Score"]) for e in got] == [(e["User"], e["Score"]) for e in expected]
+
+
+
+def test_an_owner_s_part_cursor_open_across_a_move_refuses_its_next_batch(tmp_path):
+    # An owner reads its part of a cluster cursor from its local bucket with no cut while that bucket holds
+    # exactly its partitions. A move to or from it changes what the bucket holds (documents arrive, or are purged
+    # once handed over): the part's next batch is refused, not read on with documents given twice or missed.
+    from hoarddb.cluster.partitions import partition_of
+
+    from .test_moves import hoarddb_cli, local_keys
+
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = start_nodes(tmp_path, etcd, 3)
+        try:
+            with hoarddb.connect(nodes[0].url()) as c1, hoarddb.connect(nodes[1].url()) as c2:
+                c1["app"].create_bucket("Moving", type="hash", partitions=6)
+                c1["app"].Moving.batch_insert([{"_id_": i} for i in range(600)])
+                mine = sorted({partition_of(k, 6) for k in local_keys(nodes[1], "app", "Moving")})
+                assert mine
+                part = {"op": "find", "db": "app", "bucket": "Moving", "_node": "n1", "_parts": mine,
+                        "args": {"filter": {}, "batch_size": 10}}
+                first = c2.execute(part)
+                assert first.get("cursor") and len(first["result"]) == 10
+                assert all(partition_of(d["_id_"], 6) in mine for d in first["result"])
+                more = c2.execute({"op": "more", "cursor": first["cursor"], "batch_size": 10})
+                assert len(more["result"]) == 10  # (no move yet: it reads on)
+                removed = hoarddb_cli("cluster", "remove-node", "n2", "--cluster", etcd.url, "--wait", "90")
+                assert removed.returncode == 0, removed.stderr
+                with pytest.raises(PartitionUnavailableError, match="while this cursor was open"):
+                    c2.execute({"op": "more", "cursor": more["cursor"], "batch_size": 10})
+                assert cursors_open(nodes[1]) == 0.0
+        finally:
+            for n in nodes:
+                n.stop()
+

@@ -375,6 +375,37 @@ class TestFifo(SegmentStoreContract):
         assert everything(store) == [5, 6, 7]
         store.close()
 
+    @pytest.mark.parametrize("sync", [True, False])
+    def test_a_backup_then_what_changed_since_make_the_queue_as_it_is_now(self, tmp_path, sync):
+        """backup_changed leaves out the segments an earlier backup had that were not its last: that backup's copy
+        of those still present, and the second backup, open as the queue now is (head, tail, claims)."""
+        bucket = tmp_path / "Queue"
+        bucket.mkdir()
+        store = open_store(FifoStore, bucket, sync=sync, segment_size=SMALL)
+        store.batch_push([doc(i, 300) for i in range(60)])
+        claimed = store.claim(3, lease=60)
+        store.backup(tmp_path / "first")
+        first = sorted(p.name for p in (tmp_path / "first").iterdir() if p.name.startswith("seg_"))
+        assert len(first) > 3
+        store.pop(20)  # the head passes some of the first backup's segments
+        store.batch_push([doc(i, 300) for i in range(60, 90)])  # the last one grows, new ones begin
+        store.ack(claimed[0]["claimId"])
+        names = store.backup_changed(tmp_path / "second", set(first[:-1]))
+        copied = {p.name for p in (tmp_path / "second").iterdir() if p.is_file()}
+        assert not copied & set(first[:-1]) and set(names) >= copied and "state.bson" in copied
+        together = tmp_path / "together"
+        shutil.copytree(tmp_path / "second", together)
+        for name in names:
+            if name in first[:-1]:
+                shutil.copyfile(tmp_path / "first" / name, together / name)
+        expected = everything(store)
+        store.close()
+        copy = open_store(FifoStore, together, segment_size=SMALL)
+        assert everything(copy) == expected == list(range(23, 90))
+        assert copy.ack([c["claimId"] for c in claimed[1:]]) == {"acked": 2}  # the claims, their tokens too
+        assert ids(copy.pop(100)) == list(range(23, 90))
+        copy.close()
+
 
 # -- the stateful model test ------------------------------------------------------------------
 
