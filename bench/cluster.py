@@ -4,7 +4,10 @@
     python bench/cluster.py --seconds 6 --rounds 3 --no-postgres --no-redis
 
 Two clusters run side by side for the whole run, each with its own etcd member: "1 node"
-(n1) and "2 nodes" (n1, n2), every node a ``hoarddb server --cluster`` process. Each has a
+(n1) and "2 nodes" (n1, n2), every node a ``hoarddb server --cluster`` process. The 2 nodes
+are measured twice: "2 node(s)", clients with ``route=any`` (each request to the node it
+entered by, which forwards what it does not own), and "2 nodes, by owner", clients that
+send each keyed request to its partition's owner (the default, hoarddb/client/router.py). Each has a
 spread hash bucket ``bench.Docs`` (64 partitions, a plain index on CompanyID) preloaded
 with 20,000 documents of ~1 KB (bench/peers_work.user_doc). Each round runs, on one
 configuration then the other, for ``--seconds`` each:
@@ -28,7 +31,8 @@ Then, on the 2-node cluster, **the cost of a forward**: one client sends gets on
 to n1, alternating keys n1 owns and keys n2 owns (latency p50/p99 of each: what a forward
 adds), and 16 clients send all their gets (then inserts) to n1 for keys n2 owns, then for
 keys n1 owns: n1's CPU per operation is what entering and forwarding costs, n2's what
-running a forwarded request costs. docs/benchmarks.md records a run and projects 3, 10 and
+running a forwarded request costs; then 16 clients given n1's URL alone but routing by
+owner (each node's CPU per operation: what a request costs where it runs, nothing forwarded). docs/benchmarks.md records a run and projects 3, 10 and
 100 nodes from these figures. Linux only.
 """
 
@@ -170,13 +174,15 @@ class Cluster:
             self.stop()
             raise
 
-    def url(self, first: int = 0, only: int | None = None) -> str:
+    def url(self, first: int = 0, only: int | None = None, route: str = "any") -> str:
+        """A URL listing every node from the ``first``-th (or node ``only`` alone); ``route``: "any" sends
+        every request to the URL's node, "owner" each keyed one to its partition's owner (client/router.py)."""
         ports = [n.port for n in self.nodes]
         if only is not None:
             ports = [ports[only]]
         else:
             ports = ports[first % len(ports):] + ports[:first % len(ports)]
-        return "hoarddb://" + ",".join(f"127.0.0.1:{p}" for p in ports) + "/?insecure=true&timeout=60"
+        return "hoarddb://" + ",".join(f"127.0.0.1:{p}" for p in ports) + f"/?insecure=true&timeout=60&route={route}"
 
     def cpu(self) -> list[float]:
         return [process_cpu(n.pid) for n in self.nodes]
@@ -295,15 +301,20 @@ def main() -> None:
                     (tmp / "redis").mkdir()
                     rs = RedisServer(tmp / "redis")
         kinds = ["insert", "get", "search", "push", "pop"]
+        # the 2 nodes twice: clients entering through either node (which forwards what it does not own),
+        # and clients sending each keyed request to its owner (search and pop go to every owner either way)
+        sides = [(one, "any", "one", "1 node(s)"), (two, "any", "two", "2 node(s)"),
+                 (two, "owner", "two-owner", "2 nodes, by owner")]
         for r in range(args.rounds):
             for kind in kinds:
-                for c in (one, two):
+                for c, route, name, label in sides:
                     if kind in ("push", "pop") and not fifo[c.name]:
                         continue
-                    urls = [c.url(first=k) for k in range(args.clients)]
-                    m = measure(clients(HOARD, urls, kind, args.seconds, {"base": (r + 1) * 1_000_000}), c.cpu)
-                    results.setdefault((kind, c.name), []).append(m)
-                    print(line(f"{kind} {len(c.nodes)} node(s)", m), flush=True)
+                    urls = [c.url(first=k, route=route) for k in range(args.clients)]
+                    m = measure(clients(HOARD, urls, kind, args.seconds,
+                                        {"base": (r + 1) * 1_000_000 + (500_000 if route == "owner" else 0)}), c.cpu)
+                    results.setdefault((kind, name), []).append(m)
+                    print(line(f"{kind} {label}", m), flush=True)
                 if kind in ("push", "pop") and rs is not None:
                     m = measure(clients(REDIS, [str(rs.port)] * args.clients, kind, args.seconds),
                                 lambda: tree_cpu(rs.child.proc.pid))
@@ -316,13 +327,16 @@ def main() -> None:
                 print(line("insert PostgreSQL", m), flush=True)
         print()
         for (kind, name), ms in sorted(results.items()):
-            print(f"median {kind:<7} {name:<9} {statistics.median(m['rate'] for m in ms):8,.0f} ops/s")
+            print(f"median {kind:<7} {name:<9} {statistics.median(m['rate'] for m in ms):8,.0f} ops/s   "
+                  f"server {statistics.median(sum(m['server_cpu']) / m['seconds'] for m in ms):4.2f} CPU   "
+                  f"machine {statistics.median(m['machine'] for m in ms) * 100:3.0f}% busy")
         forward(two, args)
     finally:
         for thing in (one, two, pg, rs):
             if thing is not None:
                 thing.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 def forward(c: Cluster, args) -> None:
@@ -355,6 +369,11 @@ def forward(c: Cluster, args) -> None:
             m = measure(clients(HOARD, urls, kind, args.seconds, extra), c.cpu)
             n1, n2 = (x / max(1, m["ops"]) * 1e6 for x in m["server_cpu"])
             print(line(f"{kind} via n1, {owner}'s keys", m) + f"   n1 {n1:4.0f} µs/op, n2 {n2:4.0f} µs/op")
+    urls = [c.url(only=0, route="owner")] * args.clients  # n1's URL, each keyed request sent to its owner
+    for kind in ("get", "insert"):
+        m = measure(clients(HOARD, urls, kind, args.seconds, {"base": 9_500_000}), c.cpu)
+        n1, n2 = (x / max(1, m["ops"]) * 1e6 for x in m["server_cpu"])
+        print(line(f"{kind} n1's URL, by owner", m) + f"   n1 {n1:4.0f} µs/op, n2 {n2:4.0f} µs/op")
 
 
 if __name__ == "__main__":

@@ -599,6 +599,12 @@ for _op in [
                       Param("reset", "any", False, "true: forget the entries after reading them")),
               summary="The slowest recent requests (over slow_ms), newest first.",
               answer="{slow_ms, slowlog_length, entries}"),
+    # a cluster's map as clients read it, to send each keyed request to its partition's owner (hoarddb/client/router.py)
+    Operation("cluster_map", scope=DATABASE, runs=SERVER, role="look",
+              summary="Where a cluster keeps a database's buckets (or the one named by bucket): each one's "
+                      "partitions, what they are hashed from, the node owning each and the nodes' addresses "
+                      "(a single server: cluster false).",
+              answer="{cluster, node, nodes, buckets}"),
 ]:
     ADMIN[_op.name] = _op
 
@@ -607,7 +613,7 @@ for _op in [
 #: named as it is, upper-cased (tests/test_operations_table.py holds them to it).
 (CREATE_DATABASE, DROP_DATABASE, LIST_DATABASES, CREATE_BUCKET, DROP_BUCKET, ALTER_BUCKET, LIST_BUCKETS,
  DESCRIBE_BUCKET, STATS, METRICS, SWEEP_TTL, WHOAMI, LIST_USERS, CREATE_USER, UPDATE_USER, DROP_USER, SET_ROLES,
- CHECK, BACKUP, MORE, CLOSE_CURSOR, SLOWLOG) = ADMIN.values()
+ CHECK, BACKUP, MORE, CLOSE_CURSOR, SLOWLOG, CLUSTER_MAP) = ADMIN.values()
 
 #: Every operation by name (and alias): bucket verbs, catalog and server operations. A
 #: store-field verb has the name of a bucket verb, and its flags; FIELD_VERBS has its params.

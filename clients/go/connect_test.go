@@ -103,10 +103,14 @@ func TestURLs(t *testing.T) {
 		"hoarddb://x/app":                     ErrBadValue,
 		"hoarddb://x:99999/":                  ErrBadValue,
 		"hoarddb://x/?insecure=true&tls_ca=f": ErrBadValue,
+		"hoarddb://x/?route=nearest":          ErrBadValue,
 	} {
 		if _, err := ParseURL(url); !errors.Is(err, code) {
 			t.Errorf("%s: want %s, got %v", url, code.CodeName, err)
 		}
+	}
+	if _, err := ParseURL("hoarddb://x/?route=any"); err != nil { // a URL shared with Python programs
+		t.Errorf("route=any: %v", err)
 	}
 	if _, err := ParseURL("hoarddb://ann:secret@x:notaport/"); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("a refused URL must not show its password: %v", err)

@@ -138,9 +138,15 @@ func ParseURL(raw string) (*Options, error) {
 			o.PoolSize = n
 		case "busy_poll":
 			// the Python client's knob (it polls its socket awake); nothing to do here
+		case "route":
+			// the Python client's choice of node for a cluster's keyed requests; this client sends
+			// every request to the node it connected to (route=any), which passes on what it does not own
+			if v != "owner" && v != "any" {
+				return bad("route must be one of owner, any, got %q", v)
+			}
 		default:
 			return nil, newError(3, "unknown connection option %q; options: busy_poll, connect_timeout, "+
-				"insecure, pool_size, timeout, tls_ca, tls_fingerprint", key)
+				"insecure, pool_size, route, timeout, tls_ca, tls_fingerprint", key)
 		}
 	}
 	if o.User != "" && o.Password == "" {

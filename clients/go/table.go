@@ -18,6 +18,7 @@ var operations = map[string]operation{
 	"check":           {scope: "server", write: false, retry: false, streams: false, upload: "", types: []string{}},
 	"claim":           {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{"fifo", "heap"}},
 	"close_cursor":    {scope: "server", write: false, retry: true, streams: false, upload: "", types: []string{}},
+	"cluster_map":     {scope: "database", write: false, retry: true, streams: false, upload: "", types: []string{}},
 	"count":           {scope: "bucket", write: false, retry: true, streams: false, upload: "", types: []string{"hash"}},
 	"create_bucket":   {scope: "bucket", write: true, retry: false, streams: false, upload: "", types: []string{}},
 	"create_database": {scope: "database", write: true, retry: false, streams: false, upload: "", types: []string{}},

@@ -24,7 +24,9 @@ call sends, the loop reads what already arrived, so a connection the server clos
 the loop was busy elsewhere (a restart, an idle timeout) is found dead then and the
 request goes on a new one, as with the blocking client. A call
 waits at most ``timeout`` seconds of silence from the server; ``close()`` fails the
-calls in flight with ClosedError.
+calls in flight with ClosedError. Against a cluster, each request for one document goes
+to its partition's owner over a connection of its own to that node, as with the blocking
+client (hoarddb/client/router.py).
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ from collections.abc import Mapping
 from typing import Any, AsyncIterator, Callable
 
 from .. import api, operations
-from ..errors import ClosedError, ConnectionError_, CursorNotFoundError, HoardError, ProtocolError, HoardTimeoutError
+from ..errors import (ClosedError, ConnectionError_, CursorNotFoundError, HoardError, HoardTimeoutError,
+                      PartitionUnavailableError, ProtocolError, UnknownVerbError)
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend,
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
 from .options import ConnectOptions
+from .router import Router
 
 __all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "Element", "AsyncExecutor",
            "AsyncCursor"]
@@ -265,6 +269,11 @@ class AsyncExecutor:
         self._opening: _Protocol | None = None  # a connection being opened: close() fails it too
         self._connecting: asyncio.Lock | None = None
         self._closed = False
+        #: Against a cluster: the map, and which node each keyed request goes to (client/router.py)
+        self.router = Router(options)
+        #: The connections to other nodes of a cluster, by node id (keyed requests sent to their owner)
+        self._peers: dict[str, _Protocol] = {}
+        self._routing: asyncio.Lock | None = None  # one map read, one peer opened at a time
 
     async def connect(self) -> _Protocol:
         if self._closed:
@@ -280,6 +289,7 @@ class AsyncExecutor:
                     proto.close()
                     raise _closed()
                 self._proto = proto
+                self.router.connected(proto.core.server_info)
         return self._proto
 
     async def _open(self) -> _Protocol:
@@ -345,6 +355,10 @@ class AsyncExecutor:
             check_request(request)
         if self._proto is not None:
             await self._proto.settle()  # a connection closed while the loop was busy: found dead now
+        if self.router.on and self.router.keyed(request):
+            answer = await self._execute_at_owner(request)
+            if answer is not None:
+                return answer
         fresh = self._proto is None or self._proto.closed
         try:
             return await self._execute(request)
@@ -353,8 +367,82 @@ class AsyncExecutor:
                 raise
         return await self._execute(request)
 
-    async def _execute(self, request: Mapping) -> dict:
-        proto = await self.connect()
+    async def _execute_at_owner(self, request: Mapping) -> dict | None:
+        """A keyed request's answer from its partition's owner over that node's connection, or None when it
+        goes on the URL's connection: the owner is the URL's node or unknown, its connection cannot be
+        opened, or it failed on a request that may be sent again (a read, or one a node refused as moved)."""
+        router = self.router
+        if router.wants_map(request) is not None:
+            if self._routing is None:
+                self._routing = asyncio.Lock()
+            async with self._routing:
+                db = router.wants_map(request)  # (another task may have read it meanwhile)
+                if db is not None:
+                    await self._read_map(db)
+        target = router.target(request)
+        if target is None:
+            return None
+        node, address = target
+        proto = self._peers.get(node)
+        if proto is not None and not proto.closed:
+            await proto.settle()  # closed by the node while the loop was busy (a restart): found dead now
+        if proto is None or proto.closed or proto.options.address != router.options_for(
+                node, address, request["db"]).address:
+            proto = await self._open_peer(node, address, request["db"])
+            if proto is None:
+                return None  # nothing was sent: the URL's node forwards it (or says the owner is down)
+        try:
+            return await self._execute(request, proto)
+        except (ConnectionError_, HoardTimeoutError) as e:
+            proto.close()
+            if self._peers.get(node) is proto:
+                del self._peers[node]
+            router.forget(request["db"])
+            if isinstance(e, HoardTimeoutError) or not retryable(request["op"]):
+                raise  # a write whose answer was lost is never sent twice; a silent node is not asked again
+            return None  # a read: once more, on the URL's connection
+        except PartitionUnavailableError as e:
+            if not e.details.get("moved") or request["op"] in UPLOADS:
+                raise
+            router.forget(request["db"])  # refused, nothing applied: the map changed meanwhile
+            return None
+
+    async def _open_peer(self, node: str, address: str, db: str) -> _Protocol | None:
+        """The connection to a cluster's node (opened once by concurrent tasks), or None when it cannot be opened."""
+        if self._routing is None:
+            self._routing = asyncio.Lock()
+        async with self._routing:
+            options = self.router.options_for(node, address, db)
+            proto = self._peers.get(node)
+            if proto is not None and not proto.closed and proto.options.address == options.address:
+                return proto
+            if proto is not None:
+                proto.close()  # (the node moved to another address)
+            try:
+                proto = await self._open_one(options)
+            except (ConnectionError_, HoardTimeoutError):
+                self._peers.pop(node, None)
+                self.router.cannot_reach(node, db)
+                return None
+            if self._closed:
+                proto.close()
+                raise _closed()
+            self._peers[node] = proto
+            return proto
+
+    async def _read_map(self, db: str) -> None:
+        """Read the cluster's map of ``db`` on the URL's connection (client/router.py)."""
+        try:
+            answer = await self._execute(self.router.map_request(db))
+        except (ConnectionError_, HoardTimeoutError):
+            return  # the request goes on the URL's connection, which says what became of it
+        except UnknownVerbError:  # a server older than the map: its requests go as before
+            self.router.unreadable(db)
+            return
+        self.router.learn(db, answer.get("result"))
+
+    async def _execute(self, request: Mapping, proto: _Protocol | None = None) -> dict:
+        proto = proto or await self.connect()
         op = request["op"]
         upload = upload_source(request) if op in UPLOADS else None
         try:
@@ -421,10 +509,11 @@ class AsyncExecutor:
     async def close(self) -> None:
         """Close the connection; the calls waiting for answers raise ClosedError now, later ones too."""
         self._closed = True
-        for proto in (self._proto, self._opening):
+        for proto in (self._proto, self._opening, *self._peers.values()):
             if proto is not None:
                 proto.close()
         self._proto = None
+        self._peers.clear()
 
 
 # ---- the public objects: hoarddb.api's, whose requests this client awaits ----------------------

@@ -22,6 +22,10 @@ What a call does when the connection fails:
     out, or waiting its turn ``timeout`` seconds       never sent (every caller hears within about
     while nothing moved on the connection              one timeout of the server falling silent)
 
+Against a cluster (the server's hello names its node), each request for one document goes
+to its partition's owner over a connection of its own to that node, the URL's options
+with the node's address (hoarddb/client/router.py; ``route="any"`` turns it off).
+
 Blobs: a ``put`` whose data is a file object or more than 4 MiB is uploaded in 1 MiB
 chunks read as they are sent; ``stream`` gives an iterator that reads the server's
 chunks as it is consumed. If another request needs the connection before a stream is
@@ -40,11 +44,13 @@ from collections.abc import Mapping, Sequence
 from typing import Iterator
 
 from .. import busypoll
-from ..errors import ClosedError, ConnectionError_, HoardError, ProtocolError, HoardTimeoutError, error_from_answer
+from ..errors import (ClosedError, ConnectionError_, HoardError, HoardTimeoutError, PartitionUnavailableError,
+                      ProtocolError, UnknownVerbError, error_from_answer)
 from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_request, connection_lost, may_resend, not_hoarddb,
                    nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
 from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
 from .options import ConnectOptions
+from .router import Router
 
 _RECV = 256 * 1024
 
@@ -348,6 +354,10 @@ class RemoteExecutor:
         self._closed = False
         #: When a call last timed out (time.monotonic()): the calls queued before it fail with it.
         self._timed_out = -1.0
+        #: Against a cluster: the map, and which node each keyed request goes to (client/router.py)
+        self.router = Router(options)
+        #: The connections to other nodes of a cluster, by node id (keyed requests sent to their owner)
+        self._peers: dict[str, Connection] = {}
         if connect:
             self._connection()
 
@@ -362,6 +372,7 @@ class RemoteExecutor:
                 if isinstance(e, HoardTimeoutError):
                     self._timed_out = time.monotonic()
                 raise nothing_sent(e) from None
+            self.router.connected(conn.server_info)
         return conn
 
     def _take_turn(self, what: str) -> None:
@@ -421,6 +432,10 @@ class RemoteExecutor:
             check_request(request)
         self._take_turn(request["op"])
         try:
+            if self.router.on and self.router.keyed(request):
+                answer = self._execute_at_owner(request)
+                if answer is not None:
+                    return answer
             conn = self._connection()
             fresh = not conn.used
             try:
@@ -431,6 +446,55 @@ class RemoteExecutor:
             return self._execute(self._connection(), request)  # a read on a connection that died: once more
         finally:
             self._end_turn()
+
+    def _execute_at_owner(self, request: dict) -> dict | None:
+        """A keyed request's answer from its partition's owner over that node's connection, or None when it
+        goes on the URL's connection: the owner is the URL's node or unknown, its connection cannot be
+        opened, or it failed on a request that may be sent again (a read, or one a node refused as moved)."""
+        router = self.router
+        db = router.wants_map(request)
+        if db is not None:
+            self._read_map(db)
+        target = router.target(request)
+        if target is None:
+            return None
+        node, address = target
+        options = router.options_for(node, address, request["db"])
+        conn = self._peers.get(node)
+        if conn is None or not conn.alive() or conn.options.address != options.address:
+            if conn is not None:
+                conn.close()  # (closed by its node, or the node moved to another address)
+            try:
+                conn = self._peers[node] = Connection(options)
+            except (ConnectionError_, HoardTimeoutError):
+                self._peers.pop(node, None)
+                router.cannot_reach(node, request["db"])
+                return None  # nothing was sent: the URL's node forwards it (or says the owner is down)
+        try:
+            return self._execute(conn, request)
+        except (ConnectionError_, HoardTimeoutError) as e:
+            conn.close()
+            self._peers.pop(node, None)
+            router.forget(request["db"])
+            if isinstance(e, HoardTimeoutError) or not retryable(request["op"]):
+                raise  # a write whose answer was lost is never sent twice; a silent node is not asked again
+            return None  # a read: once more, on the URL's connection
+        except PartitionUnavailableError as e:
+            if not e.details.get("moved") or request["op"] in UPLOADS:
+                raise
+            router.forget(request["db"])  # refused, nothing applied: the map changed meanwhile
+            return None
+
+    def _read_map(self, db: str) -> None:
+        """Read the cluster's map of ``db`` on the URL's connection (client/router.py)."""
+        try:
+            answer = self._execute(self._connection(), self.router.map_request(db))
+        except (ConnectionError_, HoardTimeoutError):
+            return  # the request goes on the URL's connection, which says what became of it
+        except UnknownVerbError:  # a server older than the map: its requests go as before
+            self.router.unreadable(db)
+            return
+        self.router.learn(db, answer.get("result"))
 
     def _execute(self, conn: Connection, request: Mapping) -> dict:
         op = request["op"]
@@ -541,24 +605,30 @@ class RemoteExecutor:
             self._end_turn()
 
     def reconnect(self) -> None:
-        """Drop the connection and open a new one."""
+        """Drop the connection (and those to other nodes of a cluster) and open a new one."""
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
+            for conn in [self._conn, *self._peers.values()]:
+                if conn is not None:
+                    conn.close()
             self._conn = None
+            self._peers.clear()
+            self.router.forget()
             self._connection()
 
     def close(self) -> None:
         """Close the connection; later calls raise ClosedError, and so does a call of another
         thread waiting for its answer now (which does not wait for it to finish)."""
         self._closed = True
-        conn = self._conn
-        if conn is not None:
-            conn.shutdown()  # wakes a call blocked on the socket; that call closes it
+        peers = list(self._peers.values())
+        for conn in [self._conn, *peers]:
+            if conn is not None:
+                conn.shutdown()  # wakes a call blocked on the socket; that call closes it
         if self._lock.acquire(blocking=False):
             try:
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
+                for conn in [self._conn, *peers]:
+                    if conn is not None:
+                        conn.close()
+                self._conn = None
+                self._peers.clear()
             finally:
                 self._lock.release()

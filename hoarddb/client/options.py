@@ -11,6 +11,9 @@
     timeout           timeout=            --timeout             60 s of silence while an answer is due
     connect_timeout   connect_timeout=                          10 s
     busy_poll         busy_poll=                                1000 µs; 0 turns it off
+    route             route=                                    owner: a cluster's keyed requests go to
+                                                                their partition's owner; any: all to
+                                                                the URL's node (client/router.py)
 
 A keyword argument overrides the URL. The password may also come from the
 environment variable HOARDDB_PASSWORD, so it need not be on a command line. It is
@@ -34,6 +37,8 @@ from ..wire.fingerprint import normalize
 from ..wire.messages import DEFAULT_PORT
 
 SCHEME = "hoarddb"
+#: The values of the ``route`` option.
+ROUTES = ("owner", "any")
 
 #: Who is told what to pass: ``"python"`` (a program: keyword arguments, ``tls_fingerprint=``)
 #: or ``"flags"`` (a hoarddb command: its flags, ``--tls-fingerprint``). hoarddb/cli.py sets it
@@ -82,6 +87,11 @@ class ConnectOptions:
     #: More servers to try in turn, ``(host, port)`` each, when ``host`` cannot be reached
     #: (the nodes of a cluster: ``hoarddb://h1:7070,h2:7070/``).
     others: tuple = ()
+    #: Against a cluster: "owner" sends each keyed request (get, insert, update... of one document) to
+    #: the node owning its partition, over a connection of its own (hoarddb/client/router.py); "any"
+    #: sends every request to the URL's node, which forwards what it does not own. A single server
+    #: is the same either way.
+    route: str = "owner"
 
     def candidates(self) -> list["ConnectOptions"]:
         """These options, then one per server of ``others``: the servers to try, in turn."""
@@ -120,6 +130,9 @@ class ConnectOptions:
                 raise BadValueError(str(e)) from None
         if not 0 < self.port < 65536:
             raise BadValueError(f"port must be 1..65535, got {self.port}")
+        if self.route not in ROUTES:
+            raise BadValueError(f"route must be one of {', '.join(ROUTES)} (owner: each keyed request to its "
+                                f"partition's owner; any: every request to the URL's node), got {self.route!r}")
         if isinstance(self.busy_poll, bool) or not isinstance(self.busy_poll, int):
             raise BadValueError(f"busy_poll must be a whole number of microseconds, got {self.busy_poll!r}")
         if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
@@ -135,7 +148,8 @@ class ConnectOptions:
         """The URL of these options, without the password."""
         user = f"{self.user}@" if self.user else ""
         query = "&".join(f"{k}={v}" for k, v in (("insecure", "true" if self.insecure else None),
-                                                 ("tls_ca", self.tls_ca), ("tls_fingerprint", self.tls_fingerprint))
+                                                 ("tls_ca", self.tls_ca), ("tls_fingerprint", self.tls_fingerprint),
+                                                 ("route", self.route if self.route != "owner" else None))
                          if v)
         return f"{SCHEME}://{user}{self.address}/" + (f"?{query}" if query else "")
 

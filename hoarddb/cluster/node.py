@@ -174,6 +174,8 @@ class ClusterNode:
             cursor_id = doc.get("cursor")
             return isinstance(cursor_id, int) and not isinstance(cursor_id, bool) and (
                 cursor_id in self.cursor_sources or cursor_id in self.mover.part_cursors)
+        if op is operations.CLUSTER_MAP:
+            return True  # the map as clients see it (hoarddb/cluster/client_map.py)
         if op.runs != operations.STORE:
             return False  # the server's and the catalog's reads: every node answers alike
         if doc.get("upload"):
@@ -209,6 +211,13 @@ class ClusterNode:
         (hoarddb/cluster/cursors.py); other reads asked so are answered whole here, without a cursor
         (their parts' answers are merged as lists), unless run by a node holding the bucket's partition
         itself (docs/dev/cursors.md)."""
+        if doc.get("op") == operations.CLUSTER_MAP.name:
+            from .client_map import answer  # noqa: PLC0415
+
+            try:
+                return await answer(self, doc)
+            except HoardError as e:
+                return e.to_answer()
         try:
             streamed = await self._cursor(doc)
         except HoardError as e:
@@ -524,7 +533,7 @@ class ClusterNode:
         from ..client.options import ConnectOptions
 
         host, _, port = info["advertise"].rpartition(":")
-        options = {"host": host, "port": int(port), "timeout": 60.0}
+        options = {"host": host, "port": int(port), "timeout": 60.0, "route": "any"}  # (a node routes itself)
         if info.get("tls"):
             options["tls_fingerprint"] = info["fingerprint"]
         else:

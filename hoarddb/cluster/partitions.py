@@ -1,9 +1,9 @@
 """The partition map: which partition a document's key falls in, and which node owns each partition.
 
 A spread bucket has ``partitions`` partitions, numbered from 0; a document's partition is
-a hash of its key's order-preserving encoding (hoarddb.values.keys), so that keys equal
-as values (``30``, ``30.0``, ``Int64(30)``) fall in the same partition on every node. A
-whole bucket has one partition, 0.
+a hash of its key (:func:`partition_of`, in hoarddb/routing.py, a layer below the clients,
+so that a client routing by owner hashes as the nodes do). A whole bucket has one
+partition, 0.
 
 The owners of a bucket's partitions are a *balanced assignment kept in etcd*
 (``assign/<db>/<bucket>``), not a hash ring: :func:`balance` gives each live node
@@ -17,24 +17,15 @@ exact, changes only by a transaction, and is what every node reads (docs/dev/clu
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
-from ..values.keys import encode_key
+from ..routing import partition_of  # noqa: F401 - a key's partition: the hashing clients share
 
 #: Partitions of a spread bucket when its declaration gives none: enough for a cluster of a
 #: few dozen nodes to hold about one each, few enough that a scatter-gather stays cheap.
 DEFAULT_PARTITIONS = 64
 #: The most partitions a bucket may have.
 MAX_PARTITIONS = 4096
-
-
-def partition_of(key, partitions: int) -> int:
-    """The partition (0 to ``partitions - 1``) of the document whose key is ``key``."""
-    if partitions <= 1:
-        return 0
-    digest = hashlib.blake2b(encode_key(key), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % partitions
 
 
 def balance(partitions: int, nodes: Sequence[str], current: Sequence[str | None] | None = None) -> list[str]:

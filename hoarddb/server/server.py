@@ -239,6 +239,7 @@ class Server:
                                 "admin role: set HOARDDB_CLUSTER_USER and HOARDDB_CLUSTER_PASSWORD (the same user on "
                                 "every node)")
         advertise = self.config.advertise or f"{self.config.host}:{self.port}"
+        self.info["node"] = self.config.node_id  # (hello says so: a client then reads the map, client/router.py)
         self.cluster = ClusterNode(self, parse_cluster_url(self.config.cluster), self.config.node_id, advertise,
                                    self.config.node_ttl)
         await self.cluster.start({"tls": self.config.tls, "fingerprint": self.fingerprint, "auth": self.config.auth})
@@ -929,6 +930,10 @@ class Server:
         if doc.get("reset") is True:
             self.slowlog.reset()
         return {"slow_ms": self.config.slow_ms, "slowlog_length": self.config.slowlog_length, "entries": entries}
+
+    def _op_cluster_map(self, principal, doc: dict) -> dict:
+        """A single server's map: no cluster (a node answers it itself: hoarddb/cluster/client_map.py)."""
+        return {"cluster": False}
 
     @contextlib.contextmanager
     def _answers_together(self):

@@ -82,6 +82,8 @@ def test_restart_gives_a_clear_error_then_reconnects(tmp_path):
     ("hoarddb://h/", {"timeout": float("nan")}, "timeout must be a finite number"),
     ("hoarddb://h/?timeout=0", {}, "timeout must be a finite number of seconds > 0"),
     ("hoarddb://[::1/", {}, "is not a valid URL"),
+    ("hoarddb://h/?route=nearest", {}, "route must be one of owner, any"),
+    ("hoarddb://h/", {"route": "ANY"}, "route must be one of owner, any"),
     (5, {}, "a hoardDB URL is a string"),
 ])
 def test_bad_option_values_are_refused_with_a_clear_error(url, overrides, words):
@@ -89,6 +91,13 @@ def test_bad_option_values_are_refused_with_a_clear_error(url, overrides, words)
         ConnectOptions.from_url(url, **overrides)
     with pytest.raises(BadValueError, match=re.escape(words)):
         hoarddb.connect(url, **overrides)  # before any connection is tried
+
+
+def test_route_is_owner_unless_the_url_says_any():
+    assert ConnectOptions.from_url("hoarddb://h/").route == "owner"
+    any_ = ConnectOptions.from_url("hoarddb://h/?route=any&insecure=true")
+    assert any_.route == "any" and any_.url() == "hoarddb://h:7070/?insecure=true&route=any"
+    assert ConnectOptions.from_url(any_.url()) == any_
 
 
 def test_good_option_values_still_bind():
