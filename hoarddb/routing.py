@@ -39,7 +39,9 @@ def partition_of(key, partitions: int) -> int:
 
 
 #: The value a request routes by, when it has one; _NONE when it acts on many partitions.
-_NONE = object()
+#: What a request acts on when it is no one key (many documents, or one the request does not name).
+NONE = object()
+_NONE = NONE
 
 
 def request_partition(place: Mapping, doc: Mapping) -> int | None:
@@ -57,19 +59,19 @@ def request_partition(place: Mapping, doc: Mapping) -> int | None:
         return None
     kind = place.get("type")
     if place.get("group") is not None:
-        value = _group_of(op, doc, place["group"])
+        value = group_of(op, doc, place["group"])
     elif kind == "btree":
         value = _btree_key_of(op, doc, place.get("key"))
     elif kind == "blob":
         value = _blob_key_of(op, doc)
     elif kind == "hash":
-        value = _key_of(op, doc)
+        value = key_of(op, doc)
     else:
         value = _NONE
     return None if value is _NONE else partition_of(value, partitions)
 
 
-def _key_of(op: operations.Operation, doc: Mapping) -> Any:
+def key_of(op: operations.Operation, doc: Mapping) -> Any:
     """A hash bucket's request's document key (the table's route and key_param), or _NONE."""
     if "field" in doc:  # a document's store field: routed by the document's key
         return doc.get("key", _NONE)
@@ -135,10 +137,15 @@ def _blob_key_of(op: operations.Operation, doc: Mapping) -> Any:
     return value.lower() if isinstance(value, str) else _NONE
 
 
-def _group_of(op: operations.Operation, doc: Mapping, group: str) -> Any:
-    """A partitioned queue's push's group value (missing: None), or _NONE for every other verb."""
+def pushes(op: operations.Operation) -> bool:
+    """Whether a queue's verb adds the one document it is given (push: a ``doc`` of kind doc; batch_push splits)."""
     param = op.param("doc")
-    if not (op.write and param is not None and param.kind == "doc" and not op.gather) or "field" in doc:
+    return op.write and param is not None and param.kind == "doc" and not op.gather
+
+
+def group_of(op: operations.Operation, doc: Mapping, group: str) -> Any:
+    """A partitioned queue's push's group value (missing: None), or _NONE for every other verb."""
+    if not pushes(op) or "field" in doc:
         return _NONE
     args = doc.get("args")
     pushed = args.get("doc") if isinstance(args, dict) else None

@@ -51,7 +51,6 @@ from ..errors import CursorNotFoundError, HoardError, PartitionUnavailableError,
 from ..values.keys import encode_key
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
-from .moves import PARTS_FIELD
 from .partitions import partition_of
 
 if TYPE_CHECKING:
@@ -263,7 +262,7 @@ async def open_source(node: "ClusterNode", op: operations.Operation, doc: dict, 
     db, bucket = doc["db"], doc["bucket"]
     source = MergedSource(node, asyncio.get_running_loop(), db, bucket, node.placements.get((db, bucket), place),
                           [], merged_args)
-    answers = await _each_part(node, op, doc, place)
+    answers = await node._each_part(doc, place, op)  # (a part read whole here opens its cursor: Mover.part)
     source.parts = [_Part(n, p, place, a) for n, p, a in answers if a.get("ok") == 1]
     bad = next((a for _n, _p, a in answers if a.get("ok") != 1), None)
     if bad is not None:
@@ -378,43 +377,3 @@ async def _keep_alive(node: "ClusterNode", source: MergedSource, timeout: float)
         if answer.get("ok") == 1 and not answer.get("cursor"):
             part.cursor = None  # read to its end there (nothing was handed out)
     await asyncio.gather(*(touch(p) for p in stale))
-
-
-async def _each_part(node: "ClusterNode", op: operations.Operation, doc: dict,
-                     place: dict) -> list[tuple[str, set[int], dict]]:
-    """``doc`` sent to every owner with its partitions (``_parts``), as ``ClusterNode._each_part`` sends it,
-    a part moved meanwhile sent again by the map read anew. This node's own part opens its cursor here when
-    the local bucket holds exactly its partitions; else (a move near) it is answered whole, cut to them."""
-    from .node import NODE_FIELD  # noqa: PLC0415
-
-    db, bucket = doc["db"], doc["bucket"]
-    todo = list(range(place["partitions"]))
-    out: list[tuple[str, set[int], dict]] = []
-    for attempt in range(4):
-        groups: dict[str, list[int]] = {}
-        for p in todo:
-            groups.setdefault(place["owners"][p], []).append(p)
-        names = sorted(groups)
-
-        async def ask(n: str) -> dict:
-            one = {**doc, PARTS_FIELD: groups[n]}
-            if n == node.node_id:
-                await node._claim_assigned(db, bucket)  # (as _here_or_there does first: what it holds decides)
-                if node.mover.takes_part({**one, NODE_FIELD: n}):
-                    one["args"] = {k: v for k, v in one["args"].items() if k != "batch_size"}
-            try:
-                return await node._here_or_there(n, one, op, place)
-            except HoardError as e:
-                return e.to_answer()
-        got = await asyncio.gather(*(ask(n) for n in names))
-        todo = []
-        for n, a in zip(names, got):
-            if a.get("codeName") == "PARTITION_UNAVAILABLE" and (a.get("details") or {}).get("moved") and attempt < 3:
-                todo += groups[n]
-            else:
-                out.append((n, set(groups[n]), a))
-        if not todo:
-            break
-        await node.refresh_placement(db, bucket)
-        place = node.placements.get((db, bucket), place)
-    return out

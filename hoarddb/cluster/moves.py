@@ -209,7 +209,9 @@ class Mover:
         if out.fenced:
             return True
         if op.write:
-            from .node import _NONE, _blob_key_of, _btree_key_of, _key_of
+            from ..routing import NONE as _NONE
+            from ..routing import key_of as _key_of
+            from .node import _blob_key_of, _btree_key_of
             place = self.node.placements.get((db, bucket)) or {}
             kind = place.get("type")
             key = _btree_key_of(op, doc, place) if kind == "btree" else \

@@ -19,7 +19,7 @@ fresh. True hands the request to :meth:`ClusterNode.run`, which
 
 Where a request runs is read from the command table (hoarddb.operations): the operation's
 ``runs`` and ``catalog`` flags, and its route (``key``: a store field's document key; a
-bucket verb's document key is in its arguments, see :func:`_key_of`).
+bucket verb's document key is in its arguments, see :func:`hoarddb.routing.key_of`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from ..errors import (
     error_from_answer,
 )
 from ..ids import uuid7
+from ..routing import NONE as _NONE
+from ..routing import group_of, key_of, pushes
 from ..stores import store_class
 from ..values.keys import encode_key
 from ..values.projection import compile_projection
@@ -189,7 +191,7 @@ class ClusterNode:
         if queues.partitioned(place):  # (hoarddb/cluster/queues.py: a partition's own local bucket)
             db, bucket = doc["db"], doc["bucket"]
             if p is None or self.mover.note(db, bucket, p, op, doc) or self.coord.holds(db, bucket, p) is None \
-                    or not _pushes(op) or "field" in doc or not queues.exists(self, db, bucket, p):
+                    or not pushes(op) or "field" in doc or not queues.exists(self, db, bucket, p):
                 return True
             doc["bucket"] = part_name(bucket, p)  # a push to a partition held here: a single server's path
             return False
@@ -376,9 +378,9 @@ class ClusterNode:
                 return queues.claims_partition(doc.get("args"), place["partitions"])
             if NODE_FIELD in doc and queues.PART_FIELD in doc:  # a node's request for one partition (export's page)
                 return queues.named_partition(doc, place["partitions"])
-            key = _group_of(op, doc, place)
+            key = group_of(op, doc, place["group"])
             return None if key is _NONE else partition_of(key, place["partitions"])
-        key = _key_of(op, doc)
+        key = key_of(op, doc)
         return None if key is _NONE else partition_of(key, place["partitions"])
 
     async def _apply_bucket(self, db: str, bucket: str, decl: dict) -> None:
@@ -657,7 +659,7 @@ class ClusterNode:
             return await self._queue_list(op, doc, owners, place)
         if op.gather == _PAGES and queues.partitioned(place):  # partition after partition (hoarddb/cluster/queues.py)
             return await queues.export(self, op, doc, place)
-        if _pushes(op):  # a push whose document is none: refused as on one server
+        if pushes(op):  # a push whose document is none: refused as on one server
             return await self.server.run_here({k: v for k, v in doc.items() if k != NODE_FIELD})
         if op.gather not in (_TURNS, _TURNS_CLAIMED):
             raise VerbNotSupportedError(f"{op.name} over a partitioned queue (partitions: {place['partitions']}) is not "
@@ -1097,7 +1099,6 @@ class ClusterNode:
                 "moves": self.mover.status()}
 
 
-_NONE = object()
 
 #: The gathers (the table's) that merge here what each owner sends: export's pages, distinct's values, aggregate's
 #: pipeline run over the documents gathered.
@@ -1145,20 +1146,8 @@ def route_value(item: Any, place: dict) -> Any:
     return item["_id_"] if isinstance(item, dict) and item.get("_id_") is not None else _NONE
 
 
-def _pushes(op: operations.Operation) -> bool:
-    """Whether a queue's verb adds the one document it is given (push: a ``doc`` of kind doc; batch_push splits)."""
-    param = op.param("doc")
-    return op.write and param is not None and param.kind == "doc" and not op.gather
 
 
-def _group_of(op: operations.Operation, doc: dict, place: dict) -> Any:
-    """The group value a request on a partitioned queue acts on (push: its document's group field; a
-    document without it is in the group null), or _NONE for every other verb (they act on every partition)."""
-    if not _pushes(op) or "field" in doc:
-        return _NONE
-    args = doc.get("args") or {}
-    pushed = args.get("doc") if isinstance(args, dict) else None
-    return pushed.get(place["group"]) if isinstance(pushed, dict) else _NONE
 
 
 def _with_upload(op: operations.Operation, doc: dict, upload) -> dict:
@@ -1250,24 +1239,3 @@ def _btree_key_of(op: operations.Operation, doc: dict, place: dict) -> Any:
     return _NONE if isinstance(key, list) else key
 
 
-def _key_of(op: operations.Operation, doc: dict) -> Any:
-    """The document key a request acts on, or _NONE when it acts on many (the table's route and key_param)."""
-    if "field" in doc:  # a document's store field: routed by the document's key (route: key)
-        return doc.get("key", _NONE)
-    if not op.key_param:
-        return _NONE
-    args = doc.get("args") or {}
-    if not isinstance(args, dict):
-        return _NONE
-    value = args.get(op.key_param)
-    if isinstance(value, dict):
-        if "_id_" in value:
-            key = value["_id_"]
-            return key if not isinstance(key, (dict, list)) else _NONE  # {_id_: {$in: [...]}}: many
-        if op.makes_key:  # an insert without a key: made here, so that its partition is known
-            args[op.key_param] = {"_id_": uuid7(), **value}
-            return args[op.key_param]["_id_"]
-        return _NONE
-    if value is None or isinstance(value, list) or op.param(op.key_param).kind != "any":
-        return _NONE
-    return value  # a key itself (get's key, a delete's target given as a key)
