@@ -403,15 +403,17 @@ class ClusterNode:
         place = self.placements.get((db, bucket))
         if place is None:
             return 0
+        me, holds = self.node_id, self.coord.holds
         for p, owner in enumerate(place["owners"]):
-            if owner == self.node_id and self.coord.holds(db, bucket, p) is None:
+            if owner == me and holds(db, bucket, p) is None:
                 try:
                     await self.coord.claim(db, bucket, p, assigned=True)
                 except OwnedElsewhere as e:
                     log.warning("partition %d of %s.%s is assigned here but node %s holds it", p, db, bucket, e.node)
                 except NotAssigned as e:
                     log.info("partition %d of %s.%s: the map now gives it to node %s", p, db, bucket, e.node)
-        return sum(1 for k in self.coord.held if k[:2] == (db, bucket))
+        held = self.coord.held
+        return sum((db, bucket, p) in held for p in range(len(place["owners"])))
 
     async def _take_back(self) -> None:
         """After this node's lease ran out and it joined again under a new one (coord.py): take back, as at
@@ -950,11 +952,11 @@ class ClusterNode:
     async def _here_or_there(self, node: str, doc: dict, op: operations.Operation | None = None,
                              place: dict | None = None) -> dict:
         if node == self.node_id:
-            await self._claim_assigned(doc["db"], doc["bucket"])
             here = place or self.placements.get((doc["db"], doc["bucket"]))
             if queues.partitioned(here):  # this node's part over the partitions it holds (hoarddb/cluster/queues.py)
                 return await queues.part(self, op or operations.OPERATIONS[doc["op"]], {**doc, NODE_FIELD: self.node_id},
                                          here)
+            await self._claim_assigned(doc["db"], doc["bucket"])
             if op is not None and PARTS_FIELD in doc:
                 try:
                     return await self.mover.part(op, {**doc, NODE_FIELD: self.node_id}, place)

@@ -140,18 +140,20 @@ async def _held(node, db: str, bucket: str, place: dict, skip_fenced: bool) -> l
     """The partitions of the bucket this node holds now, after their fences (a fenced one: waited for, or skipped
     when ``skip_fenced``)."""
     await node._claim_assigned(db, bucket)
-    me = node.node_id
+    me, holds = node.node_id, node.coord.holds
+    fences = node.mover.sending.get((db, bucket)) is not None  # (a move out of this bucket: each partition waited for)
     out: list[int] = []
     for p, owner in enumerate(place["owners"]):
         if owner != me:
             continue
         try:
-            await node.mover.wait_fence(db, bucket, p)
+            if fences:
+                await node.mover.wait_fence(db, bucket, p)
         except PartitionUnavailableError:
             if skip_fenced:
                 continue
             raise
-        if node.coord.holds(db, bucket, p) is not None:
+        if holds(db, bucket, p) is not None:
             out.append(p)
     return out
 
