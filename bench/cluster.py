@@ -25,7 +25,10 @@ the cluster's push and pop. Without redis-server (``apt-get install redis-server
 ``redis`` package, or with ``--no-redis``, the Redis rows are said skipped. Each of the 16 client processes connects with a URL listing
 every node, starting at a different one (half of them enter through each node). Beside
 every figure: the nodes' CPU (seconds of CPU per second: cores used), CPU per operation of
-the nodes and of the clients, and how busy the machine was (/proc/stat).
+the nodes and of the clients, how busy the machine was (/proc/stat), and each node's group
+commits (its /metrics: writes made durable per group, milliseconds syncing per group, and
+the share of the time spent syncing). First, the disk the nodes write to: how many
+fdatasyncs it takes from one process, from two at once, and in groups of eight files.
 
 Then, on the 2-node cluster, **the cost of a forward**: one client sends gets one at a time
 to n1, alternating keys n1 owns and keys n2 owns (latency p50/p99 of each: what a forward
@@ -43,12 +46,14 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -169,7 +174,8 @@ class Cluster:
         try:
             for i in range(1, count + 1):
                 self.nodes.append(HoardServer(tmp / name / f"n{i}", tmp / name / f"n{i}.log",
-                                              ("--cluster", self.etcd.url, "--node-id", f"n{i}")))
+                                              ("--cluster", self.etcd.url, "--node-id", f"n{i}",
+                                               "--metrics-port", "0")))  # (its group commits: commits())
         except BaseException:
             self.stop()
             raise
@@ -186,6 +192,16 @@ class Cluster:
 
     def cpu(self) -> list[float]:
         return [process_cpu(n.pid) for n in self.nodes]
+
+    def commits(self) -> list[tuple[float, float, float]]:
+        """Each node's group commits so far, from its /metrics: (groups, operations made durable, seconds syncing)."""
+        out = []
+        for n in self.nodes:
+            port = re.search(r"metrics http://[\d.]+:(\d+)/metrics", n.child.log_text()).group(1)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            out.append(tuple(float(re.search(rf"^hoarddb_server_{name} (\S+)", text, re.M).group(1))
+                             for name in ("ops_per_fsync_count", "ops_per_fsync_sum", "fsync_seconds_sum")))
+        return out
 
     def owners(self) -> list[str]:
         from hoarddb.cluster.coord import Coordinator
@@ -212,11 +228,13 @@ def clients(script: str, urls: list[str], kind: str, seconds: float, extra: dict
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, url in enumerate(urls)]
 
 
-def measure(procs: list, server_cpu) -> dict:
-    """Start the waiting clients together; the operations, CPU and latencies of the run."""
+def measure(procs: list, server_cpu, commits=None) -> dict:
+    """Start the waiting clients together; the operations, CPU and latencies of the run (and, given ``commits``
+    (Cluster.commits), the nodes' group commits: how many, the operations each made durable, the time syncing)."""
     for p in procs:  # each made one operation before saying ready: imports and connections done
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError(f"a client failed: {p.communicate()}")
+    groups0 = commits() if commits else None
     cpu0, machine0, started = server_cpu(), machine_busy(), time.perf_counter()
     for p in procs:
         p.stdin.write("go\n")
@@ -226,7 +244,8 @@ def measure(procs: list, server_cpu) -> dict:
     cpu1 = server_cpu()
     ops = sum(o["ops"] for o in outs)
     server = [b - a for a, b in zip(cpu0, cpu1)] if isinstance(cpu0, list) else [cpu1 - cpu0]
-    return {"ops": ops, "rate": ops / seconds, "seconds": seconds, "server_cpu": server,
+    groups = [tuple(b - a for a, b in zip(x, y)) for x, y in zip(groups0, commits())] if commits else None
+    return {"ops": ops, "rate": ops / seconds, "seconds": seconds, "server_cpu": server, "groups": groups,
             "clients_cpu": sum(o["cpu"] for o in outs), "machine": (machine_busy() - machine0) / seconds / CPUS,
             "lat": sorted(x for o in outs for x in o["lat"])}
 
@@ -235,13 +254,56 @@ def line(label: str, m: dict) -> str:
     ops = max(1, m["ops"])
     cores = sum(m["server_cpu"]) / m["seconds"]
     per_node = "+".join(f"{c / m['seconds']:.2f}" for c in m["server_cpu"])
-    return (f"{label:<26} {m['rate']:8,.0f} ops/s   server {cores:4.2f} CPU ({per_node}) "
+    text = (f"{label:<26} {m['rate']:8,.0f} ops/s   server {cores:4.2f} CPU ({per_node}) "
             f"{sum(m['server_cpu']) / ops * 1e6:5.0f} µs/op   clients {m['clients_cpu'] / ops * 1e6:5.0f} µs/op   "
             f"machine {m['machine'] * 100:3.0f}% busy")
+    groups = [g for g in m.get("groups") or [] if g[0]]
+    if groups:  # each node's group commits: writes per group, ms syncing per group, share of the time syncing
+        text += "   groups " + "; ".join(f"{g[1] / g[0]:.1f} ops, {g[2] / g[0] * 1e3:.2f} ms sync, "
+                                         f"{g[2] / m['seconds'] * 100:.0f}%" for g in groups)
+    return text
 
 
 def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def _syncs(path: str, files: int, seconds: float, out) -> None:
+    """fdatasyncs of 4 KiB overwrites for ``seconds``, ``files`` files written then synced one after another."""
+    fds = []
+    for i in range(files):
+        fd = os.open(f"{path}.{i}", os.O_RDWR | os.O_CREAT, 0o600)
+        os.pwrite(fd, bytes(1 << 20), 0)
+        os.fsync(fd)
+        fds.append(fd)
+    n, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for fd in fds:
+            os.pwrite(fd, os.urandom(4096), (n % 256) * 4096)
+            os.fdatasync(fd)
+        n += 1
+    for i, fd in enumerate(fds):
+        os.close(fd)
+        os.unlink(f"{path}.{i}")
+    out.put(n)
+
+
+def disk(tmp: Path, seconds: float = 2.0) -> None:
+    """How many fdatasyncs the nodes' disk takes: from one process, from two at once (two nodes), and in groups of
+    eight files synced one after another (a group commit that wrote eight partitions' logs)."""
+    import multiprocessing
+
+    for writers, files, what in ((1, 1, "1 process"), (2, 1, "2 processes at once"), (1, 8, "groups of 8 files")):
+        out = multiprocessing.Queue()
+        procs = [multiprocessing.Process(target=_syncs, args=(str(tmp / f"sync{k}"), files, seconds, out))
+                 for k in range(writers)]
+        for p in procs:
+            p.start()
+        rounds = sum(out.get() for _ in procs)
+        for p in procs:
+            p.join()
+        print(f"  the disk: fdatasync of 4 KiB, {what:<20} {rounds * files / seconds:7,.0f}/s"
+              + (f" ({rounds / seconds:,.0f} groups/s)" if files > 1 else ""))
 
 
 def setup(c: Cluster) -> bool:
@@ -276,6 +338,7 @@ def main() -> None:
           f"{CPUS} CPUs; python {platform.python_version()}; {args.clients} client processes, {args.seconds} s each; "
           f"load average before: {os.getloadavg()[0]:.2f}")
     tmp = Path(tempfile.mkdtemp(prefix="hoarddb-bench-cluster-"))
+    disk(tmp)
     one = two = pg = rs = None
     results: dict = {}
     try:
@@ -312,7 +375,8 @@ def main() -> None:
                         continue
                     urls = [c.url(first=k, route=route) for k in range(args.clients)]
                     m = measure(clients(HOARD, urls, kind, args.seconds,
-                                        {"base": (r + 1) * 1_000_000 + (500_000 if route == "owner" else 0)}), c.cpu)
+                                        {"base": (r + 1) * 1_000_000 + (500_000 if route == "owner" else 0)}), c.cpu,
+                                c.commits)
                     results.setdefault((kind, name), []).append(m)
                     print(line(f"{kind} {label}", m), flush=True)
                 if kind in ("push", "pop") and rs is not None:
