@@ -15,8 +15,11 @@ configuration then the other, for ``--seconds`` each:
 - ``insert``: durable inserts of new ~1 KB documents, one per request;
 - ``get``:    gets by key of preloaded documents;
 - ``search``: a scatter-gather search by the indexed CompanyID (10 documents each);
-- ``push`` / ``pop``: a partitioned fifo (``partitions`` with ``group``) — run only when the
-  server accepts such a bucket (see PARTITIONED_FIFO); otherwise said skipped;
+- ``push`` / ``pop``: a partitioned fifo (``partitions: 8`` with ``group``, one group per
+  client) — run only when the server accepts such a bucket (see PARTITIONED_FIFO); otherwise
+  said skipped;
+- ``push2`` / ``pop2``: the same with ``partitions: 2`` (one partition per node of the 2-node
+  cluster): a group commit then syncs one log per node, not four or eight;
 
 and PostgreSQL (16 clients, one insert per transaction, a throwaway cluster as in
 bench/peers.py) once per round, and Redis (``appendonly yes``, ``appendfsync always``, as in
@@ -68,6 +71,9 @@ PRELOAD = 20_000
 COMPANIES = 2_000
 #: The partitioned fifo's declaration: the workloads push and pop run when the server accepts it.
 PARTITIONED_FIFO = {"type": "fifo", "partitions": 8, "group": "g"}
+#: The same with one partition per node of the 2-node cluster (push2, pop2): each node's group commit syncs one
+#: partition's log, as a node would with one log shared by its partitions (docs/benchmarks.md).
+FEW_PARTITIONS = {"type": "fifo", "partitions": 2, "group": "g"}
 
 _SETUP = f"import sys, time, json, random; sys.path[:0] = [{str(HERE.parent)!r}, {str(HERE)!r}]\n" + """
 from peers_work import user_doc, company, small_doc
@@ -79,7 +85,7 @@ HOARD = _SETUP + """import hoarddb
 from hoarddb.cluster.partitions import partition_of
 client = hoarddb.connect(url)
 db = client["bench"]
-docs, queue = db.Docs, db.Jobs
+docs, queue = db.Docs, (db.Jobs2 if kind in ("push2", "pop2") else db.Jobs)
 parts = set(extra["parts"]) if "parts" in extra else None
 def fresh():
     i = extra.get("base", 0) + index * 10_000_000
@@ -96,9 +102,9 @@ def one():
         docs.get(rng.choice(keys) if keys else f"u{rng.randrange(%d):09d}")
     elif kind == "search":
         docs.search({"CompanyID": company(rng.randrange(%d))})
-    elif kind == "push":
+    elif kind in ("push", "push2"):
         queue.push({**small_doc(index), "g": f"g{index}"})
-    elif kind == "pop":
+    elif kind in ("pop", "pop2"):
         return queue.pop() is not None  # (an empty pop is not counted)
 """ % (PARTITIONS, COMPANIES, PRELOAD, COMPANIES)
 POSTGRES = _SETUP + """import psycopg
@@ -318,6 +324,7 @@ def setup(c: Cluster) -> bool:
             db.Docs.batch_insert([user_doc(i, COMPANIES) for i in range(start, start + 1000)])
         try:
             db.create_bucket("Jobs", **PARTITIONED_FIFO)
+            db.create_bucket("Jobs2", **FEW_PARTITIONS)
             return True
         except hoarddb.HoardError as e:
             print(f"  ({c.name}: partitioned fifo not accepted here, push and pop skipped: {e.message})")
@@ -363,7 +370,7 @@ def main() -> None:
                 else:
                     (tmp / "redis").mkdir()
                     rs = RedisServer(tmp / "redis")
-        kinds = ["insert", "get", "search", "push", "pop"]
+        kinds = ["insert", "get", "search", "push", "pop", "push2", "pop2"]
         # the 2 nodes twice: clients entering through either node (which forwards what it does not own),
         # and clients sending each keyed request to its owner (search and pop go to every owner either way)
         sides = [(one, "any", "one", "1 node(s)"), (two, "any", "two", "2 node(s)"),
@@ -371,7 +378,7 @@ def main() -> None:
         for r in range(args.rounds):
             for kind in kinds:
                 for c, route, name, label in sides:
-                    if kind in ("push", "pop") and not fifo[c.name]:
+                    if kind in ("push", "pop", "push2", "pop2") and not fifo[c.name]:
                         continue
                     urls = [c.url(first=k, route=route) for k in range(args.clients)]
                     m = measure(clients(HOARD, urls, kind, args.seconds,
