@@ -122,6 +122,7 @@ def test_go_requests_keep_succeeding_while_nodes_are_added_and_removed(tmp_path)
             finally:
                 stop.touch()
             out = finish(proc)
+            print(out[-2000:])
             keys = acked.read_text().split()
             assert len(keys) > 50, out[-4000:]
             held = local_keys(nodes[0], "app", "Users") + local_keys(nodes[2], "app", "Users")
