@@ -122,7 +122,7 @@ func TestClusterKeyedRequestsGoToTheirOwner(t *testing.T) {
 
 // TestClusterDuringMoves writes and reads keyed documents through the URL's node until the file
 // HOARDDB_CLUSTER_STOP exists (the Python side adds and removes nodes meanwhile), then reads every
-// acknowledged one back and writes their keys to HOARDDB_CLUSTER_ACKED.
+// acknowledged one back, twice, and writes their keys to HOARDDB_CLUSTER_ACKED.
 func TestClusterDuringMoves(t *testing.T) {
 	url := clusterURL(t, "moves")
 	mapAge = time.Second // (as the Python test does: the map is read again within a second)
@@ -171,12 +171,30 @@ func TestClusterDuringMoves(t *testing.T) {
 	if len(failures) > 0 {
 		t.Errorf("%d of %d requests failed during the moves; first: %s", len(failures), len(failures)+len(acked), failures[0])
 	}
-	for _, k := range acked {
-		var got bson.M
-		if found, err := users.Get(ctx, k, &got); err != nil || !found {
-			t.Errorf("%s: acknowledged, then %v %v", k, found, err)
+	readBack := func() {
+		for _, k := range acked {
+			var got bson.M
+			if found, err := users.Get(ctx, k, &got); err != nil || !found {
+				t.Errorf("%s: acknowledged, then %v %v", k, found, err)
+			}
 		}
 	}
+	time.Sleep(mapAge + 100*time.Millisecond)
+	readBack() // (the map read again: the moves are over)
+	// then once more, between HOARDDB_CLUSTER_READY and HOARDDB_CLUSTER_GO, for the Python side
+	// to see that every get went to its owner on the map of after the moves
+	if err := os.WriteFile(os.Getenv("HOARDDB_CLUSTER_READY"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(os.Getenv("HOARDDB_CLUSTER_GO")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("HOARDDB_CLUSTER_GO never came")
+		}
+	}
+	readBack()
 	f, err := os.Create(os.Getenv("HOARDDB_CLUSTER_ACKED"))
 	if err != nil {
 		t.Fatal(err)

@@ -101,9 +101,10 @@ def test_go_requests_keep_succeeding_while_nodes_are_added_and_removed(tmp_path)
             nodes[1].start()
             with hoarddb.connect(nodes[0].url()) as client:
                 client["app"].create_bucket("Users", type="hash", partitions=PARTS)
-            stop, acked = tmp_path / "stop", tmp_path / "acked"
+            stop, acked, ready, go = (tmp_path / name for name in ("stop", "acked", "ready", "go"))
             env = go_env(tmp_path, HOARDDB_CLUSTER_URL=nodes[0].url(), HOARDDB_CLUSTER_PHASE="moves",
-                         HOARDDB_CLUSTER_STOP=str(stop), HOARDDB_CLUSTER_ACKED=str(acked))
+                         HOARDDB_CLUSTER_STOP=str(stop), HOARDDB_CLUSTER_ACKED=str(acked),
+                         HOARDDB_CLUSTER_READY=str(ready), HOARDDB_CLUSTER_GO=str(go))
             proc = go_test("TestClusterDuringMoves", env)
             try:
                 deadline = time.monotonic() + 300
@@ -121,7 +122,14 @@ def test_go_requests_keep_succeeding_while_nodes_are_added_and_removed(tmp_path)
                 time.sleep(2)
             finally:
                 stop.touch()
+            deadline = time.monotonic() + 300
+            while not ready.exists():  # the Go side read every document back, on a map read again
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-8000:]
+                time.sleep(0.2)
+            before = [forwarded(n) for n in nodes]
+            go.touch()
             out = finish(proc)
+            assert [forwarded(n) for n in nodes] == before  # its second read-back: each get on its owner
             print(out[-2000:])
             keys = acked.read_text().split()
             assert len(keys) > 50, out[-4000:]
