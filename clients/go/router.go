@@ -305,6 +305,9 @@ func (r *router) peer(ctx context.Context, node string, info nodeInfo, db string
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
+		if ended(ctx) { // the caller gave up, not the node: the URL's connection says so
+			return nil
+		}
 		r.unreachable[node] = time.Now()
 		delete(r.maps, db)
 		return nil
@@ -413,6 +416,14 @@ func requestPartition(place placement, q request, doc bson.D) (p int, out bson.D
 			return -1, doc
 		}
 	}
+	if q.argsAt >= 0 { // args encoded once, here: sent as these bytes, wherever the request goes
+		if _, raw := doc[q.argsAt].Value.(bson.Raw); !raw {
+			if rv, ok := value(doc[q.argsAt].Value); ok && rv.Type == bsontype.EmbeddedDocument {
+				doc = append(bson.D(nil), doc...)
+				doc[q.argsAt] = bson.E{Key: "args", Value: rv.Document()}
+			}
+		}
+	}
 	var value bson.RawValue
 	ok := false
 	switch {
@@ -467,10 +478,13 @@ func value(v interface{}) (bson.RawValue, bool) {
 	return bson.RawValue{Type: t, Value: data}, true
 }
 
-// args is the request's args as a document, and at is its index (-1 when it has none or they are no document).
+// args is the request's args as a document (ok false when it has none, or they are no document).
 func args(q request, doc bson.D) (bson.Raw, bool) {
 	if q.argsAt < 0 {
 		return nil, false
+	}
+	if raw, ok := doc[q.argsAt].Value.(bson.Raw); ok {
+		return raw, true
 	}
 	rv, ok := value(doc[q.argsAt].Value)
 	if !ok || rv.Type != bsontype.EmbeddedDocument {

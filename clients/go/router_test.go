@@ -215,7 +215,8 @@ func TestAnInsertWithoutKeyGetsOneFirst(t *testing.T) {
 		t.Error("the caller's request was changed")
 	}
 	place.Type = "btree" // a btree entry sorts by its own first field: no key made
-	if p, out := requestPartition(place, q, doc); p < 0 || !reflect.DeepEqual(out, doc) {
+	p, out = requestPartition(place, q, doc)
+	if _, err := out[3].Value.(bson.Raw).LookupErr("doc", "_id_"); p < 0 || err == nil {
 		t.Errorf("btree insert: partition %d, request %v", p, out)
 	}
 }
