@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -204,4 +205,87 @@ func TestClusterDuringMoves(t *testing.T) {
 	_, _ = w.WriteString(strings.Join(acked, "\n"))
 	_ = w.Flush()
 	t.Logf("%d documents written and read back during the moves", len(acked))
+}
+
+// step tells the Python side this test reached name (the file HOARDDB_CLUSTER_SYNC/name.ready)
+// and waits until it did its part (name.go).
+func step(t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("HOARDDB_CLUSTER_SYNC")
+	if err := os.WriteFile(filepath.Join(dir, name+".ready"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, name+".go")); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Python side never finished %s", name)
+		}
+	}
+}
+
+// TestClusterNodeDown reads documents of both nodes through the URL's node (n1) while the Python
+// side kills the other owner (n2) and starts it again: n2's reads fall back to n1, which says n2 is
+// unavailable; n1's are served; once n2 is back, its reads go to it again.
+func TestClusterNodeDown(t *testing.T) {
+	url := clusterURL(t, "down")
+	mapAge = time.Second
+	ctx := context.Background()
+	c, err := Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	users := c.Database("app").Bucket("Users")
+	theirs := strings.Split(os.Getenv("HOARDDB_CLUSTER_THEIRS"), ",")
+	mine := strings.Split(os.Getenv("HOARDDB_CLUSTER_MINE"), ",")
+	get := func(k string) error {
+		var got bson.M
+		found, err := users.Get(ctx, k, &got)
+		if err == nil && (!found || got["_id_"] != k) {
+			err = fmt.Errorf("%s: found %v, %v", k, found, got)
+		}
+		return err
+	}
+	for _, k := range append(append([]string{}, theirs...), mine...) {
+		if err := get(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := c.router.peers["n2"]; !ok {
+		t.Fatalf("no pool to n2: %v", c.router.peers)
+	}
+	step(t, "kill")
+	err = get(theirs[0])
+	var e *Error
+	if !errors.As(err, &e) || e.Code != 34 || !strings.Contains(e.Message, "n2") || e.OutcomeUnknown {
+		t.Fatalf("a read of n2's while n2 is down: %v", err)
+	}
+	for _, k := range mine {
+		if err := get(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(t, "restart")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if err = get(theirs[0]); err == nil {
+			break
+		}
+		if !errors.Is(err, ErrPartitionUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("n2 back: %v", err)
+		}
+	}
+	time.Sleep(2*mapAge + 200*time.Millisecond) // (the map read again, the pool to n2 open again)
+	for _, k := range theirs {
+		if err := get(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(t, "routed") // the Python side notes n1's forwards
+	for _, k := range theirs {
+		if err := get(k); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

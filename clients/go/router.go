@@ -292,11 +292,11 @@ func (r *router) peer(ctx context.Context, node string, info nodeInfo, db string
 	p := r.peers[node]
 	failed, tried := r.unreachable[node]
 	r.mu.Unlock()
+	if tried && time.Since(failed) < mapAge {
+		return nil // a node that could not be reached costs one attempt, not one a call
+	}
 	if p != nil && p.opts.address() == info.Address && atomic.LoadInt32(&p.closed) == 0 {
 		return p
-	}
-	if tried && time.Since(failed) < mapAge {
-		return nil
 	}
 	o, err := r.peerOptions(info)
 	if err == nil {

