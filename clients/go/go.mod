@@ -3,9 +3,9 @@ module hoarddb.dev/client
 go 1.19
 
 // Dependencies come from Debian's packages, as source under /usr/share/gocode
-// (apt-get install golang-go golang-mongodb-mongo-driver-dev golang-golang-x-crypto-dev):
-// each requirement is replaced by its installed directory, so nothing is fetched.
-// README.md says why. (x/text is at the version x/crypto asks for.)
+// (apt-get install golang-go golang-mongodb-mongo-driver-dev, which brings
+// golang-golang-x-crypto-dev): each requirement is replaced by its installed directory,
+// so nothing is fetched. README.md says why. (x/text is at the version x/crypto asks for.)
 require (
 	github.com/go-stack/stack v1.8.0
 	go.mongodb.org/mongo-driver v1.8.4
