@@ -7,7 +7,6 @@ the key's encoding (hoarddb/values/keys.py) and its partition for several partit
 
 import datetime
 import json
-import re
 import uuid
 
 from bson import SON
