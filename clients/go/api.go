@@ -18,6 +18,15 @@ type operation struct {
 	streams bool
 	upload  string
 	types   []string
+	// what routing by owner reads (router.go; hoarddb/routing.py): the parameter naming the one
+	// document it acts on and that parameter's kind ("any", "doc", "filter"), whether an insert
+	// without a key gets one made, whether its answer may come through a cursor, and whether it
+	// adds the one document it is given (a queue's push)
+	keyParam string
+	keyKind  string
+	makesKey bool
+	cursor   bool
+	pushes   bool
 }
 
 // Database is a named group of buckets.

@@ -16,6 +16,10 @@ import (
 // Client is a connection pool to one server, safe for concurrent use by many goroutines;
 // their requests are pipelined over its connections. Close it when done.
 //
+// Against a cluster (the URL names one of its nodes), each keyed request goes to its
+// partition's owner over a pool of connections of its own to that node, opened with the
+// URL's options (router.go); route=any in the URL sends every request to the URL's node.
+//
 // What a call does when a connection fails (as the Python client does):
 //
 //	found dead before sending          the request goes on a new connection: nothing was sent
@@ -36,6 +40,8 @@ type Client struct {
 	mu   sync.Mutex
 	idle []*conn // connections for streams and uploads, one at a time each
 	all  map[*conn]struct{}
+
+	router *router // a cluster's map and the pools to its other nodes; nil in those pools themselves
 }
 
 type slot struct {
@@ -66,6 +72,9 @@ func ConnectOptions(ctx context.Context, o *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{opts: o, tlsConf: tlsConf, slots: make([]slot, o.PoolSize), all: map[*conn]struct{}{}}
+	if o.Route != "any" {
+		c.router = newRouter(c)
+	}
 	first, err := c.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -94,6 +103,9 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 	if atomic.LoadInt32(&c.closed) == 1 {
 		cn.close()
 		return nil, newError(19, "the client was closed")
+	}
+	if c.router != nil {
+		c.router.connected(cn.info)
 	}
 	return cn, nil
 }
@@ -173,6 +185,9 @@ func (c *Client) Close() error {
 	for _, cn := range conns {
 		cn.close()
 	}
+	if c.router != nil {
+		c.router.close()
+	}
 	return nil
 }
 
@@ -226,8 +241,21 @@ func (c *Client) Do(ctx context.Context, request bson.D) (Answer, error) {
 	return c.do(ctx, op, request)
 }
 
-// do sends request on a shared connection, with the retry rule; the answer, or its error.
+// do sends request to its partition's owner when it is keyed and the server a cluster
+// (router.go), else on a shared connection to the URL's server; the answer, or its error.
 func (c *Client) do(ctx context.Context, op string, request bson.D) (Answer, error) {
+	if c.router.enabled() {
+		a, err, routed, done := c.router.do(ctx, op, request)
+		if done {
+			return a, err
+		}
+		request = routed // (an insert may have been given its key)
+	}
+	return c.direct(ctx, op, request)
+}
+
+// direct sends request on a shared connection to the URL's server, with the retry rule.
+func (c *Client) direct(ctx context.Context, op string, request bson.D) (Answer, error) {
 	entry, known := operations[op]
 	retryable := known && entry.retry
 	write := !known || entry.write

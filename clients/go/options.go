@@ -24,7 +24,7 @@ const DefaultPort = 7070
 //	hoarddb://user:password@host:7070/?tls_ca=FILE&tls_fingerprint=SHA256&insecure=true&timeout=30
 //
 // The options are the Python client's (host, port, user, password, tls_ca,
-// tls_fingerprint, insecure, timeout, connect_timeout), plus pool_size, which is
+// tls_fingerprint, insecure, timeout, connect_timeout, route), plus pool_size, which is
 // this client's own. The password may come from HOARDDB_PASSWORD instead of the URL.
 type Options struct {
 	Host     string
@@ -46,8 +46,12 @@ type Options struct {
 	// ConnectTimeout bounds the connection, TLS and login, each step (10 s).
 	ConnectTimeout time.Duration
 	// PoolSize is how many connections the client keeps for requests (4); goroutines share
-	// them, pipelining their requests.
+	// them, pipelining their requests. Against a cluster, it keeps as many to each node.
 	PoolSize int
+	// Route says where a cluster's requests go: "owner" (or empty) sends each keyed request
+	// to its partition's owner (router.go); "any" sends every request to the URL's node,
+	// which passes on what it does not own. A single server is not affected.
+	Route string
 }
 
 // ParseURL reads a hoarddb:// URL into Options, refusing anything else with what is accepted.
@@ -139,11 +143,7 @@ func ParseURL(raw string) (*Options, error) {
 		case "busy_poll":
 			// the Python client's knob (it polls its socket awake); nothing to do here
 		case "route":
-			// the Python client's choice of node for a cluster's keyed requests; this client sends
-			// every request to the node it connected to (route=any), which passes on what it does not own
-			if v != "owner" && v != "any" {
-				return bad("route must be one of owner, any, got %q", v)
-			}
+			o.Route = v
 		default:
 			return nil, newError(3, "unknown connection option %q; options: busy_poll, connect_timeout, "+
 				"insecure, pool_size, route, timeout, tls_ca, tls_fingerprint", key)
@@ -161,6 +161,10 @@ func (o *Options) check() error {
 	}
 	if o.Password != "" && o.User == "" {
 		return newError(2, "a password without a user: give both (hoarddb://USER:PASSWORD@host/)")
+	}
+	if o.Route != "" && o.Route != "owner" && o.Route != "any" {
+		return newError(2, "route must be one of owner, any (owner: each keyed request to its partition's owner; "+
+			"any: every request to the URL's node), got %q", o.Route)
 	}
 	return nil
 }

@@ -13,12 +13,17 @@ import (
 
 type pyTable struct {
 	Operations map[string]struct {
-		Scope   string   `json:"scope"`
-		Write   bool     `json:"write"`
-		Retry   bool     `json:"retry"`
-		Streams bool     `json:"streams"`
-		Upload  string   `json:"upload"`
-		Types   []string `json:"types"`
+		Scope    string   `json:"scope"`
+		Write    bool     `json:"write"`
+		Retry    bool     `json:"retry"`
+		Streams  bool     `json:"streams"`
+		Upload   string   `json:"upload"`
+		Types    []string `json:"types"`
+		KeyParam string   `json:"key_param"`
+		KeyKind  string   `json:"key_kind"`
+		MakesKey bool     `json:"makes_key"`
+		Cursor   bool     `json:"cursor"`
+		Pushes   bool     `json:"pushes"`
 	} `json:"operations"`
 	FieldVerbs map[string][]string `json:"field_verbs"`
 	Errors     map[string]string   `json:"errors"`
@@ -41,7 +46,9 @@ func TestTableMatchesTheServers(t *testing.T) {
 	const regenerate = "; regenerate: python testdata/table.py --go | gofmt > table.go"
 	for name, op := range tab.Operations {
 		got, ok := operations[name]
-		want := operation{scope: op.Scope, write: op.Write, retry: op.Retry, streams: op.Streams, upload: op.Upload, types: op.Types}
+		want := operation{scope: op.Scope, write: op.Write, retry: op.Retry, streams: op.Streams, upload: op.Upload,
+			types: op.Types, keyParam: op.KeyParam, keyKind: op.KeyKind, makesKey: op.MakesKey, cursor: op.Cursor,
+			pushes: op.Pushes}
 		if !ok || !reflect.DeepEqual(got, want) {
 			t.Errorf("operation %s: table.go has %+v, the server %+v%s", name, got, want, regenerate)
 		}

@@ -1,0 +1,233 @@
+package hoarddb
+
+// router_test.go holds the router's hashing to Python's byte for byte: testdata/partitions.json
+// (written by testdata/partitions.py from hoarddb/routing.py and hoarddb/values/keys.py) gives
+// keys of every type and requests of every verb, as BSON, with what Python makes of them.
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"math"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+)
+
+type partitionVectors struct {
+	Places map[string]placement `json:"places"`
+	Keys   []struct {
+		Name       string         `json:"name"`
+		BSON       string         `json:"bson"`
+		Key        string         `json:"key"`
+		Partitions map[string]int `json:"partitions"`
+	} `json:"keys"`
+	Requests []struct {
+		Place     string `json:"place"`
+		BSON      string `json:"bson"`
+		Partition *int   `json:"partition"`
+	} `json:"requests"`
+}
+
+func readVectors(t *testing.T) partitionVectors {
+	data, err := os.ReadFile("testdata/partitions.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v partitionVectors
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Keys) < 50 || len(v.Requests) < 50 {
+		t.Fatalf("testdata/partitions.json holds %d keys and %d requests: too few", len(v.Keys), len(v.Requests))
+	}
+	return v
+}
+
+func rawOf(t *testing.T, hexText string) bson.Raw {
+	data, err := hex.DecodeString(hexText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bson.Raw(data)
+}
+
+func TestKeysEncodeAndHashAsPythons(t *testing.T) {
+	for _, k := range readVectors(t).Keys {
+		key := rawOf(t, k.BSON).Lookup("k")
+		got, ok := encodeKey(nil, key)
+		if !ok || hex.EncodeToString(got) != k.Key {
+			t.Errorf("%s: key %x (ok %v), Python's %s", k.Name, got, ok, k.Key)
+			continue
+		}
+		for count, want := range k.Partitions {
+			n, _ := strconv.Atoi(count)
+			if p, ok := partitionOf(key, n); !ok || p != want {
+				t.Errorf("%s: partition %d of %d here, %d in Python", k.Name, p, n, want)
+			}
+		}
+	}
+}
+
+// The Go values a program passes, marshalled as this client sends them, key as Python's do.
+func TestGoValuesKeyAsPythons(t *testing.T) {
+	keys := map[string]string{}
+	for _, k := range readVectors(t).Keys {
+		keys[k.Name] = k.Key
+	}
+	dec := func(s string) primitive.Decimal128 {
+		d, err := primitive.ParseDecimal128(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	oid, _ := primitive.ObjectIDFromHex("65a1b2c3d4e5f60718293a4b")
+	values := map[string][]interface{}{
+		"string":              {"jane"},
+		"unicode":             {"Zoë 🐘 東京"},
+		"int32 30":            {30, int8(30), int32(30), int64(30), uint16(30), 30.0, float32(30), dec("30"), dec("30.000"), dec("3E+1")},
+		"int32 -7":            {-7, int64(-7), -7.0},
+		"double -0":           {math.Copysign(0, -1), 0, dec("-0")},
+		"int64 2^53+1":        {int64(1<<53 + 1)},
+		"int64 max":           {int64(math.MaxInt64)},
+		"int64 min":           {int64(math.MinInt64)},
+		"double 0.1":          {0.1},
+		"decimal 19.99":       {dec("19.99")},
+		"decimal 1E+6000":     {dec("1E+6000")},
+		"decimal NaN":         {dec("NaN"), math.NaN()},
+		"double inf":          {math.Inf(1), dec("Infinity")},
+		"objectid":            {oid},
+		"binary":              {[]byte{0, 1, 0xfe, 0xff}, primitive.Binary{Data: []byte{0, 1, 0xfe, 0xff}}},
+		"uuid":                {primitive.Binary{Subtype: 4, Data: mustHex(t, "0192a3b4c5d67890abcdef12345678a1")}},
+		"bool true":           {true},
+		"null":                {nil, primitive.Null{}},
+		"date":                {time.Date(2024, 5, 17, 12, 30, 45, 123456789, time.UTC), primitive.DateTime(1715949045123)},
+		"timestamp":           {primitive.Timestamp{T: 1700000000, I: 7}},
+		"regex":               {primitive.Regex{Pattern: "^ab.c$", Options: "imx"}},
+		"code":                {primitive.JavaScript("return 1")},
+		"code with scope":     {primitive.CodeWithScope{Code: "return x", Scope: bson.D{{Key: "x", Value: 1}}}},
+		"minkey":              {primitive.MinKey{}},
+		"maxkey":              {primitive.MaxKey{}},
+		"doc":                 {bson.D{{Key: "a", Value: 1}, {Key: "b", Value: "two"}}, bson.M{"a": int64(1), "b": "two"}, struct{ A, B interface{} }{1, "two"}},
+		"doc nested":          {bson.D{{Key: "x", Value: bson.D{{Key: "y", Value: bson.A{1, 2.5, "z"}}}}, {Key: "n", Value: nil}}},
+		"dbref":               {bson.D{{Key: "$id", Value: oid}, {Key: "$ref", Value: "Users"}}, primitive.DBPointer{DB: "Users", Pointer: oid}},
+		"array":               {bson.A{1, "a", bson.A{true, nil}}, []interface{}{int64(1), "a", []interface{}{true, nil}}},
+		"array empty":         {bson.A{}, []int{}},
+		"string with NUL":     {"a\x00b"},
+		"double -2.25e-300":   {-2.25e-300},
+		"int64 -(2^53+1)":     {int64(-(1<<53 + 1))},
+		"decimal -1E-6000":    {dec("-1E-6000")},
+		"decimal Infinity":    {dec("Infinity")},
+		"decimal -Infinity":   {dec("-Infinity"), math.Inf(-1)},
+		"binary subtype 0x80": {primitive.Binary{Subtype: 0x80, Data: []byte{0x10, 0x20}}},
+	}
+	for name, vs := range values {
+		want, ok := keys[name]
+		if !ok {
+			t.Fatalf("no vector named %q", name)
+		}
+		for _, v := range vs {
+			rv, ok := value(v)
+			got, ok2 := encodeKey(nil, rv)
+			if !ok || !ok2 || hex.EncodeToString(got) != want {
+				t.Errorf("%s: %#v keys as %x, Python's %s", name, v, got, want)
+			}
+		}
+	}
+}
+
+func mustHex(t *testing.T, s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// asD is a request as the client holds it: a bson.D (here of raw values).
+func asD(raw bson.Raw) bson.D {
+	elems, _ := raw.Elements()
+	out := bson.D{}
+	for _, e := range elems {
+		out = append(out, bson.E{Key: e.Key(), Value: e.Value()})
+	}
+	return out
+}
+
+func TestRequestsRouteAsPythons(t *testing.T) {
+	v := readVectors(t)
+	routedCount := 0
+	for _, r := range v.Requests {
+		raw := rawOf(t, r.BSON)
+		doc := asD(raw)
+		q, _ := readRequest(doc)
+		got, _ := requestPartition(v.Places[r.Place], q, doc)
+		want := -1
+		if r.Partition != nil {
+			want = *r.Partition
+			routedCount++
+		}
+		if got != want {
+			t.Errorf("%s: %s: partition %d here, Python's %d (-1: none)", r.Place, raw, got, want)
+		}
+	}
+	if routedCount < 30 {
+		t.Errorf("only %d requests have a partition", routedCount)
+	}
+}
+
+// The vectors are Python's of now: testdata/partitions.py run again gives the same.
+func TestPartitionVectorsAreCurrent(t *testing.T) {
+	out, err := python("testdata/partitions.py").Output()
+	if err != nil {
+		t.Skipf("cannot run testdata/partitions.py (%v): the checked-in vectors are used as they are", err)
+	}
+	var now, kept interface{}
+	data, _ := os.ReadFile("testdata/partitions.json")
+	if json.Unmarshal(out, &now) != nil || json.Unmarshal(data, &kept) != nil || !reflect.DeepEqual(now, kept) {
+		t.Errorf("testdata/partitions.json is not what testdata/partitions.py writes now; regenerate: " +
+			"python testdata/partitions.py > testdata/partitions.json")
+	}
+}
+
+func TestAnInsertWithoutKeyGetsOneFirst(t *testing.T) {
+	place := placement{Type: "hash", Partitions: 16}
+	doc := bson.D{{Key: "op", Value: "insert"}, {Key: "db", Value: "app"}, {Key: "bucket", Value: "B"},
+		{Key: "args", Value: bson.D{{Key: "doc", Value: bson.D{{Key: "x", Value: 1}}}, {Key: "w", Value: 2}}}}
+	q, _ := readRequest(doc)
+	p, out := requestPartition(place, q, doc)
+	args := out[3].Value.(bson.D)
+	made := args[0].Value.(bson.D)
+	key, _ := made[0].Value.(string)
+	if made[0].Key != "_id_" || !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(key) {
+		t.Fatalf("the made key is %v", made)
+	}
+	if want, _ := partitionOf(stringValue(key), 16); p != want || args[1].Key != "w" || made[1].Key != "x" {
+		t.Errorf("partition %d of %s, want %d; args %v", p, key, want, args)
+	}
+	if len(doc[3].Value.(bson.D)[0].Value.(bson.D)) != 1 {
+		t.Error("the caller's request was changed")
+	}
+	place.Type = "btree" // a btree entry sorts by its own first field: no key made
+	p, out = requestPartition(place, q, doc)
+	if _, err := out[3].Value.(bson.Raw).LookupErr("doc", "_id_"); p < 0 || err == nil {
+		t.Errorf("btree insert: partition %d, request %v", p, out)
+	}
+}
+
+func TestUUID7sIncrease(t *testing.T) {
+	last := ""
+	for i := 0; i < 10000; i++ {
+		id := newUUID7()
+		if id <= last {
+			t.Fatalf("%s after %s", id, last)
+		}
+		last = id
+	}
+}

