@@ -39,6 +39,7 @@ from ..declaration import check_fields, declare_bucket
 from ..errors import HoardError
 from ..storage.oserrors import fsync_directory
 from .coord import DELETE, WatchCompacted
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("hoarddb.cluster")
 
@@ -79,13 +80,7 @@ class CatalogWatch:
                        loop.create_task(self._follow("assign", revision, self._assignment_changed))]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(*self._tasks)
 
     async def _catch_up(self) -> int:
         """Make this node's buckets the cluster's, from a snapshot of ``catalog/``; the revision read at."""

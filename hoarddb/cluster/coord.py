@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 import etcd3aio
 
 from ..errors import BadValueError, ClusterUnavailableError, HoardError, PartitionUnavailableError
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("hoarddb.cluster")
 
@@ -185,18 +186,9 @@ class Coordinator:
 
     async def stop(self) -> None:
         """Leave: stop the keepalive and revoke the lease (membership and owner keys go at once)."""
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            try:
-                await self._keepalive
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._keepalive)
         if self._rejoining is not None and not self._rejoining.done():
-            self._rejoining.cancel()
-            try:
-                await self._rejoining
-            except (asyncio.CancelledError, Exception):
-                pass
+            await cancel_and_wait(self._rejoining)
         self.held.clear()
         if self.client is not None:
             if self.lease_id is not None and not self.lapsed:

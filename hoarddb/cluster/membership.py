@@ -30,6 +30,7 @@ import time
 
 from ..errors import HoardError
 from .moves import plan
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("hoarddb.cluster")
 
@@ -53,11 +54,7 @@ class Membership:
 
     async def stop(self) -> None:
         if self._join is not None and not self._join.done():
-            self._join.cancel()
-            try:
-                await self._join
-            except (asyncio.CancelledError, Exception):
-                pass
+            await cancel_and_wait(self._join)
 
     # -- join
 

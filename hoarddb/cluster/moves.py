@@ -61,6 +61,7 @@ from .coord import OwnedElsewhere
 from . import queue_moves, queues
 from .partitions import balance, partition_of
 from .members import current as members_of
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("hoarddb.cluster.moves")
 
@@ -160,12 +161,7 @@ class Mover:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         while True:

@@ -31,6 +31,7 @@ from .. import operations
 from ..errors import BadValueError, HoardError
 from .catalog import CLUSTER_DIR, write_json
 from .coord import DELETE, Coordinator, WatchCompacted
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("hoarddb.cluster")
 
@@ -59,12 +60,7 @@ class ClusterUsers:
         self._task = asyncio.get_running_loop().create_task(self._watch(revision))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._task)
 
     async def _resync(self) -> int:
         """Make the file what etcd holds now; the revision read at."""

