@@ -198,9 +198,16 @@ def run_mixed(data: Path, seed: int, sync: bool, after: float) -> list:
     child = subprocess.Popen([sys.executable, "-c", MIXED, str(data), str(seed), "1" if sync else "0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert json.loads(child.stdout.readline()) == ["ready"], child.stderr.read()
-    time.sleep(after)
+    # killed once ``after`` seconds have passed and the child has said a dozen things (on a loaded
+    # machine its first writes can take longer than ``after``: a kill then would test nothing)
+    said, deadline = [], time.monotonic() + after
+    while len(said) < 12 or time.monotonic() < deadline:
+        line = child.stdout.readline()
+        if not line:
+            break
+        said.append(line)
     child.send_signal(signal.SIGKILL)
-    out = child.stdout.read()  # through the same reader (see run_and_kill)
+    out = "".join(said) + child.stdout.read()  # through the same reader (see run_and_kill)
     child.wait(30)
     child.stdout.close()
     child.stderr.close()
