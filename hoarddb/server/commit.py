@@ -8,26 +8,17 @@ turn of the event loop — after every connection has handed in what it read —
 
     turn k      connections read requests; writes are submitted (nothing runs yet)
     turn k+1    flush: Engine.execute_group(all of them, in order)   one LMDB commit per bucket
-                       then, on the sync thread: Engine.sync()        one fsync per file written
+                       Engine.sync()                                  one fsync per file written
                        answer every write of the group, refusals included
-    meanwhile   writes read while a group runs wait for the next one; the next group
-                runs as soon as this one's writes have (while its fsyncs wait for the disk)
+    meanwhile   writes read while a flush runs wait for the next one
 
 so under load each fsync covers everything that arrived during the previous one, and a
-lone client pays one fsync and no hand-off beyond the flush thread's. The groups are a
-pipeline of two stages, each one group at a time: the flush thread runs a group's
-writes while the sync thread makes the group before it durable (``_apply``), so a group
-whose fsyncs take as long as its writes — a group that wrote eight queues' logs — does
-not leave the CPU idle for them. Syncs run in order, one at a time, so a group is
-answered only after every earlier group is durable: a write that read another's data
-(a refused duplicate, a pop of a pushed element) is never answered before that data is
-on disk.
+lone client pays one fsync and no hand-off beyond the flush thread's.
 
-The flush runs on a thread of its own, and the event loop waits for its writes only a
-little (``WAIT``): a group that takes longer — a big batch — finishes in the background
-and the loop goes back to serving reads; it never waits for the fsync, so reads are
-never held behind a slow disk. Except when the server has one connection (``alone``) and
-no group's sync is under way: nobody else is
+The flush runs on a thread of its own, and the event loop waits for it only a little
+(``WAIT``): a flush that takes longer — a slow disk, a big batch — finishes in the
+background and the loop goes back to serving reads, so reads are never held behind a
+slow fsync. Except when the server has one connection (``alone``): nobody else is
 waiting to be served, and the flush runs on the event loop itself, as Redis runs its
 fsync — the hand-off to the flush thread and back costs more than the rest of the
 write (measured: ~50 us of a 400 us durable write, a fifth of the server's CPU). A
@@ -87,8 +78,7 @@ class GroupCommitter:
     def __init__(self, engine, executor: concurrent.futures.ThreadPoolExecutor, metrics=None,
                  answering: Callable[[], ContextManager] = contextlib.nullcontext,
                  alone: Callable[[], bool] = lambda: False, quiet: Callable[[], bool] = lambda: False,
-                 limits: Callable[[], ContextManager] = contextlib.nullcontext,
-                 syncs: concurrent.futures.ThreadPoolExecutor | None = None):
+                 limits: Callable[[], ContextManager] = contextlib.nullcontext):
         self._answering = answering
         self._limits = limits
         self._alone = alone
@@ -97,16 +87,13 @@ class GroupCommitter:
         self._execute_group = engine.execute_group
         self._sync = engine.sync
         self._executor = executor
-        # one thread: syncs run one after another, so a group's sync returns after every earlier group's
-        self._syncs = syncs or concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hoarddb-sync")
         self._metrics = metrics
         self._writes: list[tuple[dict, Callable]] = []  # submitted, not run yet
         self._long = False  # whether one of them may take long (may_be_long)
         self._waiting: list[Callable[[HoardError | None], None]] = []  # ran elsewhere, waiting for a sync
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
-        self._running = False  # a group's writes are running (not its sync)
-        self._syncing = 0  # groups run whose sync has not been answered yet
+        self._running = False
         self._idle: asyncio.Event | None = None
         self.fsyncs = 0
         self.operations = 0
@@ -148,9 +135,8 @@ class GroupCommitter:
         waiting, self._waiting = self._waiting, []
         long, self._long = self._long, False
         self._running = True
-        # nobody to serve meanwhile: no hand-off (unless a write may take long, see may_be_long, or an earlier
-        # group's sync is still under way: this one's must come after it, on the sync thread)
-        if self._alone() and not long and not self._syncing:
+        # nobody to serve meanwhile: no hand-off (unless a write may take long, see may_be_long)
+        if self._alone() and not long:
             self.inline += 1
             if len(writes) == 1 and not waiting and self._quiet():  # its commit after its answer
                 self.deferred += 1
@@ -159,74 +145,40 @@ class GroupCommitter:
                 return
             self._finish(writes, waiting, self._group([request for request, _ in writes]))
             return
-        self._syncing += 1
-        future = self._executor.submit(self._apply, [request for request, _ in writes])
+        future = self._executor.submit(self._group, [request for request, _ in writes])
         try:
-            applied = future.result(WAIT)
-        except concurrent.futures.TimeoutError:  # a slow one: go on when it is done, serve meanwhile
+            outcome = future.result(WAIT)
+        except concurrent.futures.TimeoutError:  # a slow one: finish it when it is done, serve meanwhile
             future.add_done_callback(
-                lambda f: self._loop.call_soon_threadsafe(self._applied, writes, waiting, f.result()))
+                lambda f: self._loop.call_soon_threadsafe(self._finish, writes, waiting, f.result()))
             return
-        self._applied(writes, waiting, applied)
+        self._finish(writes, waiting, outcome)
 
-    def _apply(self, requests: list[dict]) -> tuple[list, concurrent.futures.Future]:
-        """On the flush thread: run the writes, then hand their sync to the sync thread.
-
-        The next group's writes may run while this one's sync waits for the disk
-        (the stores' syncs take what is dirty under their locks and fsync outside them)::
-
-            flush thread   | run k | run k+1 |       | run k+2 |
-            sync thread            | sync k      | sync k+1    | sync k+2 ...
-            answers                              k             k+1
-
-        Syncs run one at a time, so group k+1's returns after group k's: no write is
-        answered before the writes it could have read are durable.
-        """
-        return self._run(requests), self._syncs.submit(self._durable, len(requests))
-
-    def _applied(self, writes: list, waiting: list, outcome: tuple) -> None:
-        """On the event loop: a group ran; answer it once its sync returns, and start the next group now."""
-        results, synced = outcome
-        self._running = False
-        synced.add_done_callback(lambda f: self._loop.call_soon_threadsafe(
-            self._finish, writes, waiting, (results, *f.result())))
-        if self._writes or self._waiting:
-            self._schedule()
-
-    def _group(self, requests: list[dict]) -> tuple[list, HoardError | None, float]:
-        """On the event loop (a lone connection's flush): run the writes, then make everything written durable."""
-        self._syncing += 1
-        outcome = (self._run(requests), *self._durable(len(requests)))
-        self._running = False
-        return outcome
-
-    def _run(self, requests: list[dict]) -> list:
+    def _group(self, requests: list[dict]) -> tuple[list, HoardError | None, int, float]:
+        """On the flush thread: run the writes, then make everything written durable."""
         try:
             with self._limits():
                 # (every request passed check_request in the server's dispatch)
-                return self._execute_group(requests, checked=True) if requests else []
+                results = self._execute_group(requests, checked=True) if requests else []
         except BaseException as exc:  # a bug: every write of the group hears of it
             log.exception("a group of %d writes failed", len(requests))
-            return [InternalError(f"{type(exc).__name__}: {exc} (please report this)")] * len(requests)
-
-    def _durable(self, count: int) -> tuple[HoardError | None, float]:
-        """Make everything written so far durable: the error to answer with (None) and the seconds it took."""
+            results = [InternalError(f"{type(exc).__name__}: {exc} (please report this)")] * len(requests)
         started = time.perf_counter()
         error: HoardError | None = None
         try:
             self._sync()
         except Exception as exc:  # the writes happened but are not known to be on disk
-            log.critical("fsync failed; %d writes are applied but may not be durable: %s", count, exc)
+            log.critical("fsync failed; %d writes are applied but may not be durable: %s", len(requests), exc)
             error = StorageError(
                 f"the write was applied but could not be made durable: fsync failed ({exc}); "
                 "check the disk, then read the data back before relying on it")
-        return error, time.perf_counter() - started
+        return results, error, sum(1 for r in results if not isinstance(r, HoardError)), time.perf_counter() - started
 
     def _finish(self, writes: list, waiting: list, outcome: tuple) -> None:
         """On the event loop: answer the group, then start the next if work came in meanwhile."""
-        results, error, seconds = outcome
-        self._syncing -= 1
-        durable = sum(1 for r in results if not isinstance(r, HoardError)) + len(waiting)
+        results, error, written, seconds = outcome
+        self._running = False
+        durable = written + len(waiting)
         if durable:
             self.fsyncs += 1
             self.operations += durable
@@ -245,12 +197,12 @@ class GroupCommitter:
                     log.exception("answering a durable write failed")
         if self._writes or self._waiting:
             self._schedule()
-        elif self._idle is not None and not self._running and not self._syncing:
+        elif self._idle is not None:
             self._idle.set()
 
     async def flush(self) -> None:
         """Return once every write handed in so far has run, been made durable and been answered."""
-        while self._scheduled or self._running or self._syncing or self._writes or self._waiting:
+        while self._scheduled or self._running or self._writes or self._waiting:
             self._schedule()
             await self._idle.wait()
 

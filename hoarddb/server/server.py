@@ -162,8 +162,7 @@ class Server:
         self._idle_event: asyncio.Event | None = None
         self._reads = _Pool(config.read_threads, "hoarddb-read")
         self._writes = _Pool(config.write_threads, "hoarddb-write")
-        self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-commit")  # a group's writes run here
-        self._fsyncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-sync")  # ... and its fsyncs here
+        self._syncs = ThreadPoolExecutor(1, thread_name_prefix="hoarddb-commit")
         self._corking: list | None = None  # connections whose answers are held (_answers_together)
         # seconds a lone connection is polled after its answers; none on one CPU (busypoll.py)
         self._busy_poll_off = busypoll.unavailable() if config.busy_poll else None
@@ -193,7 +192,7 @@ class Server:
             if group:
                 self.committer = GroupCommitter(self.engine, self._syncs, self.metrics, self._answers_together,
                                                 alone=lambda: len(self.connections) <= 1, quiet=self._quiet,
-                                                limits=self._limits, syncs=self._fsyncs)
+                                                limits=self._limits)
             if self.config.auth:
                 self._bootstrap_admin()
             context = None
@@ -358,7 +357,7 @@ class Server:
             if self.committer is not None:
                 await self.loop.run_in_executor(self._syncs, engine.sync)
             await self.loop.run_in_executor(self._writes, engine.close)
-        for pool in (self._reads, self._writes, self._syncs, self._fsyncs):
+        for pool in (self._reads, self._writes, self._syncs):
             pool.shutdown(wait=False)
         log.info("stopped")
 

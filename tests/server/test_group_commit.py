@@ -91,56 +91,6 @@ def test_answers_wait_for_the_fsync_and_reads_do_not(server):
     assert done["write"] >= 0.9, "a write was answered before its fsync"
 
 
-def test_a_group_runs_while_the_one_before_it_syncs_and_is_answered_after_it(server):
-    """The pipeline: group B's writes run while group A's fsync is under way (a reader sees them), yet B is
-    answered only after A's sync has returned and after a sync of its own that began once B had run."""
-    if server.server.committer is None:
-        pytest.skip("this engine has no Engine.sync()")
-    with hoarddb.connect(server.url()) as c:
-        c["app"].create_bucket("H", type="hash")
-    committer = server.server.committer
-    real_sync, syncing, calls = committer._sync, threading.Event(), []
-
-    def slow_first_sync():
-        started = time.monotonic()
-        if not calls:
-            syncing.set()
-            time.sleep(1.0)
-        real_sync()
-        calls.append((started, time.monotonic()))
-
-    committer._sync = slow_first_sync
-    reader = hoarddb.connect(server.url())  # connected first: no write runs alone on the loop
-    answered = {}
-
-    def write(key):
-        with hoarddb.connect(server.url()) as c:
-            c["app"].H.insert({"_id_": key})
-            answered[key] = time.monotonic()
-
-    try:
-        a = threading.Thread(target=write, args=("a",))
-        a.start()
-        assert syncing.wait(10)
-        b = threading.Thread(target=write, args=("b",))
-        b.start()
-        deadline = time.monotonic() + 0.8
-        seen = False
-        with reader:
-            while time.monotonic() < deadline and not seen:
-                seen = reader["app"].H.exists("b")
-                time.sleep(0.01)
-            assert seen, "the next group's write did not run while the group before it synced"
-            assert "a" not in answered and "b" not in answered, "answered before the first sync returned"
-        a.join(10)
-        b.join(10)
-    finally:
-        committer._sync = real_sync
-    first_sync_end = calls[0][1]
-    assert answered["a"] >= first_sync_end and answered["b"] >= answered["a"]
-    assert len(calls) >= 2 and calls[1][0] >= first_sync_end, "two syncs overlapped"
-
-
 def wait_for_connections(server, n):
     deadline = time.monotonic() + 10
     while len(server.server.connections) != n:
