@@ -351,7 +351,8 @@ async def _open_partition(node: "ClusterNode", request: dict, p: int) -> tuple[s
 
     db, bucket = request["db"], request["bucket"]
     request = {**request, PART_FIELD: p}
-    for attempt in range(4):
+    attempts = 0
+    while True:
         place = node.placements[(db, bucket)]
         owner = place["owners"][p]
         if owner == node.node_id:
@@ -361,11 +362,11 @@ async def _open_partition(node: "ClusterNode", request: dict, p: int) -> tuple[s
                 answer = e.to_answer()
         else:
             answer = await _ask(node, owner, request)
-        if answer.get("codeName") != "PARTITION_UNAVAILABLE" or not (answer.get("details") or {}).get("moved") \
-                or attempt == 3:
+        attempts += 1
+        moved = answer.get("codeName") == "PARTITION_UNAVAILABLE" and (answer.get("details") or {}).get("moved")
+        if not moved or attempts == 4:  # (as ClusterNode._one: the map read again three times at most)
             return owner, answer
         await node.refresh_placement(db, bucket)
-    raise AssertionError("unreachable")
 
 
 async def open_source(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict,

@@ -114,12 +114,14 @@ def test_after_and_limit_count_over_the_whole_queue(cluster, bucket):
             clients[2].execute({"op": "list", "db": "app", "bucket": bucket, "args": args})
 
 
-def test_closing_a_queue_list_s_cursor_frees_its_owners_cursors(cluster):
+@pytest.mark.parametrize("bucket", ["Jobs", "Tasks"])
+def test_closing_a_queue_list_s_cursor_frees_its_owners_cursors(cluster, bucket):
     _nodes, clients = cluster
     for c in clients:
-        answer = c.execute({"op": "list", "db": "app", "bucket": "Tasks", "args": {"limit": COUNT, "batch_size": 3}})
+        answer = c.execute({"op": "list", "db": "app", "bucket": bucket, "args": {"limit": COUNT, "batch_size": 3}})
         assert answer["cursor"] and len(answer["result"]) == 3
-        assert sum(cursors_open(x) for x in clients) == 3.0  # the entry node's, and one per partition
+        # the entry node's, and a heap's partitions' all; a fifo's first partition's only (the next opens later)
+        assert sum(cursors_open(x) for x in clients) == (3.0 if bucket == "Tasks" else 2.0)
         assert c.execute({"op": "close_cursor", "cursor": answer["cursor"]})["result"]["closed"] == 1
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(cursors_open(x) for x in clients):
