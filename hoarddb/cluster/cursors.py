@@ -61,30 +61,39 @@ if TYPE_CHECKING:
 STREAMED = {kind: frozenset(n for n, op in operations.VERBS.items()
                             if op.cursor and op.gather == "documents" and kind in op.types)
             for kind in ("hash", "btree", "blob")}  # find, search and list; range and list; list
+#: A partitioned queue's read a cluster cursor serves: list (partition after partition; a heap's in pop order).
+QUEUE_LISTED = frozenset(n for n, op in operations.VERBS.items()
+                         if op.cursor and op.gather == "documents" and "fifo" in op.types)
 _MORE = operations.MORE.name
 _CLOSE = operations.CLOSE_CURSOR.name
 
 
 def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> bool:
     """Whether a read asked with ``batch_size`` is answered by a cluster cursor (else whole, as before):
-    find, search or list over a spread hash bucket, range or list over a spread btree, list over a spread blob
-    bucket; not pinned to one partition, not an explain."""
+    find, search (an explain's too) or list over a spread hash bucket, range or list over a spread btree, list
+    over a spread blob bucket or a partitioned queue; not pinned to one partition."""
     args = doc.get("args")
-    return (op.name in STREAMED.get(place["type"], ()) and not pinned and place["partitions"] > 1
-            and place.get("group") is None and isinstance(args, dict) and args.get("batch_size") is not None
-            and not args.get("explain"))
+    if not (not pinned and place["partitions"] > 1 and isinstance(args, dict)
+            and args.get("batch_size") is not None):
+        return False
+    if place.get("group") is not None:
+        return op.name in QUEUE_LISTED and place["type"] in op.types
+    return op.name in STREAMED.get(place["type"], ())
 
 
 class _Part:
     """One owner's part of a cluster cursor: its node, its partitions, its cursor id, the batch it answered last."""
 
-    __slots__ = ("node", "parts", "place", "cursor", "head", "asked", "cut")
+    __slots__ = ("node", "parts", "place", "cursor", "head", "asked", "cut", "opener")
 
-    def __init__(self, node: str, parts: set[int], place: dict, answer: dict, cut: bool = True):
+    def __init__(self, node: str, parts: set[int], place: dict, answer: dict, cut: bool = True, opener=None):
         self.node = node
         self.parts = parts
         self.place = place
         self.cut = cut  # False: the owner holds exactly its partition (a relay), and its output may be no documents
+        #: a coroutine function giving ``(owner, its first answer)``: the part is opened when the merge first needs
+        #: it (a partitioned queue's list, partition after partition); None once opened
+        self.opener = opener
         self.cursor = answer.get("cursor")
         self.head: deque = deque()
         self.asked = time.monotonic()  # when its owner last heard of its cursor (its idle clock started)
@@ -139,11 +148,15 @@ class MergedSource:
         else:
             self.key = lambda d: encode_key(d["_id_"])
         self.project = compile_projection(args["projection"]) if args.get("projection") is not None else None
+        #: whether the parts are read one after the other (a partitioned fifo's list) rather than merged by key
+        self.chained = False
 
     def __iter__(self):
         try:
             if len(self.parts) == 1:  # (one owner: its order, and nothing to compare; a relay's may not be documents)
                 merged = self._docs(self.parts[0])
+            elif self.chained:  # (each part opened once the one before is read to its end)
+                merged = itertools.chain.from_iterable(self._docs(p) for p in self.parts)
             else:
                 merged = heapq.merge(*(self._docs(p) for p in self.parts), key=self.key, reverse=self.reverse)
             stop = None if self.limit is None else self.skip + self.limit
@@ -157,8 +170,23 @@ class MergedSource:
             while part.head:
                 yield part.head.popleft()
             if part.cursor is None:
-                return
+                if part.opener is None:
+                    return
+                self._open(part)
+                continue
             self._pull(part)
+
+    def _open(self, part: _Part) -> None:
+        """Open a part that was left to be opened when first needed (on a thread, never the event loop's)."""
+        opener, part.opener = part.opener, None
+        part.asked = time.monotonic()
+        part.node, answer = asyncio.run_coroutine_threadsafe(opener(), self.loop).result()
+        if answer.get("ok") != 1:
+            raise error_from_answer(answer)
+        part.cursor = answer.get("cursor")
+        part.take(answer)
+        if self._released:  # (dropped while it opened: its cursor is closed too)
+            _close_parts(self.node, self.loop, [part])
 
     def _pull(self, part: _Part) -> None:
         """The next batch of ``part``'s owner (on a thread, never the event loop's)."""
@@ -233,6 +261,8 @@ async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, 
     remain."""
     from .node import _default_of  # noqa: PLC0415
 
+    if place.get("group") is not None:
+        return await open_queue_list(node, op, doc, place)
     args = doc["args"]
     size = check_batch_size(args["batch_size"])
     limit = args.get("limit")
@@ -250,7 +280,93 @@ async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, 
     if used and out.get("ok") == 1:  # a search: the index each node used, as a whole gather says
         out["index_used"] = next(iter(used.values()))
         out["index_used_by_node"] = used
+    if out.get("ok") == 1 and any("explain" in a for _n, _p, a in answers):  # in the first batch, as one node's
+        out["explain"] = merged_explain([(n, a) for n, _p, a in answers], skip, limit)
     return out
+
+
+def merged_explain(answers: list[tuple[str, dict]], skip, limit) -> dict:
+    """The ``explain`` of a search over a spread bucket from its owners' answers (each owner plans once for the
+    partitions it holds, which share one local bucket there): the first owner's plan, the keys and documents
+    every owner examined added up, what the merged answer returns (the owners were asked for ``skip + limit``
+    each, without skip), and each owner's own explain in ``by_node``."""
+    by_node = {n: a["explain"] for n, a in answers if isinstance(a.get("explain"), dict)}
+    out = dict(next(iter(by_node.values()), {}))
+    for field in ("keys_examined", "docs_examined"):
+        out[field] = sum(e.get(field) or 0 for e in by_node.values())
+    returned = sum(e.get("returned") or 0 for e in by_node.values())
+    skip = skip if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0 else 0
+    returned = max(0, returned - skip)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        returned = min(returned, limit)
+    out["returned"] = returned
+    out["by_node"] = by_node
+    return out
+
+
+async def open_queue_list(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict) -> dict:
+    """The first batch of a partitioned queue's ``list``, and a cluster cursor when more remain: one part per
+    partition, each its owner's own cursor over the partition's hidden bucket (hoarddb/cluster/queues.py), in the
+    order the whole answer gives (the owners by name, each one's partitions in turn). A fifo's or lifo's parts
+    are read one after the other, each opened when the one before is read to its end (so at most one batch is
+    held here); a heap's are all opened at once and merged in pop order (highest priority first, ties in that
+    order: heaps.merged_list's). ``after`` and ``limit`` count over the whole, as in the whole answer."""
+    from .heaps import element_priority  # noqa: PLC0415
+    from .node import NODE_FIELD, _default_of  # noqa: PLC0415
+
+    args = doc["args"]
+    size = check_batch_size(args["batch_size"])
+    after, limit = args.get("after", 0), args.get("limit", _default_of("fifo", op.name, "limit"))
+    if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
+        whole = {k: v for k, v in args.items() if k != "batch_size"}
+        return await node._here_or_there(sorted(set(place["owners"]))[0], {**doc, "args": whole})  # refused there
+    part_args = {**{k: v for k, v in args.items() if k != "batch_size"}, "after": 0, "limit": after + limit,
+                 "batch_size": FIRST_BATCH if size is None else size}
+    request = {k: v for k, v in doc.items() if k not in ("id", NODE_FIELD)} | {"args": part_args}
+    order = sorted(range(place["partitions"]), key=lambda p: (place["owners"][p], p))
+    db, bucket = doc["db"], doc["bucket"]
+    source = MergedSource(node, asyncio.get_running_loop(), db, bucket, node.placements.get((db, bucket), place),
+                          [], {"skip": after, "limit": limit})
+    if place["type"] == "heap":
+        answers = await asyncio.gather(*(_open_partition(node, request, p) for p in order))
+        source.parts = [_Part(n, {p}, place, a, cut=False) for p, (n, a) in zip(order, answers) if a.get("ok") == 1]
+        bad = next((a for _n, a in answers if a.get("ok") != 1), None)
+        if bad is not None:
+            source.release()
+            raise error_from_answer(bad)
+        source.key, source.reverse = element_priority, True  # (heapq.merge is stable: ties in the parts' order)
+    else:
+        source.parts = [_Part(place["owners"][p], {p}, place, {}, cut=False,
+                              opener=lambda p=p: _open_partition(node, request, p)) for p in order]
+        source.chained = True
+    return await opened(node, source, f"{op.name} on {db}.{bucket}", source, size)
+
+
+async def _open_partition(node: "ClusterNode", request: dict, p: int) -> tuple[str, dict]:
+    """``request`` (a list with ``batch_size``) run on partition ``p`` of a partitioned queue by its owner (this
+    node, or another over the node link), which opens a cursor of its own over the partition's hidden bucket:
+    ``(owner, its first answer)``. Sent again to the new owner when the partition moved meanwhile."""
+    from .node import NODE_FIELD  # noqa: PLC0415
+    from .queues import PART_FIELD  # noqa: PLC0415
+
+    db, bucket = request["db"], request["bucket"]
+    request = {**request, PART_FIELD: p}
+    attempts = 0
+    while True:
+        place = node.placements[(db, bucket)]
+        owner = place["owners"][p]
+        if owner == node.node_id:
+            try:  # (marked as a node's: run here, never forwarded, or refused as moved)
+                answer = await node._one_try({**request, NODE_FIELD: node.node_id}, place, p)
+            except HoardError as e:
+                answer = e.to_answer()
+        else:
+            answer = await _ask(node, owner, request)
+        attempts += 1
+        moved = answer.get("codeName") == "PARTITION_UNAVAILABLE" and (answer.get("details") or {}).get("moved")
+        if not moved or attempts == 4:  # (as ClusterNode._one: the map read again three times at most)
+            return owner, answer
+        await node.refresh_placement(db, bucket)
 
 
 async def open_source(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict,

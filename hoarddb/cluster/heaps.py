@@ -39,6 +39,12 @@ def _priority(item: dict, claimed: bool):
     return encode_key(element.get("priority")) if isinstance(element, dict) else b""
 
 
+def element_priority(element: dict):
+    """What a heap's elements are ordered by in pop order (highest first): their priority's encoding (a cluster
+    cursor's merge of a partitioned heap's list, hoarddb/cluster/cursors.py)."""
+    return _priority(element, False)
+
+
 def best(answers: list[tuple[str, list]], claimed: bool = False) -> list[tuple[str, dict]]:
     """Every ``(node, element)`` of the owners' answers (given in turn order), highest priority first; ties keep
     the order given (owner after owner, each owner's in its own order)."""

@@ -208,8 +208,8 @@ class ClusterNode:
         """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered
         (``upload``: the bytes of a blob put arriving in chunks, which a spread blob bucket's put takes).
 
-        A find or search over a spread hash bucket, or a range over a spread btree, asked with
-        ``batch_size`` opens a cluster cursor
+        A find or search over a spread hash bucket, a range over a spread btree, or a list over either, a spread
+        blob bucket or a partitioned queue, asked with ``batch_size`` opens a cluster cursor
         (hoarddb/cluster/cursors.py); other reads asked so are answered whole here, without a cursor
         (their parts' answers are merged as lists), unless run by a node holding the bucket's partition
         itself (docs/dev/cursors.md)."""
@@ -606,6 +606,8 @@ class ClusterNode:
             used = {n: a.get("index_used") for n, a in zip(owners, answers)}
             answer["index_used"] = next(iter(used.values()))
             answer["index_used_by_node"] = used
+        if any("explain" in a for a in answers):  # each owner's plan, and the counts added up
+            answer["explain"] = cluster_cursors.merged_explain(list(zip(owners, answers)), skip, limit)
         return answer
 
     async def _gather_btree(self, op: operations.Operation, doc: dict, place: dict) -> dict:

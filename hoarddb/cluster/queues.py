@@ -116,8 +116,10 @@ async def run_one(node, doc: dict, place: dict, p: int) -> dict:
     hidden bucket here (``doc`` without ``_node``; the partition held)."""
     op = operations.OPERATIONS[doc["op"]]
     doc = {k: v for k, v in doc.items() if k != PART_FIELD}
-    if not op.write and not exists(node, doc["db"], doc["bucket"], p):
-        return {"ok": 1, "result": {"docs": [], "next": None}}  # (an export's page of a partition never written)
+    if not op.write and not exists(node, doc["db"], doc["bucket"], p):  # a partition never written here: empty
+        if op.gather == "documents":
+            return {"ok": 1, "result": []}  # (a list's, read by a cluster cursor: hoarddb/cluster/cursors.py)
+        return {"ok": 1, "result": {"docs": [], "next": None}}  # (an export's page)
     name = await ensure(node, doc["db"], doc["bucket"], p)
     local = {**doc, "bucket": name}
     if op.gather == "by_claim":
