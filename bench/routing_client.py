@@ -1,0 +1,127 @@
+"""One client's own CPU per get and per insert, one at a time, when it routes by owner against a 2-node cluster, against route=any and a single server (busy_poll=0 everywhere).
+
+    python bench/routing_client.py                 # 3 rounds of 3 s per operation and configuration
+    python bench/routing_client.py --seconds 5 --rounds 5
+    python bench/routing_client.py --profile owner-get    # cProfile of one configuration's gets, top 25
+
+This process is the one client: it alternates, in each round, between a single server
+(``hoarddb server``, no cluster), a 2-node cluster (an etcd member and two ``hoarddb server
+--cluster`` nodes, bench/cluster.py's Cluster) reached with ``route=any`` (every request to
+n1, which forwards what n2 owns) and the same cluster with ``route=owner`` (each keyed request
+to its partition's owner, hoarddb/client/router.py). Each has a hash bucket ``bench.Docs``
+(64 partitions on the cluster) preloaded with 2,000 ~1 KB documents (bench/peers_work.user_doc);
+``get`` reads one at random by key, ``insert`` adds a new one (default durability). The figure
+is ``time.process_time()`` (user + system CPU of this process) per operation: what the client
+itself spends, the kernel's loopback TCP included. Medians of the rounds. Linux only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import itertools
+import pstats
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import hoarddb  # noqa: E402
+from cluster import Cluster  # noqa: E402
+from peers_procs import HoardServer  # noqa: E402
+from peers_work import user_doc  # noqa: E402
+
+PARTITIONS = 64
+PRELOAD = 2_000
+COMPANIES = 200
+KINDS = ("get", "insert")
+
+
+def prepare(url: str, partitions: int | None) -> None:
+    with hoarddb.connect(url) as client:
+        db = client["bench"]
+        db.create_bucket("Docs", type="hash", **({"partitions": partitions} if partitions else {}))
+        for start in range(0, PRELOAD, 500):
+            db.Docs.batch_insert([user_doc(i, COMPANIES) for i in range(start, start + 500)])
+
+
+def run(client, kind: str, seconds: float, fresh) -> tuple[int, float]:
+    """(operations, CPU seconds of this process) of ``seconds`` of ``kind`` one at a time."""
+    docs = client["bench"].Docs
+    rng = random.Random(7)
+    if kind == "get":
+        def one():
+            docs.get(f"u{rng.randrange(PRELOAD):09d}")
+    else:
+        def one():
+            docs.insert(user_doc(next(fresh), COMPANIES))
+    for _ in range(50):  # warm: connections to every owner opened, the map read
+        one()
+    count, cpu0 = 0, time.process_time()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            one()
+        count += 20
+    return count, time.process_time() - cpu0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=3.0, help="seconds of each operation per configuration and round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", metavar="CONFIG-KIND", help="cProfile one (single|any|owner)-(get|insert) instead")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="hoarddb-routing-"))
+    single = cluster = None
+    try:
+        single = HoardServer(tmp / "single", tmp / "single.log")
+        cluster = Cluster(tmp, "two", 2)
+        prepare(single.url, None)
+        prepare(cluster.url(), PARTITIONS)
+        urls = {"single": single.url + "&busy_poll=0",
+                "any": cluster.url(only=0, route="any") + "&busy_poll=0",
+                "owner": cluster.url(only=0, route="owner") + "&busy_poll=0"}
+        clients = {name: hoarddb.connect(url) for name, url in urls.items()}
+        fresh = itertools.count(10_000_000)
+        if args.profile:
+            name, kind = args.profile.split("-")
+            profile = cProfile.Profile()
+            profile.enable()
+            count, _ = run(clients[name], kind, args.seconds, fresh)
+            profile.disable()
+            print(f"{count} {kind}s, {name}")
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+            return
+        figures: dict[tuple[str, str], list[float]] = {}
+        for r in range(args.rounds):
+            for kind in KINDS:
+                for name in (urls if r % 2 == 0 else reversed(list(urls))):
+                    count, cpu = run(clients[name], kind, args.seconds, fresh)
+                    figures.setdefault((name, kind), []).append(cpu / count * 1e6)
+        print(f"client CPU per operation, µs (median of {args.rounds} rounds of {args.seconds:g} s; busy_poll=0)")
+        print(f"{'':8}" + "".join(f"{k:>22}" for k in KINDS))
+        for name in urls:
+            print(f"{name:8}" + "".join(
+                f"{statistics.median(figures[name, k]):>10.0f} ({min(figures[name, k]):.0f}–{max(figures[name, k]):.0f})"
+                .rjust(22) for k in KINDS))
+        for c in clients.values():
+            c.close()
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        if single is not None:
+            single.stop()
+        time.sleep(0.2)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
