@@ -22,6 +22,7 @@ import cProfile
 import itertools
 import pstats
 import random
+import resource
 import shutil
 import statistics
 import sys
@@ -51,8 +52,8 @@ def prepare(url: str, partitions: int | None) -> None:
             db.Docs.batch_insert([user_doc(i, COMPANIES) for i in range(start, start + 500)])
 
 
-def run(client, kind: str, seconds: float, fresh) -> tuple[int, float]:
-    """(operations, CPU seconds of this process) of ``seconds`` of ``kind`` one at a time."""
+def run(client, kind: str, seconds: float, fresh) -> tuple[int, float, float]:
+    """(operations, CPU seconds of this process, seconds) of ``seconds`` of ``kind`` one at a time."""
     docs = client["bench"].Docs
     rng = random.Random(7)
     if kind == "get":
@@ -63,13 +64,13 @@ def run(client, kind: str, seconds: float, fresh) -> tuple[int, float]:
             docs.insert(user_doc(next(fresh), COMPANIES))
     for _ in range(50):  # warm: connections to every owner opened, the map read
         one()
-    count, cpu0 = 0, time.process_time()
-    end = time.perf_counter() + seconds
+    count, cpu0, started = 0, time.process_time(), time.perf_counter()
+    end = started + seconds
     while time.perf_counter() < end:
         for _ in range(20):
             one()
         count += 20
-    return count, time.process_time() - cpu0
+    return count, time.process_time() - cpu0, time.perf_counter() - started
 
 
 def main() -> None:
@@ -77,6 +78,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds of each operation per configuration and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", metavar="CONFIG-KIND", help="cProfile one (single|any|owner)-(get|insert) instead")
+    ap.add_argument("--one", metavar="CONFIG-KIND", help="run one (single|any|owner)-(get|insert) alone: CPU (user, "
+                    "system), context switches per operation")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="hoarddb-routing-"))
@@ -93,25 +96,39 @@ def main() -> None:
         fresh = itertools.count(10_000_000)
         if args.profile:
             name, kind = args.profile.split("-")
-            profile = cProfile.Profile()
+            profile = cProfile.Profile(time.process_time)  # CPU, not waiting
             profile.enable()
-            count, _ = run(clients[name], kind, args.seconds, fresh)
+            count, _, _ = run(clients[name], kind, args.seconds, fresh)
             profile.disable()
             print(f"{count} {kind}s, {name}")
             pstats.Stats(profile).sort_stats("tottime").print_stats(25)
             return
+        if args.one:
+            name, kind = args.one.split("-")
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            count, cpu, wall = run(clients[name], kind, args.seconds, fresh)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            print(f"{name} {kind}: {count} in {wall:.1f} s; per operation: {cpu / count * 1e6:.0f} µs of CPU "
+                  f"(user {(after.ru_utime - before.ru_utime) / count * 1e6:.0f}, "
+                  f"system {(after.ru_stime - before.ru_stime) / count * 1e6:.0f}), "
+                  f"{(after.ru_nvcsw - before.ru_nvcsw) / count:.2f} voluntary and "
+                  f"{(after.ru_nivcsw - before.ru_nivcsw) / count:.2f} involuntary context switches")
+            return
         figures: dict[tuple[str, str], list[float]] = {}
+        walls: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
             for kind in KINDS:
                 for name in (urls if r % 2 == 0 else reversed(list(urls))):
-                    count, cpu = run(clients[name], kind, args.seconds, fresh)
+                    count, cpu, wall = run(clients[name], kind, args.seconds, fresh)
                     figures.setdefault((name, kind), []).append(cpu / count * 1e6)
-        print(f"client CPU per operation, µs (median of {args.rounds} rounds of {args.seconds:g} s; busy_poll=0)")
-        print(f"{'':8}" + "".join(f"{k:>22}" for k in KINDS))
+                    walls.setdefault((name, kind), []).append(wall / count * 1e6)
+        print(f"client CPU per operation, µs: median (lowest–highest) of {args.rounds} rounds of {args.seconds:g} s; "
+              "busy_poll=0; [µs of wall time per operation]")
+        print(f"{'':8}" + "".join(f"{k:>30}" for k in KINDS))
         for name in urls:
             print(f"{name:8}" + "".join(
-                f"{statistics.median(figures[name, k]):>10.0f} ({min(figures[name, k]):.0f}–{max(figures[name, k]):.0f})"
-                .rjust(22) for k in KINDS))
+                f"{statistics.median(figures[name, k]):.0f} ({min(figures[name, k]):.0f}–{max(figures[name, k]):.0f}) "
+                f"[{statistics.median(walls[name, k]):.0f}]".rjust(30) for k in KINDS))
         for c in clients.values():
             c.close()
     finally:
