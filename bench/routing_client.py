@@ -1,18 +1,9 @@
-"""One client's own CPU per get and per insert, one at a time, when it routes by owner against a 2-node cluster, against route=any and a single server (busy_poll=0 everywhere).
+"""One client process's own CPU (time.process_time) per get and per insert, one at a time, routing by owner on a 2-node cluster against route=any and a single server, busy_poll=0 in all three.
 
-    python bench/routing_client.py                 # 3 rounds of 3 s per operation and configuration
+    python bench/routing_client.py                        # 3 rounds of 3 s per operation and configuration
     python bench/routing_client.py --seconds 5 --rounds 5
-    python bench/routing_client.py --profile owner-get    # cProfile of one configuration's gets, top 25
-
-This process is the one client: it alternates, in each round, between a single server
-(``hoarddb server``, no cluster), a 2-node cluster (an etcd member and two ``hoarddb server
---cluster`` nodes, bench/cluster.py's Cluster) reached with ``route=any`` (every request to
-n1, which forwards what n2 owns) and the same cluster with ``route=owner`` (each keyed request
-to its partition's owner, hoarddb/client/router.py). Each has a hash bucket ``bench.Docs``
-(64 partitions on the cluster) preloaded with 2,000 ~1 KB documents (bench/peers_work.user_doc);
-``get`` reads one at random by key, ``insert`` adds a new one (default durability). The figure
-is ``time.process_time()`` (user + system CPU of this process) per operation: what the client
-itself spends, the kernel's loopback TCP included. Medians of the rounds. Linux only.
+    python bench/routing_client.py --one owner-get        # one alone: user and system CPU, context switches
+    python bench/routing_client.py --profile owner-get    # cProfile (CPU time) of one, top 25
 """
 
 from __future__ import annotations
