@@ -4,6 +4,7 @@
     python bench/routing_client.py --seconds 5 --rounds 5
     python bench/routing_client.py --one owner-get        # one alone: user and system CPU, context switches
     python bench/routing_client.py --profile owner-get    # cProfile (CPU time) of one, top 25
+    python bench/routing_client.py --calls 2000           # Python calls per operation (a count: no noise)
 """
 
 from __future__ import annotations
@@ -43,16 +44,18 @@ def prepare(url: str, partitions: int | None) -> None:
             db.Docs.batch_insert([user_doc(i, COMPANIES) for i in range(start, start + 500)])
 
 
-def run(client, kind: str, seconds: float, fresh) -> tuple[int, float, float]:
-    """(operations, CPU seconds of this process, seconds) of ``seconds`` of ``kind`` one at a time."""
+def operation(client, kind: str, fresh):
+    """One ``kind`` a call: a get of a preloaded document at random, or an insert of a new one."""
     docs = client["bench"].Docs
     rng = random.Random(7)
     if kind == "get":
-        def one():
-            docs.get(f"u{rng.randrange(PRELOAD):09d}")
-    else:
-        def one():
-            docs.insert(user_doc(next(fresh), COMPANIES))
+        return lambda: docs.get(f"u{rng.randrange(PRELOAD):09d}")
+    return lambda: docs.insert(user_doc(next(fresh), COMPANIES))
+
+
+def run(client, kind: str, seconds: float, fresh) -> tuple[int, float, float]:
+    """(operations, CPU seconds of this process, seconds) of ``seconds`` of ``kind`` one at a time."""
+    one = operation(client, kind, fresh)
     for _ in range(50):  # warm: connections to every owner opened, the map read
         one()
     count, cpu0, started = 0, time.process_time(), time.perf_counter()
@@ -71,6 +74,8 @@ def main() -> None:
     ap.add_argument("--profile", metavar="CONFIG-KIND", help="cProfile one (single|any|owner)-(get|insert) instead")
     ap.add_argument("--one", metavar="CONFIG-KIND", help="run one (single|any|owner)-(get|insert) alone: CPU (user, "
                     "system), context switches per operation")
+    ap.add_argument("--calls", type=int, metavar="N", help="count the Python calls (cProfile's) of N operations of "
+                    "each kind and configuration instead")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="hoarddb-routing-"))
@@ -93,6 +98,23 @@ def main() -> None:
             profile.disable()
             print(f"{count} {kind}s, {name}")
             pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+            return
+        if args.calls:
+            print(f"Python calls per operation ({args.calls:,} of each, after 50 unprofiled)")
+            for name in urls:
+                counts = []
+                for kind in KINDS:
+                    one = operation(clients[name], kind, fresh)
+                    for _ in range(50):
+                        one()
+                    profile = cProfile.Profile()
+                    profile.enable()
+                    for _ in range(args.calls):
+                        one()
+                    profile.disable()
+                    calls = sum(entry.callcount for entry in profile.getstats())
+                    counts.append(f"{kind} {calls / args.calls:.1f}")
+                print(f"{name:8}" + "   ".join(counts))
             return
         if args.one:
             name, kind = args.one.split("-")

@@ -120,10 +120,10 @@ def key_of(op: operations.Operation, doc: Mapping) -> Any:
     if not isinstance(args, dict):
         return _NONE
     value = args.get(op.key_param)
-    if isinstance(value, Mapping):
+    if type(value) is dict or (type(value) is not str and isinstance(value, Mapping)):  # (str: the common key)
         if "_id_" in value:
             key = value["_id_"]
-            return key if not isinstance(key, (Mapping, list)) else _NONE
+            return key if type(key) is str or not isinstance(key, (Mapping, list)) else _NONE
         if op.makes_key and _kind(op, op.key_param) == "doc":
             args[op.key_param] = {"_id_": uuid7(), **value}
             return args[op.key_param]["_id_"]
