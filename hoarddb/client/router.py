@@ -76,11 +76,11 @@ class _Bucket:
     def __init__(self, place: Mapping, owners: Mapping[str, Owner]):
         self.partitioner = Partitioner(place)
         self.owners = [owners.get(o) for o in place.get("owners") or ()]
-        # the partitions a request may fall in; one past the owners named: the URL's node
-        count = max(self.partitioner.partitions, 1)
-        targets = [self.owners[p] if p < len(self.owners) else None for p in range(count)]
+        count = max(self.partitioner.partitions, 1)  # (a partition past the owners named: the URL's node)
+        named = self.owners[:count]
+        first = named[0] if named else None
         #: The one place every partition goes to (None, or an Owner), or _MIXED.
-        self.only = targets[0] if all(t is targets[0] for t in targets) else _MIXED
+        self.only = first if all(t is first for t in named) and (len(named) == count or first is None) else _MIXED
 
     def owner(self, request: Mapping) -> Owner | None:
         only = self.only

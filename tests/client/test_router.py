@@ -139,3 +139,11 @@ def test_a_partitioner_kept_per_bucket_answers_as_request_partition():
             assert kept(doc, hashed=False) == (None if got is None else 0)
             told += got is not None
     assert told >= 20
+
+
+def test_a_partition_past_the_owners_the_map_names_goes_to_the_url_s_node():
+    r = router()
+    r.learn("app", {"cluster": True, "nodes": NODES, "buckets": {
+        "Users": {"type": "hash", "partitions": PARTS, "owners": ["n2"] * (PARTS // 2)}}})
+    assert r.route(get(key_of_partition(1))).node == "n2"
+    assert r.route(get(key_of_partition(PARTS - 1))) is None
