@@ -30,18 +30,61 @@ from .values.keys import encode_key
 MANY = None
 
 
+_blake2b = hashlib.blake2b
+_from_bytes = int.from_bytes
+
+
 def partition_of(key, partitions: int) -> int:
     """The partition (0 to ``partitions - 1``) of the document whose key is ``key``."""
     if partitions <= 1:
         return 0
-    digest = hashlib.blake2b(encode_key(key), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % partitions
+    return _from_bytes(_blake2b(encode_key(key), digest_size=8).digest(), "big") % partitions
 
 
 #: The value a request routes by, when it has one; _NONE when it acts on many partitions.
 #: What a request acts on when it is no one key (many documents, or one the request does not name).
 NONE = object()
 _NONE = NONE
+
+
+class Partitioner:
+    """:func:`request_partition` for one placement, read once: a client keeps one per bucket of the map it
+    read (hoarddb/client/router.py), so that a request costs the reading of its key and one hash."""
+
+    __slots__ = ("partitions", "_read")
+
+    def __init__(self, place: Mapping):
+        self.partitions = place.get("partitions") or 1
+        kind = place.get("type")
+        if place.get("group") is not None:
+            group = place["group"]
+            self._read = lambda op, doc: group_of(op, doc, group)
+        elif kind == "btree":
+            field = place.get("key")
+            self._read = lambda op, doc: _btree_key_of(op, doc, field)
+        elif kind == "blob":
+            self._read = _blob_key_of
+        elif kind == "hash":
+            self._read = key_of
+        else:
+            self._read = None
+
+    def __call__(self, doc: Mapping, hashed: bool = True) -> int | None:
+        """The partition ``doc`` (a request) acts on, or None: as :func:`request_partition`. With ``hashed``
+        False, 0 for a request of one partition (its key read, and an insert's made, but not hashed): for a
+        bucket whose partitions all go to the same place."""
+        if self.partitions <= 1:
+            return 0
+        op = (_FIELD_VERBS if "field" in doc else _OPERATIONS).get(doc.get("op"))
+        if op is None or op.cursor or self._read is None:  # (a cursor's more must go where it was opened)
+            return None
+        value = self._read(op, doc)
+        if value is _NONE:
+            return None
+        return partition_of(value, self.partitions) if hashed else 0
+
+
+_FIELD_VERBS, _OPERATIONS = operations.FIELD_VERBS, operations.OPERATIONS
 
 
 def request_partition(place: Mapping, doc: Mapping) -> int | None:
@@ -51,24 +94,20 @@ def request_partition(place: Mapping, doc: Mapping) -> int | None:
 
     An insert of a hash document without ``_id_`` gets one made here (a UUIDv7, as a node makes it), so
     that its partition is known: the request's ``args`` are changed in place."""
-    partitions = place.get("partitions") or 1
-    if partitions <= 1:
-        return 0
-    op = (operations.FIELD_VERBS if "field" in doc else operations.OPERATIONS).get(doc.get("op"))
-    if op is None or op.cursor:  # (a cursor's more must go where it was opened: never routed)
-        return None
-    kind = place.get("type")
-    if place.get("group") is not None:
-        value = group_of(op, doc, place["group"])
-    elif kind == "btree":
-        value = _btree_key_of(op, doc, place.get("key"))
-    elif kind == "blob":
-        value = _blob_key_of(op, doc)
-    elif kind == "hash":
-        value = key_of(op, doc)
-    else:
-        value = _NONE
-    return None if value is _NONE else partition_of(value, partitions)
+    return Partitioner(place)(doc)
+
+
+#: The kind of each operation's parameter, by (id of the operation, name): Operation.param walks the table's
+#: parameters, and the operations live as long as the module (so their ids are theirs).
+_KINDS: dict[tuple[int, str], str | None] = {}
+
+
+def _kind(op: operations.Operation, name: str) -> str | None:
+    found = _KINDS.get((id(op), name), _NONE)
+    if found is _NONE:
+        param = op.param(name)
+        found = _KINDS[id(op), name] = param.kind if param is not None else None
+    return found
 
 
 def key_of(op: operations.Operation, doc: Mapping) -> Any:
@@ -81,15 +120,15 @@ def key_of(op: operations.Operation, doc: Mapping) -> Any:
     if not isinstance(args, dict):
         return _NONE
     value = args.get(op.key_param)
-    if isinstance(value, Mapping):
+    if type(value) is dict or (type(value) is not str and isinstance(value, Mapping)):  # (str: the common key)
         if "_id_" in value:
             key = value["_id_"]
-            return key if not isinstance(key, (Mapping, list)) else _NONE
-        if op.makes_key and op.param(op.key_param).kind == "doc":
+            return key if type(key) is str or not isinstance(key, (Mapping, list)) else _NONE
+        if op.makes_key and _kind(op, op.key_param) == "doc":
             args[op.key_param] = {"_id_": uuid7(), **value}
             return args[op.key_param]["_id_"]
         return _NONE
-    if value is None or isinstance(value, list) or op.param(op.key_param).kind != "any":
+    if value is None or isinstance(value, list) or _kind(op, op.key_param) != "any":
         return _NONE
     return value
 
@@ -105,7 +144,7 @@ def _btree_key_of(op: operations.Operation, doc: Mapping, field: str | None) -> 
         if not isinstance(args, dict) or op.key_param not in args:
             return _NONE
         key = args[op.key_param]
-        if op.param(op.key_param).kind == "doc":  # insert: the document's sort value
+        if _kind(op, op.key_param) == "doc":  # insert: the document's sort value
             if not isinstance(key, Mapping):
                 return _NONE
             if field is not None:
@@ -139,8 +178,7 @@ def _blob_key_of(op: operations.Operation, doc: Mapping) -> Any:
 
 def pushes(op: operations.Operation) -> bool:
     """Whether a queue's verb adds the one document it is given (push: a ``doc`` of kind doc; batch_push splits)."""
-    param = op.param("doc")
-    return op.write and param is not None and param.kind == "doc" and not op.gather
+    return op.write and _kind(op, "doc") == "doc" and not op.gather
 
 
 def group_of(op: operations.Operation, doc: Mapping, group: str) -> Any:

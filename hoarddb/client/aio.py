@@ -44,7 +44,7 @@ from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_reques
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
 from .options import ConnectOptions
-from .router import Router
+from .router import READ_MAP, Router
 
 __all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "Element", "AsyncExecutor",
            "AsyncCursor"]
@@ -355,7 +355,7 @@ class AsyncExecutor:
             check_request(request)
         if self._proto is not None:
             await self._proto.settle()  # a connection closed while the loop was busy: found dead now
-        if self.router.on and self.router.keyed(request):
+        if self.router.on:
             answer = await self._execute_at_owner(request)
             if answer is not None:
                 return answer
@@ -372,23 +372,25 @@ class AsyncExecutor:
         goes on the URL's connection: the owner is the URL's node or unknown, its connection cannot be
         opened, or it failed on a request that may be sent again (a read, or one a node refused as moved)."""
         router = self.router
-        if router.wants_map(request) is not None:
+        target = router.route(request)
+        if target is None:
+            return None
+        if target is READ_MAP:
             if self._routing is None:
                 self._routing = asyncio.Lock()
             async with self._routing:
-                db = router.wants_map(request)  # (another task may have read it meanwhile)
-                if db is not None:
-                    await self._read_map(db)
-        target = router.target(request)
-        if target is None:
-            return None
-        node, address = target
+                if router.route(request) is READ_MAP:  # (another task may have read it meanwhile)
+                    await self._read_map(request["db"])
+            target = router.route(request, fresh=False)
+            if target is None:
+                return None
+        node, options = target.node, target.options
         proto = self._peers.get(node)
         if proto is not None and not proto.closed:
             await proto.settle()  # closed by the node while the loop was busy (a restart): found dead now
-        if proto is None or proto.closed or proto.options.address != router.options_for(
-                node, address, request["db"]).address:
-            proto = await self._open_peer(node, address, request["db"])
+        if proto is None or proto.closed or (proto.options is not options
+                                             and proto.options.address != options.address):
+            proto = await self._open_peer(node, options, request["db"])
             if proto is None:
                 return None  # nothing was sent: the URL's node forwards it (or says the owner is down)
         try:
@@ -407,12 +409,11 @@ class AsyncExecutor:
             router.forget(request["db"])  # refused, nothing applied: the map changed meanwhile
             return None
 
-    async def _open_peer(self, node: str, address: str, db: str) -> _Protocol | None:
+    async def _open_peer(self, node: str, options: ConnectOptions, db: str) -> _Protocol | None:
         """The connection to a cluster's node (opened once by concurrent tasks), or None when it cannot be opened."""
         if self._routing is None:
             self._routing = asyncio.Lock()
         async with self._routing:
-            options = self.router.options_for(node, address, db)
             proto = self._peers.get(node)
             if proto is not None and not proto.closed and proto.options.address == options.address:
                 return proto

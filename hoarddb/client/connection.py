@@ -50,7 +50,7 @@ from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_reques
                    nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
 from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
 from .options import ConnectOptions
-from .router import Router
+from .router import READ_MAP, Router
 
 _RECV = 256 * 1024
 
@@ -432,7 +432,7 @@ class RemoteExecutor:
             check_request(request)
         self._take_turn(request["op"])
         try:
-            if self.router.on and self.router.keyed(request):
+            if self.router.on:
                 answer = self._execute_at_owner(request)
                 if answer is not None:
                     return answer
@@ -452,16 +452,18 @@ class RemoteExecutor:
         goes on the URL's connection: the owner is the URL's node or unknown, its connection cannot be
         opened, or it failed on a request that may be sent again (a read, or one a node refused as moved)."""
         router = self.router
-        db = router.wants_map(request)
-        if db is not None:
-            self._read_map(db)
-        target = router.target(request)
+        target = router.route(request)
         if target is None:
             return None
-        node, address = target
-        options = router.options_for(node, address, request["db"])
+        if target is READ_MAP:
+            self._read_map(request["db"])
+            target = router.route(request, fresh=False)
+            if target is None:
+                return None
+        node, _address, options = target
         conn = self._peers.get(node)
-        if conn is None or not conn.alive() or conn.options.address != options.address:
+        if conn is None or not conn.alive() or (conn.options is not options
+                                               and conn.options.address != options.address):
             if conn is not None:
                 conn.close()  # (closed by its node, or the node moved to another address)
             try:

@@ -16,10 +16,13 @@ TLS as the URL's):
     everything else        (batches, finds and other reads over many documents, cursors'
                            more, the catalog) goes to the URL's connection, as before
 
-:meth:`Router.target` says where a request goes: None (the URL's connection: the server is
+:meth:`Router.route` says where a request goes: None (the URL's connection: the server is
 not a cluster, routing is off, the request is not keyed, its bucket or its owner's address
-is unknown) or ``(node id, address)``. The partition is computed as the nodes compute it
-(:func:`hoarddb.routing.request_partition`). A map is read once per database and read again
+is unknown), :data:`READ_MAP` (read the database's map first), or the owner's :class:`Owner`.
+The partition is computed as the nodes compute it (:class:`hoarddb.routing.Partitioner`, kept
+per bucket of the map, with each owner's connection options, so that a request costs the
+reading of its key and one hash; none when every partition goes to the same place). A map
+is read once per database and read again
 when it is older than :data:`MAP_AGE` seconds (:data:`DOWN_AGE` when it names an owner that is
 down), when an owner's connection fails, and when a
 node refuses a request with PARTITION_UNAVAILABLE ``moved`` (:meth:`Router.forget`). A map
@@ -32,10 +35,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import operations
-from ..routing import request_partition
+from ..routing import Partitioner
 from .options import ConnectOptions
 
 #: Seconds a database's map is trusted before the next keyed request reads it again.
@@ -49,6 +52,46 @@ ROUTED = frozenset(name for name, op in operations.VERBS.items()
                                                           and getattr(op.param("doc"), "kind", None) == "doc")))
 
 
+#: What :meth:`Router.route` answers when the request's database's map must be read (again) first.
+READ_MAP = "read the map"
+#: A bucket's partitions not all going to the same place (:attr:`_Bucket.only`).
+_MIXED = object()
+
+
+class Owner(NamedTuple):
+    """Owner is where a request goes that the URL's node does not own: the owner's node id, its address,
+    and the options of a connection to it."""
+
+    node: str
+    address: str
+    options: ConnectOptions
+
+
+class _Bucket:
+    """_Bucket is one bucket of a map, read for routing: its partitioner and each partition's Owner (None: the
+    URL's node, or an owner that is down or has no address)."""
+
+    __slots__ = ("partitioner", "owners", "only")
+
+    def __init__(self, place: Mapping, owners: Mapping[str, Owner]):
+        self.partitioner = Partitioner(place)
+        self.owners = [owners.get(o) for o in place.get("owners") or ()]
+        count = max(self.partitioner.partitions, 1)  # (a partition past the owners named: the URL's node)
+        named = self.owners[:count]
+        first = named[0] if named else None
+        #: The one place every partition goes to (None, or an Owner), or _MIXED.
+        self.only = first if all(t is first for t in named) and (len(named) == count or first is None) else _MIXED
+
+    def owner(self, request: Mapping) -> Owner | None:
+        only = self.only
+        if only is None:
+            return None
+        if only is not _MIXED:  # one other node owns every partition: whether the request has a key is all
+            return only if self.partitioner(request, hashed=False) is not None else None
+        p = self.partitioner(request)
+        return None if p is None or p >= len(self.owners) else self.owners[p]
+
+
 class Router:
     """Router is one client's copy of a cluster's map, by database, and the node each keyed request goes to.
 
@@ -60,7 +103,8 @@ class Router:
         #: Whether keyed requests go to their owners: the URL's server is a cluster node (its hello said
         #: so: :meth:`connected`) and ``route`` is "owner".
         self.on = False
-        #: The maps read, by database: ``{"read": monotonic time, "buckets": {...}, "nodes": {...}}``.
+        #: The maps read, by database: ``{"read": monotonic time, "buckets": {...}, "nodes": {...}, "down": bool,
+        #: "routes": {bucket: _Bucket}}``.
         self.maps: dict[str, dict] = {}
         #: The node the URL's connection reached, as its hello said (its requests need no other connection).
         self.home: str | None = None
@@ -71,24 +115,38 @@ class Router:
     def connected(self, server_info: Mapping) -> None:
         """The URL's connection was (re)opened and its server said hello: a cluster node names itself
         (``node``), and only then are requests routed; a single server is left alone."""
-        self.home = server_info.get("node")
+        home = server_info.get("node")
+        if home != self.home:
+            self.maps.clear()  # (each map's owners were read against the node it was connected to)
+        self.home = home
         self.on = self.options.route == "owner" and isinstance(self.home, str)
 
-    def keyed(self, request: Mapping) -> bool:
-        """Whether ``request`` may go to its owner (a keyed verb on a bucket, or a store field's verb; not
-        a node's own request, which names it in ``_node``)."""
-        return self.on and (request.get("op") in ROUTED or "field" in request) \
-            and type(request.get("db")) is str and type(request.get("bucket")) is str and "_node" not in request
-
-    def wants_map(self, request: Mapping) -> str | None:
-        """The database whose map must be read before ``request`` is sent, or None (it is fresh, or not needed)."""
-        if not self.keyed(request):
+    def route(self, request: Mapping, fresh: bool = True) -> Owner | str | None:
+        """The :class:`Owner` of ``request``'s partition when it is not the URL's node; None (send it on the URL's
+        connection: not a keyed verb on a bucket or a store field's verb, a node's own request, which names it
+        in ``_node``, an unknown owner...); or READ_MAP: the map of its database must be read first (none yet,
+        or it is older than MAP_AGE; with ``fresh`` False, after it was read or could not be, the map there is
+        used, however old, and None said when there is none). May give an insert without ``_id_`` its key."""
+        if not self.on or (request.get("op") not in ROUTED and "field" not in request) or "_node" in request:
             return None
-        db = request["db"]
+        db, bucket = request.get("db"), request.get("bucket")
+        if type(db) is not str or type(bucket) is not str:
+            return None
         found = self.maps.get(db)
-        if found is None or time.monotonic() - found["read"] > (DOWN_AGE if found["down"] else MAP_AGE):
-            return db
-        return None
+        if found is None:
+            return READ_MAP if fresh else None
+        if fresh and time.monotonic() - found["read"] > (DOWN_AGE if found["down"] else MAP_AGE):
+            return READ_MAP
+        routed = found["routes"].get(bucket)
+        if routed is None:
+            return None
+        owner = routed.owner(request)
+        if owner is None or not self.unreachable:
+            return owner
+        failed = self.unreachable.get(owner.node)
+        if failed is not None and time.monotonic() - failed < MAP_AGE:
+            return None
+        return owner
 
     @staticmethod
     def map_request(db: str) -> dict:
@@ -103,13 +161,18 @@ class Router:
             return
         buckets, nodes = dict(answer.get("buckets") or {}), dict(answer.get("nodes") or {})
         down = any(owner not in nodes for place in buckets.values() for owner in place.get("owners") or ())
-        self.maps[db] = {"read": time.monotonic(), "buckets": buckets, "nodes": nodes, "down": down}
+        owners = {node: Owner(node, found["address"], self._options_for(found["address"], found.get("fingerprint")))
+                  for node, found in nodes.items()
+                  if node != self.home and isinstance(found, Mapping) and found.get("address")}
+        self.maps[db] = {"read": time.monotonic(), "buckets": buckets, "nodes": nodes, "down": down,
+                         "routes": {name: _Bucket(place, owners) for name, place in buckets.items()
+                                    if isinstance(place, Mapping)}}
 
     def unreadable(self, db: str) -> None:
         """The map of ``db`` could not be read (a server that does not know the operation): its requests go
         as before, until the map is asked again (after MAP_AGE). (Any other refusal of the map is the
         request's: no role on the database, a revoked login; it is raised to the caller.)"""
-        self.maps[db] = {"read": time.monotonic(), "buckets": {}, "nodes": {}, "down": False}
+        self.maps[db] = {"read": time.monotonic(), "buckets": {}, "nodes": {}, "down": False, "routes": {}}
 
     def forget(self, db: str | None = None) -> None:
         """Read the map again before the next keyed request (of ``db``, or of every database)."""
@@ -118,41 +181,18 @@ class Router:
         else:
             self.maps.pop(db, None)
 
-    def target(self, request: Mapping) -> tuple[str, str] | None:
-        """``(node id, address)`` of the owner of ``request``'s partition when it is not the URL's node,
-        else None (send it on the URL's connection). May give an insert without ``_id_`` its key."""
-        if not self.keyed(request):
-            return None
-        found = self.maps.get(request["db"])
-        if found is None:
-            return None
-        place = found["buckets"].get(request["bucket"])
-        if place is None:
-            return None
-        p = request_partition(place, request)
-        owners = place.get("owners") or []
-        if p is None or p >= len(owners) or owners[p] == self.home:
-            return None
-        node = found["nodes"].get(owners[p])
-        if not node or not node.get("address"):
-            return None  # down (not among the live nodes): the URL's node answers PARTITION_UNAVAILABLE
-        failed = self.unreachable.get(owners[p])
-        if failed is not None and time.monotonic() - failed < MAP_AGE:
-            return None
-        return owners[p], node["address"]
-
     def cannot_reach(self, node: str, db: str) -> None:
         """A connection to ``node`` could not be opened: its requests go to the URL's node for a while, and
         the map of ``db`` is read again."""
         self.unreachable[node] = time.monotonic()
         self.forget(db)
 
-    def options_for(self, node: str, address: str, db: str) -> ConnectOptions:
-        """The connection options of ``node`` at ``address``: the URL's, with its host and port (and, when
+    def _options_for(self, address: str, fingerprint: str | None) -> ConnectOptions:
+        """The connection options of the node at ``address``: the URL's, with its host and port (and, when
         the URL pins a certificate, the node's own certificate as the map gives it)."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         pin = self.options.tls_fingerprint
         if pin:
-            pin = ((self.maps.get(db) or {}).get("nodes", {}).get(node) or {}).get("fingerprint") or pin
+            pin = fingerprint or pin
         return replace(self.options, host=host, port=int(port), others=(), tls_fingerprint=pin)
