@@ -44,7 +44,7 @@ from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_reques
                    not_hoarddb, nothing_sent, result, retryable, stream_closed, stream_of, unanswered,
                    upload_source)
 from .options import ConnectOptions
-from .router import READ_MAP, Router
+from .router import READ_MAP, Owner, Router
 
 __all__ = ["connect", "Client", "Database", "Bucket", "Document", "StoreField", "Element", "AsyncExecutor",
            "AsyncCursor"]
@@ -382,8 +382,8 @@ class AsyncExecutor:
                 if router.route(request) is READ_MAP:  # (another task may have read it meanwhile)
                     await self._read_map(request["db"])
             target = router.route(request, fresh=False)
-            if target is None:
-                return None
+        if not isinstance(target, Owner):
+            return None
         node, options = target.node, target.options
         proto = self._peers.get(node)
         if proto is not None and not proto.closed:

@@ -50,7 +50,7 @@ from .core import (STREAMS, UPLOADS, ClientCore, Stream, bad_bytes, check_reques
                    nothing_sent, ordinal, result, retryable, stream_closed, stream_of, unanswered, upload_source)
 from .core import _RETRYABLE  # noqa: F401 - where it was: the table's tests read it here
 from .options import ConnectOptions
-from .router import READ_MAP, Router
+from .router import READ_MAP, Owner, Router
 
 _RECV = 256 * 1024
 
@@ -458,8 +458,8 @@ class RemoteExecutor:
         if target is READ_MAP:
             self._read_map(request["db"])
             target = router.route(request, fresh=False)
-            if target is None:
-                return None
+        if not isinstance(target, Owner):
+            return None
         node, _address, options = target
         conn = self._peers.get(node)
         if conn is None or not conn.alive() or (conn.options is not options

@@ -86,7 +86,7 @@ class _Bucket:
         only = self.only
         if only is None:
             return None
-        if only is not _MIXED:  # one other node owns every partition: whether the request has a key is all
+        if isinstance(only, Owner):  # one other node owns every partition: whether the request has a key is all
             return only if self.partitioner(request, hashed=False) is not None else None
         p = self.partitioner(request)
         return None if p is None or p >= len(self.owners) else self.owners[p]
