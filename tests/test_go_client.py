@@ -18,17 +18,24 @@ DRIVER = Path("/usr/share/gocode/src/go.mongodb.org/mongo-driver")
 INSTALL = "apt-get install -y golang-go golang-mongodb-mongo-driver-dev"
 
 
-def test_go_client(tmp_path):
-    go = shutil.which("go")
-    if go is None:
+def go_env(tmp: Path, **extra) -> dict:
+    """The environment ``go`` runs the client's tests in (Debian's installed module sources only); skips
+    the test without Go or the driver's source."""
+    if shutil.which("go") is None:
         pytest.skip(f"Go is not installed: the Go client's tests need it ({INSTALL})")
     if not DRIVER.is_dir():
         pytest.skip(f"the MongoDB Go driver's source is not in {DRIVER} ({INSTALL})")
     env = dict(os.environ, HOARDDB_PYTHON=sys.executable, HOARDDB_SRC=str(REPO),
                # Debian's installed source only: a missing module is an error, never a download
-               GOPROXY="off", GOFLAGS="-mod=readonly", GOSUMDB="off", GOTOOLCHAIN="local")
-    env.setdefault("GOCACHE", str(tmp_path / "gocache") if not os.environ.get("HOME") else
+               GOPROXY="off", GOFLAGS="-mod=readonly", GOSUMDB="off", GOTOOLCHAIN="local", **extra)
+    env.setdefault("GOCACHE", str(tmp / "gocache") if not os.environ.get("HOME") else
                    os.path.join(os.environ["HOME"], ".cache", "go-build"))
+    return env
+
+
+def test_go_client(tmp_path):
+    env = go_env(tmp_path)
+    go = shutil.which("go")
     deps = subprocess.run([go, "list", "-deps", "-test", "-f", "{{if .Module}}{{.Module.Path}} {{.Module.Dir}}{{end}}",
                            "./..."], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert deps.returncode == 0, deps.stderr

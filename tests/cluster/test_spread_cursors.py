@@ -55,6 +55,19 @@ def cluster(tmp_path_factory):
                 n.stop()
 
 
+
+def read_until_refused(client, first: dict, batch: int = 10) -> tuple[int, PartitionUnavailableError]:
+    """Read a cluster cursor on after one of its nodes died: how many documents came, and the refusal
+    that ended it (the cursor must not reach its end)."""
+    read = len(first["result"])
+    while True:
+        try:
+            answer = client.execute({"op": "more", "cursor": first["cursor"], "batch_size": batch})
+        except PartitionUnavailableError as e:
+            return read, e
+        read += len(answer["result"])
+        assert answer.get("cursor"), "read to its end although a node holding part of it died"
+
 def test_a_find_larger_than_a_message_is_read_to_its_end_through_every_node(cluster):
     nodes, clients, reference = cluster
     expected = [d["_id_"] for d in reference["app"].Big.find({}, projection={"Pad": 0})]
@@ -147,15 +160,7 @@ def test_a_cursor_whose_node_died_answers_partition_unavailable(tmp_path):
                 first = c1.execute({"op": "find", "db": "app", "bucket": "Users",
                                     "args": {"filter": {}, "batch_size": 10}})
                 nodes[1].kill()
-                read, error = len(first["result"]), None
-                while True:
-                    try:
-                        answer = c1.execute({"op": "more", "cursor": first["cursor"], "batch_size": 10})
-                    except PartitionUnavailableError as e:
-                        error = e
-                        break
-                    read += len(answer["result"])
-                    assert answer.get("cursor"), "read to its end although a node holding part of it died"
+                read, error = read_until_refused(c1, first)
                 assert read < 1000 and "n2" in error.message
                 assert cursors_open(nodes[0]) == 0.0  # the cursor is gone with its error, its local part too
         finally:
