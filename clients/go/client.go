@@ -7,6 +7,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,7 +16,9 @@ import (
 )
 
 // Client is a connection pool to one server, safe for concurrent use by many goroutines;
-// their requests are pipelined over its connections. Close it when done.
+// their requests are pipelined over its connections. Close it when done. When the URL names
+// several servers (hoarddb://h1:7070,h2:7070/), each new connection goes to the first of
+// them that can be reached, tried in turn.
 //
 // Against a cluster (the URL names one of its nodes), each keyed request goes to its
 // partition's owner over a pool of connections of its own to that node, opened with the
@@ -32,6 +36,9 @@ import (
 type Client struct {
 	opts    *Options
 	tlsConf *tls.Config
+	// servers are the URL's servers, the first first, with the TLS configuration of each
+	// (its host name): every new connection tries them in turn
+	servers []server
 	cache   saltCache
 	slots   []slot
 	next    uint32
@@ -42,6 +49,11 @@ type Client struct {
 	all  map[*conn]struct{}
 
 	router *router // a cluster's map and the pools to its other nodes; nil in those pools themselves
+}
+
+type server struct {
+	opts    *Options
+	tlsConf *tls.Config
 }
 
 type slot struct {
@@ -72,6 +84,15 @@ func ConnectOptions(ctx context.Context, o *Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{opts: o, tlsConf: tlsConf, slots: make([]slot, o.PoolSize), all: map[*conn]struct{}{}}
+	for i, s := range o.candidates() {
+		conf := tlsConf
+		if i > 0 {
+			if conf, err = s.tlsConfig(); err != nil {
+				return nil, err
+			}
+		}
+		c.servers = append(c.servers, server{opts: s, tlsConf: conf})
+	}
 	if o.Route != "any" {
 		c.router = newRouter(c)
 	}
@@ -93,7 +114,7 @@ func (c *Client) ServerInfo(ctx context.Context) (bson.Raw, error) {
 }
 
 func (c *Client) dial(ctx context.Context) (*conn, error) {
-	cn, err := dial(ctx, c.opts, c.tlsConf, &c.cache)
+	cn, err := c.dialFirst(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +129,32 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		c.router.connected(cn.info)
 	}
 	return cn, nil
+}
+
+// dialFirst is a connection to the first of the servers that can be reached, tried in turn:
+// one refused, unreachable or silent (CONNECTION_ERROR, TIMEOUT) passes to the next, as in
+// the Python client. When none can be, the error names every address tried, and says why
+// the last one failed in its code.
+func (c *Client) dialFirst(ctx context.Context) (*conn, error) {
+	var whys []string
+	var last *Error
+	for _, s := range c.servers {
+		cn, err := dial(ctx, s.opts, s.tlsConf, &c.cache)
+		if err == nil {
+			return cn, nil
+		}
+		if len(c.servers) == 1 || ended(ctx) || !errors.As(err, &last) || last.Code != 29 && last.Code != 30 {
+			return nil, err
+		}
+		whys = append(whys, last.Message)
+	}
+	addresses := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		addresses[i] = s.opts.address()
+	}
+	return nil, &Error{Code: last.Code, CodeName: last.CodeName, Err: last.Err, Message: fmt.Sprintf(
+		"none of the URL's servers could be reached (%s): %s", strings.Join(addresses, ", "),
+		strings.Join(whys, "; "))}
 }
 
 // shared is a connection of the pool for one request: the slots in turn, each (re)opened

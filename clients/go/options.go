@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,10 @@ const DefaultPort = 7070
 // Options say where a server is and how to talk to it. Connect reads them from a URL:
 //
 //	hoarddb://user:password@host:7070/?tls_ca=FILE&tls_fingerprint=SHA256&insecure=true&timeout=30
+//
+// A URL may name several servers (the nodes of a cluster), tried in turn when one cannot be
+// reached: hoarddb://h1:7070,h2:7070/. Each after the first is HOST or HOST:PORT (an IPv6
+// address in brackets, the port 7070 when left out), and goes to Others.
 //
 // The options are the Python client's (host, port, user, password, tls_ca,
 // tls_fingerprint, insecure, timeout, connect_timeout, route), plus pool_size, which is
@@ -52,6 +57,78 @@ type Options struct {
 	// to its partition's owner (router.go); "any" sends every request to the URL's node,
 	// which passes on what it does not own. A single server is not affected.
 	Route string
+	// Others are more servers to try, in turn, when Host:Port cannot be reached (refused,
+	// unreachable, or no answer within ConnectTimeout): the nodes of a cluster. They share
+	// every other option.
+	Others []Server
+}
+
+// Server is one more server of a URL: hoarddb://h1:7070,h2:7071/ has Host h1, Port 7070,
+// and Others [{h2 7071}].
+type Server struct {
+	Host string
+	Port int
+}
+
+// several is how a URL names more than one server, for the messages refusing a bad one.
+const several = "hoarddb://h1:7070,h2:7070/"
+
+var hostName = regexp.MustCompile(`^[\w-]+(\.[\w-]+)*\.?$`)
+var bracketed = regexp.MustCompile(`^\[([^\]]*)\](?::(\d+))?$`)
+
+// hostOK says whether host is a host name (letters, digits, '.', '-', '_') or an IP address.
+func hostOK(host string) bool {
+	return net.ParseIP(host) != nil || hostName.MatchString(host)
+}
+
+// splitServers takes the servers after the first out of a URL's text: the URL of the first,
+// and the others, refusing one that is not HOST or HOST:PORT.
+func splitServers(text string) (string, []Server, error) {
+	rest := text[len("hoarddb://"):]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	head := rest[:end]
+	at := strings.LastIndex(head, "@")
+	hosts := head[at+1:]
+	if !strings.Contains(hosts, ",") {
+		return text, nil, nil
+	}
+	names := strings.Split(hosts, ",")
+	var others []Server
+	if names[0] == "" {
+		return "", nil, newError(2, "the first server is missing in %q; several servers are written %s",
+			redact(text), several)
+	}
+	for _, h := range names[1:] {
+		host, port := h, ""
+		if m := bracketed.FindStringSubmatch(h); m != nil {
+			host, port = m[1], m[2]
+			if net.ParseIP(host) == nil || !strings.Contains(host, ":") {
+				host = "" // brackets are for IPv6 addresses only
+			}
+		} else if i := strings.LastIndex(h, ":"); i >= 0 {
+			host, port = h[:i], h[i+1:]
+			if port == "" {
+				host = "" // HOST: without its port
+			}
+		}
+		n := DefaultPort
+		if port != "" {
+			var err error
+			n, err = strconv.Atoi(port)
+			if err != nil || n < 1 || n > 65535 {
+				host = ""
+			}
+		}
+		if host == "" || !hostOK(host) {
+			return "", nil, newError(2, "%q in %q is not HOST or HOST:PORT (a port 1-65535, an IPv6 address in "+
+				"brackets); several servers are written %s", h, redact(text), several)
+		}
+		others = append(others, Server{Host: host, Port: n})
+	}
+	return text[:len("hoarddb://")] + head[:at+1] + names[0] + rest[end:], others, nil
 }
 
 // ParseURL reads a hoarddb:// URL into Options, refusing anything else with what is accepted.
@@ -69,6 +146,11 @@ func ParseURL(raw string) (*Options, error) {
 	if !strings.HasPrefix(strings.ToLower(text), "hoarddb://") {
 		return bad("a hoardDB URL starts with hoarddb://, such as %s; got %q", example, redact(text))
 	}
+	text, others, err := splitServers(text)
+	if err != nil {
+		return nil, err
+	}
+	o.Others = others
 	u, err := url.Parse(text)
 	if err != nil {
 		return bad("%q is not a valid URL; a hoardDB URL is such as %s (percent-encode @ : / ? # in a user "+
@@ -166,12 +248,31 @@ func (o *Options) check() error {
 		return newError(2, "route must be one of owner, any (owner: each keyed request to its partition's owner; "+
 			"any: every request to the URL's node), got %q", o.Route)
 	}
+	for _, s := range o.Others {
+		if !hostOK(s.Host) || s.Port < 1 || s.Port > 65535 {
+			return newError(2, "%s is not a host and a port 1-65535; several servers are written %s",
+				net.JoinHostPort(s.Host, strconv.Itoa(s.Port)), several)
+		}
+	}
 	return nil
 }
 
 // address is host:port, with an IPv6 host in brackets.
 func (o *Options) address() string {
 	return net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
+}
+
+// candidates are the servers to try, in turn: these options, then one per server of Others.
+func (o *Options) candidates() []*Options {
+	first := *o
+	first.Others = nil
+	all := []*Options{&first}
+	for _, s := range o.Others {
+		other := first
+		other.Host, other.Port = s.Host, s.Port
+		all = append(all, &other)
+	}
+	return all
 }
 
 // tlsConfig is the client's TLS configuration (nil when insecure): verify by a CA, or by a pin.

@@ -23,7 +23,9 @@ package hoarddb
 // and when a node refuses a request as PARTITION_UNAVAILABLE with moved (the request is then
 // sent to the URL's node). A map out of date costs a forward, never a wrong answer: a node
 // passes on what it does not own. route=any, or a server that is no cluster, keeps every
-// request on the URL's node.
+// request on the URL's node. The URL's node is the server that answered: when the URL names
+// several (hoarddb://h1:7070,h2:7070/) and the first is down, it is the one reached after it,
+// as the hello of that connection names it.
 
 import (
 	"context"
@@ -328,8 +330,9 @@ func (r *router) peer(ctx context.Context, node string, info nodeInfo, db string
 	return p
 }
 
-// peerOptions are the URL's options with the node's host and port (and, when the URL pins a
-// certificate, the node's own, as the map gave it over a connection that was itself pinned).
+// peerOptions are the URL's options with the node's host and port, and no other servers to try
+// (and, when the URL pins a certificate, the node's own, as the map gave it over a connection
+// that was itself pinned).
 func (r *router) peerOptions(info nodeInfo) (*Options, error) {
 	host, port, err := net.SplitHostPort(info.Address)
 	if err != nil {
@@ -340,7 +343,7 @@ func (r *router) peerOptions(info nodeInfo) (*Options, error) {
 		return nil, err
 	}
 	o := *r.client.opts
-	o.Host, o.Port, o.Route = host, n, "any"
+	o.Host, o.Port, o.Route, o.Others = host, n, "any", nil
 	if o.TLSFingerprint != "" && info.Fingerprint != "" {
 		o.TLSFingerprint = info.Fingerprint
 	}

@@ -4,6 +4,7 @@ during add-node and remove-node its writes and reads keep succeeding, each ackno
 once. The Go side is clients/go/cluster_test.go, run with ``go test`` and the cluster's URL."""
 
 import shutil
+import socket
 import subprocess
 import time
 
@@ -69,6 +70,24 @@ def test_go_route_any_sends_everything_to_the_url_s_node(two, tmp_path):
     before = forwarded(nodes[0])
     finish(go_test("TestClusterKeyedRequestsGoToTheirOwner", env))
     assert forwarded(nodes[0]) - before > 50  # the keyed requests n2 owns, each passed on by n1
+
+
+def test_go_routes_by_owner_when_the_url_s_first_server_is_down(two, tmp_path):
+    nodes, clients = two
+    db = clients[0]["firstdown"]
+    db.create_bucket("Users", type="hash", partitions=PARTS)
+    db.create_bucket("Scores", type="btree", partitions=PARTS, key="Score")
+    db.create_bucket("Jobs", type="fifo", partitions=PARTS, group="g")
+    with socket.socket() as s:  # a port of 127.0.0.1 nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    url = nodes[0].url().replace("hoarddb://", f"hoarddb://127.0.0.1:{closed},", 1)
+    env = go_env(tmp_path, HOARDDB_CLUSTER_URL=url, HOARDDB_CLUSTER_PHASE="owner", HOARDDB_CLUSTER_DB="firstdown")
+    before = forwarded(nodes[0])
+    finish(go_test("TestClusterKeyedRequestsGoToTheirOwner", env))
+    assert forwarded(nodes[0]) == before  # n1, reached second, passed on none: each went to its owner itself
+    held = set(local_keys(nodes[1], "firstdown", "Users"))
+    assert {f"go{i:02d}" for i in range(1, 40)} & held  # n2 had some, sent to it straight
 
 
 def test_go_requests_keep_succeeding_while_nodes_are_added_and_removed(tmp_path):
