@@ -51,7 +51,7 @@ KEYS = [
     ("date before 1970", datetime.datetime(1901, 1, 1, tzinfo=datetime.timezone.utc)),
     ("timestamp", Timestamp(1700000000, 7)), ("regex", Regex("^ab.c$", "xmi")), ("code", Code("return 1")),
     ("code with scope", Code("return x", {"x": 1})), ("minkey", MinKey()), ("maxkey", MaxKey()),
-    ("doc", SON([("a", 1), ("b", "two")])), ("doc nested", SON([("x", SON([("y", [1, 2.5, "z"])])), ("n", None)])),
+    ("doc", SON([("a", 1), ("b", "two")])), ("doc one field", SON([("a", 1)])), ("doc nested", SON([("x", SON([("y", [1, 2.5, "z"])])), ("n", None)])),
     ("doc empty", {}), ("dbref", DBRef("Users", ObjectId("65a1b2c3d4e5f60718293a4b"))),
     ("array", [1, "a", [True, None]]), ("array empty", []),
 ]
