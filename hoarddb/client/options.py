@@ -266,7 +266,7 @@ def _parse_url(url) -> dict:
     if "," in head.rpartition("@")[2]:  # hoarddb://h1:7070,h2:7070/: the first here, the others tried after it
         cred, at, hosts = head.rpartition("@")
         first, *more = hosts.split(",")
-        for h in more:
+        for h in [first, *more] if not first else more:  # (an empty first one is refused, not taken for 127.0.0.1)
             other_host, colon, other_port = h.rpartition(":") if not h.endswith("]") else (h, "", "")
             other_host = other_host if colon else h
             if not _host_ok(other_host.strip("[]")) or (colon and not other_port.isdigit()):

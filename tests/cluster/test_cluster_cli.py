@@ -42,6 +42,9 @@ def test_a_url_lists_servers_tried_in_turn():
     assert o.user == "u" and all(c.insecure for c in o.candidates())
     with pytest.raises(BadValueError, match="HOST:PORT"):
         ConnectOptions.from_url("hoarddb://h1:7070,h2:x/")
+    for url in ("hoarddb://,h2:7070/", "hoarddb://u:p@,h2/", "hoarddb://h1,,h3/"):  # an empty server among several
+        with pytest.raises(BadValueError, match="several servers are written"):
+            ConnectOptions.from_url(url)
 
 
 def test_a_node_without_etcd_does_not_start_and_says_why(tmp_path):
