@@ -395,19 +395,14 @@ class AsyncExecutor:
                 return None  # nothing was sent: the URL's node forwards it (or says the owner is down)
         try:
             return await self._execute(request, proto)
-        except (ConnectionError_, HoardTimeoutError) as e:
-            proto.close()
-            if self._peers.get(node) is proto:
-                del self._peers[node]
-            router.forget(request["db"])
-            if isinstance(e, HoardTimeoutError) or not retryable(request["op"]):
-                raise  # a write whose answer was lost is never sent twice; a silent node is not asked again
-            return None  # a read: once more, on the URL's connection
-        except PartitionUnavailableError as e:
-            if not e.details.get("moved") or request["op"] in UPLOADS:
-                raise
-            router.forget(request["db"])  # refused, nothing applied: the map changed meanwhile
-            return None
+        except (ConnectionError_, HoardTimeoutError, PartitionUnavailableError) as e:
+            if not isinstance(e, PartitionUnavailableError):  # (the owner's connection is done with)
+                proto.close()
+                if self._peers.get(node) is proto:
+                    del self._peers[node]
+            if router.falls_back(request, e):
+                return None  # once more, on the URL's connection
+            raise
 
     async def _open_peer(self, node: str, options: ConnectOptions, db: str) -> _Protocol | None:
         """The connection to a cluster's node (opened once by concurrent tasks), or None when it cannot be opened."""

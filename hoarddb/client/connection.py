@@ -474,18 +474,13 @@ class RemoteExecutor:
                 return None  # nothing was sent: the URL's node forwards it (or says the owner is down)
         try:
             return self._execute(conn, request)
-        except (ConnectionError_, HoardTimeoutError) as e:
-            conn.close()
-            self._peers.pop(node, None)
-            router.forget(request["db"])
-            if isinstance(e, HoardTimeoutError) or not retryable(request["op"]):
-                raise  # a write whose answer was lost is never sent twice; a silent node is not asked again
-            return None  # a read: once more, on the URL's connection
-        except PartitionUnavailableError as e:
-            if not e.details.get("moved") or request["op"] in UPLOADS:
-                raise
-            router.forget(request["db"])  # refused, nothing applied: the map changed meanwhile
-            return None
+        except (ConnectionError_, HoardTimeoutError, PartitionUnavailableError) as e:
+            if not isinstance(e, PartitionUnavailableError):  # (the owner's connection is done with)
+                conn.close()
+                self._peers.pop(node, None)
+            if router.falls_back(request, e):
+                return None  # once more, on the URL's connection
+            raise
 
     def _read_map(self, db: str) -> None:
         """Read the cluster's map of ``db`` on the URL's connection (client/router.py)."""

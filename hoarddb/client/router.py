@@ -38,7 +38,9 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from .. import operations
+from ..errors import HoardError, HoardTimeoutError, PartitionUnavailableError
 from ..routing import Partitioner
+from .core import UPLOADS, retryable
 from .options import ConnectOptions
 
 #: Seconds a database's map is trusted before the next keyed request reads it again.
@@ -180,6 +182,19 @@ class Router:
             self.maps.clear()
         else:
             self.maps.pop(db, None)
+
+    def falls_back(self, request: Mapping, error: HoardError) -> bool:
+        """After ``error`` from the owner's connection (lost, silent, or a refusal): whether ``request`` goes again
+        on the URL's connection (True), or ``error`` is the answer. Either way a map that may be out of date is
+        read again before the next keyed request. A write whose answer was lost is never sent twice, and a
+        silent node is not asked again; a refusal as moved applied nothing (an upload's bytes are spent, though)."""
+        if isinstance(error, PartitionUnavailableError):
+            if not error.details.get("moved") or request["op"] in UPLOADS:
+                return False
+            self.forget(request["db"])
+            return True
+        self.forget(request["db"])
+        return not isinstance(error, HoardTimeoutError) and retryable(request["op"])
 
     def cannot_reach(self, node: str, db: str) -> None:
         """A connection to ``node`` could not be opened: its requests go to the URL's node for a while, and

@@ -49,14 +49,7 @@ def two_nodes(tmp):
 
 
 def live_nodes(etcd) -> dict:
-    async def main():
-        coord = Coordinator([etcd.endpoint], "test", "-")
-        await coord.connect()
-        try:
-            return await coord.nodes()
-        finally:
-            await coord.close()
-    return asyncio.run(main())
+    return asyncio.run(_live(etcd))
 
 
 def metric(node, name) -> float:
