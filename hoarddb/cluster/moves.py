@@ -1009,22 +1009,28 @@ class Mover:
         else:
             blobs = move.get("blobs") or []
 
+        def load_one(blob: dict) -> None:
+            info = blob["record"]
+            try:
+                store.info(info["_id_"])
+                return  # here already (sent again after a round that found it new)
+            except HoardError:
+                pass
+            source = open(blob["file"], "rb") if "file" in blob else bytes(blob["data"])
+            try:
+                store.load([{"_id_": info["_id_"], "data": source, "name": info.get("name"),
+                             "type": info.get("type"), "sha256": info.get("sha256"),
+                             "created": info.get("created")}])
+            finally:
+                if "file" in blob:
+                    source.close()
+
         def load() -> None:
             for blob in blobs:
-                info = blob["record"]
                 try:
-                    store.info(info["_id_"])
-                    continue  # here already (sent again after a round that found it new)
-                except HoardError:
-                    pass
-                source = open(blob["file"], "rb") if "file" in blob else bytes(blob["data"])
-                try:
-                    store.load([{"_id_": info["_id_"], "data": source, "name": info.get("name"),
-                                 "type": info.get("type"), "sha256": info.get("sha256"),
-                                 "created": info.get("created")}])
-                finally:
+                    load_one(blob)
+                finally:  # the pieces put aside go, whether loaded now or here already
                     if "file" in blob:
-                        source.close()
                         blob["file"].unlink(missing_ok=True)
             if not server.engine.options.sync:
                 server.engine._mark_dirty(store)
