@@ -338,6 +338,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--workloads", default="insert,get,search,push,pop,push2,pop2",
+                    help="which workloads, comma-separated (default: all of them)")
+    ap.add_argument("--no-forward", action="store_true", help="leave out the cost of a forward")
     args = ap.parse_args()
     import hoarddb  # noqa: F401  (fails early without the package)
 
@@ -370,7 +373,7 @@ def main() -> None:
                 else:
                     (tmp / "redis").mkdir()
                     rs = RedisServer(tmp / "redis")
-        kinds = ["insert", "get", "search", "push", "pop", "push2", "pop2"]
+        kinds = args.workloads.split(",")
         # the 2 nodes twice: clients entering through either node (which forwards what it does not own),
         # and clients sending each keyed request to its owner (search and pop go to every owner either way)
         sides = [(one, "any", "one", "1 node(s)"), (two, "any", "two", "2 node(s)"),
@@ -391,7 +394,7 @@ def main() -> None:
                                 lambda: tree_cpu(rs.child.proc.pid))
                     results.setdefault((kind, "redis"), []).append(m)
                     print(line(f"{kind} Redis", m), flush=True)
-            if pg is not None:
+            if pg is not None and "insert" in kinds:
                 m = measure(clients(POSTGRES, [pg.dsn] * args.clients, "insert", args.seconds,
                                     {"base": (r + 1) * 1_000_000}), lambda: tree_cpu(postmaster))
                 results.setdefault(("insert", "postgres"), []).append(m)
@@ -401,7 +404,8 @@ def main() -> None:
             print(f"median {kind:<7} {name:<9} {statistics.median(m['rate'] for m in ms):8,.0f} ops/s   "
                   f"server {statistics.median(sum(m['server_cpu']) / m['seconds'] for m in ms):4.2f} CPU   "
                   f"machine {statistics.median(m['machine'] for m in ms) * 100:3.0f}% busy")
-        forward(two, args)
+        if not args.no_forward:
+            forward(two, args)
     finally:
         for thing in (one, two, pg, rs):
             if thing is not None:

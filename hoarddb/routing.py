@@ -28,6 +28,11 @@ from .values.keys import encode_key
 
 #: What :func:`request_partition` answers for a request over many partitions (or none it can tell).
 MANY = None
+#: The request field that names the owner a partitioned queue's pop, claim or peek starts its turn at: a
+#: routing client sends the request to that owner, which then takes from its own partitions first.
+TURN_FIELD = "_turn"
+#: The operations that take a partitioned queue's elements in turns over its owners (pop, claim, peek).
+TURNS = frozenset(name for name, op in operations.VERBS.items() if op.gather in ("turns", "turns_claimed"))
 
 
 _blake2b = hashlib.blake2b

@@ -13,6 +13,10 @@ TLS as the URL's):
                            would make it); update, delete, find_and_modify, count by
                            {_id_: k}; a partitioned queue's push by its group; a store
                            field's verbs by their document's key
+    turns                  a partitioned fifo's or lifo's pop, claim and peek: to its owners
+                           in turn (this client's turns, each pop or claim one further),
+                           naming the owner in ``_turn``: it takes from its own partitions
+                           first, and asks the others only for what they lack
     everything else        (batches, finds and other reads over many documents, cursors'
                            more, the catalog) goes to the URL's connection, as before
 
@@ -39,7 +43,7 @@ from typing import Any, NamedTuple
 
 from .. import operations
 from ..errors import HoardError, HoardTimeoutError, PartitionUnavailableError
-from ..routing import Partitioner
+from ..routing import TURN_FIELD, TURNS, Partitioner
 from .core import UPLOADS, retryable
 from .options import ConnectOptions
 
@@ -73,11 +77,19 @@ class _Bucket:
     """_Bucket is one bucket of a map, read for routing: its partitioner and each partition's Owner (None: the
     URL's node, or an owner that is down or has no address)."""
 
-    __slots__ = ("partitioner", "owners", "only")
+    __slots__ = ("partitioner", "owners", "only", "turns", "turn")
 
-    def __init__(self, place: Mapping, owners: Mapping[str, Owner]):
+    def __init__(self, place: Mapping, owners: Mapping[str, Owner], home: str | None = None):
         self.partitioner = Partitioner(place)
         self.owners = [owners.get(o) for o in place.get("owners") or ()]
+        #: A partitioned fifo's or lifo's owners this client can send to, in the order the nodes take turns
+        #: over them (node id, and its Owner or None for the URL's node); empty for any other bucket.
+        #: ``turn``: where the next one starts.
+        self.turns: list[tuple[str, Owner | None]] = []
+        self.turn = 0
+        if place.get("group") is not None and self.partitioner.partitions > 1 and place.get("type") in ("fifo", "lifo"):
+            self.turns = [(o, owners.get(o)) for o in sorted(set(place.get("owners") or ()))
+                          if o == home or o in owners]
         count = max(self.partitioner.partitions, 1)  # (a partition past the owners named: the URL's node)
         named = self.owners[:count]
         first = named[0] if named else None
@@ -92,6 +104,19 @@ class _Bucket:
             return only if self.partitioner(request, hashed=False) is not None else None
         p = self.partitioner(request)
         return None if p is None or p >= len(self.owners) else self.owners[p]
+
+    def next_turn(self, request: dict) -> Owner | None:
+        """The owner whose turn a pop, claim or peek of a partitioned queue is (a peek looks where the next
+        pop starts), named in the request's ``_turn``: its Owner, or None for the URL's node (and when the
+        bucket has no turns: the URL's node takes them)."""
+        if len(self.turns) < 2:
+            return None
+        i = self.turn % len(self.turns)
+        if operations.VERBS[request["op"]].write:
+            self.turn = i + 1
+        node, owner = self.turns[i]
+        request[TURN_FIELD] = node
+        return owner
 
 
 class Router:
@@ -128,8 +153,13 @@ class Router:
         connection: not a keyed verb on a bucket or a store field's verb, a node's own request, which names it
         in ``_node``, an unknown owner...); or READ_MAP: the map of its database must be read first (none yet,
         or it is older than MAP_AGE; with ``fresh`` False, after it was read or could not be, the map there is
-        used, however old, and None said when there is none). May give an insert without ``_id_`` its key."""
-        if not self.on or (request.get("op") not in ROUTED and "field" not in request) or "_node" in request:
+        used, however old, and None said when there is none). May give an insert without ``_id_`` its key,
+        and a partitioned queue's pop, claim or peek its ``_turn``."""
+        if not self.on or "_node" in request:
+            return None
+        op = request.get("op")
+        turns = op in TURNS and "field" not in request
+        if op not in ROUTED and "field" not in request and not turns:
             return None
         db, bucket = request.get("db"), request.get("bucket")
         if type(db) is not str or type(bucket) is not str:
@@ -142,7 +172,7 @@ class Router:
         routed = found["routes"].get(bucket)
         if routed is None:
             return None
-        owner = routed.owner(request)
+        owner = routed.next_turn(request) if turns else routed.owner(request)  # type: ignore[arg-type]
         if owner is None or not self.unreachable:
             return owner
         failed = self.unreachable.get(owner.node)
@@ -167,7 +197,7 @@ class Router:
                   for node, found in nodes.items()
                   if node != self.home and isinstance(found, Mapping) and found.get("address")}
         self.maps[db] = {"read": time.monotonic(), "buckets": buckets, "nodes": nodes, "down": down,
-                         "routes": {name: _Bucket(place, owners) for name, place in buckets.items()
+                         "routes": {name: _Bucket(place, owners, self.home) for name, place in buckets.items()
                                     if isinstance(place, Mapping)}}
 
     def unreadable(self, db: str) -> None:

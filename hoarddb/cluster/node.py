@@ -44,7 +44,7 @@ from ..errors import (
 )
 from ..ids import uuid7
 from ..routing import NONE as _NONE
-from ..routing import group_of, key_of, pushes
+from ..routing import TURN_FIELD, group_of, key_of, pushes
 from ..stores import store_class
 from ..values.keys import encode_key
 from ..values.projection import compile_projection
@@ -647,6 +647,9 @@ class ClusterNode:
         pop, claim and peek take from the owners in turn: each call starts at the node after the one
         the last pop or claim of this bucket (through this node) started at, and takes what it can
         there before going on to the next, until it has ``limit`` elements or every owner was asked.
+        A routing client keeps the turns itself (hoarddb/client/router.py): it sends each pop or claim to the
+        owner whose turn it is, naming it in ``_turn``, and that node starts at itself (nothing forwarded
+        while it holds elements).
         Each owner's part runs over the partitions it holds, each in its own local bucket (hoarddb/cluster/queues.py);
         a claimId is given back as ``<p>/<claimId>``, and ack, release and extend go to that partition's owner.
         A partitioned heap's pop, claim and peek take the best of the owners' tops instead (hoarddb/cluster/heaps.py).
@@ -673,9 +676,13 @@ class ClusterNode:
         if isinstance(want, bool) or not isinstance(want, int) or want < 1:
             return await self._here_or_there(owners[0], doc)  # the owner refuses it, saying what it takes
         turn = (doc["db"], doc["bucket"])
-        start = self._turns.get(turn, 0) % len(owners)
-        if op.write:  # a pop or a claim (a peek looks where the next one starts)
-            self._turns[turn] = start + 1
+        chosen = doc.get(TURN_FIELD)
+        if chosen in owners:  # the client's turn (hoarddb/client/router.py)
+            start = owners.index(chosen)
+        else:
+            start = self._turns.get(turn, 0) % len(owners)
+            if op.write:  # a pop or a claim (a peek looks where the next one starts)
+                self._turns[turn] = start + 1
         if place["type"] == "heap":  # the best of the owners' tops (hoarddb/cluster/heaps.py)
             return await heaps.take(self, op, doc, owners[start:] + owners[:start], want,
                                     limit is None and op.gather == _TURNS)

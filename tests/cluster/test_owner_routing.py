@@ -305,3 +305,40 @@ def test_a_stale_map_after_add_node_and_remove_node_still_answers_and_is_read_ag
         finally:
             for n in nodes:
                 n.stop()
+
+
+def test_a_partitioned_queue_s_pops_go_to_its_owners_in_turn_and_nothing_is_forwarded(two):
+    """A routing client keeps a partitioned fifo's turns itself: each pop or claim goes to the next owner, which
+    takes from its own partitions first, so nothing is forwarded while each holds elements; a peek shows what
+    the next pop takes; every element comes once, each group in its order."""
+    nodes, clients = two
+    clients[0]["app"].create_bucket("Turns", type="fifo", partitions=PARTS, group="g")
+    own = owners(clients[0], "app", "Turns")
+    groups = {node_id: keys_owned_by(own, node_id, count=3, prefix="g") for node_id in ("n1", "n2")}
+    with hoarddb.connect(nodes[0].url()) as client:  # the URL names n1 alone
+        q = client["app"].Turns
+        for n in range(4):
+            for node_id in ("n1", "n2"):
+                for g in groups[node_id]:
+                    q.push({"g": g, "n": n})
+        before = [forwarded(n) for n in nodes]
+        taken = []
+        for _ in range(6):
+            peeked = q.peek()
+            popped = q.pop()
+            assert peeked == popped
+            taken.append(popped)
+        claimed = q.claim(limit=2)
+        assert [forwarded(n) for n in nodes] == before  # each pop ran where its turn was
+        by_owner = [own[partition_of(d["g"], PARTS)] for d in taken]
+        assert by_owner.count("n1") == 3 and by_owner.count("n2") == 3, by_owner
+        q.ack([c["claimId"] for c in claimed])
+        while (d := q.pop()) is not None:
+            taken.append(d)
+    claimed_docs = [c["element"] for c in claimed]
+    taken += claimed_docs
+    assert sorted((d["g"], d["n"]) for d in taken) == sorted((g, n) for n in range(4) for gs in groups.values()
+                                                            for g in gs)
+    for g in groups["n1"] + groups["n2"]:
+        ns = [d["n"] for d in taken if d["g"] == g and d not in claimed_docs]
+        assert ns == sorted(ns), (g, ns)
