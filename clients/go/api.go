@@ -21,12 +21,14 @@ type operation struct {
 	// what routing by owner reads (router.go; hoarddb/routing.py): the parameter naming the one
 	// document it acts on and that parameter's kind ("any", "doc", "filter"), whether an insert
 	// without a key gets one made, whether its answer may come through a cursor, and whether it
-	// adds the one document it is given (a queue's push)
+	// adds the one document it is given (a queue's push); and whether a partitioned fifo's or
+	// lifo's owners take it in turns (pop, claim, peek: router.go's turns)
 	keyParam string
 	keyKind  string
 	makesKey bool
 	cursor   bool
 	pushes   bool
+	turns    bool
 }
 
 // Database is a named group of buckets.

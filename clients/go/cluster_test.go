@@ -289,3 +289,85 @@ func TestClusterNodeDown(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterQueueTurns pushes to a partitioned fifo (app.GoTurns) four elements of each group of
+// HOARDDB_CLUSTER_GROUPS (groups of both owners), then, between the steps "pushed" and "taken" (the
+// Python side notes the nodes' forwards), peeks and pops six times and claims two while both owners
+// hold elements: each goes to the owner whose turn it is. Then it acks the claims, pops the rest, and
+// writes each element it took, in order, to HOARDDB_CLUSTER_TAKEN ("popped g n" or "claimed g n").
+func TestClusterQueueTurns(t *testing.T) {
+	url := clusterURL(t, "turns")
+	defer func(age time.Duration) { mapAge = age }(mapAge)
+	mapAge = time.Minute // (one map, read at the first push: its turns are not started again meanwhile)
+	ctx := context.Background()
+	c, err := Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := c.Database("app").Bucket("GoTurns")
+	groups := strings.Split(os.Getenv("HOARDDB_CLUSTER_GROUPS"), ",")
+	for n := 0; n < 4; n++ {
+		for _, g := range groups {
+			if err := q.Push(ctx, bson.D{{Key: "g", Value: g}, {Key: "n", Value: n}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	type element struct {
+		G string `bson:"g"`
+		N int    `bson:"n"`
+	}
+	var taken []string
+	step(t, "pushed")
+	for i := 0; i < 6; i++ {
+		var peeked, popped element
+		if found, err := q.Peek(ctx, &peeked); err != nil || !found {
+			t.Fatalf("peek %d: %v %v", i, found, err)
+		}
+		if found, err := q.Pop(ctx, &popped); err != nil || !found {
+			t.Fatalf("pop %d: %v %v", i, found, err)
+		}
+		if peeked != popped {
+			t.Errorf("peek %d showed %+v, the pop after it took %+v", i, peeked, popped)
+		}
+		taken = append(taken, fmt.Sprintf("popped %s %d", popped.G, popped.N))
+	}
+	claims, err := q.Claim(ctx, ClaimOptions{Limit: 2})
+	if err != nil || len(claims) != 2 {
+		t.Fatalf("claim: %v %v", claims, err)
+	}
+	ids := []string{}
+	for _, claim := range claims {
+		var e element
+		if err := claim.Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, claim.ClaimID)
+		taken = append(taken, fmt.Sprintf("claimed %s %d", e.G, e.N))
+	}
+	step(t, "taken") // the Python side compares the nodes' forwards with those at "pushed"
+	if n, err := q.Ack(ctx, ids...); err != nil || n != 2 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	for {
+		var e element
+		found, err := q.Pop(ctx, &e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			break
+		}
+		taken = append(taken, fmt.Sprintf("popped %s %d", e.G, e.N))
+	}
+	c.router.mu.Lock()
+	peers := len(c.router.peers)
+	c.router.mu.Unlock()
+	if peers != 1 {
+		t.Errorf("%d pools to other nodes, not 1", peers)
+	}
+	if err := os.WriteFile(os.Getenv("HOARDDB_CLUSTER_TAKEN"), []byte(strings.Join(taken, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -15,6 +15,10 @@ package hoarddb
 //	                    it); update, delete, find_and_modify, count by {_id_: k}; a
 //	                    partitioned queue's push by its group; a store field's verbs by
 //	                    their document's key
+//	turns               a partitioned fifo's or lifo's pop, claim and peek: to its owners in
+//	                    turn (this client's turns, each pop or claim one further), naming
+//	                    the owner in _turn: it takes from its own partitions first, and asks
+//	                    the others only for what they lack
 //	everything else     batches, reads over many documents, cursors, streams and uploads,
 //	                    the catalog: the URL's node, as before
 //
@@ -36,6 +40,7 @@ import (
 	"math"
 	"math/big"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +78,80 @@ type clusterMap struct {
 	down    bool // an owner is missing from nodes
 	buckets map[string]placement
 	nodes   map[string]nodeInfo
+	turns   map[string]*turns // a partitioned fifo's or lifo's, by bucket
 }
+
+// newClusterMap is the map of buckets and nodes cluster_map answered, read against home (the URL's node).
+func newClusterMap(buckets map[string]placement, nodes map[string]nodeInfo, home string) *clusterMap {
+	m := &clusterMap{read: time.Now(), buckets: buckets, nodes: nodes, turns: map[string]*turns{}}
+	for name, place := range buckets {
+		for _, owner := range place.Owners {
+			if _, ok := nodes[owner]; !ok {
+				m.down = true
+			}
+		}
+		if t := newTurns(place, nodes, home); t != nil {
+			m.turns[name] = t
+		}
+	}
+	return m
+}
+
+// turns are a partitioned fifo's or lifo's owners this client can send to (the URL's node, and any
+// node the map gives an address), in the order the nodes take turns over them (by node id), and
+// where the next pop or claim starts (hoarddb/client/router.py's _Bucket.next_turn).
+type turns struct {
+	owners []string
+	next   uint64 // (atomic) pops and claims taken so far
+}
+
+// newTurns are a bucket's turns, or nil when it has none: not a fifo or lifo with a group field
+// and partitions, or fewer than two owners to take turns over (the URL's node then keeps them).
+func newTurns(place placement, nodes map[string]nodeInfo, home string) *turns {
+	if place.Group == nil || place.Partitions <= 1 || (place.Type != "fifo" && place.Type != "lifo") {
+		return nil
+	}
+	t := &turns{}
+	seen := map[string]bool{}
+	for _, owner := range place.Owners {
+		if !seen[owner] && (owner == home || nodes[owner].Address != "") {
+			t.owners = append(t.owners, owner)
+		}
+		seen[owner] = true
+	}
+	if len(t.owners) < 2 {
+		return nil
+	}
+	sort.Strings(t.owners) // (byte order: the code point order the nodes sort node ids in)
+	return t
+}
+
+// take is the owner whose turn a pop, claim or peek is: a pop or a claim (write) moves the turn on
+// by one, a peek looks where the next one starts.
+func (t *turns) take(write bool) string {
+	var i uint64
+	if write {
+		i = atomic.AddUint64(&t.next, 1) - 1
+	} else {
+		i = atomic.LoadUint64(&t.next)
+	}
+	return t.owners[i%uint64(len(t.owners))]
+}
+
+// withTurn is doc naming owner in _turn (the node that takes from its own partitions first).
+func withTurn(doc bson.D, owner string) bson.D {
+	out := make(bson.D, 0, len(doc)+1)
+	for _, e := range doc {
+		if e.Key != turnField {
+			out = append(out, e)
+		}
+	}
+	return append(out, bson.E{Key: turnField, Value: owner})
+}
+
+// turnField is the request field naming the owner a partitioned queue's pop, claim or peek starts
+// at (hoarddb/routing.py TURN_FIELD).
+const turnField = "_turn"
 
 // placement is one bucket's entry of the map.
 type placement struct {
@@ -183,13 +261,15 @@ func routed(op string) bool {
 	return ok && !entry.cursor && (entry.keyParam != "" || entry.pushes)
 }
 
-// do sends a keyed request to its partition's owner when that is another node than the URL's.
-// done is false when the request goes on the URL's connection after all (not keyed, no map,
-// the owner is this node, down or unreachable, or it refused the request as moved); out is the
-// request to send there (an insert may have been given its key).
+// do sends a keyed request to its partition's owner when that is another node than the URL's,
+// and a partitioned fifo's or lifo's pop, claim or peek to the owner whose turn it is, named in
+// _turn. done is false when the request goes on the URL's connection after all (not keyed, no
+// map, the owner is this node, down or unreachable, or it refused the request as moved); out is
+// the request to send there (an insert may have been given its key, a pop its _turn).
 func (r *router) do(ctx context.Context, op string, doc bson.D) (a Answer, err error, out bson.D, done bool) {
 	q, ok := readRequest(doc)
-	if !ok || !(q.field || routed(op)) {
+	turn := !q.field && operations[op].turns
+	if !ok || !(q.field || routed(op) || turn) {
 		return Answer{}, nil, doc, false
 	}
 	if err := r.readMap(ctx, q.db); err != nil {
@@ -206,11 +286,25 @@ func (r *router) do(ctx context.Context, op string, doc bson.D) (a Answer, err e
 	if !ok {
 		return Answer{}, nil, doc, false
 	}
-	p, doc := requestPartition(place, q, doc)
-	if p < 0 || p >= len(place.Owners) || place.Owners[p] == home {
+	var owner string
+	if turn {
+		t := m.turns[q.bucket]
+		if t == nil { // no turns here: the URL's node keeps them
+			return Answer{}, nil, doc, false
+		}
+		owner = t.take(operations[op].write)
+		doc = withTurn(doc, owner)
+	} else {
+		var p int
+		p, doc = requestPartition(place, q, doc)
+		if p < 0 || p >= len(place.Owners) {
+			return Answer{}, nil, doc, false
+		}
+		owner = place.Owners[p]
+	}
+	if owner == home {
 		return Answer{}, nil, doc, false
 	}
-	owner := place.Owners[p]
 	info, ok := m.nodes[owner]
 	if !ok || info.Address == "" {
 		return Answer{}, nil, doc, false // down: the URL's node answers PARTITION_UNAVAILABLE naming it
@@ -259,16 +353,8 @@ func (r *router) readMap(ctx context.Context, db string) error {
 		r.mu.Unlock()
 		return nil
 	}
-	m := &clusterMap{read: time.Now(), buckets: answer.Buckets, nodes: answer.Nodes}
-	for _, place := range m.buckets {
-		for _, owner := range place.Owners {
-			if _, ok := m.nodes[owner]; !ok {
-				m.down = true
-			}
-		}
-	}
 	r.mu.Lock()
-	r.maps[db] = m
+	r.maps[db] = newClusterMap(answer.Buckets, answer.Nodes, r.home)
 	r.mu.Unlock()
 	return nil
 }

@@ -5,9 +5,11 @@ package hoarddb
 // keys of every type and requests of every verb, as BSON, with what Python makes of them.
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"math"
+	"net"
 	"os"
 	"reflect"
 	"regexp"
@@ -231,5 +233,100 @@ func TestUUID7sIncrease(t *testing.T) {
 			t.Fatalf("%s after %s", id, last)
 		}
 		last = id
+	}
+}
+
+// A partitioned fifo's or lifo's owners take its pops, claims and peeks in turns, kept here: the
+// owners this client can reach, by node id; a pop or a claim moves the turn on, a peek does not.
+func TestAPartitionedQueueSTurnsGoOverItsOwnersInOrder(t *testing.T) {
+	g := "g"
+	nodes := map[string]nodeInfo{"n1": {}, "n2": {Address: "127.0.0.1:7002"}, "n3": {Address: "127.0.0.1:7003"},
+		"n4": {}} // (n1, the URL's node, is reached without an address; n4 cannot be reached)
+	owners := []string{"n3", "n1", "n4", "n2", "n3", "n1", "n2", "n4"}
+	m := newClusterMap(map[string]placement{
+		"Jobs":      {Type: "fifo", Partitions: 8, Group: &g, Owners: owners},
+		"Stack":     {Type: "lifo", Partitions: 8, Group: &g, Owners: owners},
+		"Heap":      {Type: "heap", Partitions: 8, Group: &g, Owners: owners},
+		"Ungroup":   {Type: "fifo", Partitions: 8, Owners: owners},
+		"One":       {Type: "fifo", Partitions: 1, Group: &g, Owners: []string{"n2"}},
+		"Users":     {Type: "hash", Partitions: 8, Owners: owners},
+		"Faraway":   {Type: "fifo", Partitions: 4, Group: &g, Owners: []string{"n4", "n1", "n4", "n1"}},
+		"Elsewhere": {Type: "fifo", Partitions: 2, Group: &g, Owners: []string{"n3", "n3"}},
+	}, nodes, "n1")
+	for _, name := range []string{"Heap", "Ungroup", "One", "Users", "Faraway", "Elsewhere"} {
+		if m.turns[name] != nil {
+			t.Errorf("%s has turns: %v", name, m.turns[name].owners)
+		}
+	}
+	for _, name := range []string{"Jobs", "Stack"} {
+		turns := m.turns[name]
+		if turns == nil || !reflect.DeepEqual(turns.owners, []string{"n1", "n2", "n3"}) {
+			t.Fatalf("%s's turns: %+v", name, turns)
+		}
+		var got []string
+		for _, write := range []bool{false, false, true, false, true, true, false, true, true} {
+			got = append(got, turns.take(write))
+		}
+		want := []string{"n1", "n1", "n1", "n2", "n2", "n3", "n1", "n1", "n2"}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: peek, peek, pop, peek, claim, pop, peek, pop, pop went to %v, not %v", name, got, want)
+		}
+	}
+}
+
+// The router names the owner whose turn it is in the request's _turn: the URL's node's turn goes on
+// the URL's connection, another owner's to that owner (here one that cannot be reached: then on the
+// URL's connection too, still naming it). A store field's pop and a queue without turns get none.
+func TestThePopsOfAPartitionedQueueNameTheirTurn(t *testing.T) {
+	opts, err := ParseURL("hoarddb://127.0.0.1:1/?insecure=true&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing listens on once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := closed.Addr().String()
+	closed.Close()
+	g := "g"
+	r := newRouter(&Client{opts: opts})
+	r.on, r.home = 1, "n1"
+	r.maps["app"] = newClusterMap(map[string]placement{
+		"Jobs":  {Type: "fifo", Partitions: 4, Group: &g, Owners: []string{"n2", "n1", "n2", "n1"}},
+		"Plain": {Type: "fifo", Partitions: 1, Owners: []string{"n2"}},
+	}, map[string]nodeInfo{"n1": {Address: "127.0.0.1:1"}, "n2": {Address: address}}, "n1")
+	request := func(op, bucket string, extra ...bson.E) bson.D {
+		return append(bson.D{{Key: "op", Value: op}, {Key: "db", Value: "app"}, {Key: "bucket", Value: bucket},
+			{Key: "args", Value: bson.D{}}}, extra...)
+	}
+	turnOf := func(doc bson.D) string {
+		for _, e := range doc {
+			if e.Key == "_turn" {
+				return e.Value.(string)
+			}
+		}
+		return ""
+	}
+	ctx := context.Background()
+	for i, step := range []struct {
+		doc  bson.D
+		turn string
+	}{
+		{request("peek", "Jobs"), "n1"},
+		{request("pop", "Jobs"), "n1"},
+		{request("pop", "Jobs", bson.E{Key: "field", Value: "Tasks"}, bson.E{Key: "key", Value: "k"}), ""},
+		{request("pop", "Plain"), ""},
+		{request("peek", "Jobs"), "n2"}, // n2's turn, but n2 cannot be reached: the URL's node starts there
+	} {
+		_, err, out, done := r.do(ctx, step.doc[0].Value.(string), step.doc)
+		if err != nil || done || turnOf(out) != step.turn {
+			t.Fatalf("step %d (%v): sent %v (done %v, %v), want _turn %q", i, step.doc, out, done, err, step.turn)
+		}
+		if turnOf(step.doc) != "" {
+			t.Errorf("step %d: the caller's request was changed: %v", i, step.doc)
+		}
+	}
+	if _, ok := r.unreachable["n2"]; !ok {
+		t.Errorf("n2 was not tried: %v", r.unreachable)
 	}
 }

@@ -24,6 +24,7 @@ type pyTable struct {
 		MakesKey bool     `json:"makes_key"`
 		Cursor   bool     `json:"cursor"`
 		Pushes   bool     `json:"pushes"`
+		Turns    bool     `json:"turns"`
 	} `json:"operations"`
 	FieldVerbs map[string][]string `json:"field_verbs"`
 	Errors     map[string]string   `json:"errors"`
@@ -48,7 +49,7 @@ func TestTableMatchesTheServers(t *testing.T) {
 		got, ok := operations[name]
 		want := operation{scope: op.Scope, write: op.Write, retry: op.Retry, streams: op.Streams, upload: op.Upload,
 			types: op.Types, keyParam: op.KeyParam, keyKind: op.KeyKind, makesKey: op.MakesKey, cursor: op.Cursor,
-			pushes: op.Pushes}
+			pushes: op.Pushes, turns: op.Turns}
 		if !ok || !reflect.DeepEqual(got, want) {
 			t.Errorf("operation %s: table.go has %+v, the server %+v%s", name, got, want, regenerate)
 		}

@@ -1,5 +1,6 @@
 """The Go client (clients/go) routing by owner against real node processes and a real etcd: its keyed
-requests run on their owners (the URL's node forwards none; with ``route=any`` it forwards them), and
+requests run on their owners (the URL's node forwards none; with ``route=any`` it forwards them), a
+partitioned fifo's pops, claims and peeks on its owners in the client's turns (neither node forwards any), and
 during add-node and remove-node its writes and reads keep succeeding, each acknowledged document held
 once. The Go side is clients/go/cluster_test.go, run with ``go test`` and the cluster's URL."""
 
@@ -88,6 +89,50 @@ def test_go_routes_by_owner_when_the_url_s_first_server_is_down(two, tmp_path):
     assert forwarded(nodes[0]) == before  # n1, reached second, passed on none: each went to its owner itself
     held = set(local_keys(nodes[1], "firstdown", "Users"))
     assert {f"go{i:02d}" for i in range(1, 40)} & held  # n2 had some, sent to it straight
+
+
+def test_go_pops_of_a_partitioned_queue_go_to_its_owners_in_turn_and_nothing_is_forwarded(two, tmp_path):
+    """The Go client keeps a partitioned fifo's turns itself, as the Python one does: each pop or claim goes to
+    the next owner, named in _turn, which takes from its own partitions first, so neither node forwards
+    anything while both hold elements; every element comes out once, each group in its order."""
+    nodes, clients = two
+    clients[0]["app"].create_bucket("GoTurns", type="fifo", partitions=PARTS, group="g")
+    own = owners(clients[0], "app", "GoTurns")
+    groups = {node_id: keys_owned_by(own, node_id, count=3, prefix="g") for node_id in ("n1", "n2")}
+    sync, taken_file = tmp_path / "sync", tmp_path / "taken"
+    sync.mkdir()
+    env = go_env(tmp_path, HOARDDB_CLUSTER_URL=nodes[0].url(), HOARDDB_CLUSTER_PHASE="turns",  # the URL names n1 alone
+                 HOARDDB_CLUSTER_SYNC=str(sync), HOARDDB_CLUSTER_TAKEN=str(taken_file),
+                 HOARDDB_CLUSTER_GROUPS=",".join(groups["n1"] + groups["n2"]))
+    proc = go_test("TestClusterQueueTurns", env)
+    try:
+        reached(proc, sync, "pushed")
+        before = [forwarded(n) for n in nodes]
+        (sync / "pushed.go").touch()
+        reached(proc, sync, "taken")
+        assert [forwarded(n) for n in nodes] == before  # each pop, peek and claim ran where its turn was
+        (sync / "taken.go").touch()
+        finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    taken = [(how, g, int(n)) for how, g, n in (line.split() for line in taken_file.read_text().splitlines())]
+    by_owner = [own[partition_of(g, PARTS)] for _, g, _ in taken[:6]]
+    assert by_owner == ["n1", "n2"] * 3, by_owner  # the pops in turn, the URL's node first (by node id)
+    assert sorted((g, n) for _, g, n in taken) == sorted((g, n) for n in range(4) for gs in groups.values()
+                                                         for g in gs)
+    for g in groups["n1"] + groups["n2"]:
+        ns = [n for how, g2, n in taken if g2 == g and how == "popped"]
+        assert ns == sorted(ns), (g, ns)
+
+
+def reached(proc, sync, name):
+    """Wait until the Go test reached step ``name`` (its file ``name.ready``)."""
+    deadline = time.monotonic() + 300
+    while not (sync / f"{name}.ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-8000:]
+        time.sleep(0.1)
 
 
 def test_go_requests_keep_succeeding_while_nodes_are_added_and_removed(tmp_path):

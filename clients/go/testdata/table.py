@@ -15,9 +15,11 @@ def table() -> dict:
         ops[name] = {"scope": op.scope, "write": op.write, "retry": op.retry, "streams": op.streams,
                      "upload": op.upload or "", "types": sorted(op.types),
                      # what routing by owner reads (hoarddb/routing.py): the key's parameter and its kind,
-                     # whether an insert's key is made, whether it is a cursor's, whether it pushes one document
+                     # whether an insert's key is made, whether it is a cursor's, whether it pushes one document,
+                     # whether a partitioned fifo's or lifo's owners take it in turns (pop, claim, peek)
                      "key_param": op.key_param, "key_kind": op.param(op.key_param).kind if op.key_param else "",
-                     "makes_key": op.makes_key, "cursor": bool(op.cursor), "pushes": routing.pushes(op)}
+                     "makes_key": op.makes_key, "cursor": bool(op.cursor), "pushes": routing.pushes(op),
+                     "turns": name in routing.TURNS}
     fields = {name: sorted(op.types) for name, op in sorted(operations.FIELD_VERBS.items()) if name == op.name}
     errs = {str(code): cls.codeName for code, cls in sorted(errors.ERRORS.items())}
     return {"operations": ops, "field_verbs": fields, "errors": errs}
@@ -31,7 +33,8 @@ def go(t: dict) -> str:
            "// where it acts, whether it writes, whether it may be sent again after a lost answer,",
            "// whether it streams or takes an upload, the store types that serve it, and what routing",
            "// by owner reads (router.go): its key's parameter and kind, whether it makes an insert's key,",
-           "// whether it is a cursor's, whether it pushes one document.",
+           "// whether it is a cursor's, whether it pushes one document, whether a partitioned fifo's or",
+           "// lifo's owners take it in turns.",
            "var operations = map[string]operation{"]
     for name, op in t["operations"].items():
         types = ", ".join(f'"{x}"' for x in op["types"])
@@ -39,7 +42,8 @@ def go(t: dict) -> str:
                    f'retry: {str(op["retry"]).lower()}, streams: {str(op["streams"]).lower()}, '
                    f'upload: "{op["upload"]}", types: []string{{{types}}}, keyParam: "{op["key_param"]}", '
                    f'keyKind: "{op["key_kind"]}", makesKey: {str(op["makes_key"]).lower()}, '
-                   f'cursor: {str(op["cursor"]).lower()}, pushes: {str(op["pushes"]).lower()}}},')
+                   f'cursor: {str(op["cursor"]).lower()}, pushes: {str(op["pushes"]).lower()}, '
+                   f'turns: {str(op["turns"]).lower()}}},')
     out += ["}", "", "// fieldVerbs are the verbs of a document's store field, with the store types that serve each.",
             "var fieldVerbs = map[string][]string{"]
     for name, types in t["field_verbs"].items():
