@@ -19,7 +19,9 @@ configuration then the other, for ``--seconds`` each:
   client) — run only when the server accepts such a bucket (see PARTITIONED_FIFO); otherwise
   said skipped;
 - ``push2`` / ``pop2``: the same with ``partitions: 2`` (one partition per node of the 2-node
-  cluster): a group commit then syncs one log per node, not four or eight;
+  cluster);
+- ``push1`` / ``pop1`` (not run unless named in ``--workloads``): a whole fifo, one owner and
+  one log, as a single server keeps it: what a partitioned queue's path costs beside it;
 
 and PostgreSQL (16 clients, one insert per transaction, a throwaway cluster as in
 bench/peers.py) once per round, and Redis (``appendonly yes``, ``appendfsync always``, as in
@@ -85,7 +87,7 @@ HOARD = _SETUP + """import hoarddb
 from hoarddb.cluster.partitions import partition_of
 client = hoarddb.connect(url)
 db = client["bench"]
-docs, queue = db.Docs, (db.Jobs2 if kind in ("push2", "pop2") else db.Jobs)
+docs, queue = db.Docs, {"2": db.Jobs2, "1": db.Jobs1}.get(kind[-1], db.Jobs)
 parts = set(extra["parts"]) if "parts" in extra else None
 def fresh():
     i = extra.get("base", 0) + index * 10_000_000
@@ -102,9 +104,9 @@ def one():
         docs.get(rng.choice(keys) if keys else f"u{rng.randrange(%d):09d}")
     elif kind == "search":
         docs.search({"CompanyID": company(rng.randrange(%d))})
-    elif kind in ("push", "push2"):
+    elif kind in ("push", "push2", "push1"):
         queue.push({**small_doc(index), "g": f"g{index}"})
-    elif kind in ("pop", "pop2"):
+    elif kind in ("pop", "pop2", "pop1"):
         return queue.pop() is not None  # (an empty pop is not counted)
 """ % (PARTITIONS, COMPANIES, PRELOAD, COMPANIES)
 POSTGRES = _SETUP + """import psycopg
@@ -325,6 +327,7 @@ def setup(c: Cluster) -> bool:
         try:
             db.create_bucket("Jobs", **PARTITIONED_FIFO)
             db.create_bucket("Jobs2", **FEW_PARTITIONS)
+            db.create_bucket("Jobs1", type="fifo")  # whole: one owner, one log (push1, pop1)
             return True
         except hoarddb.HoardError as e:
             print(f"  ({c.name}: partitioned fifo not accepted here, push and pop skipped: {e.message})")
@@ -339,7 +342,8 @@ def main() -> None:
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--workloads", default="insert,get,search,push,pop,push2,pop2",
-                    help="which workloads, comma-separated (default: all of them)")
+                    help="which workloads, comma-separated, of insert, get, search, push, pop, push2, pop2, "
+                         "push1, pop1 (default: all but push1 and pop1)")
     ap.add_argument("--no-forward", action="store_true", help="leave out the cost of a forward")
     args = ap.parse_args()
     import hoarddb  # noqa: F401  (fails early without the package)
@@ -381,7 +385,7 @@ def main() -> None:
         for r in range(args.rounds):
             for kind in kinds:
                 for c, route, name, label in sides:
-                    if kind in ("push", "pop", "push2", "pop2") and not fifo[c.name]:
+                    if kind.startswith(("push", "pop")) and not fifo[c.name]:
                         continue
                     urls = [c.url(first=k, route=route) for k in range(args.clients)]
                     m = measure(clients(HOARD, urls, kind, args.seconds,

@@ -65,6 +65,10 @@ _LEAST, _GREATEST, _TURNS, _TURNS_CLAIMED, _BY_CLAIM = "least", "greatest", "tur
 #: A blob bucket's put (its bytes in ``doc``) and load (in ``docs``, with their ids), by what they upload.
 _BLOB_PUT = next(o for o in operations.VERBS.values() if o.upload == "doc" and "blob" in o.types)
 _BLOB_LOAD = next(o for o in operations.VERBS.values() if o.upload == "docs" and "blob" in o.types)
+_POP = operations.VERBS["pop"]
+#: The request field of a partitioned queue's pop that :meth:`ClusterNode.takes` sent a single server's way, to one
+#: partition held here: the bucket it was for, so that an empty answer is run the cluster's way after all (again).
+POPPED_FROM = "_popped_from"
 #: An export's gather: pages with a cursor.
 _PAGES = "pages"
 #: How the answers of a spread bucket's partitions merge (an operation's ``gather``).
@@ -190,6 +194,8 @@ class ClusterNode:
         p = self._partition(place, doc, op)
         if queues.partitioned(place):  # (hoarddb/cluster/queues.py: a partition's own local bucket)
             db, bucket = doc["db"], doc["bucket"]
+            if p is None and op is _POP and self._pops_here(doc, place):
+                return False
             if p is None or self.mover.note(db, bucket, p, op, doc) or self.coord.holds(db, bucket, p) is None \
                     or not pushes(op) or "field" in doc or not queues.exists(self, db, bucket, p):
                 return True
@@ -203,6 +209,53 @@ class ClusterNode:
         if self.mover.note(doc["db"], doc["bucket"], p, op, doc):
             return True  # fenced: it waits for the hand-over (_one)
         return self.coord.holds(doc["db"], doc["bucket"], p) is None
+
+    def _pops_here(self, doc: dict, place: dict) -> bool:
+        """Whether a client's pop of one element from a partitioned fifo or lifo is sent a single server's way: its
+        turn starts here (the ``_turn`` a routing client named, or this node's own turns: _gather_queue) and a
+        partition held here has an element now, with no move of the bucket under way. Then the request is
+        rewritten to that partition's local bucket, as a push to a partition held here is, and runs in the group
+        commit without the cluster's coroutines (a pop costs about what a whole fifo's does). Marked with
+        :data:`POPPED_FROM`: should the partition be empty by the time it runs (another pop took its last
+        element), :meth:`again` runs it the cluster's way, which goes on to the other partitions and owners."""
+        args = doc.get("args")
+        if place["type"] == "heap" or "field" in doc or NODE_FIELD in doc or (args and set(args) - {"limit"}) or (
+                args and args.get("limit") is not None):
+            return False
+        db, bucket = doc["db"], doc["bucket"]
+        if self.mover.sending.get((db, bucket)) is not None:
+            return False
+        me = self.node_id
+        if doc.get(TURN_FIELD) != me:
+            owners = sorted(set(place["owners"]))
+            if TURN_FIELD in doc or owners[self._turns.get((db, bucket), 0) % len(owners)] != me:
+                return False
+            advance = True  # (this node's own turns: the pop starts here)
+        else:
+            advance = False
+        holds = self.coord.holds
+        held = [p for p, owner in enumerate(place["owners"]) if owner == me and holds(db, bucket, p) is not None]
+        if not held:
+            return False
+        key = (db, bucket, "parts")
+        start = self._turns.get(key, 0) % len(held)
+        for p in held[start:] + held[:start]:
+            if queues._ready(self, db, bucket, p):
+                self._turns[key] = start + 1
+                if advance:
+                    self._turns[(db, bucket)] = self._turns.get((db, bucket), 0) + 1
+                doc[POPPED_FROM] = bucket
+                doc["bucket"] = part_name(bucket, p)
+                return True
+        return False
+
+    def again(self, doc: dict, answer: dict) -> dict | None:
+        """The request to run the cluster's way (:meth:`run`) when a pop :meth:`_pops_here` sent to one partition
+        found it empty; None when ``answer`` stands."""
+        bucket = doc.get(POPPED_FROM)
+        if bucket is None or answer.get("ok") != 1 or answer.get("result") is not None:
+            return None
+        return {**{k: v for k, v in doc.items() if k != POPPED_FROM}, "bucket": bucket}
 
     async def run(self, doc: dict, upload=None) -> dict:
         """The answer to a request :meth:`takes` handed over: run here, forwarded, or gathered

@@ -788,6 +788,9 @@ class Server:
             try:
                 if type(result) is dict:  # (the engine's answer: nearly always)
                     answer = result
+                    if self.cluster is not None and (again := self.cluster.again(doc, answer)) is not None:
+                        self.loop.create_task(self._run_again(conn, rid, again, arrived))
+                        return  # (a cluster's pop that found its partition empty: asked the cluster's way)
                 elif isinstance(result, HoardError):
                     answer = result.to_answer()
                 elif isinstance(result, BaseException):
@@ -799,6 +802,14 @@ class Server:
                 conn.write_ran()  # after its answer: the requests it pumps are answered after it
 
         self.committer.submit(doc, done)
+
+    async def _run_again(self, conn: Connection, rid, doc: dict, arrived: int) -> None:
+        """Run ``doc`` the cluster's way and answer it (ClusterNode.again)."""
+        try:
+            answer = await self.cluster.run(doc)
+        except Exception as e:  # a bug: say so in the same shape, keep serving
+            answer = self._bug(conn, doc, e)
+        self._answer(conn, rid, doc, answer, arrived)
 
     async def run_request(self, conn: Connection, request: Request, arrived: int) -> None:
         """Run one request in a pool and send its answer (a write's once it is durable)."""

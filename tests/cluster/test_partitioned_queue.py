@@ -209,3 +209,47 @@ def test_export_reads_every_partition_in_pages_through_any_node(cluster):
     assert clients[2]["app"].Out.length() == 120  # export removes nothing
     with pytest.raises(HoardError, match="export's cursor of a partitioned queue"):
         clients[0].execute({"op": "export", "db": "app", "bucket": "Out", "args": {"cursor": 5}})
+
+
+def test_single_pops_sent_at_once_each_get_an_element_when_the_partition_they_found_ran_dry(cluster):
+    """A node sends a single pop whose turn starts at it to one of its own partitions that has an element, a
+    single server's way (ClusterNode._pops_here). Eight pops sent at once over one connection all find the
+    partition with one element ready; the one that takes it is answered, and the others, finding it empty, go
+    the cluster's way on to the partition with seven: each of the eight gets an element, none twice."""
+    import asyncio
+
+    import hoarddb.aio
+    from hoarddb import operations
+    from hoarddb.routing import partition_of
+
+    nodes, clients = cluster
+    clients[0]["app"].create_bucket("Dry", type="fifo", partitions=8, group="G")
+    owners = clients[0].execute({"op": operations.CLUSTER_MAP.name, "db": "app", "bucket": "Dry"})["result"][
+        "buckets"]["Dry"]["owners"]
+    x = owners[0]
+    mine = [p for p, o in enumerate(owners) if o == x]
+    groups = {}
+    i = 0
+    while len(groups) < 2:  # a group in each of two partitions x owns
+        p = partition_of(f"g{i}", 8)
+        if p in mine and p not in groups:
+            groups[p] = f"g{i}"
+        i += 1
+    one, seven = groups.values()
+    clients[0]["app"].Dry.push({"G": one, "n": 0})
+    for n in range(1, 8):
+        clients[0]["app"].Dry.push({"G": seven, "n": n})
+    node = nodes[int(x[1:]) - 1]  # (n1, n2, n3: test_nodes.start_nodes)
+
+    async def main():
+        client = await hoarddb.aio.connect(node.url(), route="any")
+        try:
+            return await asyncio.gather(*(client._executor.execute(
+                {"op": "pop", "db": "app", "bucket": "Dry", "args": {}, "_turn": x}) for _ in range(8)))
+        finally:
+            await client.close()
+
+    got = [a["result"] for a in asyncio.run(main())]
+    assert None not in got, got
+    assert sorted(e["n"] for e in got) == list(range(8))
+    assert clients[1]["app"].Dry.length() == 0
