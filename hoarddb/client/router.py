@@ -16,7 +16,8 @@ TLS as the URL's):
     turns                  a partitioned fifo's or lifo's pop, claim and peek: to its owners
                            in turn (this client's turns, each pop or claim one further),
                            naming the owner in ``_turn``: it takes from its own partitions
-                           first, and asks the others only for what they lack
+                           first, and asks the others only for what they lack; a whole
+                           queue's (one owner): to that owner
     everything else        (batches, finds and other reads over many documents, cursors'
                            more, the catalog) goes to the URL's connection, as before
 
@@ -107,10 +108,10 @@ class _Bucket:
 
     def next_turn(self, request: dict) -> Owner | None:
         """The owner whose turn a pop, claim or peek of a partitioned queue is (a peek looks where the next
-        pop starts), named in the request's ``_turn``: its Owner, or None for the URL's node (and when the
-        bucket has no turns: the URL's node takes them)."""
+        pop starts), named in the request's ``_turn``: its Owner, or None for the URL's node. A queue whose
+        partitions one other node owns (a whole one, say) has no turns: the request goes to that node."""
         if len(self.turns) < 2:
-            return None
+            return self.only if isinstance(self.only, Owner) else None
         i = self.turn % len(self.turns)
         if operations.VERBS[request["op"]].write:
             self.turn = i + 1
