@@ -18,7 +18,7 @@ package hoarddb
 //	turns               a partitioned fifo's or lifo's pop, claim and peek: to its owners in
 //	                    turn (this client's turns, each pop or claim one further), naming
 //	                    the owner in _turn: it takes from its own partitions first, and asks
-//	                    the others only for what they lack
+//	                    the others only for what they lack; a whole queue's: to its owner
 //	everything else     batches, reads over many documents, cursors, streams and uploads,
 //	                    the catalog: the URL's node, as before
 //
@@ -136,6 +136,19 @@ func (t *turns) take(write bool) string {
 		i = atomic.LoadUint64(&t.next)
 	}
 	return t.owners[i%uint64(len(t.owners))]
+}
+
+// soleOwner is the one node owning every partition of a bucket (a whole queue's owner), or "".
+func soleOwner(owners []string) string {
+	if len(owners) == 0 {
+		return ""
+	}
+	for _, o := range owners[1:] {
+		if o != owners[0] {
+			return ""
+		}
+	}
+	return owners[0]
 }
 
 // withTurn is doc naming owner in _turn (the node that takes from its own partitions first).
@@ -288,12 +301,12 @@ func (r *router) do(ctx context.Context, op string, doc bson.D) (a Answer, err e
 	}
 	var owner string
 	if turn {
-		t := m.turns[q.bucket]
-		if t == nil { // no turns here: the URL's node keeps them
+		if t := m.turns[q.bucket]; t != nil {
+			owner = t.take(operations[op].write)
+			doc = withTurn(doc, owner)
+		} else if owner = soleOwner(place.Owners); owner == "" { // no turns: the URL's node keeps them
 			return Answer{}, nil, doc, false
 		}
-		owner = t.take(operations[op].write)
-		doc = withTurn(doc, owner)
 	} else {
 		var p int
 		p, doc = requestPartition(place, q, doc)

@@ -293,7 +293,7 @@ func TestThePopsOfAPartitionedQueueNameTheirTurn(t *testing.T) {
 	r.on, r.home = 1, "n1"
 	r.maps["app"] = newClusterMap(map[string]placement{
 		"Jobs":  {Type: "fifo", Partitions: 4, Group: &g, Owners: []string{"n2", "n1", "n2", "n1"}},
-		"Plain": {Type: "fifo", Partitions: 1, Owners: []string{"n2"}},
+		"Plain": {Type: "fifo", Partitions: 1, Owners: []string{"n1"}}, // whole, the URL's node's
 	}, map[string]nodeInfo{"n1": {Address: "127.0.0.1:1"}, "n2": {Address: address}}, "n1")
 	request := func(op, bucket string, extra ...bson.E) bson.D {
 		return append(bson.D{{Key: "op", Value: op}, {Key: "db", Value: "app"}, {Key: "bucket", Value: bucket},
@@ -328,5 +328,38 @@ func TestThePopsOfAPartitionedQueueNameTheirTurn(t *testing.T) {
 	}
 	if _, ok := r.unreachable["n2"]; !ok {
 		t.Errorf("n2 was not tried: %v", r.unreachable)
+	}
+}
+
+func TestAWholeQueueSPopsGoToItsOwner(t *testing.T) {
+	opts, err := ParseURL("hoarddb://127.0.0.1:1/?insecure=true&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing listens on once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := closed.Addr().String()
+	closed.Close()
+	r := newRouter(&Client{opts: opts})
+	r.on, r.home = 1, "n1"
+	r.maps["app"] = newClusterMap(map[string]placement{
+		"Here":  {Type: "fifo", Partitions: 1, Owners: []string{"n1"}},
+		"There": {Type: "fifo", Partitions: 1, Owners: []string{"n2"}},
+	}, map[string]nodeInfo{"n1": {Address: "127.0.0.1:1"}, "n2": {Address: address}}, "n1")
+	ctx := context.Background()
+	pop := func(bucket string) bson.D {
+		return bson.D{{Key: "op", Value: "pop"}, {Key: "db", Value: "app"}, {Key: "bucket", Value: bucket},
+			{Key: "args", Value: bson.D{}}}
+	}
+	if _, err, _, done := r.do(ctx, "pop", pop("Here")); err != nil || done || len(r.unreachable) != 0 {
+		t.Fatalf("a pop of a queue the URL's node owns went elsewhere: done %v, %v, tried %v", done, err, r.unreachable)
+	}
+	if _, err, _, done := r.do(ctx, "pop", pop("There")); err != nil || done {
+		t.Fatalf("done %v, %v", done, err)
+	}
+	if _, ok := r.unreachable["n2"]; !ok {
+		t.Errorf("the pop of a queue n2 owns was not sent to n2: %v", r.unreachable)
 	}
 }
