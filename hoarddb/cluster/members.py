@@ -37,16 +37,11 @@ async def current(coord, nodes: dict | None = None, assignments: dict | None = N
 
 async def new_bucket_owners(coord, partitions: int, nodes: dict, me: str) -> list[str]:
     """The owners of a new bucket's partitions: balanced over the members that are up (over every node up
-    not taken out when no member is recorded), the uneven remainder (a whole bucket's one partition) to
-    those owning the fewest partitions of other buckets; this node alone when none is up."""
+    not taken out when no member is recorded); this node alone when none is up."""
     recorded = await coord.members()
     if recorded is None:
         drained = await coord.drained()  # (nodes taken out by cluster remove-node get none)
         up = [n for n in nodes if n not in drained]
     else:
         up = [n for n in nodes if n in recorded]
-    load: dict[str, int] = {}
-    for assignment in (await coord.assignments()).values():
-        for owner in assignment.get("owners") or ():
-            load[owner] = load.get(owner, 0) + 1
-    return balance(partitions, up or [me], load=load)
+    return balance(partitions, up or [me])

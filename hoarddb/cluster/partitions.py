@@ -17,7 +17,7 @@ exact, changes only by a transaction, and is what every node reads (docs/dev/clu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..routing import partition_of  # noqa: F401 - a key's partition: the hashing clients share
 
@@ -28,18 +28,14 @@ DEFAULT_PARTITIONS = 64
 MAX_PARTITIONS = 4096
 
 
-def balance(partitions: int, nodes: Sequence[str], current: Sequence[str | None] | None = None,
-            load: Mapping[str, int] | None = None) -> list[str]:
+def balance(partitions: int, nodes: Sequence[str], current: Sequence[str | None] | None = None) -> list[str]:
     """The owner of each of ``partitions`` partitions among ``nodes``, balanced, moving as few as it can.
 
     ``current`` is the assignment now (a node id per partition, or None for none); a
     partition stays with its owner while that owner is among ``nodes`` and holds no more
     than its share. Shares are ``floor(P/N)`` or ``ceil(P/N)``, the larger ones going to
-    the nodes that already hold the most (so a balanced map does not change), then to those
-    with the least ``load`` (partitions of other buckets they own: so that a new whole
-    bucket, or a new bucket's uneven remainder, goes to the least loaded node, not always
-    to the first). Nodes are taken in sorted order, so every node computes the same answer
-    from the same input.
+    the nodes that already hold the most (so a balanced map does not change). Nodes are
+    taken in sorted order, so every node computes the same answer from the same input.
     """
     if not nodes:
         raise ValueError("no node to assign partitions to")
@@ -49,8 +45,7 @@ def balance(partitions: int, nodes: Sequence[str], current: Sequence[str | None]
     held = {n: [p for p in range(partitions) if current[p] == n] for n in nodes}
     base, extra = divmod(partitions, len(nodes))
     # the nodes holding the most keep the larger shares
-    load = load or {}
-    by_holding = sorted(nodes, key=lambda n: (-len(held[n]), load.get(n, 0), n))
+    by_holding = sorted(nodes, key=lambda n: (-len(held[n]), n))
     share = {n: base + (1 if i < extra else 0) for i, n in enumerate(by_holding)}
     owners: list[str | None] = [None] * partitions
     for n in nodes:

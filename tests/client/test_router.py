@@ -147,3 +147,33 @@ def test_a_partition_past_the_owners_the_map_names_goes_to_the_url_s_node():
         "Users": {"type": "hash", "partitions": PARTS, "owners": ["n2"] * (PARTS // 2)}}})
     assert r.route(get(key_of_partition(1))).node == "n2"
     assert r.route(get(key_of_partition(PARTS - 1))) is None
+
+
+def test_a_queue_s_pops_go_to_its_owners_in_turn_and_a_whole_one_s_to_its_owner():
+    r = router()
+    owners = ["n2", "n1", "n3", "n2"]
+    r.learn("app", {"cluster": True, "node": "n1", "nodes": NODES, "buckets": {
+        "Jobs": {"type": "fifo", "partitions": 4, "group": "g", "owners": owners, "version": 1},
+        "Whole": {"type": "fifo", "partitions": 1, "owners": ["n3"], "version": 1},
+        "Mine": {"type": "fifo", "partitions": 1, "owners": ["n1"], "version": 1},
+        "Heap": {"type": "heap", "partitions": 4, "group": "g", "owners": owners, "version": 1}}})
+
+    def op(name, bucket, **extra):
+        return {"op": name, "db": "app", "bucket": bucket, "args": {}, **extra}
+
+    turns = []
+    for name in ("peek", "pop", "peek", "claim", "pop", "pop"):
+        request = op(name, "Jobs")
+        target = r.route(request)
+        turns.append((request["_turn"], None if target is None else target.node))
+    # sorted owners n1, n2, n3; a peek looks where the next pop starts; n1 is the URL's node (no Owner)
+    assert turns == [("n1", None), ("n1", None), ("n2", "n2"), ("n2", "n2"), ("n3", "n3"), ("n1", None)]
+    whole = op("pop", "Whole")
+    assert r.route(whole).node == "n3" and "_turn" not in whole
+    assert r.route(op("claim", "Whole")).node == "n3"
+    assert r.route(op("pop", "Mine")) is None  # the URL's node owns it
+    heap = op("pop", "Heap")
+    assert r.route(heap) is None and "_turn" not in heap  # a partitioned heap's pop takes every owner's top
+    field = op("pop", "Jobs", field="Log", key="k")
+    r.route(field)
+    assert "_turn" not in field  # a store field's pop is keyed by its document

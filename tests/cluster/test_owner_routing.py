@@ -343,20 +343,3 @@ def test_a_partitioned_queue_s_pops_go_to_its_owners_in_turn_and_nothing_is_forw
         ns = [d["n"] for d in taken if d["g"] == g and d not in claimed_docs]
         assert ns == sorted(ns), (g, ns)
 
-
-def test_a_whole_queue_s_pops_claims_and_peeks_go_to_its_owner(two):
-    nodes, clients = two
-    for i in range(8):
-        clients[0]["app"].create_bucket(f"Whole{i}", type="fifo")
-    name = next(f"Whole{i}" for i in range(8) if owners(clients[0], "app", f"Whole{i}") == ["n2"])
-    with hoarddb.connect(nodes[0].url()) as client:  # the URL names n1 alone
-        q = client["app"][name]
-        for n in range(5):
-            q.push({"n": n})
-        before = forwarded(nodes[0])
-        assert q.peek() == {"n": 0} and q.pop() == {"n": 0}
-        claimed = q.claim(limit=2)
-        assert [c["element"]["n"] for c in claimed] == [1, 2]
-        assert forwarded(nodes[0]) == before  # each ran on n2, over the client's own connection
-        q.ack([c["claimId"] for c in claimed])
-        assert [q.pop()["n"], q.pop()["n"], q.pop()] == [3, 4, None]
