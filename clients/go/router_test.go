@@ -274,10 +274,10 @@ func TestAPartitionedQueueSTurnsGoOverItsOwnersInOrder(t *testing.T) {
 	}
 }
 
-// The router names the owner whose turn it is in the request's _turn: the URL's node's turn goes on
-// the URL's connection, another owner's to that owner (here one that cannot be reached: then on the
-// URL's connection too, still naming it). A store field's pop and a queue without turns get none.
-func TestThePopsOfAPartitionedQueueNameTheirTurn(t *testing.T) {
+// turnsSetup is the options of a URL naming n1 (127.0.0.1:1, never dialled: its requests are not sent) and
+// the address of a port nothing listens on, for an owner that cannot be reached.
+func turnsSetup(t *testing.T) (*Options, string) {
+	t.Helper()
 	opts, err := ParseURL("hoarddb://127.0.0.1:1/?insecure=true&connect_timeout=5")
 	if err != nil {
 		t.Fatal(err)
@@ -286,8 +286,15 @@ func TestThePopsOfAPartitionedQueueNameTheirTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	address := closed.Addr().String()
-	closed.Close()
+	defer closed.Close()
+	return opts, closed.Addr().String()
+}
+
+// The router names the owner whose turn it is in the request's _turn: the URL's node's turn goes on
+// the URL's connection, another owner's to that owner (here one that cannot be reached: then on the
+// URL's connection too, still naming it). A store field's pop and a queue without turns get none.
+func TestThePopsOfAPartitionedQueueNameTheirTurn(t *testing.T) {
+	opts, address := turnsSetup(t)
 	g := "g"
 	r := newRouter(&Client{opts: opts})
 	r.on, r.home = 1, "n1"
@@ -332,16 +339,7 @@ func TestThePopsOfAPartitionedQueueNameTheirTurn(t *testing.T) {
 }
 
 func TestAWholeQueueSPopsGoToItsOwner(t *testing.T) {
-	opts, err := ParseURL("hoarddb://127.0.0.1:1/?insecure=true&connect_timeout=5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing listens on once closed
-	if err != nil {
-		t.Fatal(err)
-	}
-	address := closed.Addr().String()
-	closed.Close()
+	opts, address := turnsSetup(t)
 	r := newRouter(&Client{opts: opts})
 	r.on, r.home = 1, "n1"
 	r.maps["app"] = newClusterMap(map[string]placement{

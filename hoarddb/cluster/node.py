@@ -218,10 +218,10 @@ class ClusterNode:
         commit without the cluster's coroutines (a pop costs about what a whole fifo's does). Marked with
         :data:`POPPED_FROM`: should the partition be empty by the time it runs (another pop took its last
         element), :meth:`again` runs it the cluster's way, which goes on to the other partitions and owners."""
-        args = doc.get("args")
-        if place["type"] == "heap" or "field" in doc or NODE_FIELD in doc or (args and set(args) - {"limit"}) or (
-                args and args.get("limit") is not None):
-            return False
+        args = doc.get("args") or {}
+        if place["type"] == "heap" or "field" in doc or NODE_FIELD in doc or type(args) is not dict \
+                or set(args) - {"limit"} or args.get("limit") is not None:
+            return False  # (a pop of several, or one the engine refuses: the cluster's way, as before)
         db, bucket = doc["db"], doc["bucket"]
         if self.mover.sending.get((db, bucket)) is not None:
             return False
