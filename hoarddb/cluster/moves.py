@@ -129,6 +129,8 @@ class Mover:
         self.sending: dict[tuple[str, str], Outgoing] = {}
         #: partitions whose documents this node's local bucket has without holding them: {(db, bucket): {p}}
         self.foreign: dict[tuple[str, str], set[int]] = {}
+        #: partitions a move is planned or under way for, wherever they go: {(db, bucket): {p}}
+        self.moving: dict[tuple[str, str], set[int]] = {}
         self.moves_done = 0
         self.docs_moved = 0
         self.bytes_moved = 0
@@ -187,12 +189,22 @@ class Mover:
             if place is not None and assignment.get("version", 1) != place.get("version", 1):
                 place["owners"], place["version"] = assignment["owners"], assignment.get("version", 1)
         foreign: dict[tuple[str, str], set[int]] = {}
+        moving: dict[tuple[str, str], set[int]] = {}
         for (db, bucket, p), move in moves.items():
+            moving.setdefault((db, bucket), set()).add(p)
             if move.get("to") == self.node.node_id:
                 foreign.setdefault((db, bucket), set()).add(p)
         for key, parts in cleanups.items():
             foreign.setdefault(key, set()).update(parts)
-        self.foreign = foreign
+        self.foreign, self.moving = foreign, moving
+
+    def settled(self, db: str, bucket: str) -> set[int]:
+        """The partitions of a bucket no move is planned for or under way for, as this node last read etcd
+        (a new blob's id is made in one of them: a partition moving away would have to catch it up)."""
+        place = self.node.placements.get((db, bucket)) or {}
+        out = self.sending.get((db, bucket))
+        moving = self.moving.get((db, bucket), set()) | (out.parts if out is not None else set())
+        return set(range(place.get("partitions", 1))) - moving
 
     # -- hooks of ClusterNode
 

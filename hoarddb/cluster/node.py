@@ -874,7 +874,10 @@ class ClusterNode:
 
     async def _blob_put(self, doc: dict, place: dict, upload) -> dict:
         """A put on a spread blob bucket: the blob's id is made here, in a partition this node owns when it owns
-        any (so the bytes stay here), and the put runs as a load of that one blob at that id; its answer is the id."""
+        any (so the bytes stay here), and the put runs as a load of that one blob at that id; its answer is the id.
+        A partition a move is planned for is avoided (else a node being drained would keep filling the partitions
+        it is moving away, and their catch-up would never end): the id goes to a settled one held here, else to
+        any settled one (sent to its owner), else anywhere."""
         from ..stores.blob import _blob_id  # noqa: PLC0415
 
         db, bucket = doc["db"], doc["bucket"]
@@ -891,7 +894,8 @@ class ClusterNode:
         if "data" not in blob or blob["data"] is None or set(blob) - {"data", "name", "type"}:
             return await self.server.run_here(doc)  # refused there, saying what a put takes
         partitions, owners = place["partitions"], place["owners"]
-        mine = {p for p in range(partitions) if owners[p] == self.node_id}
+        settled = self.mover.settled(db, bucket)
+        mine = {p for p in settled if owners[p] == self.node_id} or settled
         blob_id = _blob_id(uuid7())
         while mine and partition_of(blob_id, partitions) not in mine:
             blob_id = _blob_id(uuid7())

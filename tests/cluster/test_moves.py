@@ -15,6 +15,7 @@ import pytest
 import hoarddb
 from hoarddb.errors import ConnectionError_, DuplicateKeyError, HoardError, PartitionUnavailableError, TimeoutError_, \
     VerbNotSupportedError
+from hoarddb.routing import partition_of
 from hoarddb.testing import ServerProcess
 from hoarddb.testing.etcd import EtcdProcess, etcd_available
 
@@ -664,6 +665,46 @@ def test_btree_and_blob_moves_whose_new_owner_is_killed_midway_start_over_and_le
                 time.sleep(0.2)
             assert sum(lengths["Blobs"]) == 90 and sum(lengths["Board"]) == 600, lengths
             assert not list((tmp_path / "n3" / "_cluster" / "incoming").glob("*"))
+        finally:
+            for n in nodes + [n3]:
+                n.stop()
+
+
+def test_a_new_blob_goes_to_a_partition_no_move_is_planned_for(tmp_path):
+    """While partitions of a spread blob bucket are moving, a put entering any node (the old owner too) makes its
+    blob's id in a partition with no move planned: a partition moving away is never given new blobs to catch up
+    (else a node being drained would fill it as fast as it copies). Every blob is there once the moves end."""
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        slow = {"HOARDDB_MOVE_BATCH": "5", "HOARDDB_MOVE_RATE": "30000"}
+        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
+        n3 = node(tmp_path, etcd, "n3", **slow)
+        try:
+            for n in nodes:
+                n.start()
+            url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+            with hoarddb.connect(url) as admin:
+                admin["app"].create_bucket("Photos", type="blob", partitions=6)
+                blobs = {admin["app"].Photos.put({"data": bytes([i]) * 30_000}): bytes([i]) * 30_000
+                         for i in range(60)}  # (a third of them moves, for ~10 s at the throttle)
+            n3.start()
+            added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
+            assert added.returncode == 0, added.stderr
+            time.sleep(1.5)  # (each node has read the plan: it reads etcd every second)
+            before = {m["partition"] for m in status(etcd)["moves"]}
+            made = {}
+            for n in nodes:
+                with hoarddb.connect(f"hoarddb://{n.address}/?insecure=true&timeout=30") as client:
+                    for i in range(20):
+                        data = f"{n.address}-{i}".encode()
+                        made[client["app"].Photos.put({"data": data})] = data
+            moving = before & {m["partition"] for m in status(etcd)["moves"]}  # (planned all along the puts)
+            assert moving, "the moves ended before the puts did"
+            assert not {partition_of(b, 6) for b in made} & moving
+            wait_no_moves(etcd)
+            with hoarddb.connect(f"hoarddb://{n3.address}/?insecure=true&timeout=30") as client:
+                assert sorted(b["_id_"] for b in client["app"].Photos.list(limit=1000)) == sorted({**blobs, **made})
+                for blob_id, data in {**blobs, **made}.items():
+                    assert client["app"].Photos.get(blob_id)["data"] == data
         finally:
             for n in nodes + [n3]:
                 n.stop()
