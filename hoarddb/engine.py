@@ -40,6 +40,7 @@ from .indexes.ttl import Sweeper
 from .metrics import Metrics
 from .options import Options
 from .storage.kv import commits_deferred
+from .storage import segment_flush
 from .storage.lock import DirectoryLock
 from .storage.oserrors import is_full, storage_error
 from .stores import store_class
@@ -630,7 +631,9 @@ class Engine:
     commits_deferred = staticmethod(commits_deferred)
 
     def sync(self) -> None:
-        """Make every write acknowledged so far durable: one fsync per store written.
+        """Make every write acknowledged so far durable: one fsync per store written, but the
+        segment logs of the fifo and lifo buckets written, which share their fsyncs
+        (hoarddb.storage.segment_flush: one device flush for their overwrites).
 
         With ``Options(sync=False)`` writes return before they are durable; a server
         calls this once for a group of concurrent writes before answering any of them
@@ -643,8 +646,10 @@ class Engine:
             catalog, self._catalog_dirty = self._catalog_dirty, False
         if catalog:  # created, altered or dropped buckets
             self.catalog.kv.sync()
+        logs: list = []
         for store in dirty:
-            store.sync()
+            store.sync(logs)
+        segment_flush.flush(logs)  # the queues' segment logs, after every store's other files: together
 
     # -- TTL -------------------------------------------------------------------------
 

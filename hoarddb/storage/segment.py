@@ -178,6 +178,11 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
         self._dirty: set[int] = set()
         self._dirty_state = False
         self._dirty_dir = False
+        # What the last flush made durable of each file (segment number, or STATE_KEY: its size),
+        # for segment_flush to tell a file whose writes only overwrite blocks on disk; and a
+        # count of truncations and creations, after which a flush taken before notes nothing.
+        self._durable: dict[int, int] = {}
+        self._reshapes = 0
         self._state_fd: int | None = None
         self._fds: dict[int, int] = {}
         self._segs: list[int] = []  # segment numbers on disk, ascending; [0] is the head segment
@@ -239,6 +244,8 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
             except OSError as exc:
                 raise storage_error(f"writing {self._path(number)}", exc) from None
             self._fds[number] = fd
+            if create:
+                self._reshaped(number)
         return fd
 
     def _forget_segment(self, number: int) -> None:
@@ -255,6 +262,8 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
 
     def _truncate_path(self, path: Path, size: int) -> None:
         fd = os.open(path, os.O_RDWR)
+        self._durable.clear()  # (a repair: by path, so every file's durable size is forgotten)
+        self._reshapes += 1
         try:
             os.ftruncate(fd, size)
             segment_format.datasync(fd)  # repairs are made durable even with sync off: they are rare
@@ -387,9 +396,10 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
                     pwrite_all(fd, data, at)
                     if number == trim:
                         os.ftruncate(fd, at + len(data))
+                        self._reshaped(number)
                         self._padded.pop(number)
                     elif number == last_number and pad_end > at + len(data):
-                        pad_end = self._pad(fd, at + len(data), pad_end)
+                        pad_end = self._pad(number, fd, at + len(data), pad_end)
                     if self.sync:
                         segment_format.datasync(fd)
                     else:
@@ -426,13 +436,14 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
         """Cut the zeros after segment ``number``'s entries (it is no longer the last), durably."""
         fd = self._fd(number)
         os.ftruncate(fd, end)
+        self._reshaped(number)
         self._padded.pop(number)
         if self.sync:
             segment_format.datasync(fd)
         else:
             self._dirty.add(number)
 
-    def _pad(self, fd: int, end: int, pad_end: int) -> int:
+    def _pad(self, number: int, fd: int, end: int, pad_end: int) -> int:
         """Write zeros in ``[end, pad_end)`` after an append's frames, and answer where the file ends.
 
         A disk too full for the zeros is no error: the ones that landed go again (they are
@@ -445,6 +456,7 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
             if exc.errno not in FULL_ERRNOS:
                 raise
             os.ftruncate(fd, end)
+            self._reshaped(number)
             return end
 
     def _undo_append(self, written: list[list]) -> bool:
@@ -459,6 +471,7 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
                 else:
                     fd = self._fd(number)
                     os.ftruncate(fd, start)
+                    self._reshaped(number)
                     self._padded.pop(number, None)
                     if self.sync:
                         segment_format.datasync(fd)
@@ -547,6 +560,7 @@ class SegmentLog(SegmentRecovery, SegmentState, SegmentReads, SegmentCheck):
             try:
                 if shorter:
                     os.ftruncate(self._fd(keep), new_end)
+                    self._reshaped(keep)
                 for seg in doomed:
                     os.unlink(self._path(seg))
                 if shorter:

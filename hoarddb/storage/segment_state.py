@@ -33,11 +33,15 @@ import os
 
 from ..errors import StorageError
 from ..values.codec import encode
-from . import framing, segment_format
-from .oserrors import fsync_directory, pwrite_all
+from . import framing, segment_flush, segment_format
+from .oserrors import pwrite_all
+from .segment_flush import File, Taken
 from .segment_format import SLOT_SIZE, STATE_FILE
 
 log = logging.getLogger("hoarddb.segment")
+
+#: The state file's key among a log's files in segment_flush (segments are numbered from 1).
+STATE_KEY = -1
 
 
 class SegmentState:
@@ -96,42 +100,43 @@ class SegmentState:
         """Make every change so far durable: what each write does itself when ``sync`` is on.
 
         Segments first, then the state, then the directory, so a crash inside leaves
-        states the opener already knows (see the module's docstring).
+        states the opener already knows (see the module's docstring). An engine flushes
+        the logs of a whole group together (hoarddb.storage.segment_flush), this one alone.
         """
-        # What is dirty now is taken under the lock, and synced outside it, so appends and
-        # pops go on during the fsync (they are the next group's); duplicated descriptors
-        # stay valid even if a pop unlinks and closes a segment meanwhile.
-        with self._lock:
-            self._check_open()
-            taken = self._take_dirty()
-        try:
-            self._sync_taken(*taken)
-        except OSError as exc:
-            with self._lock:
-                raise self._fail(exc, self.directory) from None
+        segment_flush.flush([self])
 
-    def _take_dirty(self) -> tuple[list[int], int | None, bool]:
+    def _take_dirty(self) -> Taken:
         """What is unflushed, taken (holding the lock): duplicated descriptors of the dirty
-        segments and of the state (or None), and whether the directory is."""
-        fds = [os.dup(self._fd(n)) for n in sorted(n for n in self._dirty if n in self._sizes)]
-        state = os.dup(self._state_fd) if self._dirty_state else None
-        sync_dir = self._dirty_dir
+        segments and of the state, each with its size and whether its writes only
+        overwrite blocks on disk, and whether the directory is dirty.
+
+        What is taken is synced outside the lock, so appends and pops go on meanwhile
+        (they are the next group's); duplicated descriptors stay valid even if a pop
+        unlinks and closes a segment meanwhile."""
+        taken = Taken(directory=self._dirty_dir, reshapes=self._reshapes)
+        for n in sorted(n for n in self._dirty if n in self._sizes):
+            taken.segments.append(self._taken_file(self._fd(n), n))
+        if self._dirty_state:
+            taken.state = self._taken_file(self._state_fd, STATE_KEY)
         self._dirty.clear()
         self._dirty_state = self._dirty_dir = False
-        return fds, state, sync_dir
+        return taken
 
-    def _sync_taken(self, fds: list[int], state: int | None, sync_dir: bool) -> None:
-        """Flush what :meth:`_take_dirty` took, in the order the opener relies on, and close the descriptors."""
-        try:
-            for fd in fds:
-                segment_format.datasync(fd)
-            if state is not None:
-                segment_format.datasync(state)
-            if sync_dir:
-                fsync_directory(self.directory)
-        finally:
-            for fd in fds + ([state] if state is not None else []):
-                os.close(fd)
+    def _taken_file(self, fd: int, key: int) -> File:
+        size = os.fstat(fd).st_size
+        return File(os.dup(fd), size, size <= self._durable.get(key, -1), key)
+
+    def _flushed(self, taken: Taken) -> None:
+        """Note the sizes a flush made durable, unless a file was truncated or created since it was taken."""
+        with self._lock:
+            if self._reshapes == taken.reshapes:
+                for f in taken.files():
+                    self._durable[f.key] = max(f.size, self._durable.get(f.key, 0))
+
+    def _reshaped(self, number: int) -> None:
+        """Segment ``number`` was truncated or created: its size on disk is not known durable any more."""
+        self._durable.pop(number, None)
+        self._reshapes += 1
 
     def close(self) -> None:
         """Make every change durable, record a clean close, and close the files; later calls
@@ -161,7 +166,7 @@ class SegmentState:
                 return
             try:
                 if self._failed is None and not self._clean and self._state_fd is not None:
-                    self._sync_taken(*self._take_dirty())
+                    segment_flush.write_through([(self, self._take_dirty())])
                     totals = self._totals()
                     for _copy in range(2):  # one slot, then (once that is on disk) the other
                         self._write_state(durable=False, closed=totals)

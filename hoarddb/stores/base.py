@@ -174,8 +174,13 @@ class Store(ABC):
         return CorruptDataError(f"the data of bucket {self.directory} is damaged on disk: {what}. "
                                 f"{damage_hint(self.directory)}")
 
-    def sync(self) -> None:
-        """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit)."""
+    def sync(self, logs: list | None = None) -> None:
+        """Make every write so far durable; a no-op unless ``options.sync`` is off (group commit).
+
+        ``logs``: given by an engine that syncs many stores at once, a store whose writes are
+        in segment logs makes its other files durable and appends its logs to it, and the
+        engine flushes every store's logs together (hoarddb.storage.segment_flush), after
+        every store's other files."""
 
     def backup(self, target: Path) -> None:
         """Copy the open bucket's files into the new folder ``target`` as one moment of the bucket,
@@ -475,7 +480,7 @@ class KVStore(Store):
                         break
         return {"docs": out, "next": last[len(self.DOC):] if len(out) == limit else None}
 
-    def sync(self) -> None:
+    def sync(self, logs: list | None = None) -> None:
         """Make every committed write durable (what each commit does itself when ``options.sync`` is on)."""
         self.kv.sync()
 

@@ -411,7 +411,7 @@ class BlobStore(BlobReads, Store):
         docs = self.list(after=cursor, limit=limit)
         return {"docs": docs, "next": docs[-1]["_id_"] if len(docs) == limit else None}
 
-    def sync(self) -> None:
+    def sync(self, logs: list | None = None) -> None:
         """Make every blob put since the last sync durable (with ``options.sync`` off)."""
         with self._lock:
             pending, self._unsynced = self._unsynced, []

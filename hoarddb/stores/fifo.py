@@ -241,10 +241,16 @@ class SegmentStore(QueueVerbs, Store):
         """Restore elements as a dump holds them, oldest first (as batch_push): ``{loaded}``."""
         return {"loaded": self.batch_push(docs)}
 
-    def sync(self) -> None:
+    def sync(self, logs: list | None = None) -> None:
         """Make every write so far durable; with ``options.sync`` on each write already was."""
         if not self.options.sync:
+            self._sync_log(logs)
+
+    def _sync_log(self, logs: list | None) -> None:
+        if logs is None:
             self.log.flush()
+        else:
+            logs.append(self.log)  # (flushed with the group's other logs: Store.sync)
 
     def backup(self, target: Path) -> None:
         """The segment files and ``state.bson``, copied byte for byte with the log held still
@@ -601,12 +607,12 @@ class FifoStore(ClaimVerbs, SegmentStore):
         return {"entries": len(self.log) + again, "claimed": held, "bytes": directory_bytes(self.directory),
                 "data_bytes": self.log.data_bytes, "segments": self.log.segments}
 
-    def sync(self) -> None:
+    def sync(self, logs: list | None = None) -> None:
         """Make every write so far durable: the claim table first, then the log (as the claim order)."""
         if not self.options.sync:
             if self._claims_kv is not None:
                 self._claims_kv.sync()
-            self.log.flush()
+            self._sync_log(logs)
 
     def close(self) -> None:
         """Close the claim environment and the segment files; later calls raise ClosedError."""
