@@ -308,6 +308,8 @@ class ClusterNode:
             return None
         if not cluster_cursors.streams(op, doc, place, self._partition(place, doc, op) is not None):
             return None
+        if queues.deep_list(self, op, doc, place):  # past the cursor's reach: answered whole (cluster/queues.py)
+            return None
         return await cluster_cursors.open_cursor(self, op, doc, place)
 
     def _keeps_cursor(self, doc: dict) -> bool:
@@ -759,7 +761,10 @@ class ClusterNode:
 
     async def _queue_list(self, op: operations.Operation, doc: dict, owners: list[str], place: dict) -> dict:
         """list over a partitioned queue: each owner's elements in storage order, owner after owner; after and limit
-        counted over the whole."""
+        counted over the whole. A fifo's or lifo's: each owner asked only for its slice (queues.list_over_owners); a
+        heap's: each owner's first after + limit, merged in pop order."""
+        if place["type"] != "heap":
+            return await queues.list_over_owners(self, doc, owners)
         args = dict(doc.get("args") or {})
         after, limit = args.get("after", 0), args.get("limit", _default_of("fifo", op.name, "limit"))
         if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
@@ -769,9 +774,7 @@ class ClusterNode:
         bad = next((a for a in answers if a.get("ok") != 1), None)
         if bad is not None:
             return bad
-        if place["type"] == "heap":  # in pop order, merged
-            return {"ok": 1, "result": heaps.merged_list(answers, after, limit)}
-        return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
+        return {"ok": 1, "result": heaps.merged_list(answers, after, limit)}  # in pop order, merged
 
     # -- spread blob buckets: a blob's partition is a hash of its id
 

@@ -13,7 +13,9 @@ admin ``check``; a client's request naming one is refused by the server.
 - A node's part of a pop, peek or claim takes from its partitions' buckets in turn, starting
   one further at each pop or claim (fair); a heap's, the best of their tops (heaps.py's way,
   across partitions). ``length`` sums; ``list`` concatenates the partitions (a heap's: merged in
-  pop order).
+  pop order). A fifo's or lifo's list asks each partition only for its own slice of the page, worked
+  out from how many elements each lists (``slices``): the node asked does so over the owners, each
+  owner over its partitions, so ``after`` may be as large as on one server (``list_over_owners``).
 - A claimId names its partition: ``<p>/<claimId of the partition's bucket>``. ack, release
   and extend are routed by that partition (``ClusterNode._partition``), like a push, so they
   reach the claim wherever the partition moved.
@@ -33,6 +35,9 @@ from .partitions import partition_of
 
 #: The request field that names the partition a node's request acts on (an export's page of one partition).
 PART_FIELD = "_qpart"
+#: The request field of a node's ``length`` asking how many elements its partitions' lists show (a fifo's
+#: ``length`` also counts the claimed elements due again, which its list does not show): ``list_over_owners``.
+LISTED_FIELD = "_qlisted"
 #: Between a partition and the partition's own claimId in a partitioned queue's claimIds: ``3/000000000000002a.9f``.
 CLAIM_SEP = "/"
 
@@ -203,6 +208,8 @@ async def _on(node, local: dict, p: int, args: dict | None = None) -> dict:
 
 async def _run_part(node, op, local: dict, args: dict, place: dict, held: list[int]) -> dict:
     db, bucket = local["db"], local["bucket"]
+    if op.gather == "sum" and local.get(LISTED_FIELD) is True:  # how many the partitions' lists show
+        return {"ok": 1, "result": sum(_listed(node, db, bucket, p) for p in held)}
     if op.gather == "sum":  # length
         total = 0
         for p in held:
@@ -250,6 +257,18 @@ async def _run_part(node, op, local: dict, args: dict, place: dict, held: list[i
             limit = _default_of(place["type"], op.name, "limit")
         if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
             return await node.server.run_here(local)  # refused as on one server, saying what it takes
+        if place["type"] != "heap":  # each partition asked only for its slice of [after, after + limit)
+            if not _listable(node, limit):
+                return await node.server.run_here(local)  # refused as on one server, saying what it takes
+            got = []
+            for i, skip, take in slices([_listed(node, db, bucket, p) for p in held], after, limit):
+                a = await _on(node, local, held[i], {**args, "after": skip, "limit": take})
+                if a is None:
+                    continue
+                if a.get("ok") != 1:
+                    return a
+                got += a["result"]
+            return {"ok": 1, "result": got}
         answers = []
         for p in held:
             a = await _on(node, local, p, {**args, "after": 0, "limit": after + limit})
@@ -258,9 +277,7 @@ async def _run_part(node, op, local: dict, args: dict, place: dict, held: list[i
             if a.get("ok") != 1:
                 return a
             answers.append(a)
-        if place["type"] == "heap":
-            return {"ok": 1, "result": heaps.merged_list(answers, after, limit)}
-        return {"ok": 1, "result": [d for a in answers for d in a["result"]][after:after + limit]}
+        return {"ok": 1, "result": heaps.merged_list(answers, after, limit)}  # (a heap's: merged in pop order)
     if op.gather not in ("turns", "turns_claimed"):
         raise VerbNotSupportedError(f"{op.name} over a partitioned queue (partitions: {place['partitions']}) is not "
                                     "built yet; declare the bucket without partitions to use it")
@@ -294,6 +311,85 @@ async def _run_part(node, op, local: dict, args: dict, place: dict, held: list[i
     if limit is None and not claiming:
         return {"ok": 1, "result": got[0] if got else None}
     return {"ok": 1, "result": got}
+
+
+def slices(counts: list[int], after: int, limit: int) -> list[tuple[int, int, int]]:
+    """Which of parts listed one after the other (``counts``: how many elements each lists) hold elements ``after``
+    to ``after + limit`` of the whole: ``(index, after within it, how many it gives)``, in order."""
+    out = []
+    for i, n in enumerate(counts):
+        if limit <= 0:
+            break
+        if after >= n:
+            after -= n
+            continue
+        take = min(n - after, limit)
+        out.append((i, after, take))
+        after, limit = 0, limit - take
+    return out
+
+
+def _listable(node, limit) -> bool:
+    """Whether ``limit`` is one a list takes here (1 to ``max_peek``): else the engine refuses it, saying so."""
+    return type(limit) is int and 1 <= limit <= node.server.engine.options.max_peek
+
+
+def _listed(node, db: str, bucket: str, p: int) -> int:
+    """How many elements a fifo's or lifo's partition ``p`` here lists: its log's length, read in memory (O(1)). Not
+    ``length``'s answer: a fifo's counts too the claimed elements due again, kept in its claim table, which its list
+    does not show."""
+    if not exists(node, db, bucket, p):
+        return 0
+    try:
+        return len(node.server.engine._store(db, part_name(bucket, p)).log)
+    except HoardError:
+        return 0  # (dropped meanwhile: handed over)
+
+
+def deep_list(node, op, doc: dict, place: dict) -> bool:
+    """Whether a list asked with ``batch_size`` over a partitioned fifo or lifo is answered whole by
+    ``list_over_owners`` rather than by a cluster cursor: when ``after + limit`` passes ``max_peek``, which the cursor
+    (cluster/cursors.py ``open_queue_list``: each partition's first ``after + limit``) cannot read, and the whole
+    answer can, within one message."""
+    args = doc.get("args")
+    if op.gather != "documents" or not partitioned(place) or place["type"] == "heap" or type(args) is not dict:
+        return False
+    from .node import _default_of
+    after, limit = args.get("after", 0), args.get("limit")
+    if limit is None:
+        limit = _default_of(place["type"], "list", "limit")
+    return type(after) is int and after >= 0 and _listable(node, limit) and \
+        after + limit > node.server.engine.options.max_peek
+
+
+async def list_over_owners(node, doc: dict, owners: list[str]) -> dict:
+    """A fifo's or lifo's list over a partitioned queue, asked of the node the client reached: the owners' elements
+    one owner after the other (by name), each owner's partitions in turn. Each owner is first asked how many its
+    partitions list (``LISTED_FIELD``), then only those holding the page are asked, each for its own slice, so that
+    ``after`` may be as large as one server takes and only ``limit`` is bounded by ``max_peek``. A page read while
+    elements are pushed or popped may be off by them, as two pages over a changing queue are."""
+    from .node import _default_of
+    args = dict(doc.get("args") or {})
+    after, limit = args.get("after", 0), args.get("limit")
+    if limit is None:
+        limit = _default_of("fifo", "list", "limit")
+    if not (isinstance(after, int) and _listable(node, limit)) or isinstance(after, bool) or after < 0:
+        return await node._here_or_there(owners[0], doc)  # refused there, saying what it takes
+    if len(owners) == 1:
+        return await node._here_or_there(owners[0], doc)
+    counted = await asyncio.gather(*(node._here_or_there(n, {**doc, "op": "length", "args": {}, LISTED_FIELD: True})
+                                     for n in owners))
+    bad = next((a for a in counted if a.get("ok") != 1), None)
+    if bad is not None:
+        return bad
+    parts = slices([a["result"] for a in counted], after, limit)
+    answers = await asyncio.gather(*(node._here_or_there(owners[i], {**doc, "args": {**args, "after": skip,
+                                                                                     "limit": take}})
+                                     for i, skip, take in parts))
+    bad = next((a for a in answers if a.get("ok") != 1), None)
+    if bad is not None:
+        return bad
+    return {"ok": 1, "result": [d for a in answers for d in a["result"]]}
 
 
 def _ready(node, db: str, bucket: str, p: int) -> bool:
