@@ -38,6 +38,8 @@ PART_FIELD = "_qpart"
 #: The request field of a node's ``length`` asking how many elements its partitions' lists show (a fifo's
 #: ``length`` also counts the claimed elements due again, which its list does not show): ``list_over_owners``.
 LISTED_FIELD = "_qlisted"
+#: The verb a queue's owners are asked how many their partitions list with (marked LISTED_FIELD).
+_LENGTH = next(o for o in operations.VERBS.values() if o.gather == "sum" and "fifo" in o.types)
 #: Between a partition and the partition's own claimId in a partitioned queue's claimIds: ``3/000000000000002a.9f``.
 CLAIM_SEP = "/"
 
@@ -377,7 +379,7 @@ async def list_over_owners(node, doc: dict, owners: list[str]) -> dict:
         return await node._here_or_there(owners[0], doc)  # refused there, saying what it takes
     if len(owners) == 1:
         return await node._here_or_there(owners[0], doc)
-    counted = await asyncio.gather(*(node._here_or_there(n, {**doc, "op": "length", "args": {}, LISTED_FIELD: True})
+    counted = await asyncio.gather(*(node._here_or_there(n, {**doc, "op": _LENGTH.name, "args": {}, LISTED_FIELD: True})
                                      for n in owners))
     bad = next((a for a in counted if a.get("ok") != 1), None)
     if bad is not None:
