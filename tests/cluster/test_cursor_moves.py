@@ -1,5 +1,6 @@
-"""Cluster cursors open while partitions move (`cluster add-node`): a find, search or list in key order reads on from
-the partitions' new owners, every document once and in key order; a sorted find refuses its next batch clearly."""
+"""Cluster cursors open while partitions move (`cluster add-node`, `remove-node`, moves read through): a find, search
+or list in key order reads on from the partitions' new owners, every document once and in key order; a sorted find
+refuses its next batch clearly."""
 
 import time
 
@@ -147,4 +148,27 @@ def test_a_find_read_while_throttled_moves_run_gives_every_document_once_in_key_
                 wait_no_moves(etcd)
         finally:
             for n in nodes + [n3]:
+                n.stop()
+
+
+def test_a_cursor_reads_on_when_a_node_holding_part_of_it_is_removed(tmp_path):
+    # Every partition of the removed node's part goes to the two others, which hold partitions of their own: each
+    # is asked for all it holds and the merge keeps that part's.
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, name) for name in ("n1", "n2", "n3")]
+        try:
+            for n in nodes:
+                n.start()
+            with hoarddb.connect(nodes[0].url()) as c1, hoarddb.connect(nodes[1].url()) as c2:
+                docs, blobs = fill([c1, c2])
+                find = {"op": "find", "db": "app", "bucket": "Big", "args": {"filter": {"n": {"$gte": 100}}}}
+                got, cursor = opened(c1, find, 60, 4)
+                listed, listing = opened(c2, {"op": "list", "db": "app", "bucket": "Photos", "args": {}}, 15, 2)
+                removed = hoarddb_cli("cluster", "remove-node", "n3", "--cluster", etcd.url, "--wait", "90")
+                assert removed.returncode == 0, removed.stderr
+                assert "n3" not in status(etcd)["buckets"]["app.Big"]["nodes"]
+                assert read_on(c1, got, cursor, 60) == in_key_order([d for d in docs if d["n"] >= 100])
+                assert [b["_id_"] for b in read_on(c2, listed, listing, 15)] == sorted(blobs, key=encode_key)[:100]
+        finally:
+            for n in nodes:
                 n.stop()
