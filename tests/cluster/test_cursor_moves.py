@@ -172,3 +172,41 @@ def test_a_cursor_reads_on_when_a_node_holding_part_of_it_is_removed(tmp_path):
         finally:
             for n in nodes:
                 n.stop()
+
+
+def test_a_part_kept_alive_unread_reads_on_after_a_move_to_its_node(tmp_path):
+    # Numbers on n1 and n3, strings on n2: in key order n2's part is not pulled while the numbers are read, only kept
+    # alive (its cursor_timeout is short). n3 removed: its partitions move to n1 and n2. n2's part cursor ends when
+    # copies arrive there (the map still gives n2 its own partitions): the keep-alive meets the refusal, and the
+    # part is read on from n2 when the merge needs it.
+    from hoarddb.routing import partition_of
+
+    from .test_moves import local_keys
+
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        nodes = [node(tmp_path, etcd, name, HOARDDB_CURSOR_TIMEOUT="2") for name in ("n1", "n2", "n3")]
+        try:
+            for n in nodes:
+                n.start()
+            with hoarddb.connect(nodes[0].url()) as c1:
+                c1["app"].create_bucket("Late", type="hash", partitions=9)
+                c1["app"].Late.batch_insert([{"_id_": i} for i in range(400)] + [{"_id_": f"s{i}"} for i in range(400)])
+                on_n2 = {partition_of(k, 9) for k in local_keys(nodes[1], "app", "Late")}
+                c1["app"].Late.delete({"_id_": {"$in": [i for i in range(400) if partition_of(i, 9) in on_n2] + [
+                    f"s{i}" for i in range(400) if partition_of(f"s{i}", 9) not in on_n2]}})
+                expected = in_key_order(c1["app"].Late.find())
+                numbers = sum(1 for d in expected if isinstance(d["_id_"], int))
+                assert numbers > 100 and len(expected) - numbers > 20
+                got, cursor = opened(c1, {"op": "find", "db": "app", "bucket": "Late", "args": {}}, 10, 2)
+                removed = hoarddb_cli("cluster", "remove-node", "n3", "--cluster", etcd.url)
+                assert removed.returncode == 0, removed.stderr
+                while cursor:
+                    answer = c1.execute({"op": "more", "cursor": cursor, "batch_size": 10})
+                    got += answer["result"]
+                    cursor = answer.get("cursor")
+                    time.sleep(0.25 if len(got) < numbers else 0)  # (n2's part idle past its cursor_timeout)
+                assert got == expected
+                wait_no_moves(etcd)
+        finally:
+            for n in nodes:
+                n.stop()
