@@ -243,29 +243,30 @@ class MergedSource:
             yield from streams[0] if len(streams) == 1 else heapq.merge(*streams, key=self.key)
 
     async def _reopen(self, part: _Part, request: dict, why: HoardError) -> list[_Part]:
-        """``request`` sent to the owners of ``part``'s partitions by the map read anew (a find or search: for every
-        partition those owners hold, so that each reads its local bucket with a cursor of its own, as at the
-        open; the documents of the others are cut here), tried again while a hand-over is under way."""
+        """``request`` sent to the owners of ``part``'s partitions by the map read anew, tried again while a
+        hand-over is under way. A find or search is marked ``_cuts`` without its limit: an owner holding other
+        partitions too reads its local bucket with a cursor of its own (as at the open), and :meth:`_Part.take`
+        keeps the part's partitions (a list is at most ``max_peek`` documents: an owner cuts it, paging)."""
+        from .moves import CUTS_FIELD  # noqa: PLC0415
+
         op = operations.OPERATIONS[request["op"]]
+        sent = request
+        if op.name != "list":
+            sent = {**request, CUTS_FIELD: True, "args": {k: v for k, v in request["args"].items() if k != "limit"}}
         answers: list = []
         for attempt in range(RESUMES):
             await self.node.refresh_placement(self.db, self.bucket)
             place = self.node.placements.get((self.db, self.bucket), self.place)
-            ask = set(part.parts)
-            if op.name != "list":
-                owners = {place["owners"][p] for p in part.parts}
-                ask = {p for p, owner in enumerate(place["owners"]) if owner in owners}
-            answers = await self.node._each_part(request, place, op, partitions=ask)
+            answers = await self.node._each_part(sent, place, op, partitions=part.parts)
             subs: list[_Part] = []
             for n, parts, a in answers:
                 if a.get("ok") == 1:
-                    sub = _Part(n, parts & part.parts, place, a)
+                    sub = _Part(n, parts, place, a)
                     sub.request, sub.resumes = request, part.resumes + 1
                     subs.append(sub)
             bad = next((a for _n, _p, a in answers if a.get("ok") != 1), None)
             if bad is None:
-                _close_parts(self.node, self.loop, [s for s in subs if not s.parts])
-                return [s for s in subs if s.parts]
+                return subs
             _close_parts(self.node, self.loop, subs)
             details = bad.get("details") or {}
             if bad.get("codeName") != "PARTITION_UNAVAILABLE" or not (details.get("moved") or details.get("shifted")):
@@ -475,8 +476,7 @@ def _past(request: dict, key, given: int) -> dict | None:
     """``request`` (a part's find, search or list) narrowed to the documents whose keys come after ``key`` in key
     order (``encode_key``'s), its part having handed out ``given`` documents; None when a list's part has all it
     was asked for. A find's or search's filter gets ``$gt`` on ``_id_``, which matches keys of the same type only
-    (as MongoDB's), so the key types after ``key``'s are added by ``$type``; its limit is dropped (each owner's
-    part may then hold other partitions, cut by the merge, which applies the limit)."""
+    (as MongoDB's), so the key types after ``key``'s are added by ``$type``."""
     args = dict(request["args"])
     if request["op"] == "list":  # (by key, and its after is strict: exactly the merge's order)
         limit = args.get("limit")
@@ -495,7 +495,6 @@ def _past(request: dict, key, given: int) -> dict | None:
     past = {"$or": [{"_id_": above}, {"_id_": {"$type": later}}]} if later else {"_id_": above}
     filter_ = args.get("filter")
     args["filter"] = {"$and": [filter_, past]} if filter_ else past
-    args.pop("limit", None)
     return {**request, "args": args}
 
 
