@@ -5,6 +5,7 @@ refuses its next batch clearly."""
 import time
 
 import pytest
+from bson.objectid import ObjectId
 
 import hoarddb
 from hoarddb.errors import PartitionUnavailableError
@@ -19,7 +20,7 @@ COUNT = 3000
 
 
 def document(i):
-    key = i if i % 3 else f"k{i:05}"  # numbers and strings: a resumed read must go on past numbers into strings
+    key = i if i % 3 else f"k{i:05}"  # numbers and strings (and a few others): a resumed read must go on past numbers
     return {"_id_": key, "n": i, "Kind": "even" if i % 2 == 0 else "odd", "Pad": "p" * 100}
 
 
@@ -57,7 +58,9 @@ def fill(clients):
     db = clients[0]["app"]
     db.create_bucket("Big", type="hash", partitions=8, indices=[{"field": "Kind"}])
     docs = [document(i) for i in range(COUNT)]
-    for start in range(0, COUNT, 500):
+    keys = [ObjectId() for _ in range(40)] + [False, True]  # keys of types after numbers and strings (their order)
+    docs += [{**document(COUNT + j), "_id_": key} for j, key in enumerate(keys)]
+    for start in range(0, len(docs), 500):
         db.Big.batch_insert(docs[start:start + 500])
     db.create_bucket("Photos", type="blob", partitions=6)
     # (a blob's id is made in a partition of the node it is put through: put through each in turn, so that
