@@ -244,15 +244,14 @@ class MergedSource:
 
     async def _reopen(self, part: _Part, request: dict, why: HoardError) -> list[_Part]:
         """``request`` sent to the owners of ``part``'s partitions by the map read anew, tried again while a
-        hand-over is under way. A find or search is marked ``_cuts`` without its limit: an owner holding other
-        partitions too reads its local bucket with a cursor of its own (as at the open), and :meth:`_Part.take`
-        keeps the part's partitions (a list is at most ``max_peek`` documents: an owner cuts it, paging)."""
+        hand-over is under way. A find or search is marked ``_cuts``: an owner holding other partitions too (none
+        moving) reads its local bucket with a cursor of its own, as at the open, without the limit, and
+        :meth:`_Part.take` keeps the part's partitions (a list is at most ``max_peek`` documents: an owner cuts
+        it, paging)."""
         from .moves import CUTS_FIELD  # noqa: PLC0415
 
         op = operations.OPERATIONS[request["op"]]
-        sent = request
-        if op.name != "list":
-            sent = {**request, CUTS_FIELD: True, "args": {k: v for k, v in request["args"].items() if k != "limit"}}
+        sent = request if op.name == "list" else {**request, CUTS_FIELD: True}
         answers: list = []
         for attempt in range(RESUMES):
             await self.node.refresh_placement(self.db, self.bucket)
@@ -474,16 +473,16 @@ async def _open_partition(node: "ClusterNode", request: dict, p: int) -> tuple[s
 
 def _past(request: dict, key, given: int) -> dict | None:
     """``request`` (a part's find, search or list) narrowed to the documents whose keys come after ``key`` in key
-    order (``encode_key``'s), its part having handed out ``given`` documents; None when a list's part has all it
-    was asked for. A find's or search's filter gets ``$gt`` on ``_id_``, which matches keys of the same type only
-    (as MongoDB's), so the key types after ``key``'s are added by ``$type``."""
+    order (``encode_key``'s), its limit to what is left once its part handed out ``given`` documents; None when
+    the part gave all it was asked for. A find's or search's filter gets ``$gt`` on ``_id_``, which matches keys
+    of the same type only (as MongoDB's), so the key types after ``key``'s are added by ``$type``."""
     args = dict(request["args"])
+    limit = args.get("limit")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        if limit <= given:
+            return None
+        args["limit"] = limit - given
     if request["op"] == "list":  # (by key, and its after is strict: exactly the merge's order)
-        limit = args.get("limit")
-        if isinstance(limit, int):
-            if limit <= given:
-                return None
-            args["limit"] = limit - given
         args["after"] = key
         return {**request, "args": args}
     rank = type_rank(key)

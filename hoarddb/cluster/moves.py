@@ -345,8 +345,11 @@ class Mover:
             out = self.sending.get((db, bucket))
             if out is None or not out.fenced or not out.parts.intersection(parts):
                 break  # (no await from here until the part is counted among those under way)
-        if out is None and not self.foreign.get((db, bucket)) and \
-                self._exactly(db, bucket, parts, doc.get(CUTS_FIELD) is True):
+        cuts = doc.get(CUTS_FIELD) is True
+        if out is None and not self.foreign.get((db, bucket)) and self._exactly(db, bucket, parts, cuts):
+            if cuts and type(local.get("args")) is dict and not self._exactly(db, bucket, parts):
+                # (other partitions' documents too, which the asker cuts: its limit counts after the cut)
+                local = {**local, "args": {k: v for k, v in local["args"].items() if k != "limit"}}
             shift = self.shifts.get((db, bucket), 0)
             answer = await self.node.server.run_here(local)
             if answer.get("cursor"):
