@@ -20,9 +20,17 @@ event loop (:meth:`ClusterNode.run`), so the loop is free to carry those request
 When the cursor is dropped (read to its end, ``close_cursor``, its idle timeout, its
 connection closed), every owner cursor still open is closed with ``close_cursor``; an
 owner's own ``cursor_timeout`` is the backstop. An owner that cannot be reached when its
-next batch is needed answers PARTITION_UNAVAILABLE naming it; a partition that changed
-owner while the cursor was open does too (run the read again): seen here by the map, and
-by the owner itself, whose part cursor ends at a move to or from it (``Mover.part_shifted``).
+next batch is needed answers PARTITION_UNAVAILABLE naming it.
+
+Partitions that move while the cursor is open are seen here by the map (a partition of a
+part whose owner changed), and by the owner itself, whose part cursor ends at a move to or
+from it (``Mover.part_shifted``: refused with ``shifted``). A read merged in key order
+(:data:`RESUMED`: find, search and list of a hash bucket, list of a blob bucket, without
+``sort``) then reads on (:meth:`MergedSource._resumed`): that part's partitions are asked
+again of their owners by the map read anew, the read narrowed to the keys after the last
+one the part gave (:func:`_past`), and the new parts merged in its place; tried
+:data:`RESUMES` times, then refused. Other reads (a sort, a btree's, a search's explain, a distinct's or
+an aggregate's documents, a partitioned queue's list) refuse the next batch: run them again.
 
 A part that an owner must cut to its partitions (while a partition moves to or from it)
 is answered whole by that owner, as today's gather answers it, and merged the same way.
@@ -49,6 +57,7 @@ from .. import operations
 from ..cursors import FIRST_BATCH, check_batch_size
 from ..errors import CursorNotFoundError, HoardError, PartitionUnavailableError, error_from_answer
 from ..values.keys import encode_key
+from ..values.order import BINARY, BOOL, DATE, NUMBER, OBJECTID, STRING, is_nan, type_rank
 from ..values.projection import compile_projection
 from ..values.sort import compile_sort
 from .partitions import partition_of
@@ -66,6 +75,15 @@ QUEUE_LISTED = frozenset(n for n, op in operations.VERBS.items()
                          if op.cursor and op.gather == "documents" and "fifo" in op.types)
 _MORE = operations.MORE.name
 _CLOSE = operations.CLOSE_CURSOR.name
+#: The reads in key order whose part goes on from its partitions' owners now after they moved (:meth:`MergedSource.
+#: _resumed`), by bucket type: find, search and list of a hash bucket, list of a blob bucket (not with ``sort``, nor
+#: a search with ``explain``).
+RESUMED = {"hash": frozenset({"find", "search", "list"}), "blob": frozenset({"list"})}
+#: How many times a part is opened again after its partitions moved (each open tried as many times while a
+#: hand-over is under way) before its cursor is refused
+RESUMES = 5
+#: A document key's type rank -> the ``$type`` name of its values (the types a key may be, in key order)
+_KEY_TYPES = {NUMBER: "number", STRING: "string", BINARY: "binData", OBJECTID: "objectId", BOOL: "bool", DATE: "date"}
 
 
 def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> bool:
@@ -84,7 +102,8 @@ def streams(op: operations.Operation, doc: dict, place: dict, pinned: bool) -> b
 class _Part:
     """One owner's part of a cluster cursor: its node, its partitions, its cursor id, the batch it answered last."""
 
-    __slots__ = ("node", "parts", "place", "cursor", "head", "asked", "cut", "opener")
+    __slots__ = ("node", "parts", "place", "cursor", "head", "asked", "cut", "opener", "request", "given", "last",
+                 "shifted", "resumes")
 
     def __init__(self, node: str, parts: set[int], place: dict, answer: dict, cut: bool = True, opener=None):
         self.node = node
@@ -97,6 +116,14 @@ class _Part:
         self.cursor = answer.get("cursor")
         self.head: deque = deque()
         self.asked = time.monotonic()  # when its owner last heard of its cursor (its idle clock started)
+        #: the request its owner's cursor was opened with (without ``_parts``) when the read can go on from the
+        #: partitions' new owners after a move (:data:`RESUMED`), else None
+        self.request: dict | None = None
+        self.given = 0  # how many documents the part has handed to the merge
+        self.last: dict | None = None  # the last of them
+        #: the refusal that ended its owner's cursor because partitions moved, seen by a keep-alive (or None)
+        self.shifted: HoardError | None = None
+        self.resumes = 0  # how many times this part's documents were opened again after a move
         self.take(answer)
 
     def take(self, answer: dict) -> None:
@@ -168,13 +195,84 @@ class MergedSource:
     def _docs(self, part: _Part):
         while True:
             while part.head:
-                yield part.head.popleft()
+                doc = part.head.popleft()
+                part.given += 1
+                part.last = doc
+                yield doc
+            if part.shifted is not None:
+                if part.request is None:
+                    part.cursor = None
+                    raise part.shifted
+                break
             if part.cursor is None:
                 if part.opener is None:
                     return
                 self._open(part)
                 continue
-            self._pull(part)
+            try:
+                self._pull(part)
+            except PartitionUnavailableError as e:
+                if part.request is None or not e.details.get("shifted"):
+                    raise
+                part.shifted = e
+                break
+        yield from self._resumed(part)
+
+    def _resumed(self, part: _Part):
+        """The rest of ``part``'s documents once its partitions moved (a read in key order): the read opened again
+        on those partitions' owners now, its filter narrowed to the keys after the last one the part gave (a
+        list: ``after`` it), their parts merged by key in its place. Refused after :data:`RESUMES` times."""
+        _close_parts(self.node, self.loop, [part])
+        why, part.shifted = part.shifted, None
+        request = part.request
+        if part.last is not None:
+            request = _past(request, part.last["_id_"], part.given)
+            if request is None:  # (a list's part that gave all it was asked for: nothing to read on)
+                return
+        if part.resumes >= RESUMES:
+            raise PartitionUnavailableError(
+                f"{why}; reading on from the partitions' new owners was tried {RESUMES} times (partitions kept "
+                "moving)", node=part.node)
+        subs = asyncio.run_coroutine_threadsafe(self._reopen(part, request, why), self.loop).result()
+        self.parts = [p for p in self.parts if p is not part] + subs
+        if self._released:  # (dropped while they opened: their cursors are closed too)
+            _close_parts(self.node, self.loop, subs)
+            return
+        streams = [self._docs(s) for s in subs]
+        if streams:
+            yield from streams[0] if len(streams) == 1 else heapq.merge(*streams, key=self.key)
+
+    async def _reopen(self, part: _Part, request: dict, why: HoardError) -> list[_Part]:
+        """``request`` sent to the owners of ``part``'s partitions by the map read anew, tried again while a
+        hand-over is under way. A find or search is marked ``_cuts``: an owner holding other partitions too (none
+        moving) reads its local bucket with a cursor of its own, as at the open, without the limit, and
+        :meth:`_Part.take` keeps the part's partitions (a list is at most ``max_peek`` documents: an owner cuts
+        it, paging)."""
+        from .moves import CUTS_FIELD  # noqa: PLC0415
+
+        op = operations.OPERATIONS[request["op"]]
+        sent = request if op.name == "list" else {**request, CUTS_FIELD: True}
+        answers: list = []
+        for attempt in range(RESUMES):
+            await self.node.refresh_placement(self.db, self.bucket)
+            place = self.node.placements.get((self.db, self.bucket), self.place)
+            answers = await self.node._each_part(sent, place, op, partitions=part.parts)
+            subs: list[_Part] = []
+            for n, parts, a in answers:
+                if a.get("ok") == 1:
+                    sub = _Part(n, parts, place, a)
+                    sub.request, sub.resumes = request, part.resumes + 1
+                    subs.append(sub)
+            bad = next((a for _n, _p, a in answers if a.get("ok") != 1), None)
+            if bad is None:
+                return subs
+            _close_parts(self.node, self.loop, subs)
+            details = bad.get("details") or {}
+            if bad.get("codeName") != "PARTITION_UNAVAILABLE" or not (details.get("moved") or details.get("shifted")):
+                break
+            await asyncio.sleep(0.2 * (attempt + 1))
+        raise PartitionUnavailableError(
+            f"{why}; reading on from the partitions' owners now failed: {bad.get('message')}", node=part.node)
 
     def _open(self, part: _Part) -> None:
         """Open a part that was left to be opened when first needed (on a thread, never the event loop's)."""
@@ -197,7 +295,7 @@ class MergedSource:
                 raise PartitionUnavailableError(
                     f"partition {p} of {self.db}.{self.bucket} moved from node {part.node} to node {owner} while "
                     "this cursor was open; run the read again (with a filter past the last document you had, to "
-                    "go on from there)", node=part.node)
+                    "go on from there)", node=part.node, shifted=True)
         request: dict = {"op": _MORE, "cursor": part.cursor}
         if self.size is not None:
             request["batch_size"] = self.size
@@ -209,7 +307,7 @@ class MergedSource:
                 answer = e.to_answer()
             why = self.node.mover.part_shifted(request["cursor"])  # (a move to or from here since it opened)
             if why is not None:
-                answer = PartitionUnavailableError(why, node=part.node).to_answer()
+                answer = PartitionUnavailableError(why, node=part.node, shifted=True).to_answer()
         else:
             answer = asyncio.run_coroutine_threadsafe(_ask(self.node, part.node, request), self.loop).result()
         if answer.get("ok") != 1:
@@ -275,6 +373,10 @@ async def open_cursor(node: "ClusterNode", op: operations.Operation, doc: dict, 
         part["limit"] = limit + skip
     part["batch_size"] = FIRST_BATCH if size is None else size
     source, answers = await open_source(node, op, {**doc, "args": part}, place, merged_args)
+    if op.name in RESUMED.get(place["type"], ()) and args.get("sort") is None and not args.get("explain"):
+        # (merged in key order: read on after a move)
+        for p in source.parts:
+            p.request = {**doc, "args": part}
     out = await opened(node, source, f"{op.name} on {doc['db']}.{doc['bucket']}", source, size)
     used = {n: a.get("index_used") for n, _p, a in answers if "index_used" in a}
     if used and out.get("ok") == 1:  # a search: the index each node used, as a whole gather says
@@ -367,6 +469,32 @@ async def _open_partition(node: "ClusterNode", request: dict, p: int) -> tuple[s
         if not moved or attempts == 4:  # (as ClusterNode._one: the map read again three times at most)
             return owner, answer
         await node.refresh_placement(db, bucket)
+
+
+def _past(request: dict, key, given: int) -> dict | None:
+    """``request`` (a part's find, search or list) narrowed to the documents whose keys come after ``key`` in key
+    order (``encode_key``'s), its limit to what is left once its part handed out ``given`` documents; None when
+    the part gave all it was asked for. A find's or search's filter gets ``$gt`` on ``_id_``, which matches keys
+    of the same type only (as MongoDB's), so the key types after ``key``'s are added by ``$type``."""
+    args = dict(request["args"])
+    limit = args.get("limit")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        if limit <= given:
+            return None
+        args["limit"] = limit - given
+    if request["op"] == "list":  # (by key, and its after is strict: exactly the merge's order)
+        args["after"] = key
+        return {**request, "args": args}
+    rank = type_rank(key)
+    if rank not in _KEY_TYPES:
+        raise PartitionUnavailableError(f"a document key of type {type(key).__name__} cannot be read on from; "
+                                        "run the read again")
+    above = {"$gte": float("-inf")} if rank == NUMBER and is_nan(key) else {"$gt": key}  # (NaN: first of numbers)
+    later = [name for r, name in _KEY_TYPES.items() if r > rank]
+    past = {"$or": [{"_id_": above}, {"_id_": {"$type": later}}]} if later else {"_id_": above}
+    filter_ = args.get("filter")
+    args["filter"] = {"$and": [filter_, past]} if filter_ else past
+    return {**request, "args": args}
 
 
 async def open_source(node: "ClusterNode", op: operations.Operation, doc: dict, place: dict,
@@ -492,4 +620,6 @@ async def _keep_alive(node: "ClusterNode", source: MergedSource, timeout: float)
             answer = await _ask(node, part.node, request)
         if answer.get("ok") == 1 and not answer.get("cursor"):
             part.cursor = None  # read to its end there (nothing was handed out)
+        elif (answer.get("details") or {}).get("shifted"):
+            part.shifted = error_from_answer(answer)  # (its owner closed it: the pull reads on, or refuses)
     await asyncio.gather(*(touch(p) for p in stale))

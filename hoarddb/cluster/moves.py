@@ -69,6 +69,10 @@ log = logging.getLogger("hoarddb.cluster.moves")
 MOVE_FIELD = "_move"
 #: The request field that lists the partitions a node's part of a request covers.
 PARTS_FIELD = "_parts"
+#: A request field saying that the asking node keeps of the answer only the documents of ``_parts`` (a cluster
+#: cursor's part opened again after a move): a node holding those partitions and others, none moving, reads its
+#: local bucket with no cut, as it reads exactly its partitions
+CUTS_FIELD = "_cuts"
 #: Documents a move sends in one batch.
 MOVE_BATCH = int(os.environ.get("HOARDDB_MOVE_BATCH", "500"))
 #: Bytes a second a move sends at most (0: as fast as it can).
@@ -288,15 +292,16 @@ class Mover:
         if self.busy(db, bucket):
             return True
         parts = doc.get(PARTS_FIELD)
-        return parts is not None and not self._exactly(db, bucket, parts)
+        return parts is not None and not self._exactly(db, bucket, parts, doc.get(CUTS_FIELD) is True)
 
-    def _exactly(self, db: str, bucket: str, parts) -> bool:
-        """Whether this node holds the partitions ``parts`` of the bucket and no other."""
+    def _exactly(self, db: str, bucket: str, parts, cuts: bool = False) -> bool:
+        """Whether this node holds the partitions ``parts`` of the bucket and no other (``cuts``: and maybe others,
+        the asker cutting the answer to ``parts``)."""
         if not self.coord.lease_fresh():
             return False
         held = self.coord.held
-        return all((db, bucket, p) in held for p in parts) and \
-            sum(1 for k in held if k[0] == db and k[1] == bucket) == len(set(parts))
+        return all((db, bucket, p) in held for p in parts) and (
+            cuts or sum(1 for k in held if k[0] == db and k[1] == bucket) == len(set(parts)))
 
     async def wait_fence(self, db: str, bucket: str, p: int) -> None:
         """Wait while partition ``p`` is fenced here (its hand-over under way); refused after FENCE_WAIT."""
@@ -315,7 +320,7 @@ class Mover:
         the partitions the asking node's map gives this node)."""
         db, bucket = doc["db"], doc["bucket"]
         place = place or self.node.placements[(db, bucket)]
-        local = {k: v for k, v in doc.items() if k not in ("_node", PARTS_FIELD)}
+        local = {k: v for k, v in doc.items() if k not in ("_node", PARTS_FIELD, CUTS_FIELD)}
         parts = doc.get(PARTS_FIELD)
         if parts is None:
             return await self.node.server.run_here(local)
@@ -340,7 +345,11 @@ class Mover:
             out = self.sending.get((db, bucket))
             if out is None or not out.fenced or not out.parts.intersection(parts):
                 break  # (no await from here until the part is counted among those under way)
-        if out is None and not self.foreign.get((db, bucket)) and self._exactly(db, bucket, parts):
+        cuts = doc.get(CUTS_FIELD) is True
+        if out is None and not self.foreign.get((db, bucket)) and self._exactly(db, bucket, parts, cuts):
+            if cuts and type(local.get("args")) is dict and not self._exactly(db, bucket, parts):
+                # (other partitions' documents too, which the asker cuts: its limit counts after the cut)
+                local = {**local, "args": {k: v for k, v in local["args"].items() if k != "limit"}}
             shift = self.shifts.get((db, bucket), 0)
             answer = await self.node.server.run_here(local)
             if answer.get("cursor"):
@@ -389,8 +398,8 @@ class Mover:
         """``more`` of a part cursor (``part_cursors``): its next batch, refused if a move shifted its bucket."""
         answer = await self.node.server.run_here(doc)
         why = self.part_shifted(doc.get("cursor"))
-        if why is not None:
-            return PartitionUnavailableError(why, node=self.node.node_id).to_answer()
+        if why is not None:  # (shifted: the entry node reads on from the partitions' owners now, cluster/cursors.py)
+            return PartitionUnavailableError(why, node=self.node.node_id, shifted=True).to_answer()
         return answer
 
     async def _part(self, op, local: dict, keep: set[int], place: dict, out: Outgoing | None) -> dict:

@@ -934,15 +934,15 @@ class ClusterNode:
 
     # -- export, distinct and aggregate over a spread bucket (the table gives them no gather: the node asked merges)
 
-    async def _each_part(self, doc: dict, place: dict,
-                         op: operations.Operation | None = None) -> list[tuple[str, set[int], dict]]:
-        """``doc`` sent to every node owning some of the bucket's partitions, each told which (``_parts``); a part
-        refused because its partitions moved is sent again to their owners by the map read anew. Each answer with
-        its node and the partitions it stands for, so that the caller keeps of it only what they hold (a node may
-        hold documents of other partitions while they move)."""
+    async def _each_part(self, doc: dict, place: dict, op: operations.Operation | None = None,
+                         partitions=None) -> list[tuple[str, set[int], dict]]:
+        """``doc`` sent to every node owning some of the bucket's partitions (or of ``partitions``), each told which
+        (``_parts``); a part refused because its partitions moved is sent again to their owners by the map read
+        anew. Each answer with its node and the partitions it stands for, so that the caller keeps of it only what
+        they hold (a node may hold documents of other partitions while they move)."""
         db, bucket = doc["db"], doc["bucket"]
         op = op or operations.OPERATIONS[doc["op"]]
-        todo = list(range(place["partitions"]))
+        todo = sorted(partitions) if partitions is not None else list(range(place["partitions"]))
         out: list[tuple[str, set[int], dict]] = []
         for attempt in range(4):
             groups: dict[str, list[int]] = {}
