@@ -78,7 +78,9 @@ _CLOSE = operations.CLOSE_CURSOR.name
 #: The reads in key order whose part goes on from its partitions' owners now after they moved (:meth:`MergedSource.
 #: _resumed`), by bucket type: find, search and list of a hash bucket, list of a blob bucket (not with ``sort``, nor
 #: a search with ``explain``).
-RESUMED = {"hash": frozenset({"find", "search", "list"}), "blob": frozenset({"list"})}
+RESUMED = {kind: STREAMED[kind] for kind in ("hash", "blob")}
+#: Those that page by an ``after`` key (list), not by a filter (find, search)
+_PAGED = frozenset(n for n, op in operations.VERBS.items() if op.cursor == "batches")
 #: How many times a part is opened again after its partitions moved (each open tried as many times while a
 #: hand-over is under way) before its cursor is refused
 RESUMES = 5
@@ -251,7 +253,7 @@ class MergedSource:
         from .moves import CUTS_FIELD  # noqa: PLC0415
 
         op = operations.OPERATIONS[request["op"]]
-        sent = request if op.name == "list" else {**request, CUTS_FIELD: True}
+        sent = request if op.name in _PAGED else {**request, CUTS_FIELD: True}
         answers: list = []
         for attempt in range(RESUMES):
             await self.node.refresh_placement(self.db, self.bucket)
@@ -482,7 +484,7 @@ def _past(request: dict, key, given: int) -> dict | None:
         if limit <= given:
             return None
         args["limit"] = limit - given
-    if request["op"] == "list":  # (by key, and its after is strict: exactly the merge's order)
+    if request["op"] in _PAGED:  # (by key, and its after is strict: exactly the merge's order)
         args["after"] = key
         return {**request, "args": args}
     rank = type_rank(key)

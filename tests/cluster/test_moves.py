@@ -37,6 +37,18 @@ def node(tmp, etcd, name, **env):
                          env={"HOARDDB_NODE_TTL": "2", **env})
 
 
+def two_and_a_third(tmp, etcd, **env):
+    """Nodes n1 and n2, and n3 to be added later (none started), each with these environment variables."""
+    return [node(tmp, etcd, "n1", **env), node(tmp, etcd, "n2", **env)], node(tmp, etcd, "n3", **env)
+
+
+def started(nodes):
+    """Start these nodes; the URL that reaches them."""
+    for n in nodes:
+        n.start()
+    return f"hoarddb://{','.join(n.address for n in nodes)}/?insecure=true&timeout=30"
+
+
 def local_keys(server, db, bucket):
     """The keys this node's own local bucket holds (a request marked as a node's is not routed)."""
     with hoarddb.connect(server.url()) as client:
@@ -240,12 +252,9 @@ def test_a_node_added_then_one_removed_while_8_clients_write_and_read(tmp_path):
 def test_a_move_whose_new_owner_is_killed_midway_loses_nothing(tmp_path):
     with EtcdProcess(tmp_path / "etcd") as etcd:
         slow = {"HOARDDB_MOVE_BATCH": "20", "HOARDDB_MOVE_RATE": "10000"}  # each old owner copies for ~12 s
-        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
-        n3 = node(tmp_path, etcd, "n3", **slow)
+        nodes, n3 = two_and_a_third(tmp_path, etcd, **slow)
         try:
-            for n in nodes:
-                n.start()
-            url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+            url = started(nodes)
             pad = "x" * 200
             with hoarddb.connect(url) as admin:
                 admin["app"].create_bucket("Events", type="hash", partitions=12)
@@ -617,12 +626,9 @@ def test_btree_and_blob_moves_whose_new_owner_is_killed_midway_start_over_and_le
     blob and entry ends on exactly one node, once."""
     with EtcdProcess(tmp_path / "etcd") as etcd:
         slow = {"HOARDDB_MOVE_BATCH": "5", "HOARDDB_MOVE_RATE": "200000"}
-        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
-        n3 = node(tmp_path, etcd, "n3", **slow)
+        nodes, n3 = two_and_a_third(tmp_path, etcd, **slow)
         try:
-            for n in nodes:
-                n.start()
-            url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+            url = started(nodes)
             with hoarddb.connect(url) as admin:
                 admin["app"].create_bucket("Blobs", type="blob", partitions=6)
                 admin["app"].create_bucket("Board", type="btree", key="Score", partitions=6)
@@ -679,12 +685,9 @@ def test_a_new_blob_goes_to_a_partition_no_move_is_planned_for(tmp_path):
     (else a node being drained would fill it as fast as it copies). Every blob is there once the moves end."""
     with EtcdProcess(tmp_path / "etcd") as etcd:
         slow = {"HOARDDB_MOVE_BATCH": "5", "HOARDDB_MOVE_RATE": "30000"}
-        nodes = [node(tmp_path, etcd, "n1", **slow), node(tmp_path, etcd, "n2", **slow)]
-        n3 = node(tmp_path, etcd, "n3", **slow)
+        nodes, n3 = two_and_a_third(tmp_path, etcd, **slow)
         try:
-            for n in nodes:
-                n.start()
-            url = f"hoarddb://{nodes[0].address},{nodes[1].address}/?insecure=true&timeout=30"
+            url = started(nodes)
             with hoarddb.connect(url) as admin:
                 admin["app"].create_bucket("Photos", type="blob", partitions=6)
                 blobs = {admin["app"].Photos.put({"data": bytes([i]) * 30_000}): bytes([i]) * 30_000
