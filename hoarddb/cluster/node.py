@@ -764,11 +764,12 @@ class ClusterNode:
         counted over the whole. A fifo's or lifo's: each owner asked only for its slice (queues.list_over_owners); a
         heap's: each owner's first after + limit, merged in pop order."""
         if place["type"] != "heap":
-            return await queues.list_over_owners(self, doc, owners)
+            return await queues.list_over_owners(self, op, doc, owners, place)
         args = dict(doc.get("args") or {})
-        after, limit = args.get("after", 0), args.get("limit", _default_of("fifo", op.name, "limit"))
-        if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
+        page = queues.page_of(op, args, place["type"])
+        if page is None:
             return await self._here_or_there(owners[0], doc)  # refused there, saying what it takes
+        after, limit = page
         answers = await asyncio.gather(*(self._here_or_there(
             n, {**doc, "args": {**args, "after": 0, "limit": after + limit}}) for n in owners))
         bad = next((a for a in answers if a.get("ok") != 1), None)

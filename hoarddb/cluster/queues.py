@@ -253,12 +253,10 @@ async def _run_part(node, op, local: dict, args: dict, place: dict, held: list[i
             return {"ok": 1, "result": merged}
         return {"ok": 1, "result": [x for r in results for x in (r or [])]}
     if op.gather == "documents":  # list: the partitions' elements, partition after partition (a heap's: pop order)
-        after, limit = args.get("after", 0), args.get("limit")
-        if limit is None:
-            from .node import _default_of
-            limit = _default_of(place["type"], op.name, "limit")
-        if not (isinstance(after, int) and isinstance(limit, int)) or isinstance(after, bool) or after < 0:
+        page = page_of(op, args, place["type"])
+        if page is None:
             return await node.server.run_here(local)  # refused as on one server, saying what it takes
+        after, limit = page
         if place["type"] != "heap":  # each partition asked only for its slice of [after, after + limit)
             if not _listable(node, limit):
                 return await node.server.run_here(local)  # refused as on one server, saying what it takes
@@ -331,6 +329,18 @@ def slices(counts: list[int], after: int, limit: int) -> list[tuple[int, int, in
     return out
 
 
+def page_of(op, args: dict, kind: str) -> tuple[int, int] | None:
+    """A list's ``after`` and ``limit`` (the store type's default limit when left out), or None when either is not
+    a whole number a list takes (the engine then refuses it, saying what it takes)."""
+    from .node import _default_of
+    after, limit = args.get("after", 0), args.get("limit")
+    if limit is None:
+        limit = _default_of(kind, op.name, "limit")
+    if type(after) is not int or type(limit) is not int or after < 0:
+        return None
+    return after, limit
+
+
 def _listable(node, limit) -> bool:
     """Whether ``limit`` is one a list takes here (1 to ``max_peek``): else the engine refuses it, saying so."""
     return type(limit) is int and 1 <= limit <= node.server.engine.options.max_peek
@@ -340,12 +350,18 @@ def _listed(node, db: str, bucket: str, p: int) -> int:
     """How many elements a fifo's or lifo's partition ``p`` here lists: its log's length, read in memory (O(1)). Not
     ``length``'s answer: a fifo's counts too the claimed elements due again, kept in its claim table, which its list
     does not show."""
+    return _in_memory(node, db, bucket, p, lambda store: len(store.log), 0)
+
+
+def _in_memory(node, db: str, bucket: str, p: int, read, default):
+    """``read(store)`` of partition ``p``'s bucket here (what it keeps in memory), or ``default`` when there is none
+    (none made yet, or dropped meanwhile: handed over)."""
     if not exists(node, db, bucket, p):
-        return 0
+        return default
     try:
-        return len(node.server.engine._store(db, part_name(bucket, p)).log)
+        return read(node.server.engine._store(db, part_name(bucket, p)))
     except HoardError:
-        return 0  # (dropped meanwhile: handed over)
+        return default
 
 
 def deep_list(node, op, doc: dict, place: dict) -> bool:
@@ -356,27 +372,21 @@ def deep_list(node, op, doc: dict, place: dict) -> bool:
     args = doc.get("args")
     if op.gather != "documents" or not partitioned(place) or place["type"] == "heap" or type(args) is not dict:
         return False
-    from .node import _default_of
-    after, limit = args.get("after", 0), args.get("limit")
-    if limit is None:
-        limit = _default_of(place["type"], "list", "limit")
-    return type(after) is int and after >= 0 and _listable(node, limit) and \
-        after + limit > node.server.engine.options.max_peek
+    page = page_of(op, args, place["type"])
+    return page is not None and _listable(node, page[1]) and sum(page) > node.server.engine.options.max_peek
 
 
-async def list_over_owners(node, doc: dict, owners: list[str]) -> dict:
+async def list_over_owners(node, op, doc: dict, owners: list[str], place: dict) -> dict:
     """A fifo's or lifo's list over a partitioned queue, asked of the node the client reached: the owners' elements
     one owner after the other (by name), each owner's partitions in turn. Each owner is first asked how many its
     partitions list (``LISTED_FIELD``), then only those holding the page are asked, each for its own slice, so that
     ``after`` may be as large as one server takes and only ``limit`` is bounded by ``max_peek``. A page read while
     elements are pushed or popped may be off by them, as two pages over a changing queue are."""
-    from .node import _default_of
     args = dict(doc.get("args") or {})
-    after, limit = args.get("after", 0), args.get("limit")
-    if limit is None:
-        limit = _default_of("fifo", "list", "limit")
-    if not (isinstance(after, int) and _listable(node, limit)) or isinstance(after, bool) or after < 0:
+    page = page_of(op, args, place["type"])
+    if page is None or not _listable(node, page[1]):
         return await node._here_or_there(owners[0], doc)  # refused there, saying what it takes
+    after, limit = page
     if len(owners) == 1:
         return await node._here_or_there(owners[0], doc)
     counted = await asyncio.gather(*(node._here_or_there(n, {**doc, "op": _LENGTH.name, "args": {}, LISTED_FIELD: True})
@@ -397,12 +407,7 @@ async def list_over_owners(node, doc: dict, owners: list[str]) -> dict:
 def _ready(node, db: str, bucket: str, p: int) -> bool:
     """Whether partition ``p``'s bucket here may have an element to give (its length, read in memory: O(1) for a
     fifo or lifo; a claim table's elements due again counted)."""
-    if not exists(node, db, bucket, p):
-        return False
-    try:
-        n = node.server.engine._store(db, part_name(bucket, p)).length()
-    except HoardError:
-        return False  # (dropped meanwhile: handed over)
+    n = _in_memory(node, db, bucket, p, lambda store: store.length(), 0)
     return getattr(n, "result", n) != 0
 
 

@@ -50,10 +50,10 @@ class Syncs:
         monkeypatch.setattr(segment_flush, "_write_back", write_back)
 
     def synced(self, fd: int) -> None:
-        pass
+        """Called after each fdatasync is counted (Disk, below, makes the file's pages durable then)."""
 
     def written_back(self, fd: int) -> None:
-        pass
+        """Called after a write-back that waited for the device (Disk, below, notes the pages as on the device)."""
 
     def clear(self) -> None:
         self.datasyncs.clear()
